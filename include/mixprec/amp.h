@@ -1,0 +1,147 @@
+/* mixprec/amp.h: precision modes, the per-op precision policy, and the
+ * dynamic loss scaler.
+ *
+ * Modes (DESIGN.md): fp32 (default, safe), mixed_bf16, mixed_fp16 (FP32
+ * master weights), bf16 and fp16 (pure: no master, stochastic-rounded
+ * update), fp8 (emulated, slot reserved: E4M3 forward / E5M2 grads).
+ *
+ * The policy is a table op-class -> dtypes, as PyTorch autocast does:
+ * matmul inputs in the low dtype with FP32 accumulation; softmax, layernorm
+ * statistics, losses and reductions in FP32.
+ *
+ * The loss scaler follows torch.cuda.amp.GradScaler exactly (init 65536,
+ * growth 2.0, backoff 0.5, interval 2000; NaN and Inf both overflow; growth
+ * only when the grown scale is finite; 1/scale computed in double, stored as
+ * float) and adds optional hysteresis, min/max scale and an at-minimum policy.
+ */
+#ifndef MIXPREC_AMP_H
+#define MIXPREC_AMP_H
+
+#include <mixprec/num.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mxp_precision {
+    MXP_PRECISION_FP32,
+    MXP_PRECISION_MIXED_BF16,
+    MXP_PRECISION_MIXED_FP16,
+    MXP_PRECISION_BF16,
+    MXP_PRECISION_FP16,
+    MXP_PRECISION_FP8,
+    MXP_PRECISION_COUNT
+} mxp_precision;
+
+/* "fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8" */
+const char *mxp_precision_name(mxp_precision p);
+mxp_status mxp_precision_parse(const char *s, mxp_precision *out, mxp_error *err);
+
+/* Op classes the policy assigns dtypes to. */
+typedef enum mxp_op_class {
+    MXP_OP_MATMUL,      /* linear / attention products */
+    MXP_OP_ELEMENTWISE, /* relu, gelu, tanh: computed in FP32, stored as activation dtype */
+    MXP_OP_NORM,        /* layernorm: statistics and output */
+    MXP_OP_SOFTMAX,     /* softmax, log-softmax */
+    MXP_OP_LOSS,        /* losses */
+    MXP_OP_REDUCTION,   /* sums, norms */
+    MXP_OP_CLASS_COUNT
+} mxp_op_class;
+
+const char *mxp_op_class_name(mxp_op_class c);
+
+typedef struct mxp_op_policy {
+    mxp_dtype input;   /* dtype the op's inputs are rounded to (matmul: both operands) */
+    mxp_dtype output;  /* dtype its output is stored in (kept for backward) */
+    mxp_dtype accum;   /* accumulation dtype: always F32 on CPU */
+} mxp_op_policy;
+
+/* What a precision mode means, as data. */
+typedef struct mxp_precision_policy {
+    mxp_precision mode;
+    mxp_dtype weight;       /* working weights used in compute */
+    bool has_master;        /* FP32 master copy kept by the optimizer */
+    bool stochastic_update; /* pure modes: SR when writing 16-bit weights */
+    mxp_dtype activation;   /* activations kept for backward */
+    mxp_dtype grad;         /* activation gradients in backward */
+    bool loss_scaling;      /* dynamic loss scaling on by default */
+    bool emulated;          /* computed by quantise-then-FP32 emulation */
+    mxp_op_policy ops[MXP_OP_CLASS_COUNT];
+} mxp_precision_policy;
+
+/* Fill *out with the default policy of a mode. */
+void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out);
+
+/* ---- loss scaler ------------------------------------------------------- */
+
+typedef enum mxp_scale_floor_policy {
+    MXP_SCALE_FLOOR_CONTINUE, /* keep training at min_scale (default) */
+    MXP_SCALE_FLOOR_ERROR,    /* mxp_scaler_update returns MXP_ERR_NONFINITE */
+    MXP_SCALE_FLOOR_FALLBACK, /* request a precision fallback fp16->bf16->fp32 */
+    MXP_SCALE_FLOOR_COUNT
+} mxp_scale_floor_policy;
+
+const char *mxp_scale_floor_policy_name(mxp_scale_floor_policy p);
+mxp_status mxp_scale_floor_policy_parse(const char *s, mxp_scale_floor_policy *out,
+                                        mxp_error *err);
+
+typedef struct mxp_scaler_config {
+    bool enabled;          /* false: scale stays 1 and never changes; non-finite
+                              grads are still detected and the step skipped */
+    double init_scale;     /* > 0, finite (65536) */
+    double growth_factor;  /* > 1 (2.0) */
+    double backoff_factor; /* in (0, 1) (0.5) */
+    int64_t growth_interval; /* >= 1 (2000) */
+    int hysteresis;        /* >= 1: overflows tolerated before a backoff (1 = PyTorch) */
+    double min_scale;      /* >= 0 (0: no floor) */
+    double max_scale;      /* > 0, may be INFINITY (no cap) */
+    mxp_scale_floor_policy at_min;
+} mxp_scaler_config;
+
+mxp_scaler_config mxp_scaler_config_default(void);
+/* Check every field; on error name the field, value and accepted range. */
+mxp_status mxp_scaler_config_validate(const mxp_scaler_config *c, mxp_error *err);
+
+/* Whole scaler state: checkpointed as is. */
+typedef struct mxp_scaler_state {
+    float scale;                 /* current loss scale (1 when disabled) */
+    int64_t growth_tracker;      /* consecutive clean steps since last change */
+    int hysteresis_left;         /* overflows still tolerated before backoff */
+    int64_t overflow_steps;      /* total steps with found_inf */
+    int64_t total_steps;         /* total update() calls */
+    int64_t steps_at_min;        /* consecutive overflow steps while at min_scale */
+} mxp_scaler_state;
+
+typedef struct mxp_scaler mxp_scaler;
+
+mxp_status mxp_scaler_create(const mxp_scaler_config *c, mxp_scaler **out, mxp_error *err);
+void mxp_scaler_destroy(mxp_scaler *s);
+float mxp_scaler_scale(const mxp_scaler *s);
+/* 1/scale computed in double, rounded to float (GradScaler semantics). */
+float mxp_scaler_inv_scale(const mxp_scaler *s);
+
+/* Outcome of one update. */
+typedef struct mxp_scaler_event {
+    bool overflow;        /* found_inf was set: the step must be skipped */
+    bool backed_off;      /* scale was reduced */
+    bool grew;            /* scale was increased */
+    bool at_min;          /* overflow while scale is at min_scale */
+    bool fallback;        /* at_min with policy FALLBACK: switch precision */
+    float old_scale, new_scale;
+} mxp_scaler_event;
+
+/* Advance the scaler after a step whose unscaled grads had found_inf.
+ * Returns MXP_ERR_NONFINITE (and still updates state) only under the ERROR
+ * at-minimum policy; ev may be NULL. */
+mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev,
+                             mxp_error *err);
+
+void mxp_scaler_get_state(const mxp_scaler *s, mxp_scaler_state *out);
+/* Restore a checkpointed state (validated: finite positive scale). */
+mxp_status mxp_scaler_set_state(mxp_scaler *s, const mxp_scaler_state *st, mxp_error *err);
+const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_AMP_H */

@@ -1,0 +1,138 @@
+/* mixprec/base.h: status codes, error context, logging callback, aligned
+ * memory with overflow-checked sizes, counter-based RNG, CPU features, timer.
+ *
+ * Every fallible library call returns mxp_status. When the caller passes an
+ * mxp_error*, the call also writes a human-readable message there naming
+ * the offending thing and what is accepted. The library never prints and
+ * never exits: diagnostics go through the log callback (silent by default).
+ */
+#ifndef MIXPREC_BASE_H
+#define MIXPREC_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mxp_status {
+    MXP_OK = 0,
+    MXP_ERR_INVALID_ARG,   /* an API argument is out of its accepted range */
+    MXP_ERR_OUT_OF_MEMORY, /* allocation failed or a size overflowed */
+    MXP_ERR_IO,            /* a file could not be read or written */
+    MXP_ERR_FORMAT,        /* a file or text is malformed */
+    MXP_ERR_CONFIG,        /* a configuration key or value is invalid */
+    MXP_ERR_NONFINITE,     /* a non-finite value where none is tolerated */
+    MXP_ERR_UNSUPPORTED,   /* valid request this build/CPU cannot serve */
+    MXP_ERR_STATE,         /* call not valid in the object's current state */
+    MXP_STATUS_COUNT
+} mxp_status;
+
+/* Stable lower-case name of a status ("ok", "invalid_arg", ...). */
+const char *mxp_status_name(mxp_status s);
+
+#define MXP_ERROR_MSG_MAX 512
+
+/* Error context: filled by a failing call when non-NULL. */
+typedef struct mxp_error {
+    mxp_status status;
+    char msg[MXP_ERROR_MSG_MAX];
+} mxp_error;
+
+/* Record status and a printf-style message in err (if non-NULL) and return
+ * the status, so callers can write `return mxp_error_set(err, ...)`. */
+mxp_status mxp_error_set(mxp_error *err, mxp_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reset err to MXP_OK with an empty message (NULL is a no-op). */
+void mxp_error_clear(mxp_error *err);
+
+/* ---- logging ----------------------------------------------------------- */
+
+typedef enum mxp_log_level {
+    MXP_LOG_DEBUG,
+    MXP_LOG_INFO,
+    MXP_LOG_WARN,
+    MXP_LOG_ERROR,
+    MXP_LOG_LEVEL_COUNT
+} mxp_log_level;
+
+typedef void (*mxp_log_fn)(void *user, mxp_log_level level, const char *msg);
+
+/* Install the process-wide log sink (NULL: discard). Not thread-safe with
+ * respect to concurrent logging; set it once at start-up. */
+void mxp_log_set_callback(mxp_log_fn fn, void *user);
+/* Messages below this level are dropped before formatting (default INFO). */
+void mxp_log_set_level(mxp_log_level min_level);
+const char *mxp_log_level_name(mxp_log_level level);
+void mxp_log(mxp_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- memory ------------------------------------------------------------ */
+
+#define MXP_ALIGN 64
+
+/* Overflow-checked size arithmetic: return false (and leave *out alone) on
+ * overflow. */
+bool mxp_size_mul(size_t a, size_t b, size_t *out);
+bool mxp_size_add(size_t a, size_t b, size_t *out);
+
+/* Pluggable allocator. alloc(user, size, align) returns memory aligned to
+ * `align` (a power of two) or NULL; free(user, p) releases it. */
+typedef struct mxp_allocator {
+    void *(*alloc)(void *user, size_t size, size_t align);
+    void (*free)(void *user, void *p);
+    void *user;
+} mxp_allocator;
+
+/* Replace the process allocator (NULL restores the default). Only call it
+ * while no mixprec object is alive. */
+void mxp_set_allocator(const mxp_allocator *a);
+
+/* 64-byte aligned, zero-initialised allocation of n*size bytes; NULL on
+ * overflow or failure. mxp_free(NULL) is a no-op. */
+void *mxp_calloc(size_t n, size_t size);
+void mxp_free(void *p);
+/* strdup through the mixprec allocator. */
+char *mxp_strdup(const char *s);
+
+/* ---- counter-based RNG --------------------------------------------------
+ * Philox-style: every draw is a pure function of (seed, counter), so the
+ * state is two integers, trivially checkpointed, and any stream position can
+ * be reached without replay. */
+
+typedef struct mxp_rng {
+    uint64_t seed;
+    uint64_t counter; /* number of 32-bit draws taken so far */
+} mxp_rng;
+
+/* The 32-bit word at position `counter` of stream `seed`. */
+uint32_t mxp_rng_at(uint64_t seed, uint64_t counter);
+void mxp_rng_init(mxp_rng *r, uint64_t seed);
+uint32_t mxp_rng_u32(mxp_rng *r);
+/* Uniform in [0, 1) with 24 random bits. */
+float mxp_rng_uniform(mxp_rng *r);
+/* Standard normal (Box-Muller on two uniforms). */
+float mxp_rng_normal(mxp_rng *r);
+/* Uniform integer in [0, n), n > 0 (rejection sampling, unbiased). */
+uint32_t mxp_rng_below(mxp_rng *r, uint32_t n);
+
+/* ---- CPU features and time --------------------------------------------- */
+
+typedef struct mxp_cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16, amx_bf16;
+} mxp_cpu_features;
+
+/* Filled from cpuid (and XGETBV for OS support) once; thread-safe. */
+const mxp_cpu_features *mxp_cpu_features_get(void);
+
+/* Monotonic wall clock in seconds. */
+double mxp_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_BASE_H */

@@ -1,0 +1,79 @@
+/* mixprec/data.h: built-in environments and the replay buffer.
+ *
+ * Environments integrate real equations of motion, deterministically from a
+ * seed, with no dependency:
+ *   pendulum  state (cos th, sin th, th_dot), action torque in [-2, 2];
+ *             th_ddot = 3g/(2l) sin th + 3/(m l^2) u  (Gym Pendulum-v1
+ *             constants g=10, m=1, l=1, dt=0.05, |th_dot| <= 8);
+ *             reward -(th_norm^2 + 0.1 th_dot^2 + 0.001 u^2)
+ *   cartpole  state (x, x_dot, th, th_dot), continuous force in [-10, 10] N;
+ *             Barto-Sutton-Anderson dynamics (Gym CartPole-v1 constants,
+ *             Euler, dt=0.02); reward 1 while |th| < 12 deg and |x| < 2.4,
+ *             else 0 (episodes do NOT terminate: fixed length, see below)
+ * A trajectory is one episode of exactly `episode_len` steps from a random
+ * initial state under a seeded random (uniform) policy.
+ *
+ * The replay buffer holds transitions as a supervised dataset:
+ *   x = [state, action]              FP32 [N, state_dim + action_dim]
+ *   y = [next_state - state, reward] FP32 [N, state_dim + 1]
+ * split by trajectory into train (first) and validation (last) parts, and
+ * standardised with the TRAIN split's per-column mean and std.
+ */
+#ifndef MIXPREC_DATA_H
+#define MIXPREC_DATA_H
+
+#include <mixprec/base.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mxp_env_kind {
+    MXP_ENV_PENDULUM,
+    MXP_ENV_CARTPOLE,
+    MXP_ENV_KIND_COUNT
+} mxp_env_kind;
+
+typedef struct mxp_env_info {
+    const char *name; /* "pendulum", "cartpole" */
+    int state_dim;
+    int action_dim;
+} mxp_env_info;
+
+const mxp_env_info *mxp_env_info_get(mxp_env_kind k);
+mxp_status mxp_env_parse(const char *s, mxp_env_kind *out, mxp_error *err);
+
+/* One environment step: next = f(state, action); returns the reward.
+ * state/next have state_dim entries, action action_dim; next may alias state. */
+float mxp_env_step(mxp_env_kind k, const float *state, const float *action, float *next);
+/* A random initial state drawn from r. */
+void mxp_env_reset(mxp_env_kind k, mxp_rng *r, float *state);
+
+typedef struct mxp_replay_config {
+    mxp_env_kind env;
+    int64_t trajectories;  /* >= 2 */
+    int64_t episode_len;   /* >= 1 */
+    double val_fraction;   /* (0, 1): share of trajectories held out */
+    uint64_t seed;
+} mxp_replay_config;
+
+typedef struct mxp_replay mxp_replay;
+
+mxp_status mxp_replay_create(const mxp_replay_config *c, mxp_replay **out, mxp_error *err);
+void mxp_replay_destroy(mxp_replay *r);
+
+typedef struct mxp_replay_split {
+    const float *x; /* [n, in_dim], standardised */
+    const float *y; /* [n, out_dim], standardised */
+    int64_t n;
+} mxp_replay_split;
+
+int64_t mxp_replay_in_dim(const mxp_replay *r);
+int64_t mxp_replay_out_dim(const mxp_replay *r);
+mxp_replay_split mxp_replay_train(const mxp_replay *r);
+mxp_replay_split mxp_replay_val(const mxp_replay *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_DATA_H */

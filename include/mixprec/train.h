@@ -1,0 +1,122 @@
+/* mixprec/train.h: optimizers on FP32 master weights and the trainer.
+ *
+ * One optimizer step of the trainer:
+ *   for each of k micro-batches: forward, loss * scale, backward (grads +=)
+ *   ONE fused pass over the grad slab: unscale by 1/(scale*k), finite check,
+ *     gradient statistics
+ *   finite:     clip by global norm (after unscaling) -> optimizer -> recast
+ *   not finite: skip; weights and optimizer state untouched bit for bit;
+ *               counted, logged (MXP_LOG_WARN) and marked in the history
+ *   scaler update -> history row
+ * Same seed and config give bit-identical losses.
+ */
+#ifndef MIXPREC_TRAIN_H
+#define MIXPREC_TRAIN_H
+
+#include <mixprec/model.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mxp_optim_kind {
+    MXP_OPTIM_ADAMW,
+    MXP_OPTIM_SGD, /* with momentum */
+    MXP_OPTIM_KIND_COUNT
+} mxp_optim_kind;
+
+const char *mxp_optim_kind_name(mxp_optim_kind k);
+mxp_status mxp_optim_kind_parse(const char *s, mxp_optim_kind *out, mxp_error *err);
+
+typedef struct mxp_optim_config {
+    mxp_optim_kind kind;
+    float lr;           /* > 0 (1e-3) */
+    float beta1, beta2; /* [0, 1) (0.9, 0.999) */
+    float eps;          /* > 0 (1e-8) */
+    float weight_decay; /* >= 0 (0.0) */
+    float momentum;     /* SGD, [0, 1) (0.9) */
+    bool nesterov;
+} mxp_optim_config;
+
+mxp_optim_config mxp_optim_config_default(void);
+
+typedef struct mxp_trainer_config {
+    mxp_scaler_config scaler;  /* scaler.enabled is set from the mode's policy
+                                  unless scaler_override is true */
+    bool scaler_override;
+    mxp_optim_config optim;
+    float clip_grad_norm;      /* > 0: clip global norm to it; 0: off (1.0) */
+    int grad_accum_steps;      /* micro-batches per optimizer step, >= 1 */
+    uint64_t seed;             /* stochastic rounding stream */
+    float near_overflow_frac;  /* a grad counts "near overflow" when its scaled
+                                  |value| >= frac * dtype max (0.125 = 2^-3) */
+} mxp_trainer_config;
+
+mxp_trainer_config mxp_trainer_config_default(void);
+
+typedef struct mxp_trainer mxp_trainer;
+
+/* The trainer borrows the model (which must outlive it) and owns the
+ * optimizer state and scaler. */
+mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
+                              mxp_trainer **out, mxp_error *err);
+void mxp_trainer_destroy(mxp_trainer *t);
+
+typedef struct mxp_step_result {
+    double loss;         /* mean unscaled loss over the micro-batches */
+    bool skipped;        /* non-finite grads (or loss): no update applied */
+    float scale;         /* loss scale used for this step */
+    double grad_norm;    /* global L2 norm after unscaling, before clipping */
+    double zero_frac;          /* exact-zero gradient fraction */
+    double near_overflow_frac; /* fraction of grads near the format's max */
+    int64_t nonfinite;         /* non-finite gradient elements */
+    mxp_nonfinite_site site; /* where a non-finite value first appeared */
+    bool fallback;       /* scaler asked to leave this precision */
+} mxp_step_result;
+
+/* One optimizer step over n_micro micro-batches (n_micro must equal
+ * cfg.grad_accum_steps). Returns an error only for invalid input or the
+ * scaler's ERROR at-minimum policy; a skipped step is MXP_OK with
+ * res->skipped set. */
+mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                            mxp_step_result *res, mxp_error *err);
+
+/* Switch precision at a step boundary (operator kill switch, fallback).
+ * Optimizer state and scaler carry over; the scaler is reset to its init
+ * scale when loss scaling turns on. */
+mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
+
+/* The stats API (names as seeds/001 uses them). */
+typedef struct mxp_train_stats {
+    int64_t training_steps;  /* step() calls */
+    int64_t optimizer_steps; /* applied updates */
+    int64_t skipped_steps;
+    double overflow_rate;    /* skipped / training_steps (0 when none) */
+    float current_scale;
+    mxp_precision precision;
+    bool fp16_enabled_runtime; /* true when the running mode computes in FP16 */
+    int64_t epoch;
+} mxp_train_stats;
+
+void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out);
+
+typedef struct mxp_history_row {
+    int64_t step, epoch;
+    double loss;
+    float scale;
+    double grad_norm;
+    bool skipped;
+    mxp_precision precision;
+} mxp_history_row;
+
+/* The whole history, oldest first; valid until the next step. */
+const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n);
+void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
+
+mxp_model *mxp_trainer_model(mxp_trainer *t);
+mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_TRAIN_H */

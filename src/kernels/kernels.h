@@ -1,0 +1,164 @@
+/* kernels/kernels.h: the compute kernels of mixprec (internal interface).
+ *
+ * Every kernel exists as a portable reference in kernels/generic/. ISA
+ * variants (x86_avx512/, later cuda/) sit beside it and are chosen once at
+ * start-up through the const table returned by mxp_kernels(); setting the
+ * environment variable MIXPREC_FORCE_ISA=generic forces the reference.
+ *
+ * Conventions (all kernels):
+ *   - row-major storage; B batch rows, C channels; `ld*` are row strides in
+ *     elements;
+ *   - arithmetic and accumulation in FP32; typed inputs are widened exactly,
+ *     typed outputs are rounded RNE (mxp_store_f32 semantics);
+ *   - "=" kernels overwrite their output, "+=" kernels accumulate (parameter
+ *     gradients accumulate so micro-batches can be summed);
+ *   - no allocation, no I/O, no logging: callers plan buffers up front.
+ */
+#ifndef MIXPREC_KERNELS_H
+#define MIXPREC_KERNELS_H
+
+#include <mixprec/num.h>
+
+/* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, FP32 accumulation.
+ * op(A) = A (A stored M x K, lda >= K) or A^T (A stored K x M, lda >= M);
+ * likewise B (K x N with ldb >= N, or N x K with ldb >= K when trans_b).
+ * A and B may each be any mxp_dtype; C is FP32 with ldc >= N. beta == 0
+ * ignores C's old contents (NaN in C does not leak). C must not alias A/B. */
+typedef struct mxp_gemm_args {
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    mxp_dtype a_type;
+    const void *A;
+    int64_t lda;
+    mxp_dtype b_type;
+    const void *B;
+    int64_t ldb;
+    float *C;
+    int64_t ldc;
+    float alpha, beta;
+} mxp_gemm_args;
+
+/* Statistics of one fused pass over a flat gradient buffer. */
+typedef struct mxp_grad_stats {
+    int64_t n;             /* elements visited */
+    int64_t nonfinite;     /* NaN or +-Inf after unscaling */
+    int64_t zeros;         /* exact zeros (underflowed or dead) */
+    int64_t near_overflow; /* finite, |scaled value| >= near_overflow_at */
+    double sumsq;          /* sum of squares of finite unscaled values */
+    float absmax;          /* largest finite |unscaled value| */
+} mxp_grad_stats;
+
+typedef struct mxp_adamw_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+} mxp_adamw_hparams;
+
+typedef struct mxp_sgd_hparams {
+    float lr, momentum, weight_decay;
+    bool nesterov;
+} mxp_sgd_hparams;
+
+/* Where an optimizer update reads and writes its weights.
+ * master != NULL: update the FP32 master in place; then, if work != NULL,
+ *   recast master into work (work_type, RNE).
+ * master == NULL: pure low precision: read work (work_type), update in FP32
+ *   registers, store back into work with stochastic rounding when `sr` (RNE
+ *   otherwise); element i draws mxp_rng_at(seed, counter + i). */
+typedef struct mxp_weights {
+    float *master;
+    void *work;
+    mxp_dtype work_type;
+    bool sr;
+    uint64_t seed, counter;
+} mxp_weights;
+
+typedef struct mxp_kernels {
+    const char *isa; /* "generic", "avx512", ... */
+
+    void (*gemm)(const mxp_gemm_args *a);
+
+    /* --- conversion --- */
+    void (*convert)(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
+                    const void *src, size_t n);
+    void (*convert_sr)(mxp_dtype dst_type, void *dst, const float *src,
+                       size_t n, uint64_t seed, uint64_t counter);
+
+    /* --- element-wise (x, y, dy, dx of n FP32 elements; y may alias x and
+     *     dx may alias dy) --- */
+    void (*relu_fwd)(float *y, const float *x, size_t n);
+    /* dx = dy * (x > 0)  ("=") */
+    void (*relu_bwd)(float *dx, const float *dy, const float *x, size_t n);
+    /* exact GELU: x * Phi(x), Phi the normal CDF via erff */
+    void (*gelu_fwd)(float *y, const float *x, size_t n);
+    void (*gelu_bwd)(float *dx, const float *dy, const float *x, size_t n);
+    void (*tanh_fwd)(float *y, const float *x, size_t n);
+    /* uses the forward OUTPUT y: dx = dy * (1 - y^2) */
+    void (*tanh_bwd)(float *dx, const float *dy, const float *y, size_t n);
+    /* y[i] = a * x[i] + y[i] */
+    void (*axpy)(float *y, float a, const float *x, size_t n);
+    /* x[i] *= a */
+    void (*scale)(float *x, float a, size_t n);
+
+    /* --- row-wise ops on [B, C] --- */
+    /* y[b, c] += bias[c]  (bias may be NULL: no-op) */
+    void (*add_bias)(float *y, const float *bias, int64_t B, int64_t C);
+    /* dbias[c] += sum_b dy[b, c]  ("+=") */
+    void (*bias_grad)(float *dbias, const float *dy, int64_t B, int64_t C);
+    /* y = (x - mean) * rstd * gamma + beta over each row; writes mean[B] and
+     * rstd[B] for backward; eps inside the sqrt, biased variance (PyTorch) */
+    void (*layernorm_fwd)(float *y, float *mean, float *rstd, const float *x,
+                          const float *gamma, const float *beta, int64_t B,
+                          int64_t C, float eps);
+    /* dx = ("=");  dgamma, dbeta ("+=") */
+    void (*layernorm_bwd)(float *dx, float *dgamma, float *dbeta,
+                          const float *dy, const float *x, const float *mean,
+                          const float *rstd, const float *gamma, int64_t B,
+                          int64_t C);
+    /* row softmax, numerically stable (max subtracted) */
+    void (*softmax_fwd)(float *y, const float *x, int64_t B, int64_t C);
+
+    /* --- losses (FP32, mean over the batch) --- */
+    /* returns mean over all B*C elements of (pred - target)^2;
+     * dpred = grad_scale * 2 (pred - target) / (B*C)  ("=", dpred may be NULL) */
+    double (*mse)(float *dpred, const float *pred, const float *target,
+                  int64_t B, int64_t C, float grad_scale);
+    /* softmax cross-entropy of logits[B, C] with labels[B] in [0, C);
+     * returns mean loss; dlogits = grad_scale * (softmax - onehot) / B
+     * ("=", may be NULL) */
+    double (*softmax_xent)(float *dlogits, const float *logits,
+                           const int32_t *labels, int64_t B, int64_t C,
+                           float grad_scale);
+
+    /* --- reductions --- */
+    double (*sum)(const float *x, size_t n);
+    double (*sumsq)(const float *x, size_t n);
+    /* largest |x| over finite elements; *nonfinite (may be NULL) counts the rest */
+    float (*absmax)(const float *x, size_t n, int64_t *nonfinite);
+
+    /* --- fused gradient pass ---
+     * g[i] *= inv_scale in place, and gather mxp_grad_stats over the result.
+     * near_overflow_at is compared with |g[i]| BEFORE unscaling (the value
+     * that lived in the low-precision format); pass INFINITY to disable. */
+    void (*unscale_stats)(float *g, size_t n, float inv_scale,
+                          float near_overflow_at, mxp_grad_stats *out);
+
+    /* --- optimizers on flat FP32 gradients ---
+     * AdamW (decoupled weight decay, PyTorch torch.optim.AdamW semantics):
+     *   w -= lr*wd*w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+     * step t >= 1 counts applied (not skipped) updates. */
+    void (*adamw)(const mxp_weights *w, const float *g, float *m, float *v,
+                  size_t n, const mxp_adamw_hparams *h, int64_t t);
+    /* SGD with momentum (PyTorch semantics, dampening 0):
+     *   g' = g + wd*w; buf = t==1 ? g' : momentum*buf + g';
+     *   d = nesterov ? g' + momentum*buf : buf; w -= lr*d.
+     * buf may be NULL when momentum == 0. */
+    void (*sgd)(const mxp_weights *w, const float *g, float *buf, size_t n,
+                const mxp_sgd_hparams *h, int64_t t);
+} mxp_kernels;
+
+/* The active kernel table (chosen once, thread-safe). */
+const mxp_kernels *mxp_kernels_get(void);
+/* The portable reference table. */
+const mxp_kernels *mxp_kernels_generic(void);
+
+#endif /* MIXPREC_KERNELS_H */
