@@ -79,9 +79,21 @@ mxp_status mxp_config_apply_file(mxp_config_builder *b, const char *path, mxp_er
 mxp_status mxp_config_apply_env(mxp_config_builder *b,
                                 const char *(*getenv_fn)(const char *name),
                                 mxp_error *err);
-/* Apply one `dotted.key=value` override. */
+/* Apply one `dotted.key=value` override.
+ *
+ * Sources are applied in the order the caller makes the calls and a later
+ * value replaces an earlier one, so callers apply in precedence order:
+ * create -> apply_file -> apply_env -> apply_override... -> resolve.
+ * Each apply_* is all-or-nothing: on error the builder is unchanged.
+ * The kill switch (set by apply_env) is sticky and applied by resolve. */
 mxp_status mxp_config_apply_override(mxp_config_builder *b, const char *kv, mxp_error *err);
-/* Resolve precision and kill switch, validate cross-field rules, fill *out. */
+/* Resolve precision and kill switch, validate cross-field rules, fill *out
+ * (untouched on error). Derived fields: precision, kill_switch, data.seed =
+ * trainer.seed = seed, trainer.grad_accum_steps = grad_accum_steps,
+ * trainer.scaler.enabled = training.loss_scale.enabled when set by any
+ * source (then trainer.scaler_override = true), else the mode's policy
+ * default. Under the kill switch logs at WARN
+ * "FP16 training disabled - using FP32". */
 mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error *err);
 
 /* Print the resolved config as YAML-like `key: value  # source` lines. */
@@ -91,6 +103,13 @@ void mxp_config_print(const mxp_config_builder *b, FILE *f);
 int mxp_config_num_keys(void);
 const char *mxp_config_key_name(int i);
 const char *mxp_config_key_help(int i);
+/* Index of the key called `name`, or -1 when there is none. */
+int mxp_config_key_find(const char *name);
+/* Key i's current value in b as canonical text (truncated to n), and where
+ * it came from. training.precision gives the precision the values resolve
+ * to (as mxp_config_resolve would), with the source of the deciding value. */
+mxp_config_source mxp_config_key_value(const mxp_config_builder *b, int i,
+                                       char *buf, size_t n);
 
 const char *mxp_config_source_name(mxp_config_source s);
 

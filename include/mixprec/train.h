@@ -113,6 +113,16 @@ typedef struct mxp_history_row {
 const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n);
 void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
 
+/* Fault injection for tests and drills: called after backward and before
+ * the fused unscale pass with the SCALED FP32 gradient slab [n] of the
+ * step about to be decided (training_steps + 1). NULL removes it. */
+typedef void (*mxp_grad_hook)(void *user, int64_t step, float *grads, size_t n);
+void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
+
+/* Optimizer state views for checkpoints: AdamW moments m, v (SGD: m is the
+ * momentum buffer, v NULL), each FP32 [n]; *t_out the update count. */
+void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, int64_t *t_out);
+
 mxp_model *mxp_trainer_model(mxp_trainer *t);
 mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
 

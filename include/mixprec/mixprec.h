@@ -1,0 +1,19 @@
+/* mixprec/mixprec.h: umbrella header for libmixprec. */
+#ifndef MIXPREC_MIXPREC_H
+#define MIXPREC_MIXPREC_H
+
+#define MIXPREC_VERSION_MAJOR 0
+#define MIXPREC_VERSION_MINOR 1
+#define MIXPREC_VERSION_PATCH 0
+#define MIXPREC_VERSION_STRING "0.1.0"
+
+#include <mixprec/base.h>
+#include <mixprec/num.h>
+#include <mixprec/amp.h>
+#include <mixprec/model.h>
+#include <mixprec/train.h>
+#include <mixprec/data.h>
+#include <mixprec/config.h>
+#include <mixprec/world_model.h>
+
+#endif /* MIXPREC_MIXPREC_H */

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages mixprec needs to build and test (as root,
+# or through sudo). Skips apt entirely when everything is already present.
+set -euo pipefail
+pkgs=(gcc make cmake pkg-config libyaml-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole mixprec test suite, from a fresh Debian 12 machine:
+#  1. install build dependencies (apt, only what is missing);
+#  2. warnings-as-errors Release build + every CTest program;
+#  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
+#  4. an ASan + UBSan build and its suite;
+#  5. `cmake --install` into a staging prefix and build examples/ against it
+#     through pkg-config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+scripts/install-deps.sh
+
+echo "== release build (-Werror) and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
+MIXPREC_FORCE_ISA=generic ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== ASan + UBSan build and tests"
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DMIXPREC_SANITIZE=ON >/dev/null
+cmake --build build-san -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  MIXPREC_TEST_QUICK=1 ctest --test-dir build-san --output-on-failure -j"$jobs"
+
+echo "== install + pkg-config example"
+stage=$(mktemp -d)
+cmake --install build --prefix "$stage" >/dev/null
+PKG_CONFIG_PATH="$stage/lib/pkgconfig:$stage/lib/x86_64-linux-gnu/pkgconfig" \
+  make -s -C examples clean all
+examples/train_tiny
+make -s -C examples clean
+rm -rf "$stage"
+echo "== all tests passed"

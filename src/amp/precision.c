@@ -1,0 +1,145 @@
+/* amp/precision.c: precision modes as data.
+ *
+ * Entry points: mxp_precision_name / mxp_precision_parse,
+ * mxp_op_class_name, mxp_precision_policy_default.
+ *
+ * Each mode maps to one row of a const table (DESIGN.md, "Precision modes")
+ * and each op class to a dtype triple, following PyTorch autocast: matmul
+ * operands in the working-weight dtype with FP32 accumulation, output in
+ * the activation dtype; element-wise ops store in the activation dtype;
+ * layernorm, softmax, losses and reductions run and store in FP32.
+ *
+ * Choices recorded here:
+ *   - fp32 reports has_master = true: the FP32 parameter slab IS the master
+ *     copy and the working weights alias it (no second copy, no recast).
+ *     Callers that allocate a separate working copy should do so only when
+ *     weight != F32.
+ *   - fp8 (emulated): working weights and forward matmul operands are
+ *     E4M3, activation gradients E5M2, activations kept in BF16, FP32
+ *     master; loss scaling on; `emulated` set (quantise, then FP32 compute).
+ *   - pure bf16/fp16 have no master and request a stochastic-rounded update.
+ *   - mode names parse case-insensitively; "float32" is an alias of fp32.
+ *
+ * References: PyTorch autocast op lists (torch/amp/autocast_mode.py docs);
+ * NVIDIA Transformer Engine FP8 recipe (E4M3 forward / E5M2 backward).
+ */
+#include <assert.h>
+#include <ctype.h>
+#include <string.h>
+
+#include <mixprec/amp.h>
+
+static const char *const precision_names[] = {
+    "fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8",
+};
+static_assert(sizeof precision_names / sizeof precision_names[0] == MXP_PRECISION_COUNT,
+              "precision_names must cover mxp_precision");
+
+static const char *const op_class_names[] = {
+    "matmul", "elementwise", "norm", "softmax", "loss", "reduction",
+};
+static_assert(sizeof op_class_names / sizeof op_class_names[0] == MXP_OP_CLASS_COUNT,
+              "op_class_names must cover mxp_op_class");
+
+const char *mxp_precision_name(mxp_precision p)
+{
+    if ((unsigned)p >= MXP_PRECISION_COUNT) return "unknown";
+    return precision_names[p];
+}
+
+const char *mxp_op_class_name(mxp_op_class c)
+{
+    if ((unsigned)c >= MXP_OP_CLASS_COUNT) return "unknown";
+    return op_class_names[c];
+}
+
+/* ASCII case-insensitive equality (locale independent). */
+static bool name_eq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return false;
+    return *a == *b;
+}
+
+mxp_status mxp_precision_parse(const char *s, mxp_precision *out, mxp_error *err)
+{
+    if (s == NULL || out == NULL)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "mxp_precision_parse: NULL %s", s == NULL ? "name" : "output");
+    for (int i = 0; i < MXP_PRECISION_COUNT; i++) {
+        if (name_eq(s, precision_names[i])) {
+            *out = (mxp_precision)i;
+            return MXP_OK;
+        }
+    }
+    if (name_eq(s, "float32")) {
+        *out = MXP_PRECISION_FP32;
+        return MXP_OK;
+    }
+    return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                         "unknown precision mode '%s'; accepted: fp32 (alias float32), "
+                         "mixed_bf16, mixed_fp16, bf16, fp16, fp8", s);
+}
+
+/* One row of the mode table: the per-mode dtypes and flags. The op table
+ * is derived from it by fill_ops() so the autocast rule lives in one place. */
+typedef struct mode_row {
+    mxp_dtype weight;
+    bool has_master;
+    bool stochastic_update;
+    mxp_dtype activation;
+    mxp_dtype grad;
+    bool loss_scaling;
+    bool emulated;
+} mode_row;
+
+static const mode_row mode_rows[] = {
+    [MXP_PRECISION_FP32] = {MXP_DTYPE_F32, true, false, MXP_DTYPE_F32, MXP_DTYPE_F32,
+                            false, false},
+    [MXP_PRECISION_MIXED_BF16] = {MXP_DTYPE_BF16, true, false, MXP_DTYPE_BF16,
+                                  MXP_DTYPE_BF16, false, false},
+    [MXP_PRECISION_MIXED_FP16] = {MXP_DTYPE_F16, true, false, MXP_DTYPE_F16,
+                                  MXP_DTYPE_F16, true, false},
+    [MXP_PRECISION_BF16] = {MXP_DTYPE_BF16, false, true, MXP_DTYPE_BF16, MXP_DTYPE_BF16,
+                            false, false},
+    [MXP_PRECISION_FP16] = {MXP_DTYPE_F16, false, true, MXP_DTYPE_F16, MXP_DTYPE_F16,
+                            true, false},
+    [MXP_PRECISION_FP8] = {MXP_DTYPE_F8_E4M3, true, false, MXP_DTYPE_BF16,
+                           MXP_DTYPE_F8_E5M2, true, true},
+};
+static_assert(sizeof mode_rows / sizeof mode_rows[0] == MXP_PRECISION_COUNT,
+              "mode_rows must cover mxp_precision");
+
+/* Contract: out->mode and the per-mode fields are set to the DESIGN.md row
+ * of `mode`; every op class gets its dtype triple. An out-of-range mode is
+ * treated as fp32 (the safe default). */
+void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out)
+{
+    if (out == NULL) return;
+    if ((unsigned)mode >= MXP_PRECISION_COUNT) mode = MXP_PRECISION_FP32;
+    const mode_row *r = &mode_rows[mode];
+
+    memset(out, 0, sizeof *out);
+    out->mode = mode;
+    out->weight = r->weight;
+    out->has_master = r->has_master;
+    out->stochastic_update = r->stochastic_update;
+    out->activation = r->activation;
+    out->grad = r->grad;
+    out->loss_scaling = r->loss_scaling;
+    out->emulated = r->emulated;
+
+    /* Matmul: operands in the working-weight dtype (activations are rounded
+     * to it too), FP32 accumulation, output kept in the activation dtype. */
+    out->ops[MXP_OP_MATMUL] = (mxp_op_policy){r->weight, r->activation, MXP_DTYPE_F32};
+    /* Element-wise: computed in FP32 registers, stored as activations. */
+    out->ops[MXP_OP_ELEMENTWISE] =
+        (mxp_op_policy){r->activation, r->activation, MXP_DTYPE_F32};
+    /* Numerically sensitive classes stay in FP32 end to end. */
+    static_assert(MXP_OP_CLASS_COUNT == 6, "a new op class needs a rule here");
+    static const mxp_op_class fp32_classes[] = {MXP_OP_NORM, MXP_OP_SOFTMAX, MXP_OP_LOSS,
+                                                MXP_OP_REDUCTION};
+    for (size_t i = 0; i < sizeof fp32_classes / sizeof fp32_classes[0]; i++)
+        out->ops[fp32_classes[i]] = (mxp_op_policy){MXP_DTYPE_F32, MXP_DTYPE_F32,
+                                                    MXP_DTYPE_F32};
+}

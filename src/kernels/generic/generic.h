@@ -1,0 +1,60 @@
+/* kernels/generic/generic.h: internal prototypes of the portable reference
+ * kernels. Each function implements the mxp_kernels slot of the same name
+ * (see kernels/kernels.h for the contracts); table.c gathers them into the
+ * table returned by mxp_kernels_generic(). ISA variants may call these for
+ * tails or for ops they do not specialise. */
+#ifndef MIXPREC_KERNELS_GENERIC_H
+#define MIXPREC_KERNELS_GENERIC_H
+
+#include "kernels/kernels.h"
+
+/* gemm.c */
+void mxp_generic_gemm(const mxp_gemm_args *a);
+
+/* eltwise.c */
+void mxp_generic_relu_fwd(float *y, const float *x, size_t n);
+void mxp_generic_relu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void mxp_generic_gelu_fwd(float *y, const float *x, size_t n);
+void mxp_generic_gelu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void mxp_generic_tanh_fwd(float *y, const float *x, size_t n);
+void mxp_generic_tanh_bwd(float *dx, const float *dy, const float *y, size_t n);
+void mxp_generic_axpy(float *y, float a, const float *x, size_t n);
+void mxp_generic_scale(float *x, float a, size_t n);
+
+/* rowwise.c */
+void mxp_generic_add_bias(float *y, const float *bias, int64_t B, int64_t C);
+void mxp_generic_bias_grad(float *dbias, const float *dy, int64_t B, int64_t C);
+void mxp_generic_layernorm_fwd(float *y, float *mean, float *rstd,
+                               const float *x, const float *gamma,
+                               const float *beta, int64_t B, int64_t C,
+                               float eps);
+void mxp_generic_layernorm_bwd(float *dx, float *dgamma, float *dbeta,
+                               const float *dy, const float *x,
+                               const float *mean, const float *rstd,
+                               const float *gamma, int64_t B, int64_t C);
+void mxp_generic_softmax_fwd(float *y, const float *x, int64_t B, int64_t C);
+
+/* loss.c */
+double mxp_generic_mse(float *dpred, const float *pred, const float *target,
+                       int64_t B, int64_t C, float grad_scale);
+double mxp_generic_softmax_xent(float *dlogits, const float *logits,
+                                const int32_t *labels, int64_t B, int64_t C,
+                                float grad_scale);
+
+/* reduce.c */
+double mxp_generic_sum(const float *x, size_t n);
+double mxp_generic_sumsq(const float *x, size_t n);
+float mxp_generic_absmax(const float *x, size_t n, int64_t *nonfinite);
+
+/* gradpass.c */
+void mxp_generic_unscale_stats(float *g, size_t n, float inv_scale,
+                               float near_overflow_at, mxp_grad_stats *out);
+
+/* optim.c */
+void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
+                       float *v, size_t n, const mxp_adamw_hparams *h,
+                       int64_t t);
+void mxp_generic_sgd(const mxp_weights *w, const float *g, float *buf,
+                     size_t n, const mxp_sgd_hparams *h, int64_t t);
+
+#endif /* MIXPREC_KERNELS_GENERIC_H */

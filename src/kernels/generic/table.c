@@ -1,0 +1,36 @@
+/* kernels/generic/table.c: the portable reference kernel table.
+ *
+ * Entry point: mxp_kernels_generic(). Conversions forward to num's
+ * reference bulk converters (their signatures match the table slots).
+ */
+#include "kernels/generic/generic.h"
+
+static const mxp_kernels generic_table = {
+    .isa = "generic",
+    .gemm = mxp_generic_gemm,
+    .convert = mxp_convert,
+    .convert_sr = mxp_convert_sr,
+    .relu_fwd = mxp_generic_relu_fwd,
+    .relu_bwd = mxp_generic_relu_bwd,
+    .gelu_fwd = mxp_generic_gelu_fwd,
+    .gelu_bwd = mxp_generic_gelu_bwd,
+    .tanh_fwd = mxp_generic_tanh_fwd,
+    .tanh_bwd = mxp_generic_tanh_bwd,
+    .axpy = mxp_generic_axpy,
+    .scale = mxp_generic_scale,
+    .add_bias = mxp_generic_add_bias,
+    .bias_grad = mxp_generic_bias_grad,
+    .layernorm_fwd = mxp_generic_layernorm_fwd,
+    .layernorm_bwd = mxp_generic_layernorm_bwd,
+    .softmax_fwd = mxp_generic_softmax_fwd,
+    .mse = mxp_generic_mse,
+    .softmax_xent = mxp_generic_softmax_xent,
+    .sum = mxp_generic_sum,
+    .sumsq = mxp_generic_sumsq,
+    .absmax = mxp_generic_absmax,
+    .unscale_stats = mxp_generic_unscale_stats,
+    .adamw = mxp_generic_adamw,
+    .sgd = mxp_generic_sgd,
+};
+
+const mxp_kernels *mxp_kernels_generic(void) { return &generic_table; }

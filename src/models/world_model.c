@@ -1,0 +1,214 @@
+/* models/world_model.c: the world-model workload (see world_model.h).
+ *
+ * Entry points: mxp_world_model_create/destroy/train/validation_loss.
+ * Owns the replay buffer, the model, the trainer and the batch buffers
+ * (planned at create: gather buffers for grad_accum_steps micro-batches of
+ * the configured batch size, and the permutation of training rows).
+ */
+#include <mixprec/world_model.h>
+
+#include <math.h>
+#include <string.h>
+
+/* RNG stream of the per-epoch shuffle: far from the model-init and
+ * stochastic-rounding streams of the same seed. */
+#define SHUFFLE_STREAM 0x5348554646ull /* "SHUFF" */
+
+struct mxp_world_model {
+    mxp_config cfg;
+    mxp_replay *replay;
+    mxp_model *model;
+    mxp_trainer *trainer;
+    int64_t in_dim, out_dim;
+    int64_t max_batch;
+    uint32_t *perm;   /* [n_train] training-row order of the current epoch */
+    float *bx, *by;   /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
+    mxp_batch *micro; /* [accum] views into bx/by */
+    int64_t epochs_done;
+    mxp_progress_fn progress;
+    void *progress_user;
+};
+
+void mxp_world_model_destroy(mxp_world_model *wm) {
+    if (!wm) return;
+    mxp_trainer_destroy(wm->trainer);
+    mxp_model_destroy(wm->model);
+    mxp_replay_destroy(wm->replay);
+    mxp_free(wm->perm);
+    mxp_free(wm->bx);
+    mxp_free(wm->by);
+    mxp_free(wm->micro);
+    mxp_free(wm);
+}
+
+static mxp_status alloc_batches(mxp_world_model *wm, mxp_error *err) {
+    size_t rows, nx, ny;
+    if (!mxp_size_mul((size_t)wm->cfg.grad_accum_steps, (size_t)wm->max_batch, &rows) ||
+        !mxp_size_mul(rows, (size_t)wm->in_dim, &nx) ||
+        !mxp_size_mul(rows, (size_t)wm->out_dim, &ny))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow size_t");
+    int64_t n_train = mxp_replay_train(wm->replay).n;
+    wm->perm = mxp_calloc((size_t)n_train, sizeof *wm->perm);
+    wm->bx = mxp_calloc(nx, sizeof(float));
+    wm->by = mxp_calloc(ny, sizeof(float));
+    wm->micro = mxp_calloc((size_t)wm->cfg.grad_accum_steps, sizeof *wm->micro);
+    if (!wm->perm || !wm->bx || !wm->by || !wm->micro)
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
+    return MXP_OK;
+}
+
+mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
+                                  mxp_error *err) {
+    if (!cfg || !out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_create: NULL argument");
+    *out = NULL;
+    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
+                             "accepted: all >= 1",
+                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
+                             (long long)cfg->depth, (long long)cfg->hidden);
+    if (cfg->depth > (MXP_MODEL_MAX_LAYERS - 1) / 3)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model depth %lld; accepted: 1..%d",
+                             (long long)cfg->depth, (MXP_MODEL_MAX_LAYERS - 1) / 3);
+    mxp_world_model *wm = mxp_calloc(1, sizeof *wm);
+    if (!wm) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
+    wm->cfg = *cfg;
+    wm->max_batch = cfg->batch_size;
+
+    mxp_replay_config rc = cfg->data;
+    rc.seed = cfg->seed;
+    mxp_status s = mxp_replay_create(&rc, &wm->replay, err);
+    if (s != MXP_OK) goto fail;
+    wm->in_dim = mxp_replay_in_dim(wm->replay);
+    wm->out_dim = mxp_replay_out_dim(wm->replay);
+    if (mxp_replay_train(wm->replay).n < cfg->batch_size) {
+        s = mxp_error_set(err, MXP_ERR_CONFIG,
+                          "training.batch_size=%lld exceeds the %lld training transitions; "
+                          "accepted: <= %lld (or generate more data.trajectories)",
+                          (long long)cfg->batch_size, (long long)mxp_replay_train(wm->replay).n,
+                          (long long)mxp_replay_train(wm->replay).n);
+        goto fail;
+    }
+
+    mxp_model_spec spec =
+        mxp_model_spec_mlp(wm->in_dim, cfg->hidden, (int)cfg->depth, wm->out_dim,
+                           cfg->activation, cfg->layernorm, MXP_LOSS_MSE, wm->max_batch);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(cfg->precision, &pol);
+    s = mxp_model_create(&spec, &pol, cfg->seed, &wm->model, err);
+    if (s != MXP_OK) goto fail;
+
+    mxp_trainer_config tc = cfg->trainer;
+    tc.grad_accum_steps = (int)cfg->grad_accum_steps;
+    tc.seed = cfg->seed;
+    s = mxp_trainer_create(wm->model, &tc, &wm->trainer, err);
+    if (s != MXP_OK) goto fail;
+    s = alloc_batches(wm, err);
+    if (s != MXP_OK) goto fail;
+    *out = wm;
+    return MXP_OK;
+fail:
+    mxp_world_model_destroy(wm);
+    return s;
+}
+
+void mxp_world_model_set_progress(mxp_world_model *wm, mxp_progress_fn fn, void *user) {
+    wm->progress = fn;
+    wm->progress_user = user;
+}
+
+/* Fisher-Yates shuffle of 0..n-1 from the stream (seed, SHUFFLE_STREAM + epoch):
+ * the order of epoch e never depends on how many epochs ran before. */
+static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
+    mxp_rng r;
+    mxp_rng_init(&r, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
+    for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint32_t j = mxp_rng_below(&r, (uint32_t)(i + 1));
+        uint32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+}
+
+int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
+    int64_t per_step = batch_size * wm->cfg.grad_accum_steps;
+    return (mxp_replay_train(wm->replay).n / per_step) * per_step;
+}
+
+mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_t batch_size,
+                                 mxp_error *err) {
+    if (!wm) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_train: NULL");
+    if (num_epochs < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
+                             (long long)num_epochs);
+    if (batch_size < 1 || batch_size > wm->max_batch)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch_size=%lld; accepted: 1..%lld (the configured batch size)",
+                             (long long)batch_size, (long long)wm->max_batch);
+    mxp_replay_split tr = mxp_replay_train(wm->replay);
+    const int accum = (int)wm->cfg.grad_accum_steps;
+    const int64_t steps_per_epoch = tr.n / (batch_size * accum);
+    if (steps_per_epoch < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch_size=%lld x grad_accum_steps=%d exceeds %lld training "
+                             "transitions", (long long)batch_size, accum, (long long)tr.n);
+    mxp_batch *micro = wm->micro;
+    const int64_t total_steps = steps_per_epoch * num_epochs;
+    const int64_t first_epoch = wm->epochs_done;
+    int64_t step = 0;
+    for (int64_t e = 0; e < num_epochs; e++) {
+        int64_t epoch = first_epoch + e;
+        mxp_trainer_set_epoch(wm->trainer, epoch);
+        shuffle(wm->perm, tr.n, wm->cfg.seed, epoch);
+        for (int64_t s = 0; s < steps_per_epoch; s++) {
+            for (int a = 0; a < accum; a++) {
+                float *bx = wm->bx + (size_t)a * (size_t)wm->max_batch * (size_t)wm->in_dim;
+                float *by = wm->by + (size_t)a * (size_t)wm->max_batch * (size_t)wm->out_dim;
+                const uint32_t *rows = wm->perm + (s * accum + a) * batch_size;
+                for (int64_t b = 0; b < batch_size; b++) {
+                    memcpy(bx + b * wm->in_dim, tr.x + (size_t)rows[b] * (size_t)wm->in_dim,
+                           (size_t)wm->in_dim * sizeof(float));
+                    memcpy(by + b * wm->out_dim, tr.y + (size_t)rows[b] * (size_t)wm->out_dim,
+                           (size_t)wm->out_dim * sizeof(float));
+                }
+                micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
+            }
+            mxp_step_result res;
+            mxp_status st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
+            if (st != MXP_OK) return st;
+            step++;
+            if (wm->progress) {
+                mxp_progress p = {step, total_steps, epoch, first_epoch + num_epochs, &res};
+                wm->progress(wm->progress_user, &p);
+            }
+        }
+        wm->epochs_done++;
+    }
+    return MXP_OK;
+}
+
+mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp_error *err) {
+    if (!wm || !out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_validation_loss: NULL");
+    mxp_replay_split v = mxp_replay_val(wm->replay);
+    double total = 0;
+    for (int64_t i = 0; i < v.n; i += wm->max_batch) {
+        int64_t B = v.n - i < wm->max_batch ? v.n - i : wm->max_batch;
+        mxp_batch b = {.x = v.x + (size_t)i * (size_t)wm->in_dim,
+                       .y = v.y + (size_t)i * (size_t)wm->out_dim,
+                       .labels = NULL,
+                       .B = B};
+        double loss = 0;
+        mxp_status s = mxp_model_step(wm->model, &b, false, 1.0f, &loss, NULL, err);
+        if (s != MXP_OK) return s;
+        total += loss * (double)B;
+    }
+    *out = total / (double)v.n;
+    return MXP_OK;
+}
+
+mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return wm->trainer; }
+mxp_model *mxp_world_model_model(mxp_world_model *wm) { return wm->model; }
+const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return wm->replay; }

@@ -1,0 +1,62 @@
+/* nn/layer_linear.c: fully connected layer y = x W^T + b (PyTorch nn.Linear).
+ *
+ * Entry points: nn_linear_forward, nn_linear_backward (see nn_internal.h).
+ * Shapes: x [B, in], W [out, in] (work slab, weight dtype), b [out],
+ * y [B, out]. The matmul operands enter in their stored dtypes (x cast to the
+ * policy's matmul input dtype when its activation dtype differs); the GEMM
+ * accumulates in FP32. Backward (llm.c matmul_backward, in GEMM form):
+ *   dX  = dY W          ("=", skipped for the first layer)
+ *   dW += dY^T X        (beta = 1 into the FP32 grad slab)
+ *   db += sum_b dY      (FP32)
+ */
+#include "nn/nn_internal.h"
+
+void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
+    const nn_layer *L = &m->layers[l];
+    mxp_dtype xt;
+    const void *x = nn_matmul_input(m, l, B, &xt);
+    mxp_gemm_args g = {
+        .trans_a = false, .trans_b = true,
+        .M = B, .N = L->out, .K = L->in,
+        .a_type = xt, .A = x, .lda = L->in,
+        .b_type = m->policy.weight, .B = nn_work_at(m, L->w_off), .ldb = L->in,
+        .C = y32, .ldc = L->out, .alpha = 1.0f, .beta = 0.0f,
+    };
+    m->k->gemm(&g);
+    const float *bias = nn_view_f32(m, m->policy.weight, nn_work_at(m, L->b_off),
+                                    (size_t)L->out, m->b.p0);
+    m->k->add_bias(y32, bias, B, L->out);
+}
+
+void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
+                        float *dx32) {
+    const nn_layer *L = &m->layers[l];
+    const mxp_dtype gt = m->policy.grad;
+
+    /* db += column sums of dY, in FP32 */
+    const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
+    m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+
+    /* dW[out, in] += dY^T [out, B] @ X [B, in] */
+    mxp_dtype xt;
+    const void *x = nn_matmul_input(m, l, B, &xt);
+    mxp_gemm_args gw = {
+        .trans_a = true, .trans_b = false,
+        .M = L->out, .N = L->in, .K = B,
+        .a_type = gt, .A = dy, .lda = L->out,
+        .b_type = xt, .B = x, .ldb = L->in,
+        .C = m->grads + L->w_off, .ldc = L->in, .alpha = 1.0f, .beta = 1.0f,
+    };
+    m->k->gemm(&gw);
+
+    if (!dx32) return;
+    /* dX[B, in] = dY [B, out] @ W [out, in] */
+    mxp_gemm_args gx = {
+        .trans_a = false, .trans_b = false,
+        .M = B, .N = L->in, .K = L->out,
+        .a_type = gt, .A = dy, .lda = L->out,
+        .b_type = m->policy.weight, .B = nn_work_at(m, L->w_off), .ldb = L->in,
+        .C = dx32, .ldc = L->in, .alpha = 1.0f, .beta = 0.0f,
+    };
+    m->k->gemm(&gx);
+}

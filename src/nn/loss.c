@@ -1,0 +1,23 @@
+/* nn/loss.c: the FP32 losses at the end of the model.
+ *
+ * Entry point: nn_loss_forward. The stored last activation (its policy
+ * dtype) is widened to FP32, the loss and its gradient are computed in FP32
+ * (policy class LOSS), and the gradient is multiplied by the loss scale
+ * here, before the driver rounds it into the grad dtype: this is where a
+ * scaled FP16 gradient genuinely overflows or underflows, as under
+ * torch.cuda.amp (loss * scale, then backward).
+ *   MSE:  mean over B*C of (pred - y)^2   (nn.MSELoss, reduction "mean")
+ *   XENT: mean over B of -log softmax(logits)[label]  (nn.CrossEntropyLoss)
+ */
+#include "nn/nn_internal.h"
+
+double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
+                       float loss_scale) {
+    const int L = m->n_layers;
+    const int64_t C = m->width[L];
+    const float *pred = nn_view_f32(m, m->b.act_type[L], m->b.acts[L],
+                                    (size_t)b->B * (size_t)C, m->b.sa);
+    if (m->spec.loss == MXP_LOSS_MSE)
+        return m->k->mse(dpred32, pred, b->y, b->B, C, loss_scale);
+    return m->k->softmax_xent(dpred32, pred, b->labels, b->B, C, loss_scale);
+}

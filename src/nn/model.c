@@ -1,0 +1,510 @@
+/* nn/model.c: model construction, slabs, tensor table, precision switch.
+ *
+ * Entry points: mxp_model_spec_mlp, mxp_model_create/_destroy,
+ * mxp_model_set_policy, the slab accessors, mxp_model_memory_usage, and the
+ * layer/loss kind names. The slab layout follows llm.c's train_gpt2.c: a
+ * size table (one entry per named tensor) carves the flat master / work /
+ * grad slabs; every activation-sized buffer is carved from one arena planned
+ * for max_batch at create (see nn_internal.h). Parameter init follows
+ * PyTorch nn.Linear.reset_parameters (bound 1/sqrt(fan_in) for weight and
+ * bias) and nn.LayerNorm (gamma 1, beta 0).
+ */
+#include "nn/nn_internal.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const layer_kind_names[] = {
+    "linear", "relu", "gelu", "tanh", "layernorm",
+};
+static_assert(sizeof layer_kind_names / sizeof layer_kind_names[0] ==
+                  MXP_LAYER_KIND_COUNT,
+              "layer kind name table out of sync");
+
+static const char *const loss_kind_names[] = {"mse", "xent"};
+static_assert(sizeof loss_kind_names / sizeof loss_kind_names[0] ==
+                  MXP_LOSS_KIND_COUNT,
+              "loss kind name table out of sync");
+
+const char *mxp_layer_kind_name(mxp_layer_kind k) {
+    if ((unsigned)k >= MXP_LAYER_KIND_COUNT) return "unknown";
+    return layer_kind_names[k];
+}
+
+const char *mxp_loss_kind_name(mxp_loss_kind k) {
+    if ((unsigned)k >= MXP_LOSS_KIND_COUNT) return "unknown";
+    return loss_kind_names[k];
+}
+
+/* depth x (linear(hidden) -> [layernorm] -> act) then linear(out_dim). A
+ * depth that needs more than MXP_MODEL_MAX_LAYERS layers yields a spec whose
+ * n_layers says how many were asked for, so create rejects it by name. */
+mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
+                                  int64_t out_dim, mxp_layer_kind act,
+                                  bool layernorm, mxp_loss_kind loss,
+                                  int64_t max_batch) {
+    mxp_model_spec s;
+    memset(&s, 0, sizeof s);
+    s.in_dim = in_dim;
+    s.max_batch = max_batch;
+    s.loss = loss;
+    s.layernorm_eps = 1e-5f;
+    if (depth < 0) {
+        s.n_layers = 0;
+        return s;
+    }
+    int64_t per = layernorm ? 3 : 2;
+    int64_t want = (int64_t)depth * per + 1;
+    int n = 0;
+    for (int d = 0; d < depth && n + per + 1 <= MXP_MODEL_MAX_LAYERS; d++) {
+        s.layers[n].kind = MXP_LAYER_LINEAR;
+        s.layers[n++].units = hidden;
+        if (layernorm) s.layers[n++].kind = MXP_LAYER_LAYERNORM;
+        s.layers[n++].kind = act;
+    }
+    if (want <= MXP_MODEL_MAX_LAYERS) {
+        s.layers[n].kind = MXP_LAYER_LINEAR;
+        s.layers[n++].units = out_dim;
+        s.n_layers = n;
+    } else {
+        s.n_layers = want > 1000000 ? 1000000 : (int)want;
+    }
+    return s;
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+static mxp_status check_dtype(const char *field, mxp_dtype t, mxp_error *err) {
+    if ((unsigned)t >= MXP_DTYPE_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "policy %s: dtype %d unknown; accepted: 0..%d "
+                             "(f32, bf16, f16, f8_e4m3, f8_e5m2)",
+                             field, (int)t, MXP_DTYPE_COUNT - 1);
+    return MXP_OK;
+}
+
+/* Every dtype of a policy must be a known one (the model plans by size). */
+static mxp_status validate_policy(const mxp_precision_policy *p, mxp_error *err) {
+    if (!p)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "policy is NULL; accepted: a filled "
+                             "mxp_precision_policy (mxp_precision_policy_default)");
+    if ((unsigned)p->mode >= MXP_PRECISION_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "policy mode %d unknown; accepted: 0..%d",
+                             (int)p->mode, MXP_PRECISION_COUNT - 1);
+    mxp_status s;
+    if ((s = check_dtype("weight", p->weight, err))) return s;
+    if ((s = check_dtype("activation", p->activation, err))) return s;
+    if ((s = check_dtype("grad", p->grad, err))) return s;
+    for (int c = 0; c < MXP_OP_CLASS_COUNT; c++) {
+        if ((s = check_dtype("ops[].input", p->ops[c].input, err))) return s;
+        if ((s = check_dtype("ops[].output", p->ops[c].output, err))) return s;
+    }
+    return MXP_OK;
+}
+
+/* Spec rules: dims >= 1, n_layers in [1, 64], known kinds, linear units >= 1,
+ * last layer linear, known loss, XENT needs out_dim >= 2, layernorm eps > 0. */
+static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
+    if (!s)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec is NULL; accepted: an mxp_model_spec");
+    if (s->in_dim < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.in_dim=%lld; accepted: >= 1",
+                             (long long)s->in_dim);
+    if (s->max_batch < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.max_batch=%lld; accepted: >= 1",
+                             (long long)s->max_batch);
+    if (s->n_layers < 1 || s->n_layers > MXP_MODEL_MAX_LAYERS)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.n_layers=%d; accepted: 1..%d", s->n_layers,
+                             MXP_MODEL_MAX_LAYERS);
+    bool has_ln = false;
+    for (int i = 0; i < s->n_layers; i++) {
+        const mxp_layer_spec *ls = &s->layers[i];
+        if ((unsigned)ls->kind >= MXP_LAYER_KIND_COUNT)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.layers[%d].kind=%d unknown; accepted: "
+                                 "linear, relu, gelu, tanh, layernorm (0..%d)",
+                                 i, (int)ls->kind, MXP_LAYER_KIND_COUNT - 1);
+        if (ls->kind == MXP_LAYER_LINEAR && ls->units < 1)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.layers[%d].units=%lld (linear); "
+                                 "accepted: >= 1",
+                                 i, (long long)ls->units);
+        if (ls->kind == MXP_LAYER_LAYERNORM) has_ln = true;
+    }
+    const mxp_layer_spec *last = &s->layers[s->n_layers - 1];
+    if (last->kind != MXP_LAYER_LINEAR)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.layers[%d].kind=%s: the last layer must be "
+                             "linear (it produces the loss input)",
+                             s->n_layers - 1, mxp_layer_kind_name(last->kind));
+    if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.loss=%d unknown; accepted: mse, xent (0..%d)",
+                             (int)s->loss, MXP_LOSS_KIND_COUNT - 1);
+    if (s->loss == MXP_LOSS_XENT && (last->units < 2 || last->units > INT32_MAX))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec: loss xent needs out_dim (last layer units) "
+                             "in [2, %d]; got %lld",
+                             INT32_MAX, (long long)last->units);
+    if (has_ln && !(s->layernorm_eps > 0.0f && isfinite(s->layernorm_eps)))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.layernorm_eps=%g; accepted: finite and > 0 "
+                             "(1e-5 is the PyTorch default)",
+                             (double)s->layernorm_eps);
+    return MXP_OK;
+}
+
+/* ---- structure: layers, widths, size table ------------------------------- */
+
+/* Fill layers, widths and the tensor table from m->spec; P overflow-checked. */
+static mxp_status build_structure(mxp_model *m, mxp_error *err) {
+    const mxp_model_spec *s = &m->spec;
+    int64_t w = s->in_dim;
+    size_t P = 0;
+    m->n_layers = s->n_layers;
+    m->width[0] = w;
+    m->max_width = w;
+    m->n_ln = 0;
+    m->n_tensors = 0;
+    for (int i = 0; i < s->n_layers; i++) {
+        nn_layer *L = &m->layers[i];
+        memset(L, 0, sizeof *L);
+        L->kind = s->layers[i].kind;
+        L->in = w;
+        L->out = L->kind == MXP_LAYER_LINEAR ? s->layers[i].units : w;
+        L->ln_slot = -1;
+        size_t wn = 0, bn = 0;
+        if (L->kind == MXP_LAYER_LINEAR) {
+            if (!mxp_size_mul((size_t)L->out, (size_t)L->in, &wn)) goto overflow;
+            bn = (size_t)L->out;
+        } else if (L->kind == MXP_LAYER_LAYERNORM) {
+            wn = bn = (size_t)L->in;
+            L->ln_slot = m->n_ln++;
+        }
+        if (wn) {
+            L->w_off = P;
+            if (!mxp_size_add(P, wn, &P)) goto overflow;
+            L->b_off = P;
+            if (!mxp_size_add(P, bn, &P)) goto overflow;
+            L->n_params = wn + bn;
+            for (int t = 0; t < 2; t++) {
+                int ti = m->n_tensors++;
+                mxp_tensor_info *ti_ = &m->tensors[ti];
+                snprintf(m->names[ti], NN_NAME_MAX, "layers.%d.%s", i,
+                         t == 0 ? "weight" : "bias");
+                ti_->name = m->names[ti];
+                ti_->offset = t == 0 ? L->w_off : L->b_off;
+                ti_->count = t == 0 ? wn : bn;
+                if (t == 0 && L->kind == MXP_LAYER_LINEAR) {
+                    ti_->ndim = 2;
+                    ti_->shape[0] = L->out;
+                    ti_->shape[1] = L->in;
+                } else {
+                    ti_->ndim = 1;
+                    ti_->shape[0] = (int64_t)(t == 0 ? wn : bn);
+                    ti_->shape[1] = 0;
+                }
+            }
+        }
+        w = L->out;
+        m->width[i + 1] = w;
+        if (w > m->max_width) m->max_width = w;
+    }
+    m->n_params = P;
+    return MXP_OK;
+overflow:
+    return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                         "parameter count overflows size_t; reduce layer units");
+}
+
+/* ---- buffer planning ------------------------------------------------------ */
+
+static mxp_op_class kind_class(mxp_layer_kind k) {
+    return nn_layer_vtable_get(k)->op_class;
+}
+
+/* Reserve n elements of elem bytes at a 64-byte aligned offset. */
+static bool plan_take(size_t *off, size_t n, size_t elem, size_t *at) {
+    size_t bytes, a;
+    if (!mxp_size_mul(n, elem, &bytes)) return false;
+    if (!mxp_size_add(*off, MXP_ALIGN - 1, &a)) return false;
+    a &= ~(size_t)(MXP_ALIGN - 1);
+    *at = a;
+    return mxp_size_add(a, bytes, off);
+}
+
+static void free_bufs(nn_bufs *b) {
+    if (!b->work_is_master) mxp_free(b->work);
+    mxp_free(b->master);
+    mxp_free(b->arena);
+    memset(b, 0, sizeof *b);
+}
+
+/* Allocate master/work slabs and the arena for `policy` (contents zero). */
+static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
+                            nn_bufs *b, mxp_error *err) {
+    memset(b, 0, sizeof *b);
+    const size_t P = m->n_params;
+    const size_t mb = (size_t)m->spec.max_batch;
+    size_t rowmax;
+    if (!mxp_size_mul(mb, (size_t)m->max_width, &rowmax)) goto overflow;
+
+    size_t off = 0, at_acts[MXP_MODEL_MAX_LAYERS + 1], at_g[2], at_s[3];
+    size_t at_t0 = 0, at_p[2], at_ln = 0;
+    bool need_t0 = false;
+    mxp_dtype mm_in = p->ops[MXP_OP_MATMUL].input;
+    b->act_type[0] = p->activation;
+    for (int l = 0; l < m->n_layers; l++) {
+        b->act_type[l + 1] = p->ops[kind_class(m->layers[l].kind)].output;
+        if (m->layers[l].kind == MXP_LAYER_LINEAR && b->act_type[l] != mm_in)
+            need_t0 = true;
+    }
+    for (int l = 0; l <= m->n_layers; l++) {
+        size_t n;
+        if (!mxp_size_mul(mb, (size_t)m->width[l], &n)) goto overflow;
+        if (!plan_take(&off, n, mxp_dtype_info(b->act_type[l])->size, &at_acts[l]))
+            goto overflow;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!plan_take(&off, rowmax, mxp_dtype_info(p->grad)->size, &at_g[i]))
+            goto overflow;
+    for (int i = 0; i < 3; i++)
+        if (!plan_take(&off, rowmax, sizeof(float), &at_s[i])) goto overflow;
+    if (need_t0 && !plan_take(&off, rowmax, mxp_dtype_info(mm_in)->size, &at_t0))
+        goto overflow;
+    for (int i = 0; i < 2; i++)
+        if (!plan_take(&off, (size_t)m->max_width, sizeof(float), &at_p[i]))
+            goto overflow;
+    if (m->n_ln > 0) {
+        size_t n;
+        if (!mxp_size_mul((size_t)m->n_ln * 2, mb, &n)) goto overflow;
+        if (!plan_take(&off, n, sizeof(float), &at_ln)) goto overflow;
+    }
+
+    /* slabs */
+    const size_t wsize = mxp_dtype_info(p->weight)->size;
+    size_t tmp;
+    if (!mxp_size_mul(P, sizeof(float), &tmp) || !mxp_size_mul(P, wsize, &tmp))
+        goto overflow;
+    if (p->has_master) {
+        b->master = mxp_calloc(P, sizeof(float));
+        if (!b->master) goto oom;
+    }
+    if (p->has_master && p->weight == MXP_DTYPE_F32) {
+        b->work = b->master;
+        b->work_is_master = true;
+    } else {
+        b->work = mxp_calloc(P, wsize);
+        if (!b->work) goto oom;
+    }
+    b->arena = mxp_calloc(off, 1);
+    if (!b->arena) goto oom;
+    b->arena_bytes = off;
+    for (int l = 0; l <= m->n_layers; l++) b->acts[l] = b->arena + at_acts[l];
+    for (int i = 0; i < 2; i++) b->g[i] = b->arena + at_g[i];
+    b->sy = (float *)(void *)(b->arena + at_s[0]);
+    b->sa = (float *)(void *)(b->arena + at_s[1]);
+    b->sb = (float *)(void *)(b->arena + at_s[2]);
+    b->t0 = need_t0 ? b->arena + at_t0 : NULL;
+    b->p0 = (float *)(void *)(b->arena + at_p[0]);
+    b->p1 = (float *)(void *)(b->arena + at_p[1]);
+    b->ln_stats = m->n_ln > 0 ? (float *)(void *)(b->arena + at_ln) : NULL;
+    return MXP_OK;
+
+overflow:
+    free_bufs(b);
+    return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                         "model memory size overflows size_t (max_batch=%lld, "
+                         "widest layer=%lld, params=%zu)",
+                         (long long)m->spec.max_batch, (long long)m->max_width, P);
+oom:
+    free_bufs(b);
+    return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                         "out of memory allocating model buffers (params=%zu, "
+                         "max_batch=%lld, widest layer=%lld)",
+                         P, (long long)m->spec.max_batch, (long long)m->max_width);
+}
+
+/* Write FP32 parameters `src` [P] into b's master and work (RNE). */
+static void install_weights(const mxp_model *m, const mxp_precision_policy *p,
+                            nn_bufs *b, const float *src) {
+    const size_t P = m->n_params;
+    if (b->master && b->master != src) memcpy(b->master, src, P * sizeof(float));
+    if (!b->work_is_master) m->k->convert(p->weight, b->work, MXP_DTYPE_F32, src, P);
+}
+
+/* PyTorch init in slab order from one RNG stream: linear weight then bias,
+ * each U(-1/sqrt(in), 1/sqrt(in)); layernorm gamma 1, beta 0. Values are
+ * drawn in FP32 into dst [P]. */
+static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
+    mxp_rng r;
+    mxp_rng_init(&r, seed);
+    for (int l = 0; l < m->n_layers; l++) {
+        const nn_layer *L = &m->layers[l];
+        if (L->kind == MXP_LAYER_LINEAR) {
+            float bound = (float)(1.0 / sqrt((double)L->in));
+            for (size_t i = 0; i < L->n_params; i++)
+                dst[L->w_off + i] = (2.0f * mxp_rng_uniform(&r) - 1.0f) * bound;
+        } else if (L->kind == MXP_LAYER_LAYERNORM) {
+            for (int64_t c = 0; c < L->in; c++) {
+                dst[L->w_off + (size_t)c] = 1.0f;
+                dst[L->b_off + (size_t)c] = 0.0f;
+            }
+        }
+    }
+}
+
+mxp_status mxp_model_create(const mxp_model_spec *spec,
+                            const mxp_precision_policy *policy, uint64_t seed,
+                            mxp_model **out, mxp_error *err) {
+    if (!out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "out is NULL; accepted: a pointer to mxp_model*");
+    *out = NULL;
+    mxp_status s;
+    if ((s = validate_spec(spec, err))) return s;
+    if ((s = validate_policy(policy, err))) return s;
+
+    mxp_model *m = mxp_calloc(1, sizeof *m);
+    if (!m)
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                             "out of memory allocating the model");
+    m->spec = *spec;
+    m->policy = *policy;
+    m->k = mxp_kernels_get();
+    if ((s = build_structure(m, err))) goto fail;
+    if ((s = plan_bufs(m, policy, &m->b, err))) goto fail;
+    m->grads = mxp_calloc(m->n_params, sizeof(float));
+    if (!m->grads) {
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                          "out of memory allocating %zu gradient floats",
+                          m->n_params);
+        goto fail;
+    }
+    if (m->b.master) {
+        init_params(m, seed, m->b.master);
+        install_weights(m, policy, &m->b, m->b.master);
+    } else {
+        /* pure mode: draw in FP32, round into work (grads as staging) */
+        init_params(m, seed, m->grads);
+        install_weights(m, policy, &m->b, m->grads);
+        memset(m->grads, 0, m->n_params * sizeof(float));
+    }
+    *out = m;
+    return MXP_OK;
+fail:
+    mxp_model_destroy(m);
+    return s;
+}
+
+void mxp_model_destroy(mxp_model *m) {
+    if (!m) return;
+    free_bufs(&m->b);
+    mxp_free(m->grads);
+    mxp_free(m);
+}
+
+/* Re-plan for a new policy. Weights come from master (or work widened);
+ * nothing changes on failure; grads are zeroed on success. */
+mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
+                                mxp_error *err) {
+    if (!m)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    mxp_status s;
+    if ((s = validate_policy(policy, err))) return s;
+    nn_bufs nb;
+    if ((s = plan_bufs(m, policy, &nb, err))) return s;
+    const float *src = m->b.master;
+    if (!src) {
+        /* widen the old work slab through the grad slab (zeroed after) */
+        m->k->convert(MXP_DTYPE_F32, m->grads, m->policy.weight, m->b.work,
+                      m->n_params);
+        src = m->grads;
+    }
+    install_weights(m, policy, &nb, src);
+    free_bufs(&m->b);
+    m->b = nb;
+    m->policy = *policy;
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    return MXP_OK;
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+const mxp_precision_policy *mxp_model_policy(const mxp_model *m) {
+    return &m->policy;
+}
+const mxp_model_spec *mxp_model_get_spec(const mxp_model *m) { return &m->spec; }
+size_t mxp_model_num_params(const mxp_model *m) { return m->n_params; }
+int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
+float *mxp_model_master(mxp_model *m) { return m->b.master; }
+float *mxp_model_grads(mxp_model *m) { return m->grads; }
+
+void *mxp_model_work(mxp_model *m, mxp_dtype *type) {
+    if (type) *type = m->policy.weight;
+    return m->b.work;
+}
+
+void mxp_model_sync_work(mxp_model *m) {
+    if (!m->b.master || m->b.work_is_master) return;
+    m->k->convert(m->policy.weight, m->b.work, MXP_DTYPE_F32, m->b.master,
+                  m->n_params);
+}
+
+float mxp_model_param(const mxp_model *m, size_t i) {
+    if (m->b.master) return m->b.master[i];
+    return mxp_load_f32(m->policy.weight, m->b.work, i);
+}
+
+void mxp_model_zero_grads(mxp_model *m) {
+    memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+int mxp_model_num_tensors(const mxp_model *m) { return m->n_tensors; }
+
+const mxp_tensor_info *mxp_model_tensor(const mxp_model *m, int i) {
+    if (i < 0 || i >= m->n_tensors) return NULL;
+    return &m->tensors[i];
+}
+
+/* params: the working weights; master: a separate FP32 copy (0 when absent
+ * or when work aliases it, as in fp32 mode); activations: the whole arena. */
+void mxp_model_memory_usage(const mxp_model *m, mxp_model_memory *out) {
+    const size_t P = m->n_params;
+    out->params = P * mxp_dtype_info(m->policy.weight)->size;
+    out->master = (m->b.master && !m->b.work_is_master) ? P * sizeof(float) : 0;
+    out->grads = P * sizeof(float);
+    out->activations = m->b.arena_bytes;
+}
+
+/* ---- shared helpers --------------------------------------------------------- */
+
+const float *nn_view_f32(const mxp_model *m, mxp_dtype t, const void *buf,
+                         size_t n, float *scratch) {
+    if (t == MXP_DTYPE_F32) return (const float *)buf;
+    m->k->convert(MXP_DTYPE_F32, scratch, t, buf, n);
+    return scratch;
+}
+
+const void *nn_work_at(const mxp_model *m, size_t off) {
+    return (const unsigned char *)m->b.work +
+           off * mxp_dtype_info(m->policy.weight)->size;
+}
+
+const void *nn_matmul_input(mxp_model *m, int l, int64_t B, mxp_dtype *type) {
+    mxp_dtype at = m->b.act_type[l];
+    mxp_dtype want = m->policy.ops[MXP_OP_MATMUL].input;
+    *type = want;
+    if (at == want) return m->b.acts[l];
+    m->k->convert(want, m->b.t0, at, m->b.acts[l],
+                  (size_t)B * (size_t)m->layers[l].in);
+    return m->b.t0;
+}

@@ -1,0 +1,325 @@
+/* train/trainer.c: the mixed-precision training step.
+ *
+ * Entry points: mxp_trainer_create/destroy, mxp_trainer_step,
+ * mxp_trainer_set_precision, mxp_trainer_stats, mxp_trainer_history.
+ *
+ * A step (DESIGN.md "One training step"): zero grads; per micro-batch a
+ * forward/backward whose loss is multiplied by scale * B_i / B_total (so the
+ * FP32 grad slab accumulates the scaled gradient of the mean loss over all
+ * micro-batches); ONE fused pass over the slab unscales by 1/scale (double,
+ * stored as float, as GradScaler), detects non-finite values and gathers
+ * gradient health; then either clip (by global norm, after unscaling, with
+ * PyTorch's clip_coef = max_norm / (norm + 1e-6)) and update, or skip with
+ * weights and optimizer state untouched. The scaler update closes the step.
+ * References: torch.cuda.amp.GradScaler, torch.nn.utils.clip_grad_norm_,
+ * llm.c train_gpt2.c (gpt2_update).
+ */
+#include <mixprec/train.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define HISTORY_INITIAL_CAP 1024
+
+struct mxp_trainer {
+    mxp_model *model;
+    mxp_trainer_config cfg;
+    mxp_scaler *scaler;
+    size_t n_params;
+    float *m; /* AdamW first moment, or SGD momentum buffer  FP32 [P] */
+    float *v; /* AdamW second moment (NULL for SGD)          FP32 [P] */
+    int64_t opt_steps;     /* applied updates: the optimizer's t */
+    int64_t training_steps;
+    int64_t skipped_steps;
+    int64_t epoch;
+    uint64_t sr_counter;   /* position in the stochastic-rounding stream */
+    mxp_history_row *hist;
+    size_t hist_n, hist_cap;
+    mxp_grad_hook hook;
+    void *hook_user;
+};
+
+static mxp_status validate_optim(const mxp_optim_config *o, mxp_error *err) {
+    if ((unsigned)o->kind >= MXP_OPTIM_KIND_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "optimizer kind %d; accepted: adamw, sgd",
+                             (int)o->kind);
+    if (!(o->lr > 0) || !isfinite(o->lr))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "lr=%g; accepted: finite > 0", o->lr);
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "beta1=%g beta2=%g; accepted: [0, 1)",
+                             o->beta1, o->beta2);
+    if (!(o->eps > 0) || !isfinite(o->eps))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "eps=%g; accepted: finite > 0", o->eps);
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "weight_decay=%g; accepted: finite >= 0",
+                             o->weight_decay);
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "momentum=%g; accepted: [0, 1)",
+                             o->momentum);
+    return MXP_OK;
+}
+
+static mxp_status validate_config(const mxp_trainer_config *c, mxp_error *err) {
+    mxp_status s = validate_optim(&c->optim, err);
+    if (s != MXP_OK) return s;
+    if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "clip_grad_norm=%g; accepted: finite >= 0 (0 disables)",
+                             c->clip_grad_norm);
+    if (c->grad_accum_steps < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "grad_accum_steps=%d; accepted: >= 1",
+                             c->grad_accum_steps);
+    if (!(c->near_overflow_frac > 0 && c->near_overflow_frac <= 1))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "near_overflow_frac=%g; accepted: (0, 1]", c->near_overflow_frac);
+    return mxp_scaler_config_validate(&c->scaler, err);
+}
+
+/* (Re)create the scaler for the model's current policy: loss scaling is on
+ * when the mode wants it, unless the config overrides that. */
+static mxp_status make_scaler(mxp_trainer *t, mxp_error *err) {
+    mxp_scaler_config sc = t->cfg.scaler;
+    if (!t->cfg.scaler_override) sc.enabled = mxp_model_policy(t->model)->loss_scaling;
+    mxp_scaler *s = NULL;
+    mxp_status st = mxp_scaler_create(&sc, &s, err);
+    if (st != MXP_OK) return st;
+    mxp_scaler_destroy(t->scaler);
+    t->scaler = s;
+    return MXP_OK;
+}
+
+mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
+                              mxp_trainer **out, mxp_error *err) {
+    if (!model || !cfg || !out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_create: NULL argument");
+    *out = NULL;
+    mxp_status s = validate_config(cfg, err);
+    if (s != MXP_OK) return s;
+    mxp_trainer *t = mxp_calloc(1, sizeof *t);
+    if (!t) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "trainer");
+    t->model = model;
+    t->cfg = *cfg;
+    t->n_params = mxp_model_num_params(model);
+    t->m = mxp_calloc(t->n_params, sizeof(float));
+    if (cfg->optim.kind == MXP_OPTIM_ADAMW) t->v = mxp_calloc(t->n_params, sizeof(float));
+    t->hist_cap = HISTORY_INITIAL_CAP;
+    t->hist = mxp_calloc(t->hist_cap, sizeof *t->hist);
+    if (!t->m || (cfg->optim.kind == MXP_OPTIM_ADAMW && !t->v) || !t->hist) {
+        mxp_trainer_destroy(t);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                             "optimizer state for %zu parameters", t->n_params);
+    }
+    s = make_scaler(t, err);
+    if (s != MXP_OK) {
+        mxp_trainer_destroy(t);
+        return s;
+    }
+    *out = t;
+    return MXP_OK;
+}
+
+void mxp_trainer_destroy(mxp_trainer *t) {
+    if (!t) return;
+    mxp_scaler_destroy(t->scaler);
+    mxp_free(t->m);
+    mxp_free(t->v);
+    mxp_free(t->hist);
+    mxp_free(t);
+}
+
+static mxp_status check_batches(const mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                                mxp_error *err) {
+    if (!micro || n_micro != t->cfg.grad_accum_steps)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "mxp_trainer_step: %d micro-batches given; accepted: exactly "
+                             "grad_accum_steps=%d", n_micro, t->cfg.grad_accum_steps);
+    for (int i = 0; i < n_micro; i++)
+        if (micro[i].B < 1)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "micro-batch %d has B=%lld; accepted: >= 1", i,
+                                 (long long)micro[i].B);
+    return MXP_OK;
+}
+
+/* The precision the scaler's fallback policy moves to: fp16 -> bf16 -> fp32. */
+static mxp_precision fallback_of(mxp_precision p) {
+    switch (p) {
+    case MXP_PRECISION_MIXED_FP16: return MXP_PRECISION_MIXED_BF16;
+    case MXP_PRECISION_FP16: return MXP_PRECISION_BF16;
+    default: return MXP_PRECISION_FP32;
+    }
+}
+
+static void apply_update(mxp_trainer *t) {
+    const mxp_kernels *k = mxp_kernels_get();
+    mxp_model *m = t->model;
+    const mxp_precision_policy *pol = mxp_model_policy(m);
+    mxp_weights w = {0};
+    w.master = mxp_model_master(m);
+    w.work = mxp_model_work(m, &w.work_type);
+    if (w.master && (void *)w.master == w.work) w.work = NULL; /* fp32: work aliases master */
+    w.sr = !w.master && pol->stochastic_update;
+    w.seed = t->cfg.seed;
+    w.counter = t->sr_counter;
+    t->sr_counter += t->n_params;
+    t->opt_steps++;
+    const float *g = mxp_model_grads(m);
+    const mxp_optim_config *o = &t->cfg.optim;
+    if (o->kind == MXP_OPTIM_ADAMW) {
+        mxp_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay};
+        k->adamw(&w, g, t->m, t->v, t->n_params, &h, t->opt_steps);
+    } else {
+        mxp_sgd_hparams h = {o->lr, o->momentum, o->weight_decay, o->nesterov};
+        k->sgd(&w, g, t->m, t->n_params, &h, t->opt_steps);
+    }
+}
+
+static mxp_status push_history(mxp_trainer *t, const mxp_history_row *row) {
+    if (t->hist_n == t->hist_cap) {
+        size_t cap;
+        if (!mxp_size_mul(t->hist_cap, 2, &cap)) return MXP_ERR_OUT_OF_MEMORY;
+        mxp_history_row *h = mxp_calloc(cap, sizeof *h);
+        if (!h) return MXP_ERR_OUT_OF_MEMORY;
+        memcpy(h, t->hist, t->hist_n * sizeof *h);
+        mxp_free(t->hist);
+        t->hist = h;
+        t->hist_cap = cap;
+    }
+    t->hist[t->hist_n++] = *row;
+    return MXP_OK;
+}
+
+mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                            mxp_step_result *res, mxp_error *err) {
+    if (!t || !res) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_step: NULL");
+    mxp_status s = check_batches(t, micro, n_micro, err);
+    if (s != MXP_OK) return s;
+    memset(res, 0, sizeof *res);
+    mxp_model *m = t->model;
+    const mxp_kernels *k = mxp_kernels_get();
+    const mxp_precision_policy *pol = mxp_model_policy(m);
+
+    int64_t total_b = 0;
+    for (int i = 0; i < n_micro; i++) total_b += micro[i].B;
+    float scale = mxp_scaler_scale(t->scaler);
+    res->scale = scale;
+
+    mxp_model_zero_grads(m);
+    double loss_sum = 0;
+    for (int i = 0; i < n_micro; i++) {
+        double loss = 0;
+        mxp_nonfinite_site site = {0};
+        float micro_scale = (float)((double)scale * (double)micro[i].B / (double)total_b);
+        s = mxp_model_step(m, &micro[i], true, micro_scale, &loss, &site, err);
+        if (s != MXP_OK) return s;
+        if (site.found && !res->site.found) res->site = site;
+        loss_sum += loss * (double)micro[i].B / (double)total_b;
+    }
+    res->loss = loss_sum;
+    if (t->hook) t->hook(t->hook_user, t->training_steps + 1, mxp_model_grads(m), t->n_params);
+
+    mxp_grad_stats gs;
+    float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
+    k->unscale_stats(mxp_model_grads(m), t->n_params, mxp_scaler_inv_scale(t->scaler), near, &gs);
+    res->nonfinite = gs.nonfinite;
+    res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
+    res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
+    res->grad_norm = sqrt(gs.sumsq);
+    bool found_inf = gs.nonfinite > 0 || !isfinite(res->loss);
+
+    t->training_steps++;
+    if (!found_inf) {
+        float clip = t->cfg.clip_grad_norm;
+        if (clip > 0 && res->grad_norm > clip)
+            k->scale(mxp_model_grads(m), (float)(clip / (res->grad_norm + 1e-6)), t->n_params);
+        apply_update(t);
+    } else {
+        res->skipped = true;
+        t->skipped_steps++;
+    }
+
+    mxp_scaler_event ev;
+    mxp_status us = mxp_scaler_update(t->scaler, found_inf, &ev, err);
+    if (found_inf) {
+        if (res->site.found)
+            mxp_log(MXP_LOG_WARN,
+                    "step %lld skipped: %lld non-finite gradients; first non-finite in %s pass, "
+                    "layer %d (%s); loss scale %g -> %g",
+                    (long long)t->training_steps, (long long)gs.nonfinite,
+                    res->site.backward ? "backward" : "forward", res->site.layer,
+                    res->site.op ? res->site.op : "?", ev.old_scale, ev.new_scale);
+        else
+            mxp_log(MXP_LOG_WARN,
+                    "step %lld skipped: %lld non-finite gradients (loss %g); loss scale %g -> %g",
+                    (long long)t->training_steps, (long long)gs.nonfinite, res->loss,
+                    ev.old_scale, ev.new_scale);
+    }
+    mxp_history_row row = {t->training_steps, t->epoch, res->loss, scale, res->grad_norm,
+                           res->skipped, pol->mode};
+    if (push_history(t, &row) != MXP_OK)
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "training history");
+    if (us != MXP_OK) return us;
+
+    if (ev.fallback) {
+        mxp_precision from = pol->mode, to = fallback_of(from);
+        res->fallback = true;
+        mxp_log(MXP_LOG_WARN,
+                "loss scale stuck at its minimum %g: falling back from %s to %s", ev.new_scale,
+                mxp_precision_name(from), mxp_precision_name(to));
+        s = mxp_trainer_set_precision(t, to, err);
+        if (s != MXP_OK) return s;
+    }
+    return MXP_OK;
+}
+
+mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+    if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_set_precision: NULL");
+    if ((unsigned)p >= MXP_PRECISION_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "precision %d out of range", (int)p);
+    const mxp_precision_policy *cur = mxp_model_policy(t->model);
+    if (cur->mode == p) return MXP_OK;
+    bool had_scaling = mxp_scaler_get_config(t->scaler)->enabled;
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(p, &pol);
+    mxp_status s = mxp_model_set_policy(t->model, &pol, err);
+    if (s != MXP_OK) return s;
+    bool wants = t->cfg.scaler_override ? t->cfg.scaler.enabled : pol.loss_scaling;
+    if (wants != had_scaling) return make_scaler(t, err);
+    return MXP_OK;
+}
+
+void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out) {
+    const mxp_precision_policy *pol = mxp_model_policy(t->model);
+    out->training_steps = t->training_steps;
+    out->optimizer_steps = t->opt_steps;
+    out->skipped_steps = t->skipped_steps;
+    out->overflow_rate =
+        t->training_steps ? (double)t->skipped_steps / (double)t->training_steps : 0.0;
+    out->current_scale = mxp_scaler_scale(t->scaler);
+    out->precision = pol->mode;
+    out->fp16_enabled_runtime = pol->weight == MXP_DTYPE_F16 || pol->activation == MXP_DTYPE_F16;
+    out->epoch = t->epoch;
+}
+
+const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n) {
+    *n = t->hist_n;
+    return t->hist;
+}
+
+void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch) { t->epoch = epoch; }
+mxp_model *mxp_trainer_model(mxp_trainer *t) { return t->model; }
+
+void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user) {
+    t->hook = fn;
+    t->hook_user = user;
+}
+
+void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, int64_t *t_out) {
+    *m = t->m;
+    *v = t->v;
+    *n = t->n_params;
+    *t_out = t->opt_steps;
+}
+mxp_scaler *mxp_trainer_scaler(mxp_trainer *t) { return t->scaler; }

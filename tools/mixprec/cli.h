@@ -1,0 +1,35 @@
+/* tools/mixprec/cli.h: shared pieces of the mixprec command-line tool.
+ * The CLI is the only place that prints or exits. Exit codes:
+ *   0 success, 1 the run failed (training error), 2 usage or configuration
+ *   error (nothing written), 3 output files could not be written. */
+#ifndef MIXPREC_CLI_H
+#define MIXPREC_CLI_H
+
+#include <mixprec/mixprec.h>
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_IO = 3 };
+
+#define CLI_MAX_OVERRIDES 256
+
+/* Options every config-taking verb shares. */
+typedef struct cli_config_args {
+    const char *config_path;  /* --config FILE */
+    const char **overrides;   /* key=value arguments, in order */
+    int n_overrides;
+} cli_config_args;
+
+/* Route library log messages to stderr with a level prefix. */
+void cli_install_logger(void);
+/* Print "mixprec: error: ..." to stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Resolve defaults < file < env < overrides into *cfg; on failure print the
+ * error and return CLI_EXIT_USAGE. The builder is returned for printing
+ * provenance (caller destroys), or NULL when not wanted. */
+int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep);
+/* mkdir -p; returns 0 or errno. */
+int cli_mkdirs(const char *path);
+
+int cmd_train(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+
+#endif

@@ -1,0 +1,63 @@
+/* tools/mixprec/common.c: logging sink, error printing and config
+ * resolution shared by the verbs. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void log_to_stderr(void *user, mxp_log_level level, const char *msg) {
+    (void)user;
+    fprintf(stderr, "[mixprec %s] %s\n", mxp_log_level_name(level), msg);
+}
+
+void cli_install_logger(void) { mxp_log_set_callback(log_to_stderr, NULL); }
+
+void cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mixprec: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep) {
+    mxp_error err = {0};
+    mxp_config_builder *b = NULL;
+    mxp_status s = mxp_config_builder_create(&b, &err);
+    if (s == MXP_OK && a->config_path) s = mxp_config_apply_file(b, a->config_path, &err);
+    if (s == MXP_OK) s = mxp_config_apply_env(b, NULL, &err);
+    for (int i = 0; s == MXP_OK && i < a->n_overrides; i++)
+        s = mxp_config_apply_override(b, a->overrides[i], &err);
+    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, &err);
+    if (s != MXP_OK) {
+        cli_error("%s", err.msg);
+        mxp_config_builder_destroy(b);
+        return CLI_EXIT_USAGE;
+    }
+    if (keep)
+        *keep = b;
+    else
+        mxp_config_builder_destroy(b);
+    return CLI_EXIT_OK;
+}
+
+int cli_mkdirs(const char *path) {
+    char buf[MXP_CONFIG_STR_MAX + 1];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return errno;
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
