@@ -129,9 +129,9 @@ static void test_parse(void) {
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         mxp_dtype t = MXP_DTYPE_COUNT;
-        mxp_error err;
-        mxp_error_clear(&err);
-        CHECK_OK(mxp_dtype_parse(ok[i].s, &t, &err), &err);
+        mxp_error err, *errp = &err;
+        mxp_error_clear(errp);
+        CHECK_OK(mxp_dtype_parse(ok[i].s, &t, errp), errp);
         CHECK_MSG(t == ok[i].t, "parse(%s) gave %d", ok[i].s, (int)t);
     }
     static const char *bad[] = {"", "f64", "bf16 ", "float", "e4m3fn", "f8"};
@@ -277,22 +277,47 @@ static bool nan16_same_sign(uint16_t a, uint16_t b, uint16_t expmask) {
            (a & 0x8000u) == (b & 0x8000u);
 }
 
+/* FP16 expected for |x| far outside the FP16 range, used by the sweep
+ * where calling libgcc (~70 ns per call there: it raises the overflow and
+ * underflow flags through fnstenv/fldenv) for all 3.6e9 such inputs would
+ * take minutes: below 2^-26 (exponent field <= 100) the nearest FP16 is
+ * +-0, at or above 2^17 (field >= 144) or Inf it is +-Inf. The rule itself
+ * is checked against _Float16 on 4e6 random inputs of that region. */
+static uint16_t fp16_far_rule(uint32_t u) {
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    return ((u >> 23) & 0xffu) <= 100u ? sign : (uint16_t)(sign | 0x7c00u);
+}
+
+/* Every FP32 input (NaNs as "NaN of the same sign"):
+ *   FP16: vs _Float16 for exponent fields 101..143 (|x| in [2^-26, 2^17):
+ *   all inputs whose result is not trivially +-0/+-Inf, both signs, every
+ *   mantissa: every tie, subnormal and overflow boundary), vs
+ *   fp16_far_rule for the rest (+-0, +-Inf; NaN by the NaN check).
+ *   BF16: vs bf16_oracle for every input. */
 static void test_exhaustive_f32(void) {
-    uint64_t bad16 = 0, badbf = 0, bad16_or = 0;
+    uint64_t bad16 = 0, badbf = 0, bad16_or = 0, bad_rule = 0, gcc_calls = 0;
     for (uint64_t i = 0; i <= 0xffffffffull; i++) {
         uint32_t u = (uint32_t)i;
+        uint32_t e = (u >> 23) & 0xffu;
         float f = float_of(u);
-        uint16_t mine = mxp_f32_to_fp16(f).bits;
-        uint16_t ref = fp16_ref(u);
         bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+        uint16_t mine = mxp_f32_to_fp16(f).bits;
+        uint16_t ref;
+        if (e >= 101u && e <= 143u) {
+            ref = fp16_ref(u);
+            gcc_calls++;
+        } else if (nan) {
+            ref = (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
+        } else {
+            ref = fp16_far_rule(u);
+        }
         if (mine != ref && !(nan && nan16_same_sign(mine, ref, 0x7c00u))) {
             if (bad16++ < 5)
                 fprintf(stderr, "fp16(%08x) = %04x, ref %04x\n", u, mine, ref);
         }
         uint16_t bm = mxp_f32_to_bf16(f).bits;
         if (nan) {
-            if (!((bm & 0x7f80u) == 0x7f80u && (bm & 0x7fu) &&
-                  (bm & 0x8000u) == ((u >> 16) & 0x8000u))) {
+            if (!nan16_same_sign(bm, (uint16_t)((u >> 16) | 0x7fc0u), 0x7f80u)) {
                 if (badbf++ < 5)
                     fprintf(stderr, "bf16(%08x) = %04x, not NaN\n", u, bm);
             }
@@ -301,14 +326,24 @@ static void test_exhaustive_f32(void) {
             if (bm != br && badbf++ < 5)
                 fprintf(stderr, "bf16(%08x) = %04x, ref %04x\n", u, bm, br);
         }
-        /* the frexp oracle on a sparse sample, to cross-check _Float16 */
-        if (!nan && (u & 0xfffu) == 0x5a5u && fp16_oracle(u) != ref)
+        /* a second, frexp-based FP16 oracle on a sparse sample */
+        if (!nan && (u & 0xfffu) == 0x5a5u && fp16_oracle(u) != mine)
             bad16_or++;
     }
+    /* the far-range rule against _Float16 */
+    for (int k = 0; k < 4000000; k++) {
+        uint32_t u = xs_next();
+        uint32_t e = (u >> 23) & 0xffu;
+        if ((e >= 101u && e <= 143u) || e == 255u) continue;
+        if (fp16_far_rule(u) != fp16_ref(u)) bad_rule++;
+    }
+    CHECK(gcc_calls == 43ull << 24);
     CHECK_MSG(bad16 == 0, "%llu FP32->FP16 mismatches", (unsigned long long)bad16);
     CHECK_MSG(badbf == 0, "%llu FP32->BF16 mismatches", (unsigned long long)badbf);
-    CHECK_MSG(bad16_or == 0, "%llu frexp-oracle vs _Float16 mismatches",
+    CHECK_MSG(bad16_or == 0, "%llu FP32->FP16 mismatches vs the frexp oracle",
               (unsigned long long)bad16_or);
+    CHECK_MSG(bad_rule == 0, "%llu far-range rule vs _Float16 mismatches",
+              (unsigned long long)bad_rule);
 }
 
 /* Named edge cases, readable when the exhaustive sweep fails. */
@@ -358,6 +393,8 @@ static double fp8_ref_value(const fp8_fmt *fm, int code) {
 /* Brute force: nearest magnitude code to |x| among 0..max_code+1, ties to
  * the even code. Returns max_code+1 for "rounds past the maximum". */
 static int fp8_ref_nearest(const fp8_fmt *fm, double ax) {
+    /* far past the grid the double distances below stop being exact */
+    if (ax >= 2 * fp8_ref_value(fm, fm->max_code + 1)) return fm->max_code + 1;
     int best = 0;
     double bestd = INFINITY;
     for (int c = 0; c <= fm->max_code + 1; c++) {
@@ -381,6 +418,8 @@ static int fp8_expected(const fp8_fmt *fm, float x, mxp_fp8_overflow mode) {
     return mode == MXP_FP8_SATURATE ? (sign | 0x7e) : -1;
 }
 
+static int fp8_printed;
+
 static bool fp8_check_one(const fp8_fmt *fm, float x, mxp_fp8_overflow mode) {
     uint8_t got;
     float back;
@@ -397,7 +436,7 @@ static bool fp8_check_one(const fp8_fmt *fm, float x, mxp_fp8_overflow mode) {
     bool ok = want < 0 ? isnan(back) && !signbit(back) == !signbit(x) &&
                              (got & 0x80) == (signbit(x) ? 0x80 : 0)
                        : got == want;
-    if (!ok)
+    if (!ok && fp8_printed++ < 10)
         fprintf(stderr, "%s(%a, mode %d) = %02x, want %02x\n", fm->name,
                 (double)x, (int)mode, got, want & 0xff);
     return ok;
@@ -487,4 +526,267 @@ static void test_fp8(void) {
     CHECK(mxp_f32_to_fp8_e5m2(-INFINITY).bits == 0xfc);
     CHECK(isnan(mxp_fp8_e5m2_to_f32(mxp_f32_to_fp8_e5m2(-NAN))));
     CHECK(mxp_f32_to_fp8_e5m2(-NAN).bits & 0x80);
+}
+
+/* ---- stochastic rounding ------------------------------------------------ */
+
+/* Neighbours of |x| in a format with p significant bits, smallest exponent
+ * emin and largest finite value vmax, from frexp/ldexp in double:
+ * *lo <= |x| <= *hi, *hi = Inf past vmax, *ulp the spacing. */
+static void neighbours(double ax, int p, int emin, double vmax, double *lo,
+                       double *hi, double *ulp) {
+    int ex = 0;
+    if (ax > 0) frexp(ax, &ex);
+    int qe = ex - p < emin - p + 1 ? emin - p + 1 : ex - p;
+    *ulp = ldexp(1.0, qe);
+    *lo = floor(ax / *ulp) * *ulp;
+    *hi = *lo + *ulp;
+    if (*hi > vmax) *hi = INFINITY;
+}
+
+typedef struct sr_fmt {
+    const char *name;
+    int p, emin, rbits;
+    double vmax;
+    float (*sr)(float, uint32_t);
+} sr_fmt;
+
+static float sr_bf16(float x, uint32_t r) {
+    return mxp_bf16_to_f32(mxp_f32_to_bf16_sr(x, r));
+}
+static float sr_fp16(float x, uint32_t r) {
+    return mxp_fp16_to_f32(mxp_f32_to_fp16_sr(x, r));
+}
+
+static const sr_fmt SR_BF16 = {"bf16", 8, -126, 16, 0x1.fep127, sr_bf16};
+static const sr_fmt SR_FP16 = {"fp16", 11, -14, 13, 65504.0, sr_fp16};
+
+/* One value x: every result is a neighbour with x's sign; an exact x is
+ * unchanged; over all 2^rbits random words the round-up count equals
+ * frac * 2^rbits (exactly when frac has at most rbits bits, else within
+ * one). */
+static long sr_check_value(const sr_fmt *fm, float x) {
+    double lo, hi, ulp, ax = fabs((double)x);
+    neighbours(ax, fm->p, fm->emin, fm->vmax, &lo, &hi, &ulp);
+    double s = signbit(x) ? -1.0 : 1.0;
+    long fails = 0;
+    uint32_t nr = 1u << fm->rbits;
+    uint32_t ups = 0;
+    for (uint32_t k = 0; k < nr; k++) {
+        /* the high bits of r must not matter */
+        uint32_t r = k | (xs_next() << fm->rbits);
+        float y = fm->sr(x, r);
+        bool is_lo = (double)y == s * lo && !signbit(y) == !signbit(x);
+        bool is_hi = (double)y == s * hi && !signbit(y) == !signbit(x);
+        if (!is_lo && !is_hi) {
+            if (fails++ == 0)
+                fprintf(stderr, "%s_sr(%a, %08x) = %a, not %a or %a\n", fm->name,
+                        (double)x, r, (double)y, s * lo, s * hi);
+        }
+        if (ax == lo && !is_lo) fails++;
+        ups += is_hi && ax != lo;
+    }
+    double want = (ax - lo) / ulp * nr;
+    if (want == floor(want) ? ups != want : fabs(ups - want) >= 1.0) {
+        fails++;
+        fprintf(stderr, "%s_sr(%a): %u round-ups of %u, want %.3f\n", fm->name,
+                (double)x, ups, nr, want);
+    }
+    return fails;
+}
+
+/* Mean of n SR roundings of x through mxp_convert_sr: within 5 standard
+ * errors of x. */
+static void sr_check_mean(mxp_dtype t, const sr_fmt *fm, float x, float *src,
+                          uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) src[i] = x;
+    mxp_convert_sr(t, dst, src, n, 12345u, 1000u);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += mxp_load_f32(t, dst, i);
+    double lo, hi, ulp, ax = fabs((double)x);
+    neighbours(ax, fm->p, fm->emin, fm->vmax, &lo, &hi, &ulp);
+    double p = (ax - lo) / ulp;
+    double se = ulp * sqrt(p * (1 - p) / (double)n);
+    double mean = sum / (double)n;
+    CHECK_MSG(fabs(mean - x) <= 5 * se + 1e-300, "%s SR mean of %a: %a (se %a)",
+              fm->name, (double)x, mean, se);
+}
+
+static void test_sr(void) {
+    const sr_fmt *fmts[2] = {&SR_BF16, &SR_FP16};
+    for (int fi = 0; fi < 2; fi++) {
+        const sr_fmt *fm = fmts[fi];
+        long fails = 0;
+        float fixed[] = {1.0f, 1.0f + 0x1p-9f, 3.14159265f, -2.718281f, 0.0f, -0.0f,
+                         1e-3f, -7.5e-5f, 0x1.8p-24f, 0x1.7p-25f, 0x1.0001p-30f,
+                         0x1p-40f, -0x1.3p-20f, 0x1p-14f, 0x1.fffffep-15f,
+                         65504.0f, 65505.0f, 65535.0f, -65519.0f, 1e30f, -3e38f,
+                         float_of(0x7f7fffffu), float_of(0x00000001u),
+                         float_of(0x807fffffu)};
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+            double lo, hi, ulp;
+            neighbours(fabs(fixed[i]), fm->p, fm->emin, fm->vmax, &lo, &hi, &ulp);
+            if (lo > fm->vmax) continue; /* beyond the format: below */
+            fails += sr_check_value(fm, fixed[i]);
+        }
+        for (int i = 0; i < 60; i++) {
+            uint32_t e = 127u - 30u + xs_next() % 46u;
+            float x = float_of((xs_next() & 0x807fffffu) | (e << 23));
+            double lo, hi, ulp;
+            neighbours(fabs(x), fm->p, fm->emin, fm->vmax, &lo, &hi, &ulp);
+            if (lo <= fm->vmax) fails += sr_check_value(fm, x);
+        }
+        CHECK_MSG(fails == 0, "%s: %ld SR failures", fm->name, fails);
+        /* every finite value of the format stays put, whatever r is */
+        long moved = 0;
+        for (uint32_t b16 = 0; b16 < 65536; b16++) {
+            float v = fm == &SR_BF16 ? mxp_bf16_to_f32((mxp_bf16){(uint16_t)b16})
+                                     : mxp_fp16_to_f32((mxp_fp16){(uint16_t)b16});
+            if (!isfinite(v)) continue;
+            for (int k = 0; k < 4; k++) {
+                uint32_t r = k == 0 ? 0u : k == 1 ? 0xffffffffu : xs_next();
+                if (!same_float(fm->sr(v, r), v)) moved++;
+            }
+        }
+        CHECK_MSG(moved == 0, "%s: SR moved %ld representable values", fm->name,
+                  moved);
+        /* specials: NaN stays NaN (sign kept), Inf stays Inf */
+        uint32_t rs[] = {0u, 1u, 0x7fffu, 0xffffu, 0xffffffffu, 0x12345678u};
+        for (size_t k = 0; k < sizeof rs / sizeof rs[0]; k++) {
+            CHECK(same_float(fm->sr(float_of(0x7fffffffu), rs[k]), NAN));
+            CHECK(same_float(fm->sr(float_of(0x7f800001u), rs[k]), NAN));
+            CHECK(same_float(fm->sr(float_of(0xff800001u), rs[k]), -NAN));
+            CHECK(fm->sr(INFINITY, rs[k]) == INFINITY);
+            CHECK(fm->sr(-INFINITY, rs[k]) == -INFINITY);
+        }
+    }
+    CHECK(sr_fp16(65536.0f, 0) == INFINITY);
+    CHECK(sr_fp16(-1e9f, 0) == -INFINITY);
+    CHECK(sr_fp16(65505.0f, 0) == 65504.0f);
+    CHECK(sr_fp16(65505.0f, 0x1fff) == INFINITY);
+    CHECK(sr_bf16(-3.4e38f, 0xffff) == -INFINITY);
+
+    /* means through mxp_convert_sr */
+    size_t n = 200000;
+    float *src = malloc(n * sizeof *src);
+    uint16_t *dst = malloc(n * sizeof *dst), *dst2 = malloc(n * sizeof *dst2);
+    if (!src || !dst || !dst2) {
+        CHECK(!"out of memory");
+        free(src);
+        free(dst);
+        free(dst2);
+        return;
+    }
+    sr_check_mean(MXP_DTYPE_BF16, &SR_BF16, 1.0f + 0x1.3p-9f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_BF16, &SR_BF16, -0.1f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_BF16, &SR_BF16, float_of(0x0000c123u), src, dst, n);
+    sr_check_mean(MXP_DTYPE_F16, &SR_FP16, 0.1f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_F16, &SR_FP16, -1000.3f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_F16, &SR_FP16, 0x1.4p-24f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_F16, &SR_FP16, 0x1.9p-27f, src, dst, n);
+    sr_check_mean(MXP_DTYPE_F16, &SR_FP16, -0x1.3ap-20f, src, dst, n);
+
+    /* determinism and the stream contract: element i uses
+     * mxp_rng_at(seed, counter + i); a split call gives the same bits */
+    for (size_t i = 0; i < n; i++)
+        src[i] = float_of((xs_next() & 0x807fffffu) | ((112u + xs_next() % 30u) << 23));
+    mxp_dtype ts[2] = {MXP_DTYPE_BF16, MXP_DTYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        mxp_convert_sr(ts[k], dst, src, n, 77u, 5u);
+        mxp_convert_sr(ts[k], dst2, src, 1000, 77u, 5u);
+        mxp_convert_sr(ts[k], dst2 + 1000, src + 1000, n - 1000, 77u, 1005u);
+        CHECK(memcmp(dst, dst2, n * 2) == 0);
+        long bad = 0, differ = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t r = mxp_rng_at(77u, 5u + i);
+            uint16_t want = ts[k] == MXP_DTYPE_BF16 ? mxp_f32_to_bf16_sr(src[i], r).bits
+                                                   : mxp_f32_to_fp16_sr(src[i], r).bits;
+            bad += dst[i] != want;
+        }
+        mxp_convert_sr(ts[k], dst2, src, n, 78u, 5u);
+        for (size_t i = 0; i < n; i++) differ += dst[i] != dst2[i];
+        CHECK_MSG(bad == 0, "convert_sr: %ld elements off the rng stream", bad);
+        CHECK_MSG(differ > (long)n / 100, "another seed changed only %ld", differ);
+    }
+    /* other targets: RNE */
+    uint8_t e8[16];
+    mxp_convert_sr(MXP_DTYPE_F8_E4M3, e8, src, 16, 1u, 0u);
+    for (int i = 0; i < 16; i++)
+        CHECK(e8[i] == mxp_f32_to_fp8_e4m3(src[i], MXP_FP8_SATURATE).bits);
+    free(src);
+    free(dst);
+    free(dst2);
+}
+
+/* ---- bulk conversions, load/store, round_to ----------------------------- */
+
+static void test_bulk(void) {
+    enum { N = 4096 };
+    static float vals[N];
+    float sp[] = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65520.0f, 1e-8f, 448.0f,
+                  500.0f, -1e6f, 3e38f, INFINITY, -INFINITY, NAN, 0x1p-24f,
+                  0x1p-9f, 57344.0f, 61440.0f};
+    size_t ns = sizeof sp / sizeof sp[0];
+    for (size_t i = 0; i < N; i++)
+        vals[i] = i < ns ? sp[i]
+                         : float_of((xs_next() & 0x807fffffu) |
+                                    ((100u + xs_next() % 50u) << 23));
+    /* one byte of offset: buffers need no alignment */
+    static unsigned char sbuf[4 * N + 2], dbuf[4 * N + 2];
+    long bad = 0;
+    for (int s = 0; s < MXP_DTYPE_COUNT; s++) {
+        for (size_t i = 0; i < N; i++)
+            mxp_store_f32((mxp_dtype)s, sbuf + 1, i, vals[i]);
+        for (int d = 0; d < MXP_DTYPE_COUNT; d++) {
+            memset(dbuf, 0xa5, sizeof dbuf);
+            mxp_convert((mxp_dtype)d, dbuf + 1, (mxp_dtype)s, sbuf + 1, N);
+            size_t dsize = mxp_dtype_info((mxp_dtype)d)->size;
+            CHECK(dbuf[0] == 0xa5 && dbuf[1 + N * dsize] == 0xa5);
+            for (size_t i = 0; i < N; i++) {
+                float mid = mxp_load_f32((mxp_dtype)s, sbuf + 1, i);
+                float want = mxp_round_to((mxp_dtype)d, mid);
+                float got = mxp_load_f32((mxp_dtype)d, dbuf + 1, i);
+                if (!same_float(got, want)) bad++;
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld bulk conversion mismatches", bad);
+    /* round_to against the independent oracles */
+    bad = 0;
+    for (size_t i = 0; i < N; i++) {
+        float x = vals[i];
+        if (!same_float(mxp_round_to(MXP_DTYPE_F32, x), x)) bad++;
+        if (isnan(x)) continue;
+        mxp_fp16 h = {fp16_ref(bits_of(x))};
+        mxp_bf16 b = {bf16_oracle(bits_of(x))};
+        if (!same_float(mxp_round_to(MXP_DTYPE_F16, x), mxp_fp16_to_f32(h))) bad++;
+        if (!same_float(mxp_round_to(MXP_DTYPE_BF16, x), mxp_bf16_to_f32(b))) bad++;
+        int w4 = fp8_expected(&E4M3, x, MXP_FP8_SATURATE);
+        int w5 = fp8_expected(&E5M2, x, MXP_FP8_SATURATE);
+        if (!same_float(mxp_round_to(MXP_DTYPE_F8_E4M3, x),
+                        mxp_fp8_e4m3_to_f32((mxp_fp8_e4m3){(uint8_t)w4})))
+            bad++;
+        if (!same_float(mxp_round_to(MXP_DTYPE_F8_E5M2, x),
+                        mxp_fp8_e5m2_to_f32((mxp_fp8_e5m2){(uint8_t)w5})))
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%ld round_to mismatches", bad);
+    CHECK(mxp_round_to(MXP_DTYPE_F8_E4M3, 1e9f) == 448.0f);
+    CHECK(mxp_round_to(MXP_DTYPE_F16, 1e9f) == INFINITY);
+    CHECK(isnan(mxp_round_to(MXP_DTYPE_BF16, NAN)));
+    CHECK(isnan(mxp_load_f32(MXP_DTYPE_COUNT, sbuf, 0)));
+}
+
+int main(int argc, char **argv) {
+    /* `test_num quick` skips the two 2^32 sweeps (for debugging). */
+    bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    test_traits();
+    test_parse();
+    test_16bit_patterns();
+    test_16bit_edges();
+    test_fp8();
+    test_sr();
+    test_bulk();
+    if (!quick) test_exhaustive_f32();
+    return test_finish("test_num");
 }

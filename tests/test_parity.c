@@ -500,7 +500,6 @@ int main(void) {
                 "scripts/gen_parity_fixture.py)\n", PARITY_PATH);
         return 1;
     }
-    test_loader_rejects(buf, len);
     parity_file f;
     char msg[512] = "";
     if (!parity_parse(buf, len, &f, msg, sizeof msg)) {
@@ -508,13 +507,14 @@ int main(void) {
         free(buf);
         return 1;
     }
+    test_loader_rejects(buf, len);
     free(buf);
     CHECK(f.n_cases >= 1);
     for (int i = 0; i < f.n_cases; i++) {
         const parity_case *pc = &f.cases[i];
         const char *loss = mxp_loss_kind_name((mxp_loss_kind)pc->loss);
         char label[64];
-        snprintf(label, sizeof label, "%s fp32 grad", loss);
+        snprintf(label, sizeof label, "%s fp32 forward/backward", loss);
         check_forward_backward(pc, label);
         snprintf(label, sizeof label, "%s fp32 adamw", loss);
         check_training(pc, MXP_PRECISION_FP32, LOSS_RTOL, true, label);

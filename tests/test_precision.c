@@ -94,20 +94,19 @@ static void test_names(void)
         CHECK_MSG(strcmp(mxp_precision_name((mxp_precision)i), names[i]) == 0,
                   "name of mode %d is %s", i, mxp_precision_name((mxp_precision)i));
         mxp_precision out = MXP_PRECISION_COUNT;
-        mxp_error err = {0}, *errp = &err;
-        CHECK_OK(mxp_precision_parse(names[i], &out, errp), errp);
+        mxp_error err = {0};
+        CHECK_OK(mxp_precision_parse(names[i], &out, &err), &err);
         CHECK(out == (mxp_precision)i);
     }
     CHECK(strcmp(mxp_precision_name(MXP_PRECISION_COUNT), "unknown") == 0);
     CHECK(strcmp(mxp_precision_name((mxp_precision)-1), "unknown") == 0);
 
     mxp_precision out = MXP_PRECISION_COUNT;
-    mxp_error *nullerr = NULL;
-    CHECK_OK(mxp_precision_parse("float32", &out, NULL), nullerr);
+    CHECK_OK(mxp_precision_parse("float32", &out, NULL), NULL);
     CHECK(out == MXP_PRECISION_FP32);
-    CHECK_OK(mxp_precision_parse("Mixed_FP16", &out, NULL), nullerr);
+    CHECK_OK(mxp_precision_parse("Mixed_FP16", &out, NULL), NULL);
     CHECK(out == MXP_PRECISION_MIXED_FP16);
-    CHECK_OK(mxp_precision_parse("BF16", &out, NULL), nullerr);
+    CHECK_OK(mxp_precision_parse("BF16", &out, NULL), NULL);
     CHECK(out == MXP_PRECISION_BF16);
 
     static const char *const bad[] = {"", "fp", "fp32 ", " fp32", "fp64", "mixed",

@@ -21,8 +21,8 @@
 static mxp_scaler *make(const mxp_scaler_config *c)
 {
     mxp_scaler *s = NULL;
-    mxp_error err = {0}, *errp = &err;
-    CHECK_OK(mxp_scaler_create(c, &s, errp), errp);
+    mxp_error err = {0};
+    CHECK_OK(mxp_scaler_create(c, &s, &err), &err);
     return s;
 }
 
@@ -30,8 +30,8 @@ static mxp_scaler_event step(mxp_scaler *s, bool inf)
 {
     mxp_scaler_event ev;
     memset(&ev, 0xCD, sizeof ev);
-    mxp_error err = {0}, *errp = &err;
-    CHECK_OK(mxp_scaler_update(s, inf, &ev, errp), errp);
+    mxp_error err = {0};
+    CHECK_OK(mxp_scaler_update(s, inf, &ev, &err), &err);
     return ev;
 }
 
@@ -57,8 +57,8 @@ static void test_defaults(void)
     CHECK(c.min_scale == 0.0);
     CHECK(isinf(c.max_scale) && c.max_scale > 0);
     CHECK(c.at_min == MXP_SCALE_FLOOR_CONTINUE);
-    mxp_error err = {0}, *errp = &err;
-    CHECK_OK(mxp_scaler_config_validate(&c, errp), errp);
+    mxp_error err = {0};
+    CHECK_OK(mxp_scaler_config_validate(&c, &err), &err);
 
     mxp_scaler *s = make(&c);
     if (!s) return;
@@ -197,6 +197,7 @@ static void test_against_reference(void)
         {65536.0, 2.0, 0.5, 3, 15},  {3.0, 1.7, 0.5, 1, 40},  {1e30, 16.0, 0.5, 1, 10},
         {1000.0, 1.1, 0.9, 7, 12},   {0.75, 3.0, 0.5, 2, 20},
     };
+    int refused_at_inf = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         mxp_scaler_config c = mxp_scaler_config_default();
         c.init_scale = cases[ci].init;
@@ -208,7 +209,7 @@ static void test_against_reference(void)
         float ref = (float)c.init_scale;
         int64_t tracker = 0, overflows = 0;
         uint64_t lcg = 0x9E3779B97F4A7C15ull + ci;
-        int mismatches = 0;
+        int mismatches = 0, grows = 0, backoffs = 0;
         for (int t = 0; t < 5000; t++) {
             lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
             bool inf = (uint32_t)(lcg >> 33) % 100u < cases[ci].p_inf_pct;
@@ -216,6 +217,10 @@ static void test_against_reference(void)
             ref_update(&ref, &tracker, inf, c.growth_factor, c.backoff_factor,
                        c.growth_interval);
             overflows += inf;
+            grows += ref > before;
+            backoffs += ref < before;
+            refused_at_inf += !inf && tracker == 0 && ref == before &&
+                              !isfinite((float)(before * c.growth_factor));
             mxp_scaler_event ev = step(s, inf);
             mxp_scaler_state st = state(s);
             /* the reference must stay in the range where no floor applies */
@@ -228,8 +233,12 @@ static void test_against_reference(void)
                   mismatches);
         mxp_scaler_state st = state(s);
         CHECK(st.total_steps == 5000 && st.overflow_steps == overflows);
+        CHECK_MSG(grows > 10 && backoffs > 10, "case %zu not exercised: %d grows, %d backoffs",
+                  ci, grows, backoffs);
         mxp_scaler_destroy(s);
     }
+    /* at least one sequence pushed against FLT_MAX and had growth refused */
+    CHECK_MSG(refused_at_inf > 0, "no growth was refused at the float limit");
 }
 
 static void test_inv_scale(void)
@@ -501,13 +510,12 @@ static void test_validation(void)
     c.growth_interval = 1;
     c.growth_factor = 1.0000001;
     c.backoff_factor = 0.999;
-    mxp_error *errp = &err;
-    CHECK_OK(mxp_scaler_config_validate(&c, errp), errp);
+    CHECK_OK(mxp_scaler_config_validate(&c, &err), &err);
     c = mxp_scaler_config_default();
     c.enabled = false;
-    CHECK_OK(mxp_scaler_config_validate(&c, errp), errp);
+    CHECK_OK(mxp_scaler_config_validate(&c, &err), &err);
     c.max_scale = 1e300; /* beyond float: acts as no cap */
-    CHECK_OK(mxp_scaler_config_validate(&c, errp), errp);
+    CHECK_OK(mxp_scaler_config_validate(&c, &err), &err);
     CHECK(mxp_scaler_config_validate(NULL, &err) == MXP_ERR_INVALID_ARG);
     CHECK(mxp_scaler_create(&c, NULL, NULL) == MXP_ERR_INVALID_ARG);
 }
@@ -527,8 +535,8 @@ static void test_state_round_trip(void)
     for (size_t i = 0; i < sizeof seq1 / sizeof seq1[0]; i++) step(a, seq1[i]);
     mxp_scaler_state sa = state(a);
     CHECK(sa.total_steps == 10 && sa.overflow_steps == 7 && sa.growth_tracker == 1);
-    mxp_error err = {0}, *errp = &err;
-    CHECK_OK(mxp_scaler_set_state(b, &sa, errp), errp);
+    mxp_error err = {0};
+    CHECK_OK(mxp_scaler_set_state(b, &sa, &err), &err);
     mxp_scaler_state sb = state(b);
     CHECK(sb.scale == sa.scale && sb.growth_tracker == sa.growth_tracker &&
           sb.hysteresis_left == sa.hysteresis_left && sb.overflow_steps == sa.overflow_steps &&
@@ -579,7 +587,7 @@ static void test_state_round_trip(void)
     big.scale = 8.0f; /* below this scaler's min_scale 16 */
     big.hysteresis_left = 9;
     big.growth_tracker = 50;
-    CHECK_OK(mxp_scaler_set_state(b, &big, errp), errp);
+    CHECK_OK(mxp_scaler_set_state(b, &big, &err), &err);
     CHECK(state(b).scale == 16.0f && state(b).hysteresis_left == 2 &&
           state(b).growth_tracker == 2);
     mxp_scaler_destroy(a);
@@ -589,7 +597,7 @@ static void test_state_round_trip(void)
     c.enabled = false;
     mxp_scaler *d = make(&c);
     if (!d) return;
-    CHECK_OK(mxp_scaler_set_state(d, &sa, errp), errp);
+    CHECK_OK(mxp_scaler_set_state(d, &sa, &err), &err);
     CHECK(state(d).scale == 1.0f && state(d).total_steps == sa.total_steps &&
           state(d).overflow_steps == sa.overflow_steps);
     mxp_scaler_destroy(d);
@@ -602,8 +610,8 @@ static void test_floor_policy_names(void)
     for (int i = 0; i < MXP_SCALE_FLOOR_COUNT; i++) {
         CHECK(strcmp(mxp_scale_floor_policy_name((mxp_scale_floor_policy)i), names[i]) == 0);
         mxp_scale_floor_policy p = MXP_SCALE_FLOOR_COUNT;
-        mxp_error err = {0}, *errp = &err;
-        CHECK_OK(mxp_scale_floor_policy_parse(names[i], &p, errp), errp);
+        mxp_error err = {0};
+        CHECK_OK(mxp_scale_floor_policy_parse(names[i], &p, &err), &err);
         CHECK(p == (mxp_scale_floor_policy)i);
     }
     CHECK(strcmp(mxp_scale_floor_policy_name(MXP_SCALE_FLOOR_COUNT), "unknown") == 0);

@@ -27,3 +27,5 @@ bool test_close(double got, double ref, double atol, double rtol) {
     if (isinf(ref) || isinf(got)) return got == ref;
     return fabs(got - ref) <= atol + rtol * fabs(ref);
 }
+
+const char *test_errmsg(const mxp_error *err) { return err ? err->msg : ""; }

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <mixprec/base.h>
+
 extern int test_failures;
 extern int test_checks;
 
@@ -18,6 +20,8 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 int test_finish(const char *name);
 /* |got - ref| <= atol + rtol*|ref|, NaN equal to NaN only when both are. */
 bool test_close(double got, double ref, double atol, double rtol);
+/* The message of an error context, "" for NULL. */
+const char *test_errmsg(const mxp_error *err);
 
 #define CHECK(cond)                                                          \
     do {                                                                     \
@@ -47,7 +51,7 @@ bool test_close(double got, double ref, double atol, double rtol);
         test_checks++;                                                       \
         if (s_ != 0)                                                         \
             test_fail(__FILE__, __LINE__, "%s failed (%d): %s", #expr, s_,   \
-                      (errp) ? (errp)->msg : "");                            \
+                      test_errmsg(errp));                                    \
     } while (0)
 
 #endif

@@ -131,6 +131,15 @@ mxp_config_source mxp_config_key_value(const mxp_config_builder *b, int i, char 
         if (buf && n) snprintf(buf, n, "%s", mxp_precision_name(r.mode));
         return r.source;
     }
+    if (k->type == MXP_KEY_BOOL && k->store == MXP_STORE_NONE &&
+        b->vals[i].source == MXP_SRC_DEFAULT) {
+        /* training.loss_scale.enabled unset: the resolved mode's default. */
+        mxp_precision_resolution r;
+        mxp_config_resolve_precision(b, &r);
+        if (buf && n)
+            snprintf(buf, n, "%s", mxp_config_default_loss_scaling(r.mode) ? "true" : "false");
+        return MXP_SRC_DEFAULT;
+    }
     if (buf && n) mxp_config_value_format(k, &b->vals[i], buf, n);
     return b->vals[i].source;
 }

@@ -141,5 +141,9 @@ typedef struct mxp_precision_resolution {
 /* The precision the current values select (see config.h), and why. */
 void mxp_config_resolve_precision(const mxp_config_builder *b,
                                   mxp_precision_resolution *r);
+/* Whether the mode's default policy turns dynamic loss scaling on. */
+bool mxp_config_default_loss_scaling(mxp_precision mode);
+/* Provenance tag: "default", "file:PATH", "env:VAR", "cli", "kill-switch:VAR". */
+void mxp_config_source_text(const mxp_key_value *v, char *buf, size_t n);
 
 #endif /* MIXPREC_CONFIG_INTERNAL_H */

@@ -101,11 +101,8 @@ mxp_status mxp_config_apply_env(mxp_config_builder *b, const char *(*getenv_fn)(
         kill_var = "MIXPREC_FORCE_FP32";
         mxp_config_excerpt(get(kill_var), kill_text, sizeof kill_text);
     }
-    if (st == MXP_OK && kill) {
-        /* Record the switch on the key it overrides, for provenance. */
-        st = set_from_env(stage, "training.mixed_precision.enabled", "false", kill_var,
-                          MXP_SRC_KILL_SWITCH, err);
-    }
+    /* The switch leaves the keys as configured: resolve() overrides the
+     * precision they select, and print shows both. */
     mxp_config_stage_end(b, stage, st == MXP_OK);
     if (st == MXP_OK && kill && !b->kill_switch) {
         b->kill_switch = true;

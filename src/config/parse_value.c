@@ -67,6 +67,10 @@ static void format_double(double d, char *buf, size_t n) {
         snprintf(buf, n, "%s", d > 0 ? "inf" : "-inf");
         return;
     }
+    if (d == floor(d) && fabs(d) < 1e15) {
+        snprintf(buf, n, "%.0f", d);
+        return;
+    }
     for (int prec = 6; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, d);
         if (strtod(buf, NULL) == d) return;
@@ -86,6 +90,9 @@ void mxp_config_key_accepted(const mxp_config_key *k, char *buf, size_t n) {
             appendf(buf, n, &pos, "an integer >= 0");
         else if (k->imax == INT64_MAX)
             appendf(buf, n, &pos, "an integer >= %" PRId64, k->imin);
+        else if (k->imax >= INT32_MAX)
+            appendf(buf, n, &pos, "an integer >= %" PRId64 " (at most %" PRId64 ")", k->imin,
+                    k->imax);
         else
             appendf(buf, n, &pos, "an integer in [%" PRId64 ", %" PRId64 "]", k->imin, k->imax);
         break;

@@ -1,0 +1,142 @@
+/* src/config/resolve.c: turn the builder's values into an mxp_config.
+ *
+ * Precision (config.h): the kill switch forces fp32; else an explicitly set
+ * training.precision is the mode; else training.mixed_precision.enabled
+ * picks mixed_bf16 / mixed_fp16 by dtype; else fp32 (safe default).
+ * Cross-field rules: min_scale <= init <= max_scale, the model's layer
+ * count fits MXP_MODEL_MAX_LAYERS, and mxp_scaler_config_validate (amp).
+ * Entry points: mxp_config_resolve; internal mxp_config_resolve_precision,
+ * mxp_config_source_text.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+static const mxp_key_value *val(const mxp_config_builder *b, const char *name) {
+    return &b->vals[mxp_config_key_find(name)];
+}
+
+void mxp_config_source_text(const mxp_key_value *v, char *buf, size_t n) {
+    const char *name = mxp_config_source_name(v->source);
+    if (v->source == MXP_SRC_FILE && v->origin)
+        snprintf(buf, n, "file:%s", v->origin);
+    else if ((v->source == MXP_SRC_ENV || v->source == MXP_SRC_KILL_SWITCH) && v->origin)
+        snprintf(buf, n, "%s:%s", v->source == MXP_SRC_ENV ? "env" : name, v->origin);
+    else
+        snprintf(buf, n, "%s", name);
+}
+
+void mxp_config_resolve_precision(const mxp_config_builder *b, mxp_precision_resolution *r) {
+    const mxp_key_value *vp = val(b, "training.precision");
+    const mxp_key_value *ve = val(b, "training.mixed_precision.enabled");
+    const mxp_key_value *vd = val(b, "training.mixed_precision.dtype");
+    mxp_precision req;
+    memset(r, 0, sizeof *r);
+    if (vp->source != MXP_SRC_DEFAULT) {
+        req = (mxp_precision)vp->e;
+        r->source = vp->source;
+        r->origin = vp->origin;
+        snprintf(r->why, sizeof r->why, "training.precision=%s", mxp_precision_name(req));
+    } else if (ve->b) {
+        bool f16 = vd->e == MXP_DTYPE_F16;
+        req = f16 ? MXP_PRECISION_MIXED_FP16 : MXP_PRECISION_MIXED_BF16;
+        /* The later of the two deciding values names the source. */
+        const mxp_key_value *decider = vd->source > ve->source ? vd : ve;
+        r->source = decider->source;
+        r->origin = decider->origin;
+        snprintf(r->why, sizeof r->why,
+                 "training.mixed_precision.enabled=true, training.mixed_precision.dtype=%s",
+                 f16 ? "float16" : "bfloat16");
+    } else {
+        req = MXP_PRECISION_FP32;
+        r->source = ve->source;
+        r->origin = ve->origin;
+        snprintf(r->why, sizeof r->why, "%s",
+                 ve->source == MXP_SRC_DEFAULT
+                     ? "mixed precision disabled: safe default"
+                     : "training.mixed_precision.enabled=false");
+    }
+    r->mode = req;
+    if (b->kill_switch) {
+        r->mode = MXP_PRECISION_FP32;
+        r->source = MXP_SRC_KILL_SWITCH;
+        r->origin = b->kill_var;
+        snprintf(r->why, sizeof r->why, "%s=%s forces FP32; the config asked for %s",
+                 b->kill_var ? b->kill_var : "kill switch", b->kill_text,
+                 mxp_precision_name(req));
+    }
+}
+
+bool mxp_config_default_loss_scaling(mxp_precision mode) {
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(mode, &pol);
+    return pol.loss_scaling;
+}
+
+/* "key=value (source)" for cross-field messages. */
+static void describe(const mxp_config_builder *b, const char *name, char *buf, size_t n) {
+    int i = mxp_config_key_find(name);
+    char v[64], src[240];
+    mxp_config_value_format(mxp_config_key_at(i), &b->vals[i], v, sizeof v);
+    mxp_config_source_text(&b->vals[i], src, sizeof src);
+    snprintf(buf, n, "%s=%s (%.200s)", name, v, src);
+}
+
+static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, mxp_error *err) {
+    char l[320], r[320];
+    const mxp_scaler_config *s = &c->trainer.scaler;
+    if (s->min_scale > s->init_scale) {
+        describe(b, "training.loss_scale.min_scale", l, sizeof l);
+        describe(b, "training.loss_scale.init", r, sizeof r);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s must be <= %s", l, r);
+    }
+    if (s->init_scale > s->max_scale) {
+        describe(b, "training.loss_scale.init", l, sizeof l);
+        describe(b, "training.loss_scale.max_scale", r, sizeof r);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s must be <= %s", l, r);
+    }
+    int64_t per = c->layernorm ? 3 : 2;
+    if (c->depth * per + 1 > MXP_MODEL_MAX_LAYERS) {
+        describe(b, "model.depth", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: with model.layernorm=%s the model needs %lld layers; at most %d "
+                             "(model.depth <= %d)",
+                             l, c->layernorm ? "true" : "false", (long long)(c->depth * per + 1),
+                             MXP_MODEL_MAX_LAYERS, (int)((MXP_MODEL_MAX_LAYERS - 1) / per));
+    }
+    mxp_error sub;
+    mxp_error_clear(&sub);
+    if (mxp_scaler_config_validate(s, &sub) != MXP_OK)
+        return mxp_error_set(err, MXP_ERR_CONFIG, "training.loss_scale: %s", sub.msg);
+    return MXP_OK;
+}
+
+mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error *err) {
+    if (!b || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "config resolve: NULL argument");
+    mxp_config c;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < b->n; i++) mxp_config_value_store(mxp_config_key_at(i), &b->vals[i], &c);
+
+    mxp_precision_resolution r;
+    mxp_config_resolve_precision(b, &r);
+    c.precision = r.mode;
+    c.kill_switch = b->kill_switch;
+    c.trainer.seed = c.seed;
+    c.data.seed = c.seed;
+    c.trainer.grad_accum_steps = (int)c.grad_accum_steps; /* key range <= INT32_MAX */
+    const mxp_key_value *vs = val(b, "training.loss_scale.enabled");
+    if (vs->source != MXP_SRC_DEFAULT) {
+        c.trainer.scaler.enabled = vs->b;
+        c.trainer.scaler_override = true;
+    } else {
+        c.trainer.scaler.enabled = mxp_config_default_loss_scaling(c.precision);
+        c.trainer.scaler_override = false;
+    }
+
+    mxp_status st = cross_check(b, &c, err);
+    if (st != MXP_OK) return st;
+    if (b->kill_switch) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
+    *out = c;
+    return MXP_OK;
+}
