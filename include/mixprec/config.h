@@ -45,6 +45,8 @@ typedef struct mxp_config {
     int64_t grad_accum_steps;       /* training.grad_accum_steps >= 1 (1) */
     uint64_t seed;                  /* training.seed (1234) */
     mxp_trainer_config trainer;     /* optimizer, clip, scaler (training.loss_scale.*) */
+    mxp_lr_schedule lr_schedule;    /* training.lr_schedule constant|cosine (cosine) */
+    float lr_min_ratio;             /* training.lr_min_ratio in [0, 1] (0.1) */
     /* model.* */
     int64_t hidden;                 /* model.hidden >= 1 (256) */
     int64_t depth;                  /* model.depth >= 1 (3) */

@@ -14,7 +14,13 @@
  *     Inputs of +-Inf map to +-448 when saturating, to NaN otherwise.
  *   - stochastic rounding (SR) for BF16/FP16: add `r` (uniform random bits)
  *     below the kept mantissa and truncate, so E[round(x)] = x. Values
- *     rounding past the largest finite value become Inf as in RNE.
+ *     rounding past the largest finite value become Inf as in RNE. The
+ *     LOW bits of r are used (r & 0xffff for BF16, r & 0x1fff for FP16).
+ *     FP16 results in the subnormal range add those 13 bits 13 bits below
+ *     the subnormal ulp (2^-37), so P(round up) is exact to 2^-13 ulp.
+ *   - widening is exact; FP16 and FP8 NaNs widen to quiet FP32 NaNs (as
+ *     F16C does), BF16 widens by the plain 16-bit shift. Exact NaN payloads
+ *     are not part of the contract beyond "NaN, same sign".
  * References: IEEE 754-2019; OCP 8-bit Floating Point spec (2023).
  */
 #ifndef MIXPREC_NUM_H
@@ -55,7 +61,11 @@ typedef struct mxp_dtype_traits {
 const mxp_dtype_traits *mxp_dtype_info(mxp_dtype t);
 const char *mxp_dtype_name(mxp_dtype t);
 /* Accepts the trait names and the common aliases float32/fp32, bfloat16,
- * float16/fp16/half, e4m3/fp8_e4m3, e5m2/fp8_e5m2. */
+ * float16/fp16/half, e4m3/fp8_e4m3, e5m2/fp8_e5m2, ignoring ASCII case (so
+ * the safetensors names parse too). On failure *out is untouched and err
+ * names the input and lists the accepted values (MXP_ERR_INVALID_ARG).
+ * mxp_dtype_info returns NULL and mxp_dtype_name "invalid" for a value
+ * outside the enum. */
 mxp_status mxp_dtype_parse(const char *s, mxp_dtype *out, mxp_error *err);
 
 typedef enum mxp_fp8_overflow {
@@ -86,7 +96,9 @@ mxp_fp8_e5m2 mxp_f32_to_fp8_e5m2(float f);
 float mxp_round_to(mxp_dtype t, float f);
 
 /* ---- bulk conversions (reference, scalar loops) -------------------------
- * dst and src hold n elements of their dtypes and must not overlap.
+ * dst and src hold n elements of their dtypes and must not overlap; no
+ * alignment is required. An out-of-range dtype makes a conversion a no-op
+ * and mxp_load_f32 return NaN.
  * F32 -> narrow uses RNE (E4M3 saturates). Narrow -> narrow goes via F32. */
 void mxp_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
                  const void *src, size_t n);

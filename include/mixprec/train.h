@@ -28,6 +28,18 @@ typedef enum mxp_optim_kind {
 const char *mxp_optim_kind_name(mxp_optim_kind k);
 mxp_status mxp_optim_kind_parse(const char *s, mxp_optim_kind *out, mxp_error *err);
 
+/* Learning-rate schedule over a run of N optimizer steps (applied by the
+ * workload loop through mxp_trainer_set_lr, as a PyTorch LR scheduler is). */
+typedef enum mxp_lr_schedule {
+    MXP_LR_CONSTANT,
+    MXP_LR_COSINE, /* lr * (m + (1 - m) * (1 + cos(pi * s / N)) / 2), m = min ratio */
+    MXP_LR_SCHEDULE_COUNT
+} mxp_lr_schedule;
+
+/* The learning rate at step s in [0, N) of schedule k with base lr and
+ * floor ratio min_ratio in [0, 1]. */
+float mxp_lr_at(mxp_lr_schedule k, float lr, float min_ratio, int64_t s, int64_t n);
+
 typedef struct mxp_optim_config {
     mxp_optim_kind kind;
     float lr;           /* > 0 (1e-3) */
@@ -122,6 +134,9 @@ void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
 /* Optimizer state views for checkpoints: AdamW moments m, v (SGD: m is the
  * momentum buffer, v NULL), each FP32 [n]; *t_out the update count. */
 void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, int64_t *t_out);
+
+/* Set the learning rate used from the next step on (finite, > 0). */
+mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);
 
 mxp_model *mxp_trainer_model(mxp_trainer *t);
 mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);

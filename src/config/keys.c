@@ -24,6 +24,7 @@ static_assert(sizeof(mxp_scale_floor_policy) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_layer_kind) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_env_kind) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_log_level) == sizeof(int), "enum size");
+static_assert(sizeof(mxp_lr_schedule) == sizeof(int), "enum size");
 
 /* ---- enum choices ------------------------------------------------------- */
 
@@ -46,6 +47,12 @@ static const mxp_key_choice kAtMinChoices[] = {
     {"fallback", MXP_SCALE_FLOOR_FALLBACK, false},
 };
 static_assert(MXP_SCALE_FLOOR_COUNT == 3, "update kAtMinChoices");
+
+static const mxp_key_choice kScheduleChoices[] = {
+    {"constant", MXP_LR_CONSTANT, false},
+    {"cosine", MXP_LR_COSINE, false},
+};
+static_assert(MXP_LR_SCHEDULE_COUNT == 2, "update kScheduleChoices");
 
 static const mxp_key_choice kActChoices[] = {
     {"relu", MXP_LAYER_RELU, false},
@@ -110,6 +117,10 @@ static const mxp_config_key kKeys[] = {
              "optimizer adamw|sgd (adamw)"),
     KEY_FLT("training.lr", MXP_STORE_F32, trainer.optim.lr, 1e-3, 0.0, true, INFINITY, false,
             false, "learning rate, > 0 (0.001)"),
+    KEY_ENUM("training.lr_schedule", lr_schedule, MXP_LR_COSINE, kScheduleChoices,
+             "learning-rate schedule over the run: constant|cosine (cosine)"),
+    KEY_FLT("training.lr_min_ratio", MXP_STORE_F32, lr_min_ratio, 0.1, 0.0, false, 1.0, false,
+            false, "cosine floor as a fraction of training.lr, in [0, 1] (0.1)"),
     KEY_FLT("training.beta1", MXP_STORE_F32, trainer.optim.beta1, 0.9, 0.0, false, 1.0, true,
             false, "AdamW beta1, in [0, 1) (0.9)"),
     KEY_FLT("training.beta2", MXP_STORE_F32, trainer.optim.beta2, 0.999, 0.0, false, 1.0, true,

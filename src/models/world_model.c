@@ -175,8 +175,12 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
                 }
                 micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
             }
+            float lr = mxp_lr_at(wm->cfg.lr_schedule, wm->cfg.trainer.optim.lr,
+                                 wm->cfg.lr_min_ratio, step, total_steps);
+            mxp_status st = mxp_trainer_set_lr(wm->trainer, lr, err);
+            if (st != MXP_OK) return st;
             mxp_step_result res;
-            mxp_status st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
+            st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
             if (st != MXP_OK) return st;
             step++;
             if (wm->progress) {

@@ -267,6 +267,10 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
         if (m->layers[l].kind == MXP_LAYER_LINEAR && b->act_type[l] != mm_in)
             need_t0 = true;
     }
+    /* The last layer's output is the loss's input: write it in the loss
+     * dtype (FP32) straight from the FP32 accumulator instead of rounding
+     * it to the activation dtype and widening it again. */
+    b->act_type[m->n_layers] = p->ops[MXP_OP_LOSS].input;
     for (int l = 0; l <= m->n_layers; l++) {
         size_t n;
         if (!mxp_size_mul(mb, (size_t)m->width[l], &n)) goto overflow;

@@ -1,10 +1,11 @@
-/* train/optim_config.c: optimizer and trainer configuration defaults and
- * the optimizer-kind name table.
+/* train/optim_config.c: optimizer and trainer configuration defaults, the
+ * optimizer-kind name table and learning-rate schedules.
  * Entry points: mxp_optim_config_default, mxp_trainer_config_default,
- * mxp_optim_kind_name, mxp_optim_kind_parse. */
+ * mxp_optim_kind_name, mxp_optim_kind_parse, mxp_lr_at. */
 #include <mixprec/train.h>
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const optim_names[] = {"adamw", "sgd"};
@@ -52,4 +53,11 @@ mxp_trainer_config mxp_trainer_config_default(void) {
         .near_overflow_frac = 0.125f,
     };
     return c;
+}
+
+float mxp_lr_at(mxp_lr_schedule k, float lr, float min_ratio, int64_t s, int64_t n) {
+    if (k != MXP_LR_COSINE || n <= 1) return lr;
+    double frac = (double)s / (double)n;
+    double m = (double)min_ratio;
+    return (float)((double)lr * (m + (1.0 - m) * 0.5 * (1.0 + cos(M_PI * frac))));
 }

@@ -311,6 +311,13 @@ const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n) {
 void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch) { t->epoch = epoch; }
 mxp_model *mxp_trainer_model(mxp_trainer *t) { return t->model; }
 
+mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err) {
+    if (!(lr > 0) || !isfinite(lr))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "lr=%g; accepted: finite > 0", lr);
+    t->cfg.optim.lr = lr;
+    return MXP_OK;
+}
+
 void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user) {
     t->hook = fn;
     t->hook_user = user;
