@@ -2,7 +2,8 @@
 # Install the Debian 12 packages mixprec needs to build and test (as root,
 # or through sudo). Skips apt entirely when everything is already present.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libyaml-dev python3)
+pkgs=(gcc make cmake pkg-config libyaml-dev libjansson-dev libsqlite3-dev libmicrohttpd-dev
+      zlib1g-dev python3 python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,7 +17,7 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
-MIXPREC_FORCE_ISA=generic ctest --test-dir build --output-on-failure -j"$jobs"
+MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DMIXPREC_SANITIZE=ON >/dev/null

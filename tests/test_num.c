@@ -784,8 +784,11 @@ static void test_bulk(void) {
 }
 
 int main(int argc, char **argv) {
-    /* `test_num quick` skips the two 2^32 sweeps (for debugging). */
-    bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    /* `test_num quick` (or MIXPREC_TEST_QUICK=1, used by the sanitizer and
+     * reference-kernel passes of scripts/test.sh, which re-run a suite the
+     * release pass already ran in full) skips the two 2^32 sweeps. */
+    const char *q = getenv("MIXPREC_TEST_QUICK");
+    bool quick = (argc > 1 && strcmp(argv[1], "quick") == 0) || (q && strcmp(q, "1") == 0);
     test_traits();
     test_parse();
     test_16bit_patterns();

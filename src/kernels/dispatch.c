@@ -9,6 +9,7 @@
  * ahead of "generic" in `isa_candidates`.
  */
 #include "kernels/kernels.h"
+#include "kernels/x86_avx512/avx512.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ static bool always_usable(const mxp_cpu_features *f) {
 
 /* Best first; the last entry must be the always-usable reference. */
 static const isa_candidate isa_candidates[] = {
+    {"avx512", mxp_kernels_avx512, mxp_avx512_usable},
     {"generic", mxp_kernels_generic, always_usable},
 };
 enum { ISA_CANDIDATE_COUNT = sizeof isa_candidates / sizeof isa_candidates[0] };

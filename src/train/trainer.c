@@ -20,26 +20,8 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "train/trainer_internal.h"
 
-#define HISTORY_INITIAL_CAP 1024
-
-struct mxp_trainer {
-    mxp_model *model;
-    mxp_trainer_config cfg;
-    mxp_scaler *scaler;
-    size_t n_params;
-    float *m; /* AdamW first moment, or SGD momentum buffer  FP32 [P] */
-    float *v; /* AdamW second moment (NULL for SGD)          FP32 [P] */
-    int64_t opt_steps;     /* applied updates: the optimizer's t */
-    int64_t training_steps;
-    int64_t skipped_steps;
-    int64_t epoch;
-    uint64_t sr_counter;   /* position in the stochastic-rounding stream */
-    mxp_history_row *hist;
-    size_t hist_n, hist_cap;
-    mxp_grad_hook hook;
-    void *hook_user;
-};
 
 static mxp_status validate_optim(const mxp_optim_config *o, mxp_error *err) {
     if ((unsigned)o->kind >= MXP_OPTIM_KIND_COUNT)
