@@ -8,7 +8,7 @@
 #  - train --json writes a parseable summary and history.csv;
 #  - config show reports sources; --help works on every verb.
 set -u
-bin=$1
+bin=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"

@@ -22,19 +22,10 @@
  */
 #include <mixprec/num.h>
 
+#include "num/bits.h"
+
 #include <string.h>
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 float mxp_bf16_to_f32(mxp_bf16 h) {
     return f32_from_bits((uint32_t)h.bits << 16);

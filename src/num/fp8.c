@@ -28,19 +28,10 @@
  */
 #include <mixprec/num.h>
 
+#include "num/bits.h"
+
 #include <string.h>
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* Round a finite FP32 magnitude `x` (bit pattern, sign clear, below 2^16)
  * to nearest even in a format with `man` mantissa bits and exponent bias

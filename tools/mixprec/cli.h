@@ -14,9 +14,14 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_IO = 3 }
 /* Options every config-taking verb shares. */
 typedef struct cli_config_args {
     const char *config_path;  /* --config FILE */
-    const char **overrides;   /* key=value arguments, in order */
+    const char *overrides[CLI_MAX_OVERRIDES]; /* key=value arguments, in order */
     int n_overrides;
 } cli_config_args;
+
+/* If argv[*i] is a shared config argument (--config FILE or key=value),
+ * take it (advancing *i past a FILE) and return 1; return 0 when it is not
+ * one; print an error and return -1 when it is malformed. */
+int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a);
 
 /* Route library log messages to stderr with a level prefix. */
 void cli_install_logger(void);

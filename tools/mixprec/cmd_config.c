@@ -26,8 +26,6 @@ int cmd_config(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     cli_config_args a = {0};
-    const char *ov[CLI_MAX_OVERRIDES];
-    a.overrides = ov;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             help(stdout);
@@ -36,15 +34,10 @@ int cmd_config(int argc, char **argv) {
             for (int k = 0; k < mxp_config_num_keys(); k++)
                 printf("%-36s %s\n", mxp_config_key_name(k), mxp_config_key_help(k));
             return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            a.config_path = argv[++i];
-        } else if (argv[i][0] != '-' && strchr(argv[i], '=')) {
-            if (a.n_overrides == CLI_MAX_OVERRIDES) {
-                cli_error("more than %d key=value overrides", CLI_MAX_OVERRIDES);
-                return CLI_EXIT_USAGE;
-            }
-            ov[a.n_overrides++] = argv[i];
         } else {
+            int took = cli_take_config_arg(argc, argv, &i, &a);
+            if (took < 0) return CLI_EXIT_USAGE;
+            if (took > 0) continue;
             cli_error("unexpected argument '%s'; accepted: --config FILE, --keys, key=value",
                       argv[i]);
             return CLI_EXIT_USAGE;

@@ -82,21 +82,30 @@ typedef struct run_summary {
     int64_t samples;
 } run_summary;
 
+/* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */
+static void json_number(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g,", key, v);
+    else
+        fprintf(f, "\"%s\":null,", key);
+}
+
 static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary *s) {
     fprintf(f,
             "{\"precision\":\"%s\",\"kill_switch\":%s,\"fp16_enabled_runtime\":%s,"
             "\"training_steps\":%lld,\"optimizer_steps\":%lld,\"skipped_steps\":%lld,"
             "\"overflow_rate\":%.6g,\"current_scale\":%.9g,\"epochs\":%lld,"
-            "\"batch_size\":%lld,\"grad_accum_steps\":%lld,\"seed\":%llu,"
-            "\"final_train_loss\":%.9g,\"val_loss\":%.9g,\"wall_time_s\":%.6g,"
-            "\"samples\":%lld,\"samples_per_s\":%.6g}\n",
+            "\"batch_size\":%lld,\"grad_accum_steps\":%lld,\"seed\":%llu,",
             mxp_precision_name(s->stats.precision), cfg->kill_switch ? "true" : "false",
             s->stats.fp16_enabled_runtime ? "true" : "false",
             (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
             (long long)s->stats.skipped_steps, s->stats.overflow_rate,
             (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
-            (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed, s->train_loss,
-            s->val_loss, s->wall_s, (long long)s->samples, s->samples_per_s);
+            (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed);
+    json_number(f, "final_train_loss", s->train_loss);
+    json_number(f, "val_loss", s->val_loss);
+    fprintf(f, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}\n", s->wall_s,
+            (long long)s->samples, s->samples_per_s);
 }
 
 static int write_outputs(const mxp_config *cfg, const run_summary *s, mxp_trainer *tr) {
@@ -151,8 +160,6 @@ static void print_summary(const run_summary *s) {
 
 int cmd_train(int argc, char **argv) {
     cli_config_args a = {0};
-    const char *ov[CLI_MAX_OVERRIDES];
-    a.overrides = ov;
     bool json = false, quiet = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -162,15 +169,10 @@ int cmd_train(int argc, char **argv) {
             json = true;
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = true;
-        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            a.config_path = argv[++i];
-        } else if (argv[i][0] != '-' && strchr(argv[i], '=')) {
-            if (a.n_overrides == CLI_MAX_OVERRIDES) {
-                cli_error("more than %d key=value overrides", CLI_MAX_OVERRIDES);
-                return CLI_EXIT_USAGE;
-            }
-            ov[a.n_overrides++] = argv[i];
         } else {
+            int took = cli_take_config_arg(argc, argv, &i, &a);
+            if (took < 0) return CLI_EXIT_USAGE;
+            if (took > 0) continue;
             cli_error("unexpected argument '%s'; accepted: --config FILE, --json, --quiet, "
                       "--help, key=value", argv[i]);
             return CLI_EXIT_USAGE;

@@ -24,6 +24,25 @@ void cli_error(const char *fmt, ...) {
     va_end(ap);
 }
 
+int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a) {
+    const char *arg = argv[*i];
+    if (strcmp(arg, "--config") == 0) {
+        if (*i + 1 >= argc) {
+            cli_error("--config needs a FILE argument");
+            return -1;
+        }
+        a->config_path = argv[++*i];
+        return 1;
+    }
+    if (arg[0] == '-' || !strchr(arg, '=')) return 0;
+    if (a->n_overrides == CLI_MAX_OVERRIDES) {
+        cli_error("more than %d key=value overrides", CLI_MAX_OVERRIDES);
+        return -1;
+    }
+    a->overrides[a->n_overrides++] = arg;
+    return 1;
+}
+
 int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep) {
     mxp_error err = {0};
     mxp_config_builder *b = NULL;
