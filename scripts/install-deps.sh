@@ -3,7 +3,14 @@
 # or through sudo). Skips apt entirely when everything is already present.
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libyaml-dev libjansson-dev libsqlite3-dev libmicrohttpd-dev
-      zlib1g-dev python3 python3-numpy)
+      zlib1g-dev python3 python3-numpy libopenmpi-dev openmpi-bin)
+# workload data: Fashion-MNIST IDX files (classifier), the Jargon File (gpt)
+pkgs+=(dataset-fashion-mnist jargon-text)
+# observability tests and `mixprec report`: promtool + Prometheus server,
+# the sqlite3 CLI, headless Chromium, gnuplot (pngcairo) and its font, curl
+pkgs+=(prometheus sqlite3 chromium gnuplot-nox fonts-dejavu-core curl)
+# checkpoint-loader fuzzing (tests/fuzz/run_fuzz.sh): clang + the libFuzzer runtime
+pkgs+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 # The whole mixprec test suite, from a fresh Debian 12 machine:
 #  1. install build dependencies (apt, only what is missing);
 #  2. warnings-as-errors Release build + every CTest program;
+#  2b. a bounded (60 s) libFuzzer run on the checkpoint loader;
 #  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
 #  4. an ASan + UBSan build and its suite;
 #  5. `cmake --install` into a staging prefix and build examples/ against it
@@ -15,6 +16,9 @@ echo "== release build (-Werror) and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== fuzz the checkpoint loader (libFuzzer + ASan/UBSan, 60 s)"
+tests/fuzz/run_fuzz.sh 60 build
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
 MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -141,6 +141,88 @@ void mxp_scaler_get_state(const mxp_scaler *s, mxp_scaler_state *out);
 mxp_status mxp_scaler_set_state(mxp_scaler *s, const mxp_scaler_state *st, mxp_error *err);
 const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s);
 
+/* ---- FP8 delayed scaling (emulated) -------------------------------------
+ * Per-tensor delayed scaling as NVIDIA Transformer Engine's DelayedScaling
+ * recipe does (src/amp/fp8.c): every FP8 tensor (a matmul operand) has a
+ * scale and a history of its amax (largest |value|) over the last
+ * history_len steps. A tensor is quantised with the scale computed from the
+ * history of PREVIOUS steps: q = fp8(x * scale) (saturating, as TE's casts),
+ * and the matmul result is multiplied by 1/scale of each operand. After a
+ * step, update() pushes the amax observed in it into the history and
+ * recomputes
+ *     amax  = max(history)            (amax_algo max)
+ *           | the newest entry         (amax_algo most_recent)
+ *     scale = (fp8_max / amax) / 2^margin
+ * keeping the old scale when amax is 0 or not finite (a NaN or Inf in the
+ * window makes the window's amax non-finite, as torch.max does in TE).
+ * Scales start at 1 and histories at 0. Formats: E4M3 (max 448) for forward
+ * tensors, E5M2 (max 57344) for gradients ("hybrid"). mixprec computes in
+ * FP32 on the quantised values: FP8 is EMULATED. */
+
+typedef enum mxp_fp8_amax_algo {
+    MXP_FP8_AMAX_MAX,         /* largest amax in the history window */
+    MXP_FP8_AMAX_MOST_RECENT, /* the newest amax */
+    MXP_FP8_AMAX_ALGO_COUNT
+} mxp_fp8_amax_algo;
+
+/* "max", "most_recent" */
+const char *mxp_fp8_amax_algo_name(mxp_fp8_amax_algo a);
+
+typedef struct mxp_fp8_config {
+    int history_len;             /* >= 1, <= 65536 (16) */
+    mxp_fp8_amax_algo amax_algo; /* (max) */
+    int margin;                  /* >= 0, <= 64 (0) */
+} mxp_fp8_config;
+
+mxp_fp8_config mxp_fp8_config_default(void);
+/* Name the field, its value and the accepted range on error. */
+mxp_status mxp_fp8_config_validate(const mxp_fp8_config *c, mxp_error *err);
+
+/* The scaling rule: (fp8_max / amax) / 2^margin, computed in double and
+ * rounded to float; old_scale when amax is 0, negative or not finite, or
+ * when the new scale would not be a finite positive float. */
+float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin);
+
+/* dst[i] = the FP8 value (as FP32, exact) of src[i] * scale in format fmt
+ * (F8_E4M3 or F8_E5M2), round-to-nearest-even, finite overflow and +-Inf
+ * saturated to +-max (NaN stays NaN). Returns amax of src: the largest
+ * |src[i]|, or NaN/Inf when src holds a non-finite value (so the history
+ * sees it). dst may alias src. */
+float mxp_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n, float scale);
+
+typedef struct mxp_fp8_scaling mxp_fp8_scaling;
+
+/* n_tensors >= 1 tensors, formats[i] F8_E4M3 or F8_E5M2. */
+mxp_status mxp_fp8_scaling_create(const mxp_fp8_config *c, int n_tensors,
+                                  const mxp_dtype *formats, mxp_fp8_scaling **out,
+                                  mxp_error *err);
+void mxp_fp8_scaling_destroy(mxp_fp8_scaling *s);
+int mxp_fp8_scaling_num_tensors(const mxp_fp8_scaling *s);
+const mxp_fp8_config *mxp_fp8_scaling_config(const mxp_fp8_scaling *s);
+mxp_dtype mxp_fp8_scaling_format(const mxp_fp8_scaling *s, int i);
+/* Current scale of tensor i, and 1/scale (double, rounded to float). */
+float mxp_fp8_scaling_scale(const mxp_fp8_scaling *s, int i);
+float mxp_fp8_scaling_scale_inv(const mxp_fp8_scaling *s, int i);
+/* Record an amax of tensor i seen during the current step (the step's
+ * amax is the max of its observations; a non-finite one sticks). */
+void mxp_fp8_scaling_observe(mxp_fp8_scaling *s, int i, float amax);
+/* Close the step: push each tensor's observed amax (0 when none) into its
+ * history and recompute its scale by the rule; clears the observations. */
+void mxp_fp8_scaling_update(mxp_fp8_scaling *s);
+/* Number of update() calls so far. */
+int64_t mxp_fp8_scaling_steps(const mxp_fp8_scaling *s);
+
+/* Checkpoint state, as floats (for safetensors): layout
+ *   [n] scales, then [n][history_len] amax histories, oldest first,
+ * taken at a step boundary (pending observations are not part of it).
+ * state_size gives the float count; set_state validates (scales finite and
+ * > 0, histories >= 0 or non-finite as recorded; size must match) and
+ * leaves s unchanged on error. The step count is metadata: pass it back. */
+size_t mxp_fp8_scaling_state_size(const mxp_fp8_scaling *s);
+void mxp_fp8_scaling_get_state(const mxp_fp8_scaling *s, float *buf);
+mxp_status mxp_fp8_scaling_set_state(mxp_fp8_scaling *s, const float *buf, size_t n,
+                                     int64_t steps, mxp_error *err);
+
 #ifdef __cplusplus
 }
 #endif

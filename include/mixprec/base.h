@@ -132,6 +132,22 @@ const mxp_cpu_features *mxp_cpu_features_get(void);
 /* Monotonic wall clock in seconds. */
 double mxp_time_now(void);
 
+/* ---- floating-point environment ----------------------------------------
+ * Flush-to-zero + denormals-are-zero for FP32 compute, like PyTorch's
+ * torch.set_flush_denormal: subnormal FP32 inputs of arithmetic read as 0
+ * and subnormal results become 0, which avoids the x86 slow path for
+ * subnormal operands. Off by default. It sets MXCSR of the CALLING thread;
+ * threads it creates afterwards inherit it (set it before creating models,
+ * trainers or kernel thread pools). It never applies where FP16 gradients
+ * need their subnormals: the dtype conversions and the fused unscale pass
+ * (kernels) keep subnormals whatever this setting says. */
+
+/* Turn FTZ+DAZ on or off; returns false (and changes nothing) where the
+ * platform has no such mode (non-x86), true otherwise. */
+bool mxp_fpenv_set_ftz(bool on);
+/* True when FTZ or DAZ is on in the calling thread. */
+bool mxp_fpenv_get_ftz(void);
+
 #ifdef __cplusplus
 }
 #endif

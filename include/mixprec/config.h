@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include <mixprec/data.h>
+#include <mixprec/guard.h>
 #include <mixprec/train.h>
 
 #ifdef __cplusplus
@@ -34,9 +35,58 @@ extern "C" {
 
 #define MXP_CONFIG_STR_MAX 256
 
+/* Log line format of the CLI: log.format text|json (text). */
+typedef enum mxp_log_format {
+    MXP_LOG_FORMAT_TEXT,
+    MXP_LOG_FORMAT_JSON,
+    MXP_LOG_FORMAT_COUNT
+} mxp_log_format;
+
+/* obs.*: metrics, HTTP server and run store (see mixprec/obs.h). */
+typedef struct mxp_obs_settings {
+    bool http_enabled;                      /* obs.http.enabled (false) */
+    char http_address[MXP_CONFIG_STR_MAX];  /* obs.http.address ("127.0.0.1") */
+    int64_t http_port;                      /* obs.http.port 0..65535, 0 = any (8080) */
+    char token_file[MXP_CONFIG_STR_MAX];    /* obs.http.token_file ("none": no control API) */
+    int64_t http_max_connections;           /* obs.http.max_connections (16) */
+    int64_t http_timeout_s;                 /* obs.http.timeout_s (10) */
+    double http_linger_s;                   /* obs.http.linger_s: serve on after the run (0) */
+    bool store_enabled;                     /* obs.store.enabled (true) */
+    char store_db[MXP_CONFIG_STR_MAX];      /* obs.store.db, relative to output.dir */
+    char store_events[MXP_CONFIG_STR_MAX];  /* obs.store.events, relative to output.dir */
+    int64_t flush_steps;                    /* obs.store.flush_steps (100) */
+    double flush_seconds;                   /* obs.store.flush_seconds (2) */
+    int64_t history_max;                    /* obs.history_max rows kept in memory */
+    double fp32_baseline_loss;              /* obs.fp32_baseline_loss, 0 = unset */
+} mxp_obs_settings;
+
+/* model.workload: what `mixprec train` trains. */
+typedef enum mxp_workload {
+    MXP_WORKLOAD_WORLD_MODEL, /* MLP on replay data (default) */
+    MXP_WORKLOAD_CLASSIFIER,  /* MLP on Fashion-MNIST (classifier.h) */
+    MXP_WORKLOAD_GPT,         /* character-level transformer (gpt.h) */
+    MXP_WORKLOAD_COUNT
+} mxp_workload;
+
+/* Workload settings beyond the world model (docs/workloads.md). */
+typedef struct mxp_workload_settings {
+    char fmnist_dir[MXP_CONFIG_STR_MAX]; /* data.fashion_mnist_dir */
+    char text_file[MXP_CONFIG_STR_MAX];  /* data.text_file (plain or .gz) */
+    int64_t train_subset;                /* data.train_subset: training examples (images;
+                                            gpt: context windows), 0 = all (0) */
+    int64_t test_subset;                 /* data.test_subset: evaluation examples, 0 = all (0) */
+    int64_t gpt_layers;                  /* gpt.layers >= 1 (2) */
+    int64_t gpt_heads;                   /* gpt.heads >= 1 (4) */
+    int64_t gpt_embd;                    /* gpt.embd, multiple of heads (128) */
+    int64_t gpt_context;                 /* gpt.context >= 2 (64) */
+    float gpt_embed_scale;               /* gpt.embed_scale > 0 (1) */
+} mxp_workload_settings;
+
 typedef struct mxp_config {
     /* training.* */
     mxp_precision precision;        /* resolved mode */
+    bool precision_auto;            /* training.precision=auto: `precision` is the fp32
+                                       placeholder; the preflight chooses (guard.h) */
     bool mixed_enabled;             /* training.mixed_precision.enabled */
     mxp_dtype mixed_dtype;          /* training.mixed_precision.dtype: BF16 | F16 */
     bool kill_switch;               /* forced to FP32 by the operator */
@@ -47,6 +97,8 @@ typedef struct mxp_config {
     mxp_trainer_config trainer;     /* optimizer, clip, scaler (training.loss_scale.*) */
     mxp_lr_schedule lr_schedule;    /* training.lr_schedule constant|cosine (cosine) */
     float lr_min_ratio;             /* training.lr_min_ratio in [0, 1] (0.1) */
+    bool flush_denormals;           /* training.flush_denormals: FTZ/DAZ for FP32 compute,
+                                       applied by the CLI (mxp_fpenv_set_ftz) (false) */
     /* model.* */
     int64_t hidden;                 /* model.hidden >= 1 (256) */
     int64_t depth;                  /* model.depth >= 1 (3) */
@@ -55,9 +107,22 @@ typedef struct mxp_config {
     /* data.* */
     mxp_replay_config data;         /* data.env, data.trajectories, data.episode_length,
                                        data.val_fraction; seed = training.seed */
+    mxp_workload workload;          /* model.workload (world_model) */
+    mxp_workload_settings wl;       /* data.fashion_mnist_dir, data.text_file, data.*_subset, gpt.* */
+    mxp_fp8_config fp8;             /* training.fp8.history_len|amax_algo|margin */
+    /* checkpoint.* (mixprec/ckpt.h, docs/checkpoints.md) */
+    bool ckpt_enabled;              /* checkpoint.enabled (true) */
+    int64_t ckpt_every_steps;       /* checkpoint.every_steps >= 0, 0 = off (1000) */
+    double ckpt_every_seconds;      /* checkpoint.every_seconds >= 0, 0 = off (0) */
+    int64_t ckpt_keep_last;         /* checkpoint.keep_last >= 1 (3) */
+    char ckpt_dir[MXP_CONFIG_STR_MAX]; /* checkpoint.dir, relative to output.dir ("checkpoints") */
     /* output.* */
     char output_dir[MXP_CONFIG_STR_MAX]; /* output.dir ("runs/latest") */
     mxp_log_level log_level;        /* log.level debug|info|warn|error (info) */
+    mxp_log_format log_format;      /* log.format text|json (text) */
+    mxp_obs_settings obs;           /* obs.* */
+    mxp_dist_config dist;           /* dist.allreduce_dtype, dist.check_every (dist.h) */
+    mxp_guard_config guard;         /* guard.* and fault.* (guard.h, docs/safety.md) */
 } mxp_config;
 
 typedef enum mxp_config_source {

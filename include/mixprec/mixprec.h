@@ -14,6 +14,12 @@
 #include <mixprec/train.h>
 #include <mixprec/data.h>
 #include <mixprec/config.h>
+#include <mixprec/guard.h>
+#include <mixprec/ckpt.h>
+#include <mixprec/dist.h>
 #include <mixprec/world_model.h>
+#include <mixprec/classifier.h>
+#include <mixprec/gpt.h>
+#include <mixprec/obs.h>
 
 #endif /* MIXPREC_MIXPREC_H */

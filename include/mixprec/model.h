@@ -28,6 +28,12 @@ typedef enum mxp_layer_kind {
     MXP_LAYER_GELU, /* exact (erf) GELU, PyTorch nn.GELU() default */
     MXP_LAYER_TANH,
     MXP_LAYER_LAYERNORM,
+    /* GPT layers (src/nn/embedding.c, block.c; rows are B*seq_len tokens): */
+    MXP_LAYER_EMBEDDING, /* token ids (FP32 [rows, 1]) -> (wte[id] + wpe[pos]) * embed_scale;
+                            units = C; must be layer 0 */
+    MXP_LAYER_BLOCK,     /* pre-LN transformer block (GPT-2): x + attn(ln_1(x)), then
+                            + mlp(ln_2(.)); causal, n_heads heads, MLP 4C with GELU */
+    MXP_LAYER_LM_HEAD,   /* logits = x wte^T, tied to the embedding (no bias); last */
     MXP_LAYER_KIND_COUNT
 } mxp_layer_kind;
 
@@ -55,6 +61,12 @@ typedef struct mxp_model_spec {
     mxp_layer_spec layers[MXP_MODEL_MAX_LAYERS];
     mxp_loss_kind loss;
     float layernorm_eps; /* 1e-5 */
+    /* sequence models (GPT layers): every batch holds B sequences of
+     * seq_len consecutive rows (token positions); max_batch counts rows. */
+    int64_t seq_len;     /* T, context length (0 for MLPs) */
+    int64_t vocab_size;  /* V: embedding rows and lm_head outputs */
+    int n_heads;         /* attention heads; C % n_heads == 0 */
+    float embed_scale;   /* multiplier of the embedding output (1) */
 } mxp_model_spec;
 
 /* An MLP spec: depth x (linear(hidden) -> [layernorm] -> act), then
@@ -64,11 +76,23 @@ mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
                                   bool layernorm, mxp_loss_kind loss,
                                   int64_t max_batch);
 
+/* A GPT-2 style character model: embedding(C) -> n_layer x block ->
+ * layernorm -> lm_head (tied), XENT loss, for batches of up to
+ * max_seqs sequences of context tokens (max_batch = max_seqs * context). */
+mxp_model_spec mxp_model_spec_gpt(int64_t vocab, int64_t context, int64_t embd, int n_heads,
+                                  int n_layer, int64_t max_seqs);
+
 typedef struct mxp_model mxp_model;
 
 /* Build the model and plan all its memory. Parameters are initialised as
  * PyTorch nn.Linear does (U(-1/sqrt(in), 1/sqrt(in)) for weight and bias;
- * layernorm gamma 1, beta 0) from a counter-based RNG stream of `seed`. */
+ * layernorm gamma 1, beta 0) from a counter-based RNG stream of `seed`;
+ * GPT layers as GPT-2 / nanoGPT: N(0, 0.02) for embeddings and linear
+ * weights, N(0, 0.02/sqrt(2 n_layer)) for the residual projections,
+ * biases 0. Tensor names of GPT layers: layers.<i>.wte / .wpe,
+ * layers.<i>.ln_1.weight, .attn.c_attn.weight, .attn.c_proj.weight,
+ * .ln_2.weight, .mlp.c_fc.weight, .mlp.c_proj.weight (and .bias each);
+ * weights [out, in] as nn.Linear. */
 mxp_status mxp_model_create(const mxp_model_spec *spec,
                             const mxp_precision_policy *policy, uint64_t seed,
                             mxp_model **out, mxp_error *err);
@@ -134,6 +158,23 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
 /* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT). */
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
                              float *pred, mxp_error *err);
+
+/* FP8 (emulated) delayed scaling. When the policy's matmul input dtype is
+ * an FP8 format (mode fp8), every linear layer quantises its input x and
+ * weight W to E4M3 and its output gradient dY to E5M2, each with a
+ * per-tensor delayed scale (amp.h), and computes in FP32 on the quantised
+ * values; tensors stored between layers (activations and activation
+ * gradients) are BF16, as Transformer Engine keeps them, and weights are
+ * quantised from the FP32 master. Amax is observed only in training steps
+ * (mxp_model_step with backward), and the scales are updated at the end of
+ * each such step. The config applies now (resetting the state) and to any
+ * later switch into an FP8 policy; default mxp_fp8_config_default(). */
+mxp_status mxp_model_set_fp8_config(mxp_model *m, const mxp_fp8_config *c, mxp_error *err);
+/* The scaling state (for checkpoints: mxp_fp8_scaling_get_state /
+ * _set_state), or NULL when the current policy is not FP8. Tensor order:
+ * for each linear layer in layer order, (input x, weight W, output grad dY);
+ * the same order for the linear products inside other layers. */
+mxp_fp8_scaling *mxp_model_fp8(mxp_model *m);
 
 /* Bytes held per role, for memory reporting. */
 typedef struct mxp_model_memory {

@@ -13,6 +13,7 @@
 #ifndef MIXPREC_TRAIN_H
 #define MIXPREC_TRAIN_H
 
+#include <mixprec/dist.h>
 #include <mixprec/model.h>
 
 #ifdef __cplusplus
@@ -140,6 +141,42 @@ mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);
 
 mxp_model *mxp_trainer_model(mxp_trainer *t);
 mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
+
+/* Data parallelism (dist.h): from the next step on, average gradients and
+ * loss over comm's ranks after backward, agree on found_inf with MAX, and
+ * verify that the replicas are identical on the first step and every
+ * dc->check_every steps (MXP_ERR_STATE when they are not). The trainer
+ * borrows comm (it must outlive the trainer or be removed with NULL);
+ * dc NULL: mxp_dist_config_default(). Reserves the all-reduce scratch. */
+mxp_status mxp_trainer_set_comm(mxp_trainer *t, mxp_comm *comm, const mxp_dist_config *dc,
+                                mxp_error *err);
+/* The communicator set by mxp_trainer_set_comm, or NULL. */
+mxp_comm *mxp_trainer_comm(mxp_trainer *t);
+/* Data parallel, at a step boundary on every rank: when the ranks' precision
+ * modes differ (an operator switch that reached rank 0's control API only,
+ * or a signal that reached the ranks at different steps), every rank takes
+ * rank 0's mode and loss-scaler state. One MAX all-reduce of 3 ints per call
+ * (plus a broadcast when they differ). No-op without a communicator or with
+ * one rank. */
+mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err);
+
+/* Checkpointable trainer state beside the optimizer moments
+ * (mxp_trainer_optim_state) and the scaler (mxp_scaler_get_state). */
+typedef struct mxp_trainer_state {
+    int64_t training_steps;  /* step() calls */
+    int64_t optimizer_steps; /* applied updates: AdamW's t */
+    int64_t skipped_steps;
+    int64_t epoch;
+    uint64_t sr_counter;     /* position in the stochastic-rounding stream */
+    float lr;                /* current learning rate */
+} mxp_trainer_state;
+
+void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out);
+/* Restore counters, RNG position and lr. Validated first (counts >= 0,
+ * optimizer and skipped steps <= training steps, lr finite > 0); nothing
+ * changes on error. */
+mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err);
+const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t);
 
 #ifdef __cplusplus
 }

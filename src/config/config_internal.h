@@ -131,8 +131,12 @@ const char *mxp_config_intern_path(mxp_config_builder *b, const char *path);
 void mxp_config_unknown_key_text(const char *name, char *buf, size_t n);
 
 /* ---- resolve.c ---------------------------------------------------------- */
+/* The value training.precision=auto stores (guard advisor, issue 4). */
+#define MXP_PRECISION_AUTO_VALUE ((int)MXP_PRECISION_COUNT)
+
 typedef struct mxp_precision_resolution {
     mxp_precision mode;
+    bool automatic;           /* training.precision=auto: mode is the fp32 placeholder */
     mxp_config_source source; /* of the deciding value */
     const char *origin;       /* its file path / variable, or NULL */
     char why[160];

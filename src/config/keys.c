@@ -66,6 +66,57 @@ static const mxp_key_choice kEnvChoices[] = {
 };
 static_assert(MXP_ENV_KIND_COUNT == 2, "update kEnvChoices");
 
+static const mxp_key_choice kWorkloadChoices[] = {
+    {"world_model", MXP_WORKLOAD_WORLD_MODEL, false},
+    {"classifier", MXP_WORKLOAD_CLASSIFIER, false},
+    {"gpt", MXP_WORKLOAD_GPT, false},
+};
+static_assert(MXP_WORKLOAD_COUNT == 3, "update kWorkloadChoices");
+static_assert(sizeof(mxp_workload) == sizeof(int), "enum size");
+
+static const mxp_key_choice kAmaxChoices[] = {
+    {"max", MXP_FP8_AMAX_MAX, false},
+    {"most_recent", MXP_FP8_AMAX_MOST_RECENT, false},
+};
+static_assert(MXP_FP8_AMAX_ALGO_COUNT == 2, "update kAmaxChoices");
+static_assert(sizeof(mxp_fp8_amax_algo) == sizeof(int), "enum size");
+
+static const mxp_key_choice kWireChoices[] = {
+    {"fp32", MXP_WIRE_F32, false},
+    {"bf16", MXP_WIRE_BF16, false},
+    {"bfloat16", MXP_WIRE_BF16, true},
+};
+static_assert(MXP_WIRE_DTYPE_COUNT == 2, "update kWireChoices");
+static_assert(sizeof(mxp_wire_dtype) == sizeof(int), "enum size");
+
+static const mxp_key_choice kGuardActionChoices[] = {
+    {"off", 0, false},
+    {"alert", MXP_ACT_ALERT, false},
+    {"fallback", MXP_ACT_ALERT | MXP_ACT_FALLBACK, false},
+    {"rollback", MXP_ACT_ALERT | MXP_ACT_ROLLBACK, false},
+    {"fallback+rollback", MXP_ACT_ALERT | MXP_ACT_FALLBACK | MXP_ACT_ROLLBACK, false},
+    {"stop", MXP_ACT_ALERT | MXP_ACT_STOP, false},
+    {"rollback+fallback", MXP_ACT_ALERT | MXP_ACT_FALLBACK | MXP_ACT_ROLLBACK, true},
+};
+static_assert(sizeof(unsigned) == sizeof(int), "guard actions are stored as int");
+
+static const mxp_key_choice kFaultKindChoices[] = {
+    {"none", MXP_FAULT_NONE, false},
+    {"nan", MXP_FAULT_NAN, false},
+    {"inf", MXP_FAULT_INF, false},
+    {"value", MXP_FAULT_VALUE, false},
+    {"scale_weights", MXP_FAULT_SCALE_WEIGHTS, false},
+};
+static_assert(MXP_FAULT_KIND_COUNT == 5, "update kFaultKindChoices");
+static_assert(sizeof(mxp_fault_kind) == sizeof(int), "enum size");
+
+static const mxp_key_choice kFaultPassChoices[] = {
+    {"forward", MXP_FAULT_FORWARD, false},
+    {"backward", MXP_FAULT_BACKWARD, false},
+};
+static_assert(MXP_FAULT_PASS_COUNT == 2, "update kFaultPassChoices");
+static_assert(sizeof(mxp_fault_pass) == sizeof(int), "enum size");
+
 static const mxp_key_choice kLogChoices[] = {
     {"debug", MXP_LOG_DEBUG, false},
     {"info", MXP_LOG_INFO, false},
@@ -74,6 +125,13 @@ static const mxp_key_choice kLogChoices[] = {
     {"warning", MXP_LOG_WARN, true},
 };
 static_assert(MXP_LOG_LEVEL_COUNT == 4, "update kLogChoices");
+
+static const mxp_key_choice kLogFormatChoices[] = {
+    {"text", MXP_LOG_FORMAT_TEXT, false},
+    {"json", MXP_LOG_FORMAT_JSON, false},
+};
+static_assert(MXP_LOG_FORMAT_COUNT == 2, "update kLogFormatChoices");
+static_assert(sizeof(mxp_log_format) == sizeof(int), "enum size");
 
 /* ---- the table ---------------------------------------------------------- */
 
@@ -93,14 +151,19 @@ static_assert(MXP_LOG_LEVEL_COUNT == 4, "update kLogChoices");
     {.name = nm, .type = MXP_KEY_ENUM, .store = MXP_STORE_ENUM, .offset = OFF(field),     \
      .def_e = def, .choices = ch, .nchoices = NCH(ch), .help = hlp}
 
+#define KEY_STR(nm, field, def, hlp)                                                 \
+    {.name = nm, .type = MXP_KEY_STRING, .store = MXP_STORE_STR, .offset = OFF(field),   \
+     .def_s = def, .help = hlp}
+
 /* A cap of INT32_MAX on sizes keeps any product of two of them in int64. */
 #define I32MAX ((int64_t)INT32_MAX)
 
 static const mxp_config_key kKeys[] = {
     {.name = "training.precision", .type = MXP_KEY_PRECISION, .store = MXP_STORE_NONE,
      .def_e = MXP_PRECISION_FP32,
-     .help = "precision mode fp32|mixed_bf16|mixed_fp16|bf16|fp16|fp8; unset: chosen by "
-             "training.mixed_precision.* (fp32 when disabled)"},
+     .help = "precision mode fp32|mixed_bf16|mixed_fp16|bf16|fp16|fp8|auto (auto: the "
+             "preflight advisor chooses); unset: chosen by training.mixed_precision.* (fp32 "
+             "when disabled)"},
     KEY_BOOL("training.mixed_precision.enabled", MXP_STORE_BOOL, OFF(mixed_enabled), false,
              "mixed precision on/off when training.precision is unset (false)"),
     KEY_ENUM("training.mixed_precision.dtype", mixed_dtype, MXP_DTYPE_BF16, kDtypeChoices,
@@ -163,6 +226,130 @@ static const mxp_config_key kKeys[] = {
             0.0, true, 1.0, false, false,
             "a scaled grad is near overflow at >= this fraction of the dtype max, "
             "in (0, 1] (0.125)"),
+    KEY_BOOL("training.flush_denormals", MXP_STORE_BOOL, OFF(flush_denormals), false,
+             "flush-to-zero/denormals-are-zero for FP32 compute, like torch.set_flush_denormal; "
+             "FP16 conversions and the unscale pass keep subnormals (false)"),
+    /* guard.* and fault.*: numerical safety (docs/safety.md, guard.h) */
+    KEY_BOOL("guard.enabled", MXP_STORE_BOOL, OFF(guard.enabled), true,
+             "monitors, guard rules, canary and automatic recovery (true)"),
+    KEY_BOOL("guard.anomaly_mode", MXP_STORE_BOOL, OFF(guard.anomaly_mode), false,
+             "check every op output, input and weight; report the first forward culprit (false)"),
+    KEY_INT("guard.canary.every_steps", MXP_STORE_I64, guard.canary_every, 100, 0, I32MAX,
+            "FP32 canary every K steps, >= 0; 0 = off (100)"),
+    KEY_INT("guard.canary.batch_size", MXP_STORE_I64, guard.canary_batch, 64, 1, I32MAX,
+            "rows of the canary's probe batch (capped at training.batch_size), >= 1 (64)"),
+    KEY_INT("guard.headroom.every_steps", MXP_STORE_I64, guard.headroom_every, 10, 1, I32MAX,
+            "full per-layer scans (underflow counts) every N steps, >= 1 (10)"),
+    KEY_BOOL("guard.fallback.allow_emulated", MXP_STORE_BOOL, OFF(guard.allow_emulated), false,
+             "let the fallback chain use formats this CPU only emulates (false)"),
+    KEY_INT("guard.fallback.retry_after", MXP_STORE_I64, guard.retry_after, 0, 0, I32MAX,
+            "healthy steps before retrying the faster precision after a fallback, >= 0; "
+            "0 = never (0)"),
+    KEY_INT("guard.rollback.snapshot_every", MXP_STORE_I64, guard.snapshot_every, 100, 1, I32MAX,
+            "save a healthy rollback point at most every N steps, >= 1 (100)"),
+    KEY_INT("guard.rollback.max", MXP_STORE_I64, guard.max_rollbacks, 5, 0, I32MAX,
+            "rollbacks allowed per run, >= 0 (5)"),
+    KEY_INT("guard.preflight.batches", MXP_STORE_I64, guard.preflight_batches, 8, 1, 64,
+            "FP32 batches the precision advisor runs, 1..64 (8)"),
+    KEY_FLT("guard.nonfinite_loss.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_NONFINITE_LOSS].threshold,
+            10, 0.0, false, INFINITY, false, false,
+            "consecutive non-finite losses, fires at >= N, >= 0 (10)"),
+    KEY_INT("guard.nonfinite_loss.window", MXP_STORE_I64, guard.rules[MXP_RULE_NONFINITE_LOSS].window, 1, 1,
+            1000000, "samples the nonfinite_loss rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.nonfinite_loss.action", guard.rules[MXP_RULE_NONFINITE_LOSS].action, 7, kGuardActionChoices,
+             "nonfinite_loss action off|alert|fallback|rollback|fallback+rollback|stop (fallback+rollback)"),
+    KEY_FLT("guard.overflow_rate_high.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_OVERFLOW_RATE_HIGH].threshold,
+            0.3, 0.0, false, INFINITY, false, false,
+            "skipped-step rate over the window, fires at > x, >= 0 (0.3)"),
+    KEY_INT("guard.overflow_rate_high.window", MXP_STORE_I64, guard.rules[MXP_RULE_OVERFLOW_RATE_HIGH].window, 100, 1,
+            1000000, "samples the overflow_rate_high rule aggregates, 1..1000000 (100)"),
+    KEY_ENUM("guard.overflow_rate_high.action", guard.rules[MXP_RULE_OVERFLOW_RATE_HIGH].action, 3, kGuardActionChoices,
+             "overflow_rate_high action off|alert|fallback|rollback|fallback+rollback|stop (fallback)"),
+    KEY_FLT("guard.overflow_rate.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_OVERFLOW_RATE].threshold,
+            0.1, 0.0, false, INFINITY, false, false,
+            "skipped-step rate over the window, fires at >= x (P2 band below overflow_rate_high), >= 0 (0.1)"),
+    KEY_INT("guard.overflow_rate.window", MXP_STORE_I64, guard.rules[MXP_RULE_OVERFLOW_RATE].window, 100, 1,
+            1000000, "samples the overflow_rate rule aggregates, 1..1000000 (100)"),
+    KEY_ENUM("guard.overflow_rate.action", guard.rules[MXP_RULE_OVERFLOW_RATE].action, 1, kGuardActionChoices,
+             "overflow_rate action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.canary_divergence_high.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_CANARY_DIVERGENCE_HIGH].threshold,
+            0.2, 0.0, false, INFINITY, false, false,
+            "|loss - loss_fp32| / loss_fp32 of the canary, fires at > x, >= 0 (0.2)"),
+    KEY_INT("guard.canary_divergence_high.window", MXP_STORE_I64, guard.rules[MXP_RULE_CANARY_DIVERGENCE_HIGH].window, 1, 1,
+            1000000, "samples the canary_divergence_high rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.canary_divergence_high.action", guard.rules[MXP_RULE_CANARY_DIVERGENCE_HIGH].action, 5, kGuardActionChoices,
+             "canary_divergence_high action off|alert|fallback|rollback|fallback+rollback|stop (rollback)"),
+    KEY_FLT("guard.canary_divergence.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_CANARY_DIVERGENCE].threshold,
+            0.05, 0.0, false, INFINITY, false, false,
+            "canary divergence, fires at > x (P2 band), >= 0 (0.05)"),
+    KEY_INT("guard.canary_divergence.window", MXP_STORE_I64, guard.rules[MXP_RULE_CANARY_DIVERGENCE].window, 1, 1,
+            1000000, "samples the canary_divergence rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.canary_divergence.action", guard.rules[MXP_RULE_CANARY_DIVERGENCE].action, 1, kGuardActionChoices,
+             "canary_divergence action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.zero_grad.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_ZERO_GRAD].threshold,
+            0.05, 0.0, false, INFINITY, false, false,
+            "exactly-zero gradient fraction (mean over the window), fires at > x, >= 0 (0.05)"),
+    KEY_INT("guard.zero_grad.window", MXP_STORE_I64, guard.rules[MXP_RULE_ZERO_GRAD].window, 10, 1,
+            1000000, "samples the zero_grad rule aggregates, 1..1000000 (10)"),
+    KEY_ENUM("guard.zero_grad.action", guard.rules[MXP_RULE_ZERO_GRAD].action, 1, kGuardActionChoices,
+             "zero_grad action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.grad_near_overflow.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_GRAD_NEAR_OVERFLOW].threshold,
+            0.01, 0.0, false, INFINITY, false, false,
+            "fraction of scaled grads near the format max (mean), fires at > x, >= 0 (0.01)"),
+    KEY_INT("guard.grad_near_overflow.window", MXP_STORE_I64, guard.rules[MXP_RULE_GRAD_NEAR_OVERFLOW].window, 10, 1,
+            1000000, "samples the grad_near_overflow rule aggregates, 1..1000000 (10)"),
+    KEY_ENUM("guard.grad_near_overflow.action", guard.rules[MXP_RULE_GRAD_NEAR_OVERFLOW].action, 1, kGuardActionChoices,
+             "grad_near_overflow action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.grad_norm_growth.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_GRAD_NORM_GROWTH].threshold,
+            10, 0.0, false, INFINITY, false, false,
+            "grad norm now / window steps ago, fires at > x, >= 0 (10)"),
+    KEY_INT("guard.grad_norm_growth.window", MXP_STORE_I64, guard.rules[MXP_RULE_GRAD_NORM_GROWTH].window, 100, 1,
+            1000000, "samples the grad_norm_growth rule aggregates, 1..1000000 (100)"),
+    KEY_ENUM("guard.grad_norm_growth.action", guard.rules[MXP_RULE_GRAD_NORM_GROWTH].action, 1, kGuardActionChoices,
+             "grad_norm_growth action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.loss_scale_low.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_LOSS_SCALE_LOW].threshold,
+            1024, 0.0, false, INFINITY, false, false,
+            "dynamic loss scale (min over the window), fires at < x, >= 0 (1024)"),
+    KEY_INT("guard.loss_scale_low.window", MXP_STORE_I64, guard.rules[MXP_RULE_LOSS_SCALE_LOW].window, 1, 1,
+            1000000, "samples the loss_scale_low rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.loss_scale_low.action", guard.rules[MXP_RULE_LOSS_SCALE_LOW].action, 1, kGuardActionChoices,
+             "loss_scale_low action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.headroom.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_HEADROOM].threshold,
+            8, 0.0, false, INFINITY, false, false,
+            "format max / largest |activation| (min over layers and window), fires at < x; also the advisor's margin, >= 0 (8)"),
+    KEY_INT("guard.headroom.window", MXP_STORE_I64, guard.rules[MXP_RULE_HEADROOM].window, 1, 1,
+            1000000, "samples the headroom rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.headroom.action", guard.rules[MXP_RULE_HEADROOM].action, 1, kGuardActionChoices,
+             "headroom action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_FLT("guard.underflow.threshold", MXP_STORE_F64, guard.rules[MXP_RULE_UNDERFLOW].threshold,
+            0.05, 0.0, false, INFINITY, false, false,
+            "largest per-layer fraction below the format's smallest normal (full scans), fires at > x; also the advisor's limit, >= 0 (0.05)"),
+    KEY_INT("guard.underflow.window", MXP_STORE_I64, guard.rules[MXP_RULE_UNDERFLOW].window, 1, 1,
+            1000000, "samples the underflow rule aggregates, 1..1000000 (1)"),
+    KEY_ENUM("guard.underflow.action", guard.rules[MXP_RULE_UNDERFLOW].action, 1, kGuardActionChoices,
+             "underflow action off|alert|fallback|rollback|fallback+rollback|stop (alert)"),
+    KEY_ENUM("fault.kind", guard.fault.kind, MXP_FAULT_NONE, kFaultKindChoices,
+             "fault injection: none|nan|inf|value|scale_weights (none)"),
+    KEY_ENUM("fault.pass", guard.fault.pass, MXP_FAULT_FORWARD, kFaultPassChoices,
+             "nan/inf/value into the layer's forward output or its backward gradient: "
+             "forward|backward (forward)"),
+    KEY_INT("fault.layer", MXP_STORE_I64, guard.fault.layer, 0, 0, MXP_MODEL_MAX_LAYERS - 1,
+            "layer index the fault targets, 0..63 (0)"),
+    KEY_INT("fault.step", MXP_STORE_I64, guard.fault.step, 1, 0, I32MAX,
+            "first step (attempt count, 1-based; scale_weights: 0 = at start) (1)"),
+    KEY_INT("fault.count", MXP_STORE_I64, guard.fault.count, 1, 0, I32MAX,
+            "consecutive faulted steps, >= 0; 0 = every step from fault.step (1)"),
+    KEY_INT("fault.elements", MXP_STORE_I64, guard.fault.elements, 1, 1, I32MAX,
+            "values poisoned per pass, >= 1 (1)"),
+    KEY_FLT("fault.value", MXP_STORE_F64, guard.fault.value, 1e5, -INFINITY, false, INFINITY,
+            false, false, "value written by kind=value; factor of kind=scale_weights (100000)"),
+    /* dist.*: data parallelism under mpirun (docs/scaling.md) */
+    KEY_ENUM("dist.allreduce_dtype", dist.allreduce_dtype, MXP_WIRE_F32, kWireChoices,
+             "gradient all-reduce on the wire: fp32|bf16; bf16 halves the traffic and "
+             "rounds each gradient to 8 significant bits (fp32)"),
+    KEY_INT("dist.check_every", MXP_STORE_I64, dist.check_every, 0, 0, I32MAX,
+            "verify weights/optimizer/scale are identical on all ranks every N steps "
+            "(and on the first), >= 0; 0 = first step only (0)"),
     KEY_INT("model.hidden", MXP_STORE_I64, hidden, 256, 1, I32MAX,
             "hidden units per layer, >= 1 (256)"),
     KEY_INT("model.depth", MXP_STORE_I64, depth, 3, 1, (MXP_MODEL_MAX_LAYERS - 1) / 2,
@@ -179,11 +366,87 @@ static const mxp_config_key kKeys[] = {
             "steps per episode, >= 1 (200)"),
     KEY_FLT("data.val_fraction", MXP_STORE_F64, data.val_fraction, 0.1, 0.0, true, 1.0, true,
             false, "share of trajectories held out for validation, in (0, 1) (0.1)"),
+    /* workloads (docs/workloads.md) */
+    KEY_ENUM("model.workload", workload, MXP_WORKLOAD_WORLD_MODEL, kWorkloadChoices,
+             "what train trains: world_model|classifier|gpt (world_model)"),
+    {.name = "data.fashion_mnist_dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
+     .offset = OFF(wl.fmnist_dir), .def_s = "/usr/share/datasets/fashion-mnist",
+     .help = "classifier: directory of the Fashion-MNIST IDX files, plain or .gz "
+             "(/usr/share/datasets/fashion-mnist, Debian dataset-fashion-mnist)"},
+    {.name = "data.text_file", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
+     .offset = OFF(wl.text_file), .def_s = "/usr/share/doc/jargon-text/jargon.txt.gz",
+     .help = "gpt: training text, plain or .gz (/usr/share/doc/jargon-text/jargon.txt.gz, "
+             "Debian jargon-text); the last data.val_fraction is held out"},
+    KEY_INT("data.train_subset", MXP_STORE_I64, wl.train_subset, 0, 0, I32MAX,
+            "classifier: training images used; gpt: training windows per epoch; 0 = all (0)"),
+    KEY_INT("data.test_subset", MXP_STORE_I64, wl.test_subset, 0, 0, I32MAX,
+            "classifier: test images evaluated; gpt: validation windows; 0 = all (0)"),
+    KEY_INT("gpt.layers", MXP_STORE_I64, wl.gpt_layers, 2, 1, 16,
+            "gpt: transformer blocks, 1..16 (2)"),
+    KEY_INT("gpt.heads", MXP_STORE_I64, wl.gpt_heads, 4, 1, 64,
+            "gpt: attention heads, 1..64, dividing gpt.embd (4)"),
+    KEY_INT("gpt.embd", MXP_STORE_I64, wl.gpt_embd, 128, 2, 4096,
+            "gpt: embedding width, 2..4096, a multiple of gpt.heads (128)"),
+    KEY_INT("gpt.context", MXP_STORE_I64, wl.gpt_context, 64, 2, 4096,
+            "gpt: context length in characters, 2..4096 (64)"),
+    KEY_FLT("gpt.embed_scale", MXP_STORE_F32, wl.gpt_embed_scale, 1.0, 0.0, true, 1e30, false,
+            false, "gpt: multiplier of the token+position embeddings (the residual stream's "
+            "input), > 0 (1); large values reproduce FP16 activation overflow"),
+    KEY_INT("training.fp8.history_len", MXP_STORE_I32, fp8.history_len, 16, 1, 65536,
+            "fp8 (emulated): amax history length per tensor, 1..65536 (16)"),
+    KEY_ENUM("training.fp8.amax_algo", fp8.amax_algo, MXP_FP8_AMAX_MAX, kAmaxChoices,
+             "fp8 (emulated): amax from the history: max|most_recent (max)"),
+    KEY_INT("training.fp8.margin", MXP_STORE_I32, fp8.margin, 0, 0, 64,
+            "fp8 (emulated): scale = (fp8_max / amax) / 2^margin, margin 0..64 (0)"),
+    KEY_BOOL("checkpoint.enabled", MXP_STORE_BOOL, OFF(ckpt_enabled), true,
+             "write checkpoints during `mixprec train` (true)"),
+    KEY_INT("checkpoint.every_steps", MXP_STORE_I64, ckpt_every_steps, 1000, 0, INT64_MAX,
+            "checkpoint every N optimizer steps, >= 0; 0 = off (1000)"),
+    KEY_FLT("checkpoint.every_seconds", MXP_STORE_F64, ckpt_every_seconds, 0.0, 0.0, false,
+            INFINITY, false, false, "checkpoint every T seconds, >= 0; 0 = off (0)"),
+    KEY_INT("checkpoint.keep_last", MXP_STORE_I64, ckpt_keep_last, 3, 1, I32MAX,
+            "checkpoints kept besides marked and newest healthy ones, >= 1 (3)"),
+    {.name = "checkpoint.dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
+     .offset = OFF(ckpt_dir), .def_s = "checkpoints",
+     .help = "checkpoint directory; a relative path is relative to output.dir (checkpoints)"},
     {.name = "output.dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
      .offset = OFF(output_dir), .def_s = "runs/latest",
      .help = "run directory, non-empty, < 256 characters (runs/latest)"},
     KEY_ENUM("log.level", log_level, MXP_LOG_INFO, kLogChoices,
              "minimum log level debug|info|warn|error (info)"),
+    KEY_ENUM("log.format", log_format, MXP_LOG_FORMAT_TEXT, kLogFormatChoices,
+             "CLI log lines as text|json (text); also --log-format"),
+    /* obs.*: observability (docs/observability.md) */
+    KEY_BOOL("obs.http.enabled", MXP_STORE_BOOL, OFF(obs.http_enabled), false,
+             "serve /metrics, the training API and the dashboard (false); also --serve"),
+    KEY_STR("obs.http.address", obs.http_address, "127.0.0.1",
+            "IP address the HTTP server binds to (127.0.0.1)"),
+    KEY_INT("obs.http.port", MXP_STORE_I64, obs.http_port, 8080, 0, 65535,
+            "HTTP port, 0..65535; 0 = any free port (8080)"),
+    KEY_STR("obs.http.token_file", obs.token_file, "none",
+            "file (mode 0600) holding the bearer token of control calls; none = no "
+            "control API (none)"),
+    KEY_INT("obs.http.max_connections", MXP_STORE_I64, obs.http_max_connections, 16, 1, 1024,
+            "concurrent HTTP connections, 1..1024 (16)"),
+    KEY_INT("obs.http.timeout_s", MXP_STORE_I64, obs.http_timeout_s, 10, 1, 3600,
+            "idle HTTP connection timeout in seconds, 1..3600 (10)"),
+    KEY_FLT("obs.http.linger_s", MXP_STORE_F64, obs.http_linger_s, 0.0, 0.0, false, 86400.0,
+            false, false, "keep serving this many seconds after the run ends, 0..86400 (0)"),
+    KEY_BOOL("obs.store.enabled", MXP_STORE_BOOL, OFF(obs.store_enabled), true,
+             "write the SQLite run store and JSONL event log into output.dir (true)"),
+    KEY_STR("obs.store.db", obs.store_db, "metrics.db",
+            "SQLite database file, relative to output.dir (metrics.db)"),
+    KEY_STR("obs.store.events", obs.store_events, "events.jsonl",
+            "JSONL event log, relative to output.dir (events.jsonl)"),
+    KEY_INT("obs.store.flush_steps", MXP_STORE_I64, obs.flush_steps, 100, 1, I32MAX,
+            "commit the store at least every this many steps, >= 1 (100)"),
+    KEY_FLT("obs.store.flush_seconds", MXP_STORE_F64, obs.flush_seconds, 2.0, 0.0, true,
+            3600.0, false, false, "and at least every this many seconds, in (0, 3600] (2)"),
+    KEY_INT("obs.history_max", MXP_STORE_I64, obs.history_max, 262144, 16, I32MAX,
+            "step rows kept in memory for /api/metrics/export, >= 16 (262144)"),
+    KEY_FLT("obs.fp32_baseline_loss", MXP_STORE_F64, obs.fp32_baseline_loss, 0.0, 0.0, false,
+            INFINITY, false, false,
+            "FP32 reference loss for mixprec_fp32_divergence_ratio, >= 0; 0 = unset (0)"),
 };
 
 #define NKEYS ((int)(sizeof(kKeys) / sizeof(kKeys[0])))

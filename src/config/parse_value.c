@@ -136,6 +136,7 @@ void mxp_config_key_accepted(const mxp_config_key *k, char *buf, size_t n) {
         appendf(buf, n, &pos, "one of: ");
         for (int p = 0; p < MXP_PRECISION_COUNT; p++)
             appendf(buf, n, &pos, "%s%s", p ? ", " : "", mxp_precision_name((mxp_precision)p));
+        appendf(buf, n, &pos, ", auto");
         break;
     case MXP_KEY_STRING:
         appendf(buf, n, &pos, "a non-empty string of at most %d characters",
@@ -256,6 +257,10 @@ bool mxp_config_value_parse(const mxp_config_key *k, const char *s, mxp_key_valu
             v->e = (int)p;
             return true;
         }
+        if (strcasecmp(s, "auto") == 0) { /* chosen by the preflight (guard.h) */
+            v->e = MXP_PRECISION_AUTO_VALUE;
+            return true;
+        }
         break;
     }
     case MXP_KEY_STRING: {
@@ -320,7 +325,9 @@ void mxp_config_value_format(const mxp_config_key *k, const mxp_key_value *v, ch
         }
         break;
     case MXP_KEY_PRECISION:
-        snprintf(buf, n, "%s", mxp_precision_name((mxp_precision)v->e));
+        snprintf(buf, n, "%s", v->e == MXP_PRECISION_AUTO_VALUE
+                                   ? "auto"
+                                   : mxp_precision_name((mxp_precision)v->e));
         break;
     case MXP_KEY_STRING:
         if (!needs_quotes(v->s)) {

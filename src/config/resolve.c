@@ -33,7 +33,14 @@ void mxp_config_resolve_precision(const mxp_config_builder *b, mxp_precision_res
     const mxp_key_value *vd = val(b, "training.mixed_precision.dtype");
     mxp_precision req;
     memset(r, 0, sizeof *r);
-    if (vp->source != MXP_SRC_DEFAULT) {
+    if (vp->source != MXP_SRC_DEFAULT && vp->e == MXP_PRECISION_AUTO_VALUE) {
+        req = MXP_PRECISION_FP32; /* placeholder until the preflight chooses */
+        r->automatic = true;
+        r->source = vp->source;
+        r->origin = vp->origin;
+        snprintf(r->why, sizeof r->why,
+                 "training.precision=auto: the preflight chooses at start (fp32 until then)");
+    } else if (vp->source != MXP_SRC_DEFAULT) {
         req = (mxp_precision)vp->e;
         r->source = vp->source;
         r->origin = vp->origin;
@@ -59,12 +66,14 @@ void mxp_config_resolve_precision(const mxp_config_builder *b, mxp_precision_res
     }
     r->mode = req;
     if (b->kill_switch) {
+        const bool was_auto = r->automatic;
+        r->automatic = false;
         r->mode = MXP_PRECISION_FP32;
         r->source = MXP_SRC_KILL_SWITCH;
         r->origin = b->kill_var;
         snprintf(r->why, sizeof r->why, "%s=%s forces FP32; the config asked for %s",
                  b->kill_var ? b->kill_var : "kill switch", b->kill_text,
-                 mxp_precision_name(req));
+                 was_auto ? "auto" : mxp_precision_name(req));
     }
 }
 
@@ -121,6 +130,7 @@ mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error 
     mxp_precision_resolution r;
     mxp_config_resolve_precision(b, &r);
     c.precision = r.mode;
+    c.precision_auto = r.automatic;
     c.kill_switch = b->kill_switch;
     c.trainer.seed = c.seed;
     c.data.seed = c.seed;

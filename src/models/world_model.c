@@ -8,6 +8,7 @@
 #include <mixprec/world_model.h>
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 /* RNG stream of the per-epoch shuffle: far from the model-init and
@@ -24,13 +25,19 @@ struct mxp_world_model {
     uint32_t *perm;   /* [n_train] training-row order of the current epoch */
     float *bx, *by;   /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
     mxp_batch *micro; /* [accum] views into bx/by */
-    int64_t epochs_done;
+    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
+    mxp_ckpt_manager *ckpt;                   /* borrowed; NULL: no checkpoints */
+    const volatile sig_atomic_t *stop_flag;   /* graceful stop request, polled per step */
+    bool stopped;                             /* the last train() ended on a stop request */
+    mxp_guard *guard; /* numerical-safety guard (guard.h), or NULL */
     mxp_progress_fn progress;
     void *progress_user;
+    int dp_rank, dp_size; /* data parallelism: this rank's shard of each global batch */
 };
 
 void mxp_world_model_destroy(mxp_world_model *wm) {
     if (!wm) return;
+    mxp_guard_destroy(wm->guard); /* detaches from the model first */
     mxp_trainer_destroy(wm->trainer);
     mxp_model_destroy(wm->model);
     mxp_replay_destroy(wm->replay);
@@ -57,6 +64,8 @@ static mxp_status alloc_batches(mxp_world_model *wm, mxp_error *err) {
     return MXP_OK;
 }
 
+static mxp_status guard_setup(mxp_world_model *wm, mxp_error *err);
+
 mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
                                   mxp_error *err) {
     if (!cfg || !out)
@@ -75,6 +84,7 @@ mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
     if (!wm) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
     wm->cfg = *cfg;
     wm->max_batch = cfg->batch_size;
+    wm->dp_size = 1;
 
     mxp_replay_config rc = cfg->data;
     rc.seed = cfg->seed;
@@ -98,6 +108,10 @@ mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
     mxp_precision_policy_default(cfg->precision, &pol);
     s = mxp_model_create(&spec, &pol, cfg->seed, &wm->model, err);
     if (s != MXP_OK) goto fail;
+    if (cfg->fp8.history_len > 0) { /* 0: a hand-built config, keep the default */
+        s = mxp_model_set_fp8_config(wm->model, &cfg->fp8, err);
+        if (s != MXP_OK) goto fail;
+    }
 
     mxp_trainer_config tc = cfg->trainer;
     tc.grad_accum_steps = (int)cfg->grad_accum_steps;
@@ -106,12 +120,33 @@ mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
     if (s != MXP_OK) goto fail;
     s = alloc_batches(wm, err);
     if (s != MXP_OK) goto fail;
+    if ((s = guard_setup(wm, err)) != MXP_OK) goto fail;
     *out = wm;
     return MXP_OK;
 fail:
     mxp_world_model_destroy(wm);
     return s;
 }
+
+/* precision: auto (preflight on the first training batches) and the guard,
+ * whose canary probes the first validation rows (guard.h). */
+static mxp_status guard_setup(mxp_world_model *wm, mxp_error *err) {
+    const mxp_config *cfg = &wm->cfg;
+    mxp_replay_split tr = mxp_replay_train(wm->replay), v = mxp_replay_val(wm->replay);
+    int64_t pb = cfg->guard.canary_batch < wm->max_batch ? cfg->guard.canary_batch : wm->max_batch;
+    if (pb > v.n) pb = v.n;
+    mxp_batch probe = {.x = v.x, .y = v.y, .labels = NULL, .B = pb};
+    mxp_status s = mxp_guard_for_workload(&cfg->guard, wm->trainer, pb > 0 ? &probe : NULL,
+                                          &wm->guard, err);
+    if (s != MXP_OK || !cfg->precision_auto) return s;
+    /* after the guard, so a fault of step 0 is already in the weights */
+    s = mxp_guard_auto_precision(wm->trainer, &cfg->guard, tr.x, tr.y, tr.n, wm->max_batch, NULL,
+                                 err);
+    if (s == MXP_OK) wm->cfg.precision = mxp_model_policy(wm->model)->mode;
+    return s;
+}
+
+mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return wm->guard; }
 
 void mxp_world_model_set_progress(mxp_world_model *wm, mxp_progress_fn fn, void *user) {
     wm->progress = fn;
@@ -133,7 +168,7 @@ static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
-    int64_t per_step = batch_size * wm->cfg.grad_accum_steps;
+    int64_t per_step = batch_size * wm->dp_size * wm->cfg.grad_accum_steps;
     return (mxp_replay_train(wm->replay).n / per_step) * per_step;
 }
 
@@ -149,47 +184,82 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
                              (long long)batch_size, (long long)wm->max_batch);
     mxp_replay_split tr = mxp_replay_train(wm->replay);
     const int accum = (int)wm->cfg.grad_accum_steps;
-    const int64_t steps_per_epoch = tr.n / (batch_size * accum);
+    const int64_t steps_per_epoch = tr.n / (batch_size * wm->dp_size * accum);
     if (steps_per_epoch < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld x grad_accum_steps=%d exceeds %lld training "
-                             "transitions", (long long)batch_size, accum, (long long)tr.n);
+                             "batch_size=%lld x grad_accum_steps=%d x %d ranks exceeds %lld "
+                             "training transitions", (long long)batch_size, accum, wm->dp_size,
+                             (long long)tr.n);
     mxp_batch *micro = wm->micro;
-    const int64_t total_steps = steps_per_epoch * num_epochs;
-    const int64_t first_epoch = wm->epochs_done;
-    int64_t step = 0;
-    for (int64_t e = 0; e < num_epochs; e++) {
-        int64_t epoch = first_epoch + e;
-        mxp_trainer_set_epoch(wm->trainer, epoch);
-        shuffle(wm->perm, tr.n, wm->cfg.seed, epoch);
-        for (int64_t s = 0; s < steps_per_epoch; s++) {
-            for (int a = 0; a < accum; a++) {
-                float *bx = wm->bx + (size_t)a * (size_t)wm->max_batch * (size_t)wm->in_dim;
-                float *by = wm->by + (size_t)a * (size_t)wm->max_batch * (size_t)wm->out_dim;
-                const uint32_t *rows = wm->perm + (s * accum + a) * batch_size;
-                for (int64_t b = 0; b < batch_size; b++) {
-                    memcpy(bx + b * wm->in_dim, tr.x + (size_t)rows[b] * (size_t)wm->in_dim,
-                           (size_t)wm->in_dim * sizeof(float));
-                    memcpy(by + b * wm->out_dim, tr.y + (size_t)rows[b] * (size_t)wm->out_dim,
-                           (size_t)wm->out_dim * sizeof(float));
-                }
-                micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
-            }
-            float lr = mxp_lr_at(wm->cfg.lr_schedule, wm->cfg.trainer.optim.lr,
-                                 wm->cfg.lr_min_ratio, step, total_steps);
-            mxp_status st = mxp_trainer_set_lr(wm->trainer, lr, err);
-            if (st != MXP_OK) return st;
-            mxp_step_result res;
-            st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
-            if (st != MXP_OK) return st;
-            step++;
-            if (wm->progress) {
-                mxp_progress p = {step, total_steps, epoch, first_epoch + num_epochs, &res};
-                wm->progress(wm->progress_user, &p);
-            }
+    mxp_data_position *p = &wm->pos;
+    /* the position records the GLOBAL micro-batch (all ranks), so a checkpoint
+     * resumes at any world size that keeps it */
+    mxp_status st = mxp_data_position_begin(p, num_epochs, batch_size * wm->dp_size,
+                                            steps_per_epoch, err);
+    if (st != MXP_OK) return st;
+    wm->stopped = false;
+    int64_t shuffled = -1; /* epoch whose permutation wm->perm holds */
+    /* The loop reads the position every step, so a rollback (or a resume)
+     * that moves it continues from there with the same batches. */
+    while (!mxp_data_position_done(p)) {
+        const int64_t epoch = p->epoch, s = p->step_in_epoch;
+        if (epoch != shuffled) {
+            mxp_trainer_set_epoch(wm->trainer, epoch);
+            shuffle(wm->perm, tr.n, wm->cfg.seed, epoch);
+            shuffled = epoch;
         }
-        wm->epochs_done++;
+        for (int a = 0; a < accum; a++) {
+            float *bx = wm->bx + (size_t)a * (size_t)wm->max_batch * (size_t)wm->in_dim;
+            float *by = wm->by + (size_t)a * (size_t)wm->max_batch * (size_t)wm->out_dim;
+            /* global micro-batch (s, a) holds dp_size x batch_size rows; this
+             * rank reads slice dp_rank of it */
+            const uint32_t *rows =
+                wm->perm + ((s * accum + a) * wm->dp_size + wm->dp_rank) * batch_size;
+            for (int64_t b = 0; b < batch_size; b++) {
+                memcpy(bx + b * wm->in_dim, tr.x + (size_t)rows[b] * (size_t)wm->in_dim,
+                       (size_t)wm->in_dim * sizeof(float));
+                memcpy(by + b * wm->out_dim, tr.y + (size_t)rows[b] * (size_t)wm->out_dim,
+                       (size_t)wm->out_dim * sizeof(float));
+            }
+            micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
+        }
+        float lr = mxp_lr_at(wm->cfg.lr_schedule, wm->cfg.trainer.optim.lr,
+                             wm->cfg.lr_min_ratio, p->run_step, p->run_total);
+        st = mxp_trainer_set_lr(wm->trainer, lr, err);
+        if (st != MXP_OK) return st;
+        mxp_step_result res;
+        if (wm->guard && (st = mxp_guard_step_begin(wm->guard, p, err)) != MXP_OK) return st;
+        /* data parallel: an operator switch (rank 0's control API, a signal that
+         * reached the ranks at different steps) applies on every rank at once */
+        if (wm->dp_size > 1 && (st = mxp_trainer_sync_precision(wm->trainer, err)) != MXP_OK)
+            return st;
+        st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
+        if (st != MXP_OK) return st;
+        mxp_data_position_advance(p, steps_per_epoch);
+        bool guard_stop = false; /* the guard may also move p back (rollback) */
+        if (wm->guard && (st = mxp_guard_step_end(wm->guard, &res, p, &guard_stop, err)) != MXP_OK)
+            return st;
+        if (wm->progress) {
+            mxp_progress pr = {p->run_step, p->run_total, epoch,
+                               p->run_first_epoch + p->run_epochs, &res};
+            wm->progress(wm->progress_user, &pr);
+        }
+        bool stop = (wm->stop_flag && *wm->stop_flag) || guard_stop;
+        if (wm->dp_size > 1) { /* a signal may reach the ranks at different steps */
+            st = mxp_dist_agree_any(mxp_trainer_comm(wm->trainer), &stop, err);
+            if (st != MXP_OK) return st;
+        }
+        if (wm->ckpt) {
+            st = mxp_ckpt_manager_after_step(wm->ckpt, wm->trainer, &wm->cfg, p,
+                                             stop || mxp_data_position_done(p), NULL, err);
+            if (st != MXP_OK) return st;
+        }
+        if (stop) {
+            wm->stopped = true;
+            return MXP_OK;
+        }
     }
+    mxp_data_position_end(p);
     return MXP_OK;
 }
 
@@ -213,6 +283,61 @@ mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp
     return MXP_OK;
 }
 
+mxp_status mxp_world_model_set_comm(mxp_world_model *wm, mxp_comm *comm,
+                                    const mxp_dist_config *dc, mxp_error *err) {
+    if (!wm) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_set_comm: NULL");
+    if (comm) {
+        int64_t same[6] = {wm->cfg.batch_size, wm->cfg.grad_accum_steps, (int64_t)wm->cfg.seed,
+                           (int64_t)wm->cfg.precision, (int64_t)mxp_model_num_params(wm->model),
+                           mxp_replay_train(wm->replay).n};
+        mxp_status s = mxp_dist_require_same(comm, same, sizeof same,
+                                             "batch size, accumulation, seed, precision, "
+                                             "model or data", err);
+        if (s != MXP_OK) return s;
+    }
+    mxp_status s = mxp_trainer_set_comm(wm->trainer, comm, dc, err);
+    if (s != MXP_OK) return s;
+    wm->dp_rank = mxp_comm_rank(comm);
+    wm->dp_size = mxp_comm_size(comm);
+    return MXP_OK;
+}
+
 mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return wm->trainer; }
 mxp_model *mxp_world_model_model(mxp_world_model *wm) { return wm->model; }
 const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return wm->replay; }
+
+/* ---- checkpoints (world_model.h; the logic lives in src/ckpt) ---------- */
+
+void mxp_world_model_set_checkpointer(mxp_world_model *wm, mxp_ckpt_manager *m) {
+    wm->ckpt = m;
+    mxp_guard_set_checkpoints(wm->guard, m); /* rollback may use the checkpoints */
+}
+mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return wm->ckpt; }
+void mxp_world_model_set_stop_flag(mxp_world_model *wm, const volatile sig_atomic_t *flag) {
+    wm->stop_flag = flag;
+}
+bool mxp_world_model_stopped(const mxp_world_model *wm) { return wm->stopped; }
+void mxp_world_model_position(const mxp_world_model *wm, mxp_data_position *out) {
+    *out = wm->pos;
+}
+void mxp_world_model_set_position(mxp_world_model *wm, const mxp_data_position *p) {
+    wm->pos = *p;
+}
+const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &wm->cfg; }
+
+mxp_status mxp_world_model_load_checkpoint(mxp_world_model *wm, const char *path,
+                                           mxp_ckpt_info *info, mxp_error *err) {
+    mxp_ckpt_info in;
+    mxp_status s = mxp_ckpt_load(path, wm->trainer, &in, err);
+    if (s != MXP_OK) return s;
+    wm->pos = in.pos;
+    if (info) *info = in;
+    return MXP_OK;
+}
+
+mxp_status mxp_world_model_rollback(mxp_world_model *wm, const char *reason,
+                                    mxp_ckpt_rollback_result *res, mxp_error *err) {
+    if (!wm->ckpt)
+        return mxp_error_set(err, MXP_ERR_STATE, "rollback: no checkpoint manager attached");
+    return mxp_ckpt_manager_rollback(wm->ckpt, wm->trainer, reason, &wm->pos, res, err);
+}

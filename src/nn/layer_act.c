@@ -25,7 +25,7 @@ static void act_backward(mxp_model *m, int l, int64_t B, const void *dy,
     if (!dx32) return;
     size_t n = (size_t)B * (size_t)m->layers[l].in;
     int s = l + use_output;
-    const float *dy32 = nn_view_f32(m, m->policy.grad, dy, n, m->b.sa);
+    const float *dy32 = nn_view_f32(m, m->b.grad_type, dy, n, m->b.sa);
     const float *sv = nn_view_f32(m, m->b.act_type[s], m->b.acts[s], n, m->b.sb);
     f(dx32, dy32, sv, n);
 }

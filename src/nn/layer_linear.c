@@ -8,10 +8,15 @@
  *   dX  = dY W          ("=", skipped for the first layer)
  *   dW += dY^T X        (beta = 1 into the FP32 grad slab)
  *   db += sum_b dY      (FP32)
+ * FP8 mode (m->fp8) runs the delayed-scaling form in block_dense.c.
  */
 #include "nn/nn_internal.h"
 
 void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
+    if (m->fp8) {
+        nn_fp8_linear_forward(m, l, B, y32);
+        return;
+    }
     const nn_layer *L = &m->layers[l];
     mxp_dtype xt;
     const void *x = nn_matmul_input(m, l, B, &xt);
@@ -30,8 +35,12 @@ void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
 
 void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
                         float *dx32) {
+    if (m->fp8) {
+        nn_fp8_linear_backward(m, l, B, dy, dx32);
+        return;
+    }
     const nn_layer *L = &m->layers[l];
-    const mxp_dtype gt = m->policy.grad;
+    const mxp_dtype gt = m->b.grad_type;
 
     /* db += column sums of dY, in FP32 */
     const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);

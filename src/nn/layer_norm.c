@@ -23,10 +23,8 @@ void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32) {
     const size_t C = (size_t)L->in;
     const float *x = nn_view_f32(m, m->b.act_type[l], m->b.acts[l],
                                  (size_t)B * C, m->b.sa);
-    const float *gamma = nn_view_f32(m, m->policy.weight, nn_work_at(m, L->w_off),
-                                     C, m->b.p0);
-    const float *beta = nn_view_f32(m, m->policy.weight, nn_work_at(m, L->b_off),
-                                    C, m->b.p1);
+    const float *gamma = nn_param_f32(m, L->w_off, C, m->b.p0);
+    const float *beta = nn_param_f32(m, L->b_off, C, m->b.p1);
     m->k->layernorm_fwd(y32, ln_mean(m, l), ln_rstd(m, l), x, gamma, beta, B,
                         L->in, m->spec.layernorm_eps);
 }
@@ -38,10 +36,9 @@ void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
     const nn_layer *L = &m->layers[l];
     const size_t C = (size_t)L->in;
     const size_t n = (size_t)B * C;
-    const float *dy32 = nn_view_f32(m, m->policy.grad, dy, n, m->b.sa);
+    const float *dy32 = nn_view_f32(m, m->b.grad_type, dy, n, m->b.sa);
     const float *x = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], n, m->b.sb);
-    const float *gamma = nn_view_f32(m, m->policy.weight, nn_work_at(m, L->w_off),
-                                     C, m->b.p0);
+    const float *gamma = nn_param_f32(m, L->w_off, C, m->b.p0);
     m->k->layernorm_bwd(dx32 ? dx32 : m->b.sy, m->grads + L->w_off,
                         m->grads + L->b_off, dy32, x, ln_mean(m, l),
                         ln_rstd(m, l), gamma, B, L->in);

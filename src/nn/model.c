@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char *const layer_kind_names[] = {
-    "linear", "relu", "gelu", "tanh", "layernorm",
+    "linear", "relu", "gelu", "tanh", "layernorm", "embedding", "block", "lm_head",
 };
 static_assert(sizeof layer_kind_names / sizeof layer_kind_names[0] ==
                   MXP_LAYER_KIND_COUNT,
@@ -130,26 +130,30 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
         if ((unsigned)ls->kind >= MXP_LAYER_KIND_COUNT)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                                  "spec.layers[%d].kind=%d unknown; accepted: "
-                                 "linear, relu, gelu, tanh, layernorm (0..%d)",
+                                 "linear, relu, gelu, tanh, layernorm, embedding, "
+                                 "block, lm_head (0..%d)",
                                  i, (int)ls->kind, MXP_LAYER_KIND_COUNT - 1);
         if (ls->kind == MXP_LAYER_LINEAR && ls->units < 1)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                                  "spec.layers[%d].units=%lld (linear); "
                                  "accepted: >= 1",
                                  i, (long long)ls->units);
-        if (ls->kind == MXP_LAYER_LAYERNORM) has_ln = true;
+        if (ls->kind == MXP_LAYER_LAYERNORM || ls->kind == MXP_LAYER_BLOCK) has_ln = true;
     }
     const mxp_layer_spec *last = &s->layers[s->n_layers - 1];
-    if (last->kind != MXP_LAYER_LINEAR)
+    if (last->kind != MXP_LAYER_LINEAR && last->kind != MXP_LAYER_LM_HEAD)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.layers[%d].kind=%s: the last layer must be "
-                             "linear (it produces the loss input)",
+                             "linear or lm_head (it produces the loss input)",
                              s->n_layers - 1, mxp_layer_kind_name(last->kind));
+    mxp_status es = nn_ext_validate(s, err);
+    if (es != MXP_OK) return es;
     if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.loss=%d unknown; accepted: mse, xent (0..%d)",
                              (int)s->loss, MXP_LOSS_KIND_COUNT - 1);
-    if (s->loss == MXP_LOSS_XENT && (last->units < 2 || last->units > INT32_MAX))
+    if (s->loss == MXP_LOSS_XENT && last->kind == MXP_LAYER_LINEAR &&
+        (last->units < 2 || last->units > INT32_MAX))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec: loss xent needs out_dim (last layer units) "
                              "in [2, %d]; got %lld",
@@ -174,6 +178,7 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
     m->max_width = w;
     m->n_ln = 0;
     m->n_tensors = 0;
+    m->n_fp8 = 0;
     for (int i = 0; i < s->n_layers; i++) {
         nn_layer *L = &m->layers[i];
         memset(L, 0, sizeof *L);
@@ -181,6 +186,19 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
         L->in = w;
         L->out = L->kind == MXP_LAYER_LINEAR ? s->layers[i].units : w;
         L->ln_slot = -1;
+        L->fp8_slot = -1;
+        if (nn_kind_is_ext(L->kind)) {
+            mxp_status es = nn_ext_build(m, i, w, &P, err);
+            if (es != MXP_OK) return es;
+            w = L->out;
+            m->width[i + 1] = w;
+            if (w > m->max_width) m->max_width = w;
+            continue;
+        }
+        if (L->kind == MXP_LAYER_LINEAR) {
+            L->fp8_slot = m->n_fp8;
+            m->n_fp8 += 3;
+        }
         size_t wn = 0, bn = 0;
         if (L->kind == MXP_LAYER_LINEAR) {
             if (!mxp_size_mul((size_t)L->out, (size_t)L->in, &wn)) goto overflow;
@@ -258,13 +276,23 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
     if (!mxp_size_mul(mb, (size_t)m->max_width, &rowmax)) goto overflow;
 
     size_t off = 0, at_acts[MXP_MODEL_MAX_LAYERS + 1], at_g[2], at_s[3];
-    size_t at_t0 = 0, at_p[2], at_ln = 0;
+    size_t at_t0 = 0, at_p[2], at_ln = 0, at_fw = 0, fw_n = 0, at_xs = 0;
+    size_t at_ext[MXP_MODEL_MAX_LAYERS] = {0};
     bool need_t0 = false;
     mxp_dtype mm_in = p->ops[MXP_OP_MATMUL].input;
+    b->grad_type = nn_dtype_is_fp8(p->grad) ? MXP_DTYPE_BF16 : p->grad;
+    if (nn_dtype_is_fp8(mm_in))
+        for (int l = 0; l < m->n_layers; l++)
+            if (m->layers[l].kind == MXP_LAYER_LINEAR &&
+                m->layers[l].n_params - (size_t)m->layers[l].out > fw_n)
+                fw_n = m->layers[l].n_params - (size_t)m->layers[l].out;
     b->act_type[0] = p->activation;
+    if (m->layers[0].kind == MXP_LAYER_EMBEDDING)
+        b->act_type[0] = MXP_DTYPE_F32; /* token ids stay exact */
     for (int l = 0; l < m->n_layers; l++) {
         b->act_type[l + 1] = p->ops[kind_class(m->layers[l].kind)].output;
-        if (m->layers[l].kind == MXP_LAYER_LINEAR && b->act_type[l] != mm_in)
+        if ((m->layers[l].kind == MXP_LAYER_LINEAR || m->layers[l].kind == MXP_LAYER_LM_HEAD) &&
+            b->act_type[l] != mm_in)
             need_t0 = true;
     }
     /* The last layer's output is the loss's input: write it in the loss
@@ -278,7 +306,7 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
             goto overflow;
     }
     for (int i = 0; i < 2; i++)
-        if (!plan_take(&off, rowmax, mxp_dtype_info(p->grad)->size, &at_g[i]))
+        if (!plan_take(&off, rowmax, mxp_dtype_info(b->grad_type)->size, &at_g[i]))
             goto overflow;
     for (int i = 0; i < 3; i++)
         if (!plan_take(&off, rowmax, sizeof(float), &at_s[i])) goto overflow;
@@ -292,6 +320,13 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
         if (!mxp_size_mul((size_t)m->n_ln * 2, mb, &n)) goto overflow;
         if (!plan_take(&off, n, sizeof(float), &at_ln)) goto overflow;
     }
+    if (fw_n > 0 && !plan_take(&off, fw_n, sizeof(float), &at_fw)) goto overflow;
+    for (int l = 0; l < m->n_layers; l++) {
+        size_t eb = nn_kind_is_ext(m->layers[l].kind) ? nn_ext_saved_bytes(m, l, p) : 0;
+        if (eb > 0 && !plan_take(&off, eb, 1, &at_ext[l])) goto overflow;
+    }
+    const size_t xs_n = nn_ext_scratch_floats(m, p);
+    if (xs_n > 0 && !plan_take(&off, xs_n, sizeof(float), &at_xs)) goto overflow;
 
     /* slabs */
     const size_t wsize = mxp_dtype_info(p->weight)->size;
@@ -321,6 +356,10 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
     b->p0 = (float *)(void *)(b->arena + at_p[0]);
     b->p1 = (float *)(void *)(b->arena + at_p[1]);
     b->ln_stats = m->n_ln > 0 ? (float *)(void *)(b->arena + at_ln) : NULL;
+    b->fw = fw_n > 0 ? (float *)(void *)(b->arena + at_fw) : NULL;
+    for (int l = 0; l < m->n_layers; l++) b->ext[l] = at_ext[l] ? b->arena + at_ext[l] : NULL;
+    b->xs = xs_n > 0 ? (float *)(void *)(b->arena + at_xs) : NULL;
+    b->xs_n = xs_n;
     return MXP_OK;
 
 overflow:
@@ -362,6 +401,8 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
                 dst[L->w_off + (size_t)c] = 1.0f;
                 dst[L->b_off + (size_t)c] = 0.0f;
             }
+        } else if (nn_kind_is_ext(L->kind)) {
+            nn_ext_init(m, l, &r, dst);
         }
     }
 }
@@ -384,8 +425,10 @@ mxp_status mxp_model_create(const mxp_model_spec *spec,
     m->spec = *spec;
     m->policy = *policy;
     m->k = mxp_kernels_get();
+    m->fp8_cfg = mxp_fp8_config_default();
     if ((s = build_structure(m, err))) goto fail;
     if ((s = plan_bufs(m, policy, &m->b, err))) goto fail;
+    if ((s = nn_fp8_make(m, policy, &m->fp8, err))) goto fail;
     m->grads = mxp_calloc(m->n_params, sizeof(float));
     if (!m->grads) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
@@ -412,6 +455,7 @@ fail:
 void mxp_model_destroy(mxp_model *m) {
     if (!m) return;
     free_bufs(&m->b);
+    mxp_fp8_scaling_destroy(m->fp8);
     mxp_free(m->grads);
     mxp_free(m);
 }
@@ -426,6 +470,13 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
     if ((s = validate_policy(policy, err))) return s;
     nn_bufs nb;
     if ((s = plan_bufs(m, policy, &nb, err))) return s;
+    mxp_fp8_scaling *f8 = NULL;
+    if ((s = nn_fp8_make(m, policy, &f8, err))) {
+        free_bufs(&nb);
+        return s;
+    }
+    mxp_fp8_scaling_destroy(m->fp8);
+    m->fp8 = f8;
     const float *src = m->b.master;
     if (!src) {
         /* widen the old work slab through the grad slab (zeroed after) */

@@ -11,6 +11,10 @@
  * layer reads. Backward also scans each layer's parameter gradients (in
  * the grad slab, after accumulation), which names the first layer when only
  * its dW is non-finite. Nothing is allocated here.
+ * Training passes (a non-NULL site) also feed an attached per-layer monitor
+ * (headroom.c: the same scans, recorded) and take an armed fault (fault.c);
+ * in anomaly mode they also check the input batch, each layer's weights
+ * before its forward, and weight and bias gradients separately.
  */
 #include "nn/nn_internal.h"
 
@@ -29,6 +33,11 @@ static const nn_layer_vtable vtables[] = {
                         nn_tanh_backward},
     [MXP_LAYER_LAYERNORM] = {"layernorm", MXP_OP_NORM, nn_layernorm_forward,
                              nn_layernorm_backward},
+    [MXP_LAYER_EMBEDDING] = {"embedding", MXP_OP_ELEMENTWISE, nn_embedding_forward,
+                             nn_embedding_backward},
+    [MXP_LAYER_BLOCK] = {"block", MXP_OP_ELEMENTWISE, nn_block_forward, nn_block_backward},
+    [MXP_LAYER_LM_HEAD] = {"lm_head", MXP_OP_MATMUL, nn_lm_head_forward,
+                           nn_lm_head_backward},
 };
 static_assert(sizeof vtables / sizeof vtables[0] == MXP_LAYER_KIND_COUNT,
               "layer vtable out of sync with mxp_layer_kind");
@@ -47,26 +56,34 @@ static void store_output(const mxp_model *m, mxp_dtype t, void *dst,
     m->k->convert(t, dst, MXP_DTYPE_F32, v32, n);
 }
 
-static void site_set(mxp_nonfinite_site *site, bool backward, int layer,
-                     const char *op, int64_t count) {
+/* Record the first non-finite site; `what` names the tensor for the
+ * monitor ("output", "grad_input", "weight", ...). */
+static void site_set(mxp_model *m, mxp_nonfinite_site *site, bool backward,
+                     int layer, const char *op, int64_t count, const char *what) {
     site->found = true;
     site->backward = backward;
     site->layer = layer;
     site->op = op;
     site->count = count;
+    nn_mon_note_site(m, site, what);
 }
 
 /* Record the output (FP32 values v32, stored copy `stored` in dtype t) in
  * site when it is the first non-finite one. The cheap path is one absmax
  * over v32; the stored copy is counted only when v32 has non-finite values
  * or its largest value overflows in t. */
-static void scan_output(const mxp_model *m, mxp_nonfinite_site *site,
+static void scan_output(mxp_model *m, mxp_nonfinite_site *site,
                         bool backward, int layer, const char *op,
                         const float *v32, mxp_dtype t, const void *stored,
                         size_t n) {
-    if (!site || site->found) return;
+    /* a monitor (training passes only) records every layer's scan */
+    const bool mon = site && m->mon; /* layer -1: the loss gradient's slot */
+    if ((!site || site->found) && !mon) return;
     int64_t nf = 0;
-    float amax = m->k->absmax(v32, n, &nf);
+    float amax = mon ? nn_mon_scan(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT,
+                                   v32, n, t, &nf)
+                     : m->k->absmax(v32, n, &nf);
+    if (site->found) return;
     int64_t count = nf;
     if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
         int64_t c = 0;
@@ -74,19 +91,74 @@ static void scan_output(const mxp_model *m, mxp_nonfinite_site *site,
             if (!isfinite(mxp_load_f32(t, stored, i))) c++;
         if (c > count) count = c;
     }
-    if (count > 0) site_set(site, backward, layer, op, count);
+    if (count > 0)
+        site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
+}
+
+/* Anomaly mode, before layer l's forward: its weight and bias as stored in
+ * the work slab. */
+static void check_weights(mxp_model *m, mxp_nonfinite_site *site, int l,
+                          const char *op) {
+    const nn_layer *L = &m->layers[l];
+    if (site->found || L->n_params == 0) return;
+    const size_t wn = L->b_off - L->w_off, bn = L->n_params - wn;
+    int64_t c = nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->w_off), wn);
+    if (c > 0) {
+        site_set(m, site, false, l, op, c, "weight");
+        return;
+    }
+    c = nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->b_off), bn);
+    if (c > 0) site_set(m, site, false, l, op, c, "bias");
+}
+
+/* Layer l's parameter gradients after its backward: one scan (the engine's
+ * own), or weight and bias separately in anomaly mode; recorded by the
+ * monitor as its DW tensor. */
+static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
+                             const char *op) {
+    const nn_layer *L = &m->layers[l];
+    const bool mon = site && m->mon;
+    if (L->n_params == 0 || ((!site || site->found) && !mon)) return;
+    const float *g = m->grads + L->w_off;
+    int64_t nf = 0;
+    if (mon)
+        (void)nn_mon_scan(m, l, MXP_MON_DW, g, L->n_params, MXP_DTYPE_F32, &nf);
+    else
+        (void)m->k->absmax(g, L->n_params, &nf);
+    if (site->found || nf == 0) return;
+    if (nn_mon_anomaly(m)) {
+        const size_t wn = L->b_off - L->w_off;
+        int64_t cw = 0, cb = 0;
+        (void)m->k->absmax(g, wn, &cw);
+        (void)m->k->absmax(g + wn, L->n_params - wn, &cb);
+        if (cw > 0)
+            site_set(m, site, true, l, op, cw, "grad_weight");
+        else
+            site_set(m, site, true, l, op, cb, "grad_bias");
+        return;
+    }
+    site_set(m, site, true, l, op, nf, "grad_param");
 }
 
 void nn_forward(mxp_model *m, const float *x, int64_t B,
                 mxp_nonfinite_site *site) {
     nn_bufs *b = &m->b;
+    const bool anomaly = site && nn_mon_anomaly(m);
+    if (site && m->mon) nn_mon_begin_pass(m);
+    if (anomaly && !site->found) {
+        int64_t nf = 0;
+        (void)m->k->absmax(x, (size_t)B * (size_t)m->width[0], &nf);
+        if (nf > 0) site_set(m, site, false, -1, "input", nf, "input");
+    }
     store_output(m, b->act_type[0], b->acts[0], x, (size_t)B * (size_t)m->width[0]);
     for (int l = 0; l < m->n_layers; l++) {
         const nn_layer_vtable *vt = &vtables[m->layers[l].kind];
         const mxp_dtype t = b->act_type[l + 1];
         const size_t n = (size_t)B * (size_t)m->width[l + 1];
         float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
+        if (anomaly) check_weights(m, site, l, vt->name);
         vt->forward(m, l, B, y32);
+        if (site) nn_fault_apply(m, false, l, y32, n);
         store_output(m, t, b->acts[l + 1], y32, n);
         scan_output(m, site, false, l, vt->name, y32, t, b->acts[l + 1], n);
     }
@@ -103,7 +175,7 @@ static int first_param_layer(const mxp_model *m) {
  * (dY of the last layer is in g[0]), parameter grads += into the slab. */
 static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
     nn_bufs *b = &m->b;
-    const mxp_dtype gt = m->policy.grad;
+    const mxp_dtype gt = b->grad_type;
     const int lo = first_param_layer(m);
     int cur = 0; /* g[cur] holds dY of layer l */
     for (int l = m->n_layers - 1; l >= lo; l--) {
@@ -114,17 +186,20 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
         vt->backward(m, l, B, b->g[cur], dx32);
+        if (site && nn_fault_targets(m, true, l)) {
+            /* a layer's gradient: its parameter grads, else its dx */
+            if (L->n_params > 0)
+                nn_fault_apply(m, true, l, m->grads + L->w_off, L->b_off - L->w_off);
+            else if (need_dx)
+                nn_fault_apply(m, true, l, dx32, (size_t)B * (size_t)L->in);
+        }
         if (need_dx) {
             const size_t n = (size_t)B * (size_t)L->in;
             store_output(m, gt, b->g[cur ^ 1], dx32, n);
             scan_output(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], n);
             cur ^= 1;
         }
-        if (L->n_params > 0 && site && !site->found) {
-            int64_t nf = 0;
-            (void)m->k->absmax(m->grads + L->w_off, L->n_params, &nf);
-            if (nf > 0) site_set(site, true, l, vt->name, nf);
-        }
+        scan_param_grads(m, site, l, vt->name);
     }
 }
 
@@ -139,6 +214,19 @@ static mxp_status check_rows(const mxp_model *m, const float *x, int64_t B,
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "batch x is NULL; accepted: FP32 [B, %lld]",
                              (long long)m->spec.in_dim);
+    if (m->spec.seq_len > 1 && B % m->spec.seq_len != 0)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch B=%lld rows; accepted: a multiple of spec.seq_len=%lld "
+                             "(whole sequences)",
+                             (long long)B, (long long)m->spec.seq_len);
+    if (m->layers[0].kind == MXP_LAYER_EMBEDDING)
+        for (int64_t i = 0; i < B; i++)
+            if (!(x[i] >= 0.0f && x[i] < (float)m->layers[0].V) || x[i] != floorf(x[i]))
+                return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                     "batch x[%lld]=%g is not a token id; accepted: "
+                                     "integers 0..%lld",
+                                     (long long)i, (double)x[i],
+                                     (long long)m->layers[0].V - 1);
     return MXP_OK;
 }
 
@@ -185,15 +273,17 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
         memset(site, 0, sizeof *site);
         site->op = "";
     }
+    m->fp8_observe = backward && m->fp8; /* FP8 amax: training steps only */
     nn_forward(m, b->x, b->B, site);
 
-    const mxp_dtype gt = m->policy.grad;
+    const mxp_dtype gt = m->b.grad_type;
     float *dpred32 = NULL;
     if (backward) dpred32 = gt == MXP_DTYPE_F32 ? (float *)m->b.g[0] : m->b.sy;
     const char *lname = mxp_loss_kind_name(m->spec.loss);
     double lv = nn_loss_forward(m, b, dpred32, backward ? loss_scale : 1.0f);
     if (loss) *loss = lv;
-    if (site && !site->found && !isfinite(lv)) site_set(site, false, -1, lname, 1);
+    if (site && !site->found && !isfinite(lv))
+        site_set(m, site, false, -1, lname, 1, "output");
 
     if (backward) {
         const size_t n = (size_t)b->B * (size_t)mxp_model_out_dim(m);
@@ -201,6 +291,8 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
         scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
         backward_layers(m, b->B, site);
     }
+    if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);
+    m->fp8_observe = false;
     return MXP_OK;
 }
 

@@ -29,6 +29,7 @@
 #ifndef MIXPREC_NN_INTERNAL_H
 #define MIXPREC_NN_INTERNAL_H
 
+#include <mixprec/guard.h>
 #include <mixprec/model.h>
 
 #include "kernels/kernels.h"
@@ -41,6 +42,11 @@ typedef struct nn_layer {
     size_t b_off;     /* bias [out] or beta [C]: element offset */
     size_t n_params;  /* elements owned in the slabs (0 for activations) */
     int ln_slot;      /* layernorm: index into ln_stats; -1 otherwise */
+    int fp8_slot;     /* first of its FP8 scaling tensors (x, W, dY per matmul) */
+    /* GPT layers (embedding.c, block.c): */
+    int64_t T, heads; /* context length, attention heads */
+    size_t p_off;     /* embedding: wpe [T, C]; lm_head: the tied wte [V, C] */
+    int64_t V;        /* vocabulary (embedding, lm_head) */
 } nn_layer;
 
 /* Everything whose size depends on the precision policy. */
@@ -57,9 +63,17 @@ typedef struct nn_bufs {
     void *t0;             /* matmul input dtype [max_batch, max_width] or NULL */
     float *p0, *p1;       /* FP32 [max_width] */
     float *ln_stats;      /* FP32 [n_ln, 2, max_batch] */
+    mxp_dtype grad_type;  /* activation-gradient storage: policy grad, or BF16
+                             when that is an FP8 format (FP8 is only a matmul
+                             operand format, see mxp_model_fp8) */
+    float *fw;            /* FP8 mode: FP32 [largest linear weight], the
+                             quantised weight; else NULL */
+    unsigned char *ext[MXP_MODEL_MAX_LAYERS]; /* GPT layers: saved tensors */
+    float *xs;            /* GPT layers: shared FP32 scratch, xs_n floats */
+    size_t xs_n;
 } nn_bufs;
 
-#define NN_MAX_TENSORS (2 * MXP_MODEL_MAX_LAYERS)
+#define NN_MAX_TENSORS (12 * MXP_MODEL_MAX_LAYERS) /* a GPT block has 12 */
 #define NN_NAME_MAX 32
 
 struct mxp_model {
@@ -77,6 +91,12 @@ struct mxp_model {
     char names[NN_MAX_TENSORS][NN_NAME_MAX];
     float *grads; /* FP32 [P] */
     nn_bufs b;
+    int n_fp8;                 /* FP8 scaling tensors the layers use */
+    mxp_fp8_config fp8_cfg;
+    mxp_fp8_scaling *fp8;      /* non-NULL iff the policy's matmul input is FP8 */
+    bool fp8_observe;          /* inside a training step: record amax */
+    mxp_monitor *mon;          /* optional per-layer monitor (headroom.c), borrowed */
+    mxp_fault_config fault;    /* armed fault of the training passes (fault.c) */
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */
@@ -127,6 +147,107 @@ const void *nn_work_at(const mxp_model *m, size_t off);
 /* The matmul A operand for a linear layer input acts[l] ([B, in]): acts[l]
  * itself when its dtype is the matmul input dtype, else its cast in t0. */
 const void *nn_matmul_input(mxp_model *m, int l, int64_t B, mxp_dtype *type);
+
+/* ---- FP8 emulation (block_dense.c) ---------------------------------------- */
+
+/* True for F8_E4M3 and F8_E5M2. */
+bool nn_dtype_is_fp8(mxp_dtype t);
+/* The FP8 form of a linear layer (used by nn_linear_* when m->fp8): x and W
+ * quantised to E4M3, dY to E5M2 with their delayed scales, FP32 compute on
+ * the quantised values, results multiplied by the scale inverses. Bias from
+ * the FP32 master. Scratch: sa, sb, fw. */
+void nn_fp8_linear_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_fp8_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
+                            float *dx32);
+/* y32 [B, out] = x W^T (+ b at b_off when has_bias), FP8-emulated, W at
+ * w_off, scaling tensors slot..slot+2. x32 is the FP32 input [B, in]; xq
+ * [B, in] and wq [out, in] are scratch (xq may alias x32 when the input is
+ * not needed afterwards). */
+void nn_fp8_dense_forward(mxp_model *m, int slot, const float *x32, int64_t B,
+                          int64_t in, int64_t out, size_t w_off, bool has_bias,
+                          size_t b_off, float *y32, float *xq, float *wq);
+/* Its backward: dy32 [B, out] holds the FP32 output gradient and is
+ * OVERWRITTEN with its quantised form; parameter grads are added (+=) to
+ * the grad slab; dx32 [B, in] ("=") may be NULL; xq must not alias dy32. */
+void nn_fp8_dense_backward(mxp_model *m, int slot, const float *x32, int64_t B,
+                           int64_t in, int64_t out, size_t w_off, bool has_bias,
+                           size_t b_off, float *dy32, float *dx32, float *xq,
+                           float *wq);
+/* Round buf [n] in place to the values of dtype t (RNE; identity for F32):
+ * a transient FP32 tensor that stands for a tensor of dtype t. */
+void nn_round_f32(const mxp_model *m, mxp_dtype t, float *buf, size_t n);
+/* FP32 view of n parameters at slab offset off: the master when the model
+ * is in FP8 mode (FP8 is for matmul operands only), else the work slab
+ * widened into scratch. */
+const float *nn_param_f32(const mxp_model *m, size_t off, size_t n, float *scratch);
+/* (Re)create m->fp8 for policy p: NULL when p's matmul input is not FP8.
+ * On error *out is NULL and err says why. */
+mxp_status nn_fp8_make(const mxp_model *m, const mxp_precision_policy *p,
+                       mxp_fp8_scaling **out, mxp_error *err);
+
+/* ---- monitor, anomaly mode and faults (headroom.c, fault.c) --------------
+ * Only training passes (a non-NULL site) are monitored or faulted. */
+
+/* absmax and non-finite count of v [n] (values about to be stored in t),
+ * recorded as tensor `which` of layer `layer` in m->mon (non-NULL); layer
+ * -1 (the loss gradient) is recorded in the monitor's slot n_layers. */
+float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
+                  const float *v, size_t n, mxp_dtype t, int64_t *nonfinite);
+/* Record the first non-finite site since the monitor's reset (what:
+ * "output", "weight", "grad_input", ...) and, in anomaly mode, its first
+ * forward culprit. No-op without a monitor. */
+void nn_mon_note_site(mxp_model *m, const mxp_nonfinite_site *site,
+                      const char *what);
+/* Start of a monitored forward pass. */
+void nn_mon_begin_pass(mxp_model *m);
+/* Anomaly mode is on (monitor attached and anomaly set). */
+bool nn_mon_anomaly(const mxp_model *m);
+/* Non-finite values among n elements of a typed buffer (widened in chunks
+ * through the FP32 scratch sb: only call between layer calls). */
+int64_t nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n);
+/* Poison v [n] when the armed fault targets (pass, layer). */
+void nn_fault_apply(const mxp_model *m, bool backward, int layer, float *v, size_t n);
+/* The armed fault targets (pass, layer). */
+bool nn_fault_targets(const mxp_model *m, bool backward, int layer);
+
+/* ---- GPT layers (embedding.c, block.c, attention.c) -------------------------- */
+
+/* True for the layer kinds implemented outside the MLP core. */
+bool nn_kind_is_ext(mxp_layer_kind k);
+/* Structure of ext layer i with input width `in`: sets in/out/offsets/
+ * n_params/fp8 slots, adds its tensors to the table, advances *P. */
+mxp_status nn_ext_build(mxp_model *m, int i, int64_t in, size_t *P, mxp_error *err);
+/* Bytes of saved tensors layer l keeps under policy p (0 if none), and the
+ * FP32 scratch floats all ext layers need (max over layers). */
+size_t nn_ext_saved_bytes(const mxp_model *m, int l, const mxp_precision_policy *p);
+size_t nn_ext_scratch_floats(const mxp_model *m, const mxp_precision_policy *p);
+/* GPT-2 initialisation of layer l's parameters into dst [P] from r. */
+void nn_ext_init(const mxp_model *m, int l, mxp_rng *r, float *dst);
+/* Spec checks for the GPT kinds (names the field and the accepted range). */
+mxp_status nn_ext_validate(const mxp_model_spec *s, mxp_error *err);
+
+/* Causal self-attention of Bs sequences of T rows (attention.c): qkv
+ * [Bs*T, 3C] and att [Bs, H, T, T] in dtype at; scores rounded to st (the
+ * matmul output dtype); y32 [Bs*T, C] ("="); tmp: FP32 [T*T]. */
+void nn_attention_forward(const mxp_model *m, int64_t Bs, int64_t T, int64_t C,
+                          int64_t H, mxp_dtype at, mxp_dtype st, const void *qkv,
+                          void *att, float *y32, float *tmp);
+/* Its backward: dy32 [Bs*T, C] (FP32, values of dtype gt) -> dqkv32
+ * [Bs*T, 3C] ("="); intermediate grads rounded to gt; tmp FP32 [2*T*T]. */
+void nn_attention_backward(const mxp_model *m, int64_t Bs, int64_t T, int64_t C,
+                           int64_t H, mxp_dtype at, mxp_dtype gt, const void *qkv,
+                           const void *att, const float *dy32, float *dqkv32,
+                           float *tmp);
+
+void nn_embedding_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_embedding_backward(mxp_model *m, int l, int64_t B, const void *dy,
+                           float *dx32);
+void nn_lm_head_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_lm_head_backward(mxp_model *m, int l, int64_t B, const void *dy,
+                         float *dx32);
+void nn_block_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy,
+                       float *dx32);
 
 /* The forward pass for B rows of x; scans outputs into site (may be NULL). */
 void nn_forward(mxp_model *m, const float *x, int64_t B,

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dist/trainer_dist.h"
 #include "kernels/kernels.h"
 #include "train/trainer_internal.h"
 
@@ -201,6 +202,8 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     }
     res->loss = loss_sum;
     if (t->hook) t->hook(t->hook_user, t->training_steps + 1, mxp_model_grads(m), t->n_params);
+    s = mxp_trainer_dist_reduce(t, &res->loss, err);
+    if (s != MXP_OK) return s;
 
     mxp_grad_stats gs;
     float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
@@ -210,6 +213,8 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
     res->grad_norm = sqrt(gs.sumsq);
     bool found_inf = gs.nonfinite > 0 || !isfinite(res->loss);
+    s = mxp_trainer_dist_agree(t, &found_inf, err);
+    if (s != MXP_OK) return s;
 
     t->training_steps++;
     if (!found_inf) {
@@ -253,7 +258,7 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
         s = mxp_trainer_set_precision(t, to, err);
         if (s != MXP_OK) return s;
     }
-    return MXP_OK;
+    return mxp_trainer_dist_verify(t, err);
 }
 
 mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {

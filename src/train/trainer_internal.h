@@ -24,6 +24,9 @@ struct mxp_trainer {
     size_t hist_n, hist_cap;
     mxp_grad_hook hook;
     void *hook_user;
+    mxp_comm *comm;        /* data-parallel communicator (NULL: one process) */
+    mxp_dist_config dist;  /* all-reduce dtype, replica check interval */
+    bool dist_verified;    /* replicas compared since mxp_trainer_set_comm */
 };
 
 #endif

@@ -1,5 +1,9 @@
 /* tools/mixprec/main.c: the `mixprec` command: verb dispatch and help. */
+#include "bench.h"
 #include "cli.h"
+#include "doctor.h"
+#include "obs_glue.h"
+#include "workload_train.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +16,11 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train        train the configured workload (default: world model)\n"
           "  config show  print the resolved configuration and each value's source\n"
+          "  ckpt         checkpoints: verify, inspect, export, diff, keep, list\n"
+          "  sample       generate text from a GPT checkpoint (model.workload=gpt)\n"
+          "  bench        `bench kernels`: kernel GFLOP/s and GB/s against the CPU peak\n"
+          "  doctor       CPU features, native vs emulated precisions, preflight advisor\n"
+          "  report DIR   PNG plots and report.md from a run directory's metrics.db\n"
           "  version      print the version\n"
           "  help         this text\n"
           "\n"
@@ -29,6 +38,11 @@ int main(int argc, char **argv) {
     const char *verb = argv[1];
     if (strcmp(verb, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(verb, "config") == 0) return cmd_config(argc - 1, argv + 1);
+    if (strcmp(verb, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
+    if (strcmp(verb, "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    if (strcmp(verb, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(verb, "report") == 0) return cmd_report(argc - 1, argv + 1);
+    if (strcmp(verb, "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
     if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
         printf("mixprec %s\n", MIXPREC_VERSION_STRING);
         return CLI_EXIT_OK;
@@ -37,6 +51,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    cli_error("unknown command '%s'; accepted: train, config, version, help", verb);
+    cli_error("unknown command '%s'; accepted: train, config, ckpt, sample, bench, report, doctor, version, help", verb);
     return CLI_EXIT_USAGE;
 }

@@ -1,5 +1,237 @@
-/* kernels/x86_avx512/gemm.c: AVX-512 GEMM (work in progress: keeps the
- * generic GEMM until the packed microkernels land). */
-#include "kernels/x86_avx512/avx512.h"
+/* kernels/x86_avx512/gemm.c: the AVX-512 GEMM driver.
+ *
+ * Entry points: mxp_avx512_fill_gemm (the table slot), mxp_avx512_gemm_ex,
+ * mxp_avx512_gemm_path_for (gemm_internal.h).
+ *
+ * Loop nest (BLIS, Van Zee & van de Geijn 2015), for one thread's range of C:
+ *   for jc in N step NC            op(B) block of NC columns
+ *     for pc in K step KC          pack op(B)[pc.., jc..] -> Bp (L2/L3)
+ *                                  (KC = 256, or 512 on the BF16 path)
+ *       for ic in M step MC        pack op(A)[ic.., pc..] -> Ap (L2)
+ *         for jr in NC step NR     Bp micro-panel stays in L1 ...
+ *           for ir in MC step MR   ... while Ap micro-panels stream by
+ *             microkernel: C[MR x NR] (=, beta*C +, or +=) alpha * Ap Bp
+ * The first K block applies beta (beta == 0 stores without reading C); later
+ * blocks add into C, as the generic kernel does.
+ *
+ * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
+ * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
+ * many instructions per cycle as the FP32 FMA and each does twice the
+ * products (docs/kernels.md). vdpbf16ps reads BF16 subnormals as zero: the
+ * packer flags micro-panels that hold one, and a micro-tile touching a
+ * flagged panel is computed for that K block by the F32 microkernel on
+ * freshly widened copies of its two micro-panels (exact; rare in practice).
+ *
+ * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
+ * column (or row) ranges of whole micro-tiles, one per thread, each running
+ * the loop nest above with its own packing buffers. Each element of C is
+ * computed by the same instructions whatever the cut, so results are
+ * bit-identical for any thread count. Buffers are process-lifetime scratch,
+ * allocated on first use; calls are serialised by a mutex, since the
+ * buffers are shared. If they cannot be allocated the call falls back to the
+ * generic GEMM (same contract, slower) and allocation is retried next time.
+ */
+#include "kernels/x86_avx512/gemm_internal.h"
 
-void mxp_avx512_fill_gemm(mxp_kernels *t) { (void)t; }
+#include "kernels/generic/generic.h"
+#include "kernels/threads.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+enum { SCRATCH_SLOTS = 64 };
+/* Below this many flops (2*M*N*K) one thread is faster than handing half
+ * of the work to a worker (measured: 32x128x128 gains 20% from 2 threads,
+ * 32x64x64 loses). */
+#define THREAD_MIN_FLOPS (2.0 * 64 * 64 * 64)
+
+typedef struct gemm_scratch {
+    float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
+    float *bp;  /* KC x NC FP32 (or KC/2 x NC words) */
+    float *ap1; /* MR x KC_BF16 FP32: one A micro-panel (subnormal fallback) */
+    float *bp1; /* KC_BF16 x NR FP32: one B micro-panel (subnormal fallback) */
+} gemm_scratch;
+
+static gemm_scratch scratch[SCRATCH_SLOTS];
+static int scratch_slots;
+static pthread_mutex_t gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Allocate scratch for n slots (caller holds gemm_lock). */
+static bool scratch_ensure(int n) {
+    for (; scratch_slots < n; scratch_slots++) {
+        gemm_scratch *s = &scratch[scratch_slots];
+        if (!s->ap) s->ap = mxp_calloc((size_t)MXP_GEMM_MC * MXP_GEMM_KC, sizeof(float));
+        if (!s->bp) s->bp = mxp_calloc((size_t)MXP_GEMM_KC * MXP_GEMM_NC, sizeof(float));
+        if (!s->ap1) s->ap1 = mxp_calloc((size_t)MXP_GEMM_MR * MXP_GEMM_KC_BF16, sizeof(float));
+        if (!s->bp1) s->bp1 = mxp_calloc((size_t)MXP_GEMM_KC_BF16 * MXP_GEMM_NR, sizeof(float));
+        if (!s->ap || !s->bp || !s->ap1 || !s->bp1) return false;
+    }
+    return true;
+}
+
+typedef struct gemm_plan {
+    mxp_gemm_src a; /* rows i of op(A), columns k */
+    mxp_gemm_src b; /* rows j of op(B)^T, columns k */
+    size_t M, N, K, ldc;
+    float *C;
+    float alpha, beta;
+    bool dp;
+    bool split_n; /* threads cut N (else M) */
+    int parts;
+} gemm_plan;
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* One micro-tile of a DPBF16 block whose A or B micro-panel holds a BF16
+ * subnormal: widen both micro-panels to FP32 and use the F32 microkernel.
+ * *bp1_for caches which B micro-panel bp1 holds (SIZE_MAX: none). */
+static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, int mr,
+                          size_t j0, int nr, size_t pc, size_t kc, float *c,
+                          mxp_gemm_store mode, size_t *bp1_for) {
+    if (*bp1_for != j0) {
+        mxp_avx512_pack_f32(&p->b, j0, (size_t)nr, pc, kc, MXP_GEMM_NR, s->bp1);
+        *bp1_for = j0;
+    }
+    mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
+    mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode);
+}
+
+/* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
+static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
+                       const gemm_scratch *s) {
+    uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
+        size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
+        const size_t kblock = p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC;
+        for (size_t pc = 0; pc < p->K; pc += kblock) {
+            size_t kc = min_sz(kblock, p->K - pc), kp = (kc + 1) / 2;
+            mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
+                                  : p->beta == 0.0f ? MXP_GEMM_STORE_SET
+                                                    : MXP_GEMM_STORE_BETA;
+            bool any_b = false;
+            size_t bp1_for = SIZE_MAX;
+            if (p->dp)
+                any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
+                                             (uint32_t *)s->bp, sub_b);
+            else
+                mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
+            for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
+                size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
+                bool any = any_b;
+                if (p->dp)
+                    any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
+                                                (uint32_t *)s->ap, sub_a);
+                else
+                    mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
+                for (size_t jr = 0; jr < nc; jr += MXP_GEMM_NR) {
+                    int nr = (int)min_sz(MXP_GEMM_NR, nc - jr);
+                    for (size_t ir = 0; ir < mc; ir += MXP_GEMM_MR) {
+                        int mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
+                        float *c = p->C + (ic + ir) * p->ldc + jc + jr;
+                        if (!p->dp)
+                            mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c,
+                                                   p->ldc, mr, nr, p->alpha, p->beta, mode);
+                        else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
+                            tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode,
+                                          &bp1_for);
+                        else
+                            mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
+                                                    (const uint32_t *)s->bp + jr * kp, c,
+                                                    p->ldc, mr, nr, p->alpha, p->beta, mode);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Part `index` of `count`: a range of whole micro-tiles along the cut
+ * dimension, the full extent of the other. */
+static void gemm_part(void *ctx, int index, int count) {
+    const gemm_plan *p = ctx;
+    size_t ext = p->split_n ? p->N : p->M;
+    size_t tile = p->split_n ? MXP_GEMM_NR : MXP_GEMM_MR;
+    size_t tiles = (ext + tile - 1) / tile;
+    size_t t0 = tiles * (size_t)index / (size_t)count;
+    size_t t1 = tiles * (size_t)(index + 1) / (size_t)count;
+    size_t lo = min_sz(t0 * tile, ext), hi = min_sz(t1 * tile, ext);
+    if (lo >= hi) return;
+    if (p->split_n)
+        gemm_range(p, 0, p->M, lo, hi, &scratch[index]);
+    else
+        gemm_range(p, lo, hi, 0, p->N, &scratch[index]);
+}
+
+static bool dp_type(mxp_dtype t) {
+    return t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2;
+}
+
+static void make_sources(const mxp_gemm_args *g, mxp_gemm_src *a, mxp_gemm_src *b) {
+    *a = (mxp_gemm_src){g->a_type, g->A, (size_t)g->lda, !g->trans_a};
+    *b = (mxp_gemm_src){g->b_type, g->B, (size_t)g->ldb, g->trans_b};
+}
+
+mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path) {
+    if (path == MXP_GEMM_PATH_F32 || !dp_type(g->a_type) || !dp_type(g->b_type))
+        return MXP_GEMM_PATH_F32;
+    return MXP_GEMM_PATH_DPBF16;
+}
+
+/* C = beta * C (beta == 0 writes zeros without reading C): K == 0. */
+static void scale_c(const mxp_gemm_args *g) {
+    for (int64_t i = 0; i < g->M; i++) {
+        float *c = g->C + (size_t)i * (size_t)g->ldc;
+        for (int64_t j = 0; j < g->N; j++) c[j] = g->beta == 0.0f ? 0.0f : g->beta * c[j];
+    }
+}
+
+void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
+    if (g->M <= 0 || g->N <= 0) return;
+    if (g->K <= 0) {
+        scale_c(g);
+        return;
+    }
+    mxp_avx512_gemm_tables_init();
+    gemm_plan p = {
+        .M = (size_t)g->M, .N = (size_t)g->N, .K = (size_t)g->K, .ldc = (size_t)g->ldc,
+        .C = g->C, .alpha = g->alpha, .beta = g->beta,
+    };
+    make_sources(g, &p.a, &p.b);
+    p.dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
+
+    int threads = mxp_threads_max();
+    if (o->threads > 0 && o->threads < threads) threads = o->threads;
+    if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
+    double flops = 2.0 * (double)p.M * (double)p.N * (double)p.K;
+    if (flops < THREAD_MIN_FLOPS) threads = 1;
+    size_t tiles_m = (p.M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
+    size_t tiles_n = (p.N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
+    /* Cutting N makes every thread pack all of op(A), cutting M all of
+     * op(B): duplicate the smaller one, if that dimension has enough tiles. */
+    bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;
+    p.split_n = p.M <= p.N ? n_ok || (!m_ok && tiles_n >= tiles_m)
+                           : !m_ok && (n_ok || tiles_n > tiles_m);
+    size_t tiles = p.split_n ? tiles_n : tiles_m;
+    p.parts = (size_t)threads < tiles ? threads : (int)tiles;
+
+    pthread_mutex_lock(&gemm_lock);
+    if (!scratch_ensure(p.parts)) {
+        pthread_mutex_unlock(&gemm_lock);
+        mxp_log(MXP_LOG_WARN, "kernels: no memory for AVX-512 GEMM buffers; "
+                              "using the generic GEMM for this call");
+        mxp_generic_gemm(g);
+        return;
+    }
+    mxp_threads_run(p.parts, gemm_part, &p);
+    pthread_mutex_unlock(&gemm_lock);
+}
+
+static void avx512_gemm(const mxp_gemm_args *g) {
+    static const mxp_avx512_gemm_opts defaults = {MXP_GEMM_PATH_AUTO, 0};
+    mxp_avx512_gemm_ex(g, &defaults);
+}
+
+void mxp_avx512_fill_gemm(mxp_kernels *t) {
+    mxp_avx512_gemm_tables_init();
+    t->gemm = avx512_gemm;
+}

@@ -1,0 +1,158 @@
+/* bench/bench_train_step.c: time mxp_trainer_step on an MLP, the mixprec
+ * side of the side-by-side comparison with PyTorch (bench/torch_mlp.py,
+ * driven by bench/bench_train_vs_torch.py; method in docs/benchmarks.md).
+ *
+ * The model is the world-model MLP: depth x (linear(hidden) -> GELU), then
+ * linear(out), MSE loss, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, no
+ * weight decay), no gradient clipping, one fixed random batch (x, y ~
+ * N(0, 1)). One timed step is exactly one mxp_trainer_step call: zero
+ * grads, forward, loss, backward, fused unscale/finite/stats pass, update
+ * and recast. Reports the median over --steps timed steps after --warmup.
+ *
+ * usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N]
+ *        [--batch N] [--steps N] [--warmup N] [--precision MODE]
+ *        [--ftz] [--json]
+ * Threads: MIXPREC_NUM_THREADS (kernel thread pool); ISA: MIXPREC_FORCE_ISA.
+ * Not a test: prints timings, exits 0 on success, 2 on bad arguments.
+ */
+#include <mixprec/mixprec.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct args {
+    int64_t in, hidden, out, batch;
+    int depth, steps, warmup;
+    mxp_precision precision;
+    bool ftz, json;
+} args;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int usage(const char *why) {
+    fprintf(stderr,
+            "bench_train_step: %s\n"
+            "usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N] [--batch N]\n"
+            "       [--steps N] [--warmup N] [--precision fp32|mixed_bf16|mixed_fp16|bf16|fp16]\n"
+            "       [--ftz] [--json]\n",
+            why);
+    return 2;
+}
+
+/* Parse a positive integer argument; false when missing or out of range. */
+static bool parse_pos(const char *s, int64_t max, int64_t *out) {
+    if (!s) return false;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v < 1 || v > max) return false;
+    *out = v;
+    return true;
+}
+
+static int parse(int argc, char **argv, args *a) {
+    *a = (args){.in = 4, .hidden = 256, .out = 4, .batch = 32, .depth = 3, .steps = 200,
+                .warmup = 20, .precision = MXP_PRECISION_FP32};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n = 0;
+        if (!strcmp(k, "--json")) a->json = true;
+        else if (!strcmp(k, "--ftz")) a->ftz = true;
+        else if (!strcmp(k, "--precision")) {
+            mxp_error err = {0};
+            if (!v || mxp_precision_parse(v, &a->precision, &err) != MXP_OK)
+                return usage(v ? err.msg : "--precision needs a value");
+            i++;
+        } else {
+            if (!parse_pos(v, 1 << 20, &n)) return usage("an option needs a value in [1, 2^20]");
+            if (!strcmp(k, "--in")) a->in = n;
+            else if (!strcmp(k, "--hidden")) a->hidden = n;
+            else if (!strcmp(k, "--out")) a->out = n;
+            else if (!strcmp(k, "--batch")) a->batch = n;
+            else if (!strcmp(k, "--depth") && n <= 30) a->depth = (int)n;
+            else if (!strcmp(k, "--steps")) a->steps = (int)n;
+            else if (!strcmp(k, "--warmup")) a->warmup = (int)n;
+            else return usage("unknown option or value out of range");
+            i++;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    if (a.ftz) mxp_fpenv_set_ftz(true);
+
+    mxp_error err = {0};
+    mxp_model_spec spec = mxp_model_spec_mlp(a.in, a.hidden, a.depth, a.out, MXP_LAYER_GELU,
+                                             false, MXP_LOSS_MSE, a.batch);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(a.precision, &pol);
+    mxp_model *m = NULL;
+    mxp_trainer *t = NULL;
+    if (mxp_model_create(&spec, &pol, 1234, &m, &err) != MXP_OK) {
+        fprintf(stderr, "bench_train_step: %s\n", err.msg);
+        return 1;
+    }
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.clip_grad_norm = 0.0f; /* as the PyTorch loop: no clipping */
+    if (mxp_trainer_create(m, &tc, &t, &err) != MXP_OK) {
+        fprintf(stderr, "bench_train_step: %s\n", err.msg);
+        mxp_model_destroy(m);
+        return 1;
+    }
+    size_t nx = (size_t)(a.batch * a.in), ny = (size_t)(a.batch * a.out);
+    float *x = mxp_calloc(nx, sizeof *x), *y = mxp_calloc(ny, sizeof *y);
+    double *ms = mxp_calloc((size_t)a.steps, sizeof *ms);
+    if (!x || !y || !ms) {
+        fprintf(stderr, "bench_train_step: out of memory\n");
+        return 1;
+    }
+    mxp_rng r;
+    mxp_rng_init(&r, 42);
+    for (size_t i = 0; i < nx; i++) x[i] = mxp_rng_normal(&r);
+    for (size_t i = 0; i < ny; i++) y[i] = mxp_rng_normal(&r);
+    mxp_batch b = {.x = x, .y = y, .B = a.batch};
+    mxp_step_result res;
+    int skipped = 0;
+    for (int s = 0; s < a.warmup + a.steps; s++) {
+        double t0 = mxp_time_now();
+        if (mxp_trainer_step(t, &b, 1, &res, &err) != MXP_OK) {
+            fprintf(stderr, "bench_train_step: step %d: %s\n", s, err.msg);
+            return 1;
+        }
+        double dt = mxp_time_now() - t0;
+        if (s >= a.warmup) ms[s - a.warmup] = dt * 1e3;
+        skipped += res.skipped;
+    }
+    qsort(ms, (size_t)a.steps, sizeof *ms, cmp_double);
+    double med = ms[a.steps / 2];
+    const char *isa = getenv("MIXPREC_FORCE_ISA");
+    const char *thr = getenv("MIXPREC_NUM_THREADS");
+    if (a.json)
+        printf("{\"framework\":\"mixprec\",\"precision\":\"%s\",\"in\":%lld,\"hidden\":%lld,"
+               "\"depth\":%d,\"out\":%lld,\"batch\":%lld,\"steps\":%d,\"median_ms\":%.5f,"
+               "\"min_ms\":%.5f,\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"skipped\":%d,"
+               "\"threads\":\"%s\",\"isa\":\"%s\",\"ftz\":%s}\n",
+               mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
+               (long long)a.out, (long long)a.batch, a.steps, med, ms[0],
+               (double)a.batch / (med * 1e-3), res.loss, skipped, thr ? thr : "default",
+               isa ? isa : "auto", a.ftz ? "true" : "false");
+    else
+        printf("mixprec %s in=%lld hidden=%lldx%d out=%lld batch=%lld: median %.4f ms/step "
+               "(min %.4f), %.0f samples/s, final loss %.5g, %d skipped\n",
+               mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
+               (long long)a.out, (long long)a.batch, med, ms[0], (double)a.batch / (med * 1e-3),
+               res.loss, skipped);
+    mxp_free(x);
+    mxp_free(y);
+    mxp_free(ms);
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+    return 0;
+}

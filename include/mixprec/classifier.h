@@ -1,0 +1,108 @@
+/* mixprec/classifier.h: the Fashion-MNIST classifier workload and the IDX
+ * file reader it is built on.
+ *
+ * IDX (the MNIST file format, yann.lecun.com/exdb/mnist): two zero bytes,
+ * a type code (0x08 unsigned byte, 0x09 signed byte, 0x0B int16, 0x0C
+ * int32, 0x0D float32, 0x0E float64), the number of dimensions, then one
+ * big-endian uint32 per dimension, then the elements in row-major order,
+ * big-endian. mixprec reads unsigned-byte files (every MNIST-style image
+ * and label file), plain or gzip-compressed (detected by content, through
+ * zlib), and rejects anything else with an error naming the file and the
+ * problem: bad magic, an unsupported type, a zero or oversized dimension,
+ * a truncated header or body, trailing bytes, or a corrupt gzip stream.
+ *
+ * The classifier is an MLP (model.depth x [linear(model.hidden) ->
+ * [layernorm] -> activation], then linear(10)) trained with softmax
+ * cross-entropy on the Fashion-MNIST training split (Debian package
+ * dataset-fashion-mnist) and evaluated on its official 10,000-image test
+ * split. Pixels are scaled to [0, 1] and standardised with the dataset's
+ * training mean and std (0.2860, 0.3530). Batches are drawn without
+ * replacement from a seeded per-epoch permutation (drop-last), so the same
+ * seed and config give bit-identical losses.
+ */
+#ifndef MIXPREC_CLASSIFIER_H
+#define MIXPREC_CLASSIFIER_H
+
+#include <mixprec/world_model.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- IDX files ----------------------------------------------------------- */
+
+#define MXP_IDX_MAX_DIMS 8
+/* Largest element count accepted (2^32): guards against absurd headers. */
+#define MXP_IDX_MAX_ELEMENTS ((uint64_t)1 << 32)
+
+typedef struct mxp_idx {
+    int ndims;                       /* 1..MXP_IDX_MAX_DIMS */
+    int64_t dims[MXP_IDX_MAX_DIMS];  /* each >= 1 */
+    size_t count;                    /* product of dims */
+    uint8_t *data;                   /* [count] unsigned bytes (mxp_free) */
+} mxp_idx;
+
+/* Read an unsigned-byte IDX file (plain or gzip). On success *out owns its
+ * data; on failure *out is zeroed, nothing is leaked, and err names the
+ * path and the problem (MXP_ERR_IO: cannot open/read; MXP_ERR_FORMAT:
+ * malformed, truncated, trailing bytes, corrupt gzip; MXP_ERR_UNSUPPORTED:
+ * a valid IDX type other than unsigned byte). */
+mxp_status mxp_idx_read(const char *path, mxp_idx *out, mxp_error *err);
+void mxp_idx_free(mxp_idx *x);
+
+/* ---- the Fashion-MNIST dataset -------------------------------------------- */
+
+#define MXP_FMNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
+#define MXP_FMNIST_CLASSES 10
+
+/* One split: images [n, rows*cols] unsigned bytes, labels [n] in [0, 10). */
+typedef struct mxp_image_split {
+    int64_t n;
+    int64_t rows, cols;
+    const uint8_t *images;
+    const uint8_t *labels;
+} mxp_image_split;
+
+typedef struct mxp_fmnist mxp_fmnist;
+
+/* Load train-{images-idx3,labels-idx1}-ubyte and t10k-... from dir, each
+ * as NAME or NAME.gz. Keeps the first max_train / max_test examples (0:
+ * all). Checks shapes (images 3-D, labels 1-D, matching counts, equal image
+ * sizes in both splits) and labels < 10, naming the file on error. */
+mxp_status mxp_fmnist_load(const char *dir, int64_t max_train, int64_t max_test,
+                           mxp_fmnist **out, mxp_error *err);
+void mxp_fmnist_destroy(mxp_fmnist *d);
+mxp_image_split mxp_fmnist_train(const mxp_fmnist *d);
+mxp_image_split mxp_fmnist_test(const mxp_fmnist *d);
+
+/* ---- the classifier workload ---------------------------------------------- */
+
+typedef struct mxp_classifier mxp_classifier;
+
+/* Load the dataset (cfg->data_dir or the default directory, subsets
+ * cfg->train_subset / cfg->test_subset) and build model + trainer. The
+ * largest batch is cfg->batch_size; evaluation runs in chunks. */
+mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out, mxp_error *err);
+/* As create, on an already loaded dataset (borrowed: it must outlive cl). */
+mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
+                                           mxp_classifier **out, mxp_error *err);
+void mxp_classifier_destroy(mxp_classifier *cl);
+void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user);
+
+/* Train num_epochs more epochs (LR schedule over those epochs). */
+mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err);
+
+/* Mean cross-entropy and top-1 accuracy (fraction in [0, 1]) on the test
+ * split, forward only, in the working precision. */
+mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,
+                                   mxp_error *err);
+
+mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl);
+mxp_model *mxp_classifier_model(mxp_classifier *cl);
+/* Training examples used per epoch (after drop-last). */
+int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_CLASSIFIER_H */

@@ -1,0 +1,87 @@
+/* guard/canary.c: the FP32 canary.
+ *
+ * Entry points (internal): guard_canary_init/_free/_run,
+ * guard_copy_params_fp32.
+ *
+ * Every K steps the guard computes the loss of one fixed probe batch twice
+ * from the same parameters: in the working precision (the model itself,
+ * forward only) and in FP32 (a shadow model of the same spec whose FP32
+ * weights are copied from the master, or widened from the 16-bit working
+ * weights of a pure mode). Their relative difference is the "loss
+ * divergence vs FP32 baseline" of the seeds (000: > 20% is P1; 5% is the
+ * re-enable criterion). Forward-only passes take no site, so the monitor
+ * and armed faults never see them, and the FP8 amax history is untouched.
+ * Cost: one forward in each precision on the probe, plus a copy of the
+ * parameters, every K steps.
+ */
+#include "guard/guard_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void guard_copy_params_fp32(const mxp_model *m, mxp_model *dst) {
+    const size_t n = mxp_model_num_params(m);
+    float *d = mxp_model_master(dst);
+    const float *src = mxp_model_master((mxp_model *)m);
+    if (src) {
+        memcpy(d, src, n * sizeof(float));
+    } else {
+        mxp_dtype wt;
+        const void *work = mxp_model_work((mxp_model *)m, &wt);
+        mxp_convert(MXP_DTYPE_F32, d, wt, work, n);
+    }
+}
+
+void guard_canary_free(guard_canary *c) {
+    mxp_model_destroy(c->fp32);
+    mxp_free(c->x);
+    mxp_free(c->y);
+    mxp_free(c->labels);
+    memset(c, 0, sizeof *c);
+}
+
+mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batch *probe,
+                             mxp_error *err) {
+    memset(c, 0, sizeof *c);
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    if (!probe || !probe->x || probe->B < 1 || probe->B > sp->max_batch)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "canary probe batch: B=%lld; accepted: 1..%lld rows with x set",
+                             probe ? (long long)probe->B : 0LL, (long long)sp->max_batch);
+    mxp_model_spec spec = *sp;
+    spec.max_batch = probe->B;
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(MXP_PRECISION_FP32, &pol);
+    mxp_status s = mxp_model_create(&spec, &pol, 0, &c->fp32, err);
+    if (s != MXP_OK) return s;
+    const size_t B = (size_t)probe->B, in = (size_t)sp->in_dim;
+    const size_t out = (size_t)mxp_model_out_dim(m);
+    c->x = mxp_calloc(B * in, sizeof(float));
+    if (probe->y) c->y = mxp_calloc(B * out, sizeof(float));
+    if (probe->labels) c->labels = mxp_calloc(B, sizeof(int32_t));
+    if (!c->x || (probe->y && !c->y) || (probe->labels && !c->labels)) {
+        guard_canary_free(c);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "canary probe batch");
+    }
+    memcpy(c->x, probe->x, B * in * sizeof(float));
+    if (c->y) memcpy(c->y, probe->y, B * out * sizeof(float));
+    if (c->labels) memcpy(c->labels, probe->labels, B * sizeof(int32_t));
+    c->probe = (mxp_batch){.x = c->x, .y = c->y, .labels = c->labels, .B = probe->B};
+    return MXP_OK;
+}
+
+mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *lw,
+                            double *l32, mxp_error *err) {
+    guard_copy_params_fp32(m, c->fp32);
+    mxp_status s = mxp_model_step(c->fp32, &c->probe, false, 1.0f, l32, NULL, err);
+    if (s != MXP_OK) return s;
+    s = mxp_model_step(m, &c->probe, false, 1.0f, lw, NULL, err);
+    if (s != MXP_OK) return s;
+    if (!isfinite(*lw))
+        *div = INFINITY;
+    else if (*l32 == 0.0)
+        *div = *lw == 0.0 ? 0.0 : INFINITY;
+    else
+        *div = fabs(*lw - *l32) / fabs(*l32);
+    return MXP_OK;
+}

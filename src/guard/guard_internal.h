@@ -1,0 +1,149 @@
+/* guard/guard_internal.h: the guard object and the helpers shared by the
+ * files of src/guard (not a public header).
+ *   rules.c    rule table, defaults, validation, sliding windows
+ *   support.c  precision support levels and the fallback chain
+ *   guard.c    the guard: before/after step, actions, events, status
+ *   snapshot.c the in-memory rollback store
+ *   canary.c   the FP32 canary
+ *   advisor.c  preflight and precision: auto
+ *   signal.c   operator requests (SIGUSR1, API)
+ */
+#ifndef MIXPREC_GUARD_INTERNAL_H
+#define MIXPREC_GUARD_INTERNAL_H
+
+#include <mixprec/guard.h>
+
+/* ---- sliding windows (rules.c) ------------------------------------------ */
+
+typedef struct guard_ring {
+    double *v;     /* [cap] */
+    int64_t cap;   /* window (+1 for GROWTH) */
+    int64_t n;     /* samples held, <= cap */
+    int64_t head;  /* next write position */
+    double sum;    /* of the held samples (MEAN) */
+} guard_ring;
+
+mxp_status guard_ring_init(guard_ring *r, int64_t cap, mxp_error *err);
+void guard_ring_free(guard_ring *r);
+void guard_ring_clear(guard_ring *r);
+void guard_ring_push(guard_ring *r, double x);
+/* The aggregate of a full window (NaN while it is not full). */
+double guard_ring_value(const guard_ring *r, mxp_rule_agg agg);
+
+/* ---- the in-memory snapshot (snapshot.c) --------------------------------- */
+
+typedef struct guard_snapshot {
+    bool valid;
+    size_t n;                 /* parameters */
+    float *params;            /* FP32 [n]: master, or the widened work weights */
+    float *m, *v;             /* optimizer moments [n] (v NULL for SGD) */
+    mxp_trainer_state tstate; /* counters, sr position, lr */
+    mxp_precision mode;       /* precision at save time */
+    mxp_scaler_state scaler;
+    float *fp8;               /* FP8 scaling state or NULL */
+    size_t fp8_n;
+    int64_t fp8_steps;
+    mxp_guard_position pos;
+    int64_t attempt;
+} guard_snapshot;
+
+/* The built-in store (save/restore callbacks over a guard_snapshot). */
+mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_guard_position *pos,
+                               int64_t attempt, mxp_error *err);
+mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_guard_position *pos,
+                                  int64_t *attempt, mxp_error *err);
+void guard_snapshot_free(guard_snapshot *s);
+
+/* ---- canary (canary.c) ---------------------------------------------------- */
+
+typedef struct guard_canary {
+    mxp_model *fp32;   /* same spec, FP32 policy, max_batch = probe rows */
+    float *x, *y;      /* probe copies */
+    int32_t *labels;
+    mxp_batch probe;
+} guard_canary;
+
+mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batch *probe,
+                             mxp_error *err);
+void guard_canary_free(guard_canary *c);
+/* Loss of the probe in the working precision (m) and in FP32 from m's
+ * parameters; *div = |lw - l32| / |l32| (inf when lw is not finite). */
+mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *lw,
+                            double *l32, mxp_error *err);
+/* Copy m's parameters (master, else widened work) into dst, an FP32 model
+ * of the same spec. */
+void guard_copy_params_fp32(const mxp_model *m, mxp_model *dst);
+
+/* ---- operator requests (signal.c) --------------------------------------- */
+
+unsigned long guard_fp32_requests(void);
+
+/* ---- the guard (guard.c) ------------------------------------------------- */
+
+#define GUARD_EVENTS_KEPT 256
+#define GUARD_CHAIN_MAX 8
+
+struct mxp_guard {
+    mxp_guard_config cfg;
+    mxp_trainer *t;
+    mxp_model *model;
+    mxp_monitor *mon;
+    const mxp_cpu_features *cpu;
+
+    guard_ring ring[MXP_RULE_COUNT];
+    bool latched[MXP_RULE_COUNT];
+    double value[MXP_RULE_COUNT];
+    int64_t fired[MXP_RULE_COUNT];
+
+    int64_t attempts;
+    bool sampled;          /* this step runs a full monitor scan */
+    bool weights_scaled;   /* scale_weights fault applied */
+    int64_t nonfinite_streak;
+    mxp_nonfinite_site streak_site;
+    int64_t streak_site_step;
+    mxp_nonfinite_site first_site;
+    int64_t first_site_step;
+    mxp_anomaly_report anomaly;
+    int64_t anomaly_step;
+
+    guard_canary canary;
+    bool have_canary;
+    double canary_div, canary_lw, canary_l32;
+
+    mxp_guard_event *events; /* ring of GUARD_EVENTS_KEPT */
+    int64_t n_events;        /* total */
+    mxp_guard_event *events_linear; /* scratch for mxp_guard_events */
+    mxp_guard_event_fn cb;
+    void *cb_user;
+
+    mxp_rollback_store store;
+    bool store_custom;
+    guard_snapshot snap;
+    bool have_healthy;       /* something was saved to the store */
+    int64_t last_save_attempt;
+    int64_t rollbacks, rollbacks_since_save;
+
+    mxp_precision initial;
+    mxp_precision chain[GUARD_CHAIN_MAX]; /* precisions fallen back from */
+    int chain_n;
+    bool operator_fp32;
+    unsigned long seen_requests;
+    int64_t healthy_streak;
+    int64_t retry_wait;      /* healthy steps before the next retry */
+    int64_t last_retry_attempt;
+    int64_t fallbacks, retries, operator_switches;
+    mxp_precision last_mode; /* to notice the scaler's own fallback */
+    bool stopped;
+    bool started;                  /* first before_step done (initial precision taken) */
+    struct mxp_ckpt_manager *ckpt; /* disk rollback store beside the snapshot, or NULL */
+    bool ckpt_healthy;             /* health last told to it */
+};
+
+/* Rollback through the configured stores (guard.c uses it; workload.c
+ * implements the checkpoint side). */
+mxp_status guard_restore(mxp_guard *g, mxp_guard_position *pos, int64_t *attempt,
+                         mxp_error *err);
+/* Tell the checkpoint manager (if any) whether the run is healthy now. */
+void guard_tell_health(mxp_guard *g, bool healthy);
+
+#endif

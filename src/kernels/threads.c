@@ -1,0 +1,177 @@
+/* kernels/threads.c: the kernels' persistent thread pool (see threads.h).
+ *
+ * Protocol: the caller owns the pool for one job by holding `busy`. It
+ * publishes (fn, ctx, count), sets `pending` to the number of workers and
+ * bumps the generation counter `gen` (release) under `lock`, broadcasting
+ * `wake`. A worker that sees a new generation (acquire) runs its index if it
+ * is below count, then decrements `pending`; the last one signals `done`
+ * under `lock`. Workers wait on `gen` for SPIN_SECONDS after a job before
+ * sleeping, because GEMMs arrive in bursts (a training step issues several)
+ * and a futex wake-up costs tens of microseconds on a VM. The caller also
+ * waits briefly on `pending` before sleeping on `done`. Those waits pause
+ * for PAUSE_SECONDS and then yield the CPU: with pure spinning, two threads
+ * that the scheduler put on one CPU (a busy machine) took 100x longer.
+ */
+#include "kernels/threads.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { THREADS_MAX = 64 };
+#define SPIN_SECONDS 100e-6
+#define PAUSE_SECONDS 2e-6
+
+static struct {
+    pthread_mutex_t busy; /* held by the caller of a run */
+    pthread_mutex_t lock; /* guards sleeping on wake/done */
+    pthread_cond_t wake, done;
+    atomic_uint gen;
+    atomic_int pending;
+    atomic_bool forked; /* set in a fork child: run serially */
+    mxp_parallel_fn fn;
+    void *ctx;
+    int count;
+    int nthreads; /* caller + workers actually started */
+    pthread_t tid[THREADS_MAX];
+} pool = {
+    .busy = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+    .nthreads = 1,
+};
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static int threads_max = 1;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* One step of a bounded wait that started at t0: pause briefly at first,
+ * then yield the CPU, so a waiter that shares its CPU with the thread it
+ * waits for (an oversubscribed machine) lets that thread run instead of
+ * burning the time slice. Returns false once SPIN_SECONDS have passed. */
+static bool spin_step(double t0) {
+    double dt = mxp_time_now() - t0;
+    if (dt >= SPIN_SECONDS) return false;
+    if (dt < PAUSE_SECONDS)
+        for (int i = 0; i < 32; i++) cpu_relax();
+    else
+        sched_yield();
+    return true;
+}
+
+/* The configured thread count: MIXPREC_NUM_THREADS, else the CPUs in this
+ * process's affinity mask, clamped to [1, THREADS_MAX]. */
+static int configured_threads(void) {
+    int n = 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    else n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("MIXPREC_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= THREADS_MAX)
+            n = (int)v;
+        else
+            mxp_log(MXP_LOG_WARN,
+                    "kernels: MIXPREC_NUM_THREADS=%s is invalid and ignored; accepted: "
+                    "an integer in [1, %d]", env, THREADS_MAX);
+    }
+    if (n < 1) n = 1;
+    if (n > THREADS_MAX) n = THREADS_MAX;
+    return n;
+}
+
+static void *worker_main(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        if (g == seen) {
+            double t0 = mxp_time_now();
+            while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen &&
+                   spin_step(t0)) {
+            }
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = g;
+        if (index < pool.count) pool.fn(pool.ctx, index, pool.count);
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+    return NULL;
+}
+
+static void atfork_child(void) { atomic_store(&pool.forked, true); }
+
+static void pool_start(void) {
+    threads_max = configured_threads();
+    pthread_atfork(NULL, NULL, atfork_child);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (int i = 1; i < threads_max; i++) {
+        if (pthread_create(&pool.tid[i], &attr, worker_main, (void *)(intptr_t)i) != 0) {
+            mxp_log(MXP_LOG_WARN, "kernels: could not start thread %d of %d; using %d",
+                    i + 1, threads_max, i);
+            break;
+        }
+        pool.nthreads = i + 1;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+int mxp_threads_max(void) {
+    pthread_once(&pool_once, pool_start);
+    return threads_max;
+}
+
+void mxp_threads_run(int count, mxp_parallel_fn fn, void *ctx) {
+    if (count <= 0) return;
+    pthread_once(&pool_once, pool_start);
+    if (count == 1 || pool.nthreads == 1 || atomic_load(&pool.forked) ||
+        pthread_mutex_trylock(&pool.busy) != 0) {
+        for (int i = 0; i < count; i++) fn(ctx, i, count);
+        return;
+    }
+    const int workers = pool.nthreads - 1;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.count = count;
+    atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+    fn(ctx, 0, count);
+    for (int i = pool.nthreads; i < count; i++) fn(ctx, i, count);
+
+    double t0 = mxp_time_now();
+    while (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0 && spin_step(t0)) {
+    }
+    if (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0) {
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    pthread_mutex_unlock(&pool.busy);
+}

@@ -1,0 +1,127 @@
+/* kernels/x86_avx512/gemm_internal.h: pieces of the AVX-512 GEMM (internal).
+ *
+ * The GEMM is BLIS-shaped (Van Zee & van de Geijn, "BLIS: A Framework for
+ * Rapidly Instantiating BLAS Functionality", TOMS 2015; Goto & van de Geijn,
+ * "Anatomy of High-Performance Matrix Multiplication", TOMS 2008):
+ *   gemm.c         driver: path choice, cache blocking (NC, KC, MC loops),
+ *                  the split of C between threads, the table slot;
+ *   gemm_pack.c    packing of op(A) and op(B) into contiguous micro-panels,
+ *                  widening every input dtype while packing;
+ *   gemm_ukernel.c register-blocked microkernels (MR x NR tile of C).
+ *
+ * Both operands are packed by ONE packer, seen as a "panel source": a matrix
+ * X whose rows are the rows of op(A) (i) or the columns of op(B) (j), and
+ * whose columns are the reduction index k. A micro-panel of width W (MR for
+ * A, NR for B) stores, for each k, the W values X[r0 .. r0+W)[k] next to each
+ * other (zero-padded past the last row), so the microkernel reads A and B
+ * with unit stride in k.
+ *
+ * Two compute paths:
+ *   F32    operands widened to FP32 while packing; FP32 FMA microkernel.
+ *   DPBF16 operands kept as BF16 (FP8 widened to BF16 exactly); pairs of k
+ *          interleaved into 32-bit words; vdpbf16ps microkernel (2 products
+ *          per lane per instruction, FP32 accumulation). Used when both
+ *          operands are BF16/FP8. vdpbf16ps reads BF16 subnormals as zero, so
+ *          a micro-tile whose A or B micro-panel holds one (flagged while
+ *          packing) is computed for that K block on the F32 path instead,
+ *          from freshly widened micro-panels: exact, and decided from that
+ *          tile's own inputs only, so still independent of the thread split.
+ */
+#ifndef MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H
+#define MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H
+
+#include "kernels/x86_avx512/avx512.h"
+
+#include <assert.h>
+#include <immintrin.h>
+
+/* Register tile MR x NR (NR = 16 * NV lanes); cache blocks: KC (depth of a
+ * packed block, in k: 256 on the F32 path, 512 on the BF16 path, so a
+ * micro-panel has the same bytes on both; even, so k pairs never straddle
+ * a block), MC (rows of op(A) per packed block, a multiple of MR), NC
+ * (columns of op(B) per packed block, a multiple of NR). See
+ * docs/kernels.md for how they were chosen. */
+enum {
+    MXP_GEMM_MR = 14,
+    MXP_GEMM_NV = 2,
+    MXP_GEMM_NR = 16 * MXP_GEMM_NV,
+    MXP_GEMM_KC = 256,
+    MXP_GEMM_KC_BF16 = 512,
+    MXP_GEMM_MC = 14 * 24,
+    MXP_GEMM_NC = 32 * 64,
+};
+
+static_assert(MXP_GEMM_MC % MXP_GEMM_MR == 0 && MXP_GEMM_NC % MXP_GEMM_NR == 0 &&
+                  MXP_GEMM_KC_BF16 % 2 == 0 && MXP_GEMM_KC_BF16 * 2 <= MXP_GEMM_KC * 4,
+              "blocks are whole micro-panels and whole k pairs; BF16 blocks fit the "
+              "FP32 buffers");
+
+typedef enum mxp_gemm_path {
+    MXP_GEMM_PATH_AUTO,   /* DPBF16 for BF16/FP8 pairs, else F32 */
+    MXP_GEMM_PATH_F32,    /* always widen to FP32 */
+    MXP_GEMM_PATH_DPBF16, /* same as AUTO (DPBF16 only where it applies) */
+    MXP_GEMM_PATH_COUNT
+} mxp_gemm_path;
+
+typedef struct mxp_avx512_gemm_opts {
+    mxp_gemm_path path;
+    int threads; /* upper bound on threads; 0 = mxp_threads_max() */
+} mxp_avx512_gemm_opts;
+
+/* The AVX-512 GEMM with explicit options (tests and benchmarks use it to
+ * pin the path and the thread count). Contract of mxp_gemm_args. The result
+ * does not depend on the number of threads: every element of C is computed
+ * by the same instruction sequence whichever thread owns its tile. */
+void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o);
+/* The path mxp_avx512_gemm_ex would take for g under `path`. */
+mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path);
+
+/* ---- packing (gemm_pack.c) ---------------------------------------------- */
+
+/* Matrix X[r][k] of one operand: element (r, k) lives at index
+ * r*ld + k (k_contig) or k*ld + r (!k_contig) of `base`. */
+typedef struct mxp_gemm_src {
+    mxp_dtype type;
+    const void *base;
+    size_t ld;
+    bool k_contig;
+} mxp_gemm_src;
+
+/* Widening tables for the FP8 formats (filled once; idempotent). */
+void mxp_avx512_gemm_tables_init(void);
+
+/* Pack X[r0 .. r0+rows)[k0 .. k0+kc) as FP32 micro-panels of width w
+ * (w <= 32): panel p (rows r0 + p*w ...) starts at dst + p*w*kc and holds
+ * X[r0 + p*w + r][k0 + k] at k*w + r; rows past `rows` are zero. */
+void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
+                         size_t k0, size_t kc, int w, float *dst);
+/* As mxp_avx512_pack_f32, as BF16 pairs: with kp = ceil(kc/2), panel p
+ * starts at dst + p*w*kp and word (q, r) at q*w + r holds X[r][k0+2q] in its
+ * low half and X[r][k0+2q+1] (0 past kc) in its high half. X must be BF16 or
+ * FP8 (FP8 values are exact in BF16). sub[p] is set to 1 when panel p holds
+ * a BF16 subnormal, else 0 (ceil(rows/w) entries); returns whether any
+ * panel does. */
+bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
+                          size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub);
+
+/* ---- microkernels (gemm_ukernel.c) -------------------------------------- */
+
+typedef enum mxp_gemm_store {
+    MXP_GEMM_STORE_SET,  /* C = alpha*acc            (C not read) */
+    MXP_GEMM_STORE_BETA, /* C = alpha*acc + beta*C */
+    MXP_GEMM_STORE_ADD,  /* C = alpha*acc + C        (later K blocks) */
+    MXP_GEMM_STORE_COUNT
+} mxp_gemm_store;
+
+/* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * Ap^T Bp over kc, with Ap
+ * an MR-wide and Bp an NR-wide FP32 micro-panel (mxp_avx512_pack_f32).
+ * 1 <= mr <= MR, 1 <= nr <= NR. */
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp,
+                            float *c, size_t ldc, int mr, int nr, float alpha,
+                            float beta, mxp_gemm_store mode);
+/* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
+void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
+                             float *c, size_t ldc, int mr, int nr, float alpha,
+                             float beta, mxp_gemm_store mode);
+
+#endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */

@@ -1,0 +1,327 @@
+/* kernels/x86_avx512/gemm_pack.c: packing of GEMM operands into micro-panels.
+ *
+ * Entry points: mxp_avx512_pack_f32, mxp_avx512_pack_bf16,
+ * mxp_avx512_gemm_tables_init (layouts in gemm_internal.h).
+ *
+ * Widening is exact and matches num's scalar reference bit for bit (up to
+ * NaN payloads, which the num contract leaves open):
+ *   BF16 -> FP32  16-bit shift;
+ *   FP16 -> FP32  vcvtph2ps (F16C semantics: NaN quieted, subnormals exact);
+ *   E5M2 -> FP32  E5M2 is the upper byte of an FP16, so shift + vcvtph2ps;
+ *   E4M3 -> FP32  BF16 bits looked up with vpermt2w in a 128-entry table
+ *                 filled from mxp_fp8_e4m3_to_f32 (sign applied apart), then
+ *                 the BF16 shift.
+ * No floating-point arithmetic is used, so MXCSR's FTZ/DAZ cannot alter a
+ * packed value. FP8 -> BF16 (DPBF16 path) is the FP32 value truncated to its
+ * upper half, exact because FP8 values have at most 3 significand bits and
+ * lie well inside BF16's exponent range. The BF16 packer also flags each
+ * panel that holds a BF16 subnormal (vdpbf16ps would read it as zero), from
+ * the registers it already loaded: no extra pass over memory.
+ *
+ * When X is contiguous in k (op(A) not transposed, op(B) transposed) the
+ * panel is a transpose: 16 rows x 16 k (or 16 k pairs) are loaded, transposed
+ * in registers (4 shuffle stages) and stored as 16 panel columns. Otherwise
+ * each k is a contiguous run of rows: one masked load and store per 16 rows.
+ */
+#include "kernels/x86_avx512/gemm_internal.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* BF16 bits of the 128 E4M3 magnitudes (every E4M3 value is exact in
+ * BF16), as four zmm of 32 entries for vpermt2w. */
+static uint16_t e4m3_bf16[128] __attribute__((aligned(64)));
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_build(void) {
+    for (int i = 0; i < 128; i++) {
+        float f = mxp_fp8_e4m3_to_f32((mxp_fp8_e4m3){(uint8_t)i});
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        e4m3_bf16[i] = (uint16_t)(u >> 16);
+    }
+}
+
+void mxp_avx512_gemm_tables_init(void) { pthread_once(&tables_once, tables_build); }
+
+static inline __mmask16 lanes16(size_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+static inline __mmask32 lanes32(size_t n) {
+    return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+}
+
+/* 32 E4M3 bytes (zero-extended into 16-bit lanes) to BF16 bits: two
+ * 64-entry vpermt2w lookups on the magnitude, chosen by its bit 6, then the
+ * sign. NaN (magnitude 0x7f) maps to a BF16 NaN of the same sign. */
+static inline __attribute__((always_inline)) __m512i e4m3_to_bf16_x32(__m512i b) {
+    const __m512i *t = (const __m512i *)e4m3_bf16;
+    __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+    __m512i lo = _mm512_permutex2var_epi16(_mm512_load_si512(t), mag, _mm512_load_si512(t + 1));
+    __m512i hi = _mm512_permutex2var_epi16(_mm512_load_si512(t + 2), mag, _mm512_load_si512(t + 3));
+    __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
+    return _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
+}
+
+/* 16 E4M3 values at p (lanes outside m are 0) as BF16 bits in 32-bit lanes. */
+static inline __attribute__((always_inline)) __m512i
+load16_e4m3_bf16w(const uint8_t *p, __mmask16 m) {
+    __m512i b = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)));
+    return _mm512_cvtepu16_epi32(_mm512_castsi512_si256(e4m3_to_bf16_x32(b)));
+}
+
+/* Elements idx .. idx+16 of a typed buffer (lanes outside m are 0), widened
+ * to FP32. */
+static inline __attribute__((always_inline)) __m512
+load16_f32(mxp_dtype t, const void *base, size_t idx, __mmask16 m) {
+    switch (t) {
+    case MXP_DTYPE_BF16: {
+        __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case MXP_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
+    case MXP_DTYPE_F8_E5M2: {
+        __m128i b = _mm_maskz_loadu_epi8(m, (const uint8_t *)base + idx);
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    }
+    case MXP_DTYPE_F8_E4M3:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(load16_e4m3_bf16w((const uint8_t *)base + idx, m), 16));
+    default:
+        return _mm512_maskz_loadu_ps(m, (const float *)base + idx);
+    }
+}
+
+/* As load16_f32, as BF16 bit patterns zero-extended into 32-bit lanes
+ * (t is BF16 or FP8). */
+static inline __attribute__((always_inline)) __m512i
+load16_bf16w(mxp_dtype t, const void *base, size_t idx, __mmask16 m) {
+    if (t == MXP_DTYPE_BF16)
+        return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
+    if (t == MXP_DTYPE_F8_E4M3) return load16_e4m3_bf16w((const uint8_t *)base + idx, m);
+    return _mm512_srli_epi32(_mm512_castps_si512(load16_f32(t, base, idx, m)), 16);
+}
+
+/* Elements idx .. idx+32 (lanes outside m are 0) as 16 BF16 pairs: word q
+ * holds element 2q in its low and element 2q+1 in its high half. */
+static inline __attribute__((always_inline)) __m512i
+load32_pairs(mxp_dtype t, const void *base, size_t idx, __mmask32 m) {
+    if (t == MXP_DTYPE_BF16)
+        return _mm512_maskz_loadu_epi16(m, (const uint16_t *)base + idx);
+    if (t == MXP_DTYPE_F8_E4M3)
+        return e4m3_to_bf16_x32(
+            _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, (const uint8_t *)base + idx)));
+    __m256i lo = _mm512_cvtepi32_epi16(load16_bf16w(t, base, idx, (__mmask16)m));
+    __m256i hi = _mm512_cvtepi32_epi16(load16_bf16w(t, base, idx + 16, (__mmask16)(m >> 16)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* In-register transpose of a 16 x 16 matrix of 32-bit values: v[r] lane c
+ * becomes v[c] lane r. */
+static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
+    __m512 t[16];
+    for (int g = 0; g < 16; g += 4) {
+        __m512 lo01 = _mm512_unpacklo_ps(v[g], v[g + 1]);
+        __m512 hi01 = _mm512_unpackhi_ps(v[g], v[g + 1]);
+        __m512 lo23 = _mm512_unpacklo_ps(v[g + 2], v[g + 3]);
+        __m512 hi23 = _mm512_unpackhi_ps(v[g + 2], v[g + 3]);
+        /* t[g + q] lane L = column 4L + q of rows g .. g+3 */
+        t[g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+        t[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+        t[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+        t[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 a_lo = _mm512_shuffle_f32x4(t[q], t[4 + q], 0x44);
+        __m512 a_hi = _mm512_shuffle_f32x4(t[q], t[4 + q], 0xee);
+        __m512 b_lo = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0x44);
+        __m512 b_hi = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0xee);
+        v[0 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0x88);
+        v[4 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0xdd);
+        v[8 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0x88);
+        v[12 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0xdd);
+    }
+}
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Prefetch distance along a row of X in the transposing packers. The 16
+ * (or 32) row streams are too many for the hardware prefetcher to follow. */
+enum { PREFETCH_BYTES = 512 };
+
+static inline void prefetch_elem(mxp_dtype t, const void *base, size_t idx) {
+    size_t es = t == MXP_DTYPE_F32 ? 4 : t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2 ? 1 : 2;
+    _mm_prefetch((const char *)base + idx * es + PREFETCH_BYTES, _MM_HINT_T0);
+}
+
+/* Rows of the 16-row slice s of a panel that hold data (0 .. 16). */
+static inline size_t slice_rows(size_t prow, int s) {
+    return prow > (size_t)s ? min_sz(prow - (size_t)s, 16) : 0;
+}
+
+/* ---- FP32 panels ---------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) void
+pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
+                 size_t k0, size_t kc, int w, float *dst) {
+    size_t ld = x->ld;
+    for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+        size_t prow = min_sz((size_t)w, rows - p0);
+        float *pd = dst + p0 * kc;
+        for (int s = 0; s < w; s += 16) {
+            __mmask16 smask = lanes16((size_t)(w - s));
+            size_t vr = slice_rows(prow, s);
+            const size_t row0 = r0 + p0 + (size_t)s;
+            for (size_t kk = 0; kk < kc; kk += 16) {
+                size_t kn = min_sz(16, kc - kk);
+                __m512 v[16];
+                for (size_t r = 0; r < 16; r++) {
+                    if (r >= vr) {
+                        v[r] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    size_t at = (row0 + r) * ld + k0 + kk;
+                    prefetch_elem(t, x->base, at);
+                    v[r] = load16_f32(t, x->base, at, lanes16(kn));
+                }
+                transpose16(v);
+                for (size_t c = 0; c < kn; c++)
+                    _mm512_mask_storeu_ps(pd + (kk + c) * (size_t)w + s, smask, v[c]);
+            }
+        }
+    }
+}
+
+/* k outer, panels inner: each k reads one contiguous run of `rows`
+ * elements (streaming, prefetcher-friendly) and scatters it into the panels. */
+static inline __attribute__((always_inline)) void
+pack_f32_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
+                 size_t k0, size_t kc, int w, float *dst) {
+    size_t ld = x->ld;
+    for (size_t k = 0; k < kc; k++) {
+        const size_t at = (k0 + k) * ld + r0;
+        for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+            size_t prow = min_sz((size_t)w, rows - p0);
+            float *pd = dst + p0 * kc + k * (size_t)w;
+            for (int s = 0; s < w; s += 16) {
+                size_t vr = slice_rows(prow, s);
+                __m512 v = vr ? load16_f32(t, x->base, at + p0 + (size_t)s, lanes16(vr))
+                              : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(pd + s, lanes16((size_t)(w - s)), v);
+            }
+        }
+    }
+}
+
+#define PACK_DISPATCH(fn, t, ...)                                              \
+    switch (t) {                                                               \
+    case MXP_DTYPE_BF16: fn(MXP_DTYPE_BF16, __VA_ARGS__); break;               \
+    case MXP_DTYPE_F16: fn(MXP_DTYPE_F16, __VA_ARGS__); break;                 \
+    case MXP_DTYPE_F8_E4M3: fn(MXP_DTYPE_F8_E4M3, __VA_ARGS__); break;         \
+    case MXP_DTYPE_F8_E5M2: fn(MXP_DTYPE_F8_E5M2, __VA_ARGS__); break;         \
+    default: fn(MXP_DTYPE_F32, __VA_ARGS__); break;                            \
+    }
+
+void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
+                         size_t k0, size_t kc, int w, float *dst) {
+    if (x->k_contig) {
+        PACK_DISPATCH(pack_f32_kcontig, x->type, x, r0, rows, k0, kc, w, dst)
+    } else {
+        PACK_DISPATCH(pack_f32_rcontig, x->type, x, r0, rows, k0, kc, w, dst)
+    }
+}
+
+/* ---- BF16 pair panels ----------------------------------------------------- */
+
+/* Lanes of v (32 BF16 values) that are subnormal: exponent 0, fraction != 0. */
+static inline __mmask32 bf16_subnormal_lanes(__m512i v) {
+    return _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x7f80)) &
+           _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x007f));
+}
+
+static inline __attribute__((always_inline)) void
+pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
+                  size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+    size_t ld = x->ld, kp = (kc + 1) / 2;
+    for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+        size_t prow = min_sz((size_t)w, rows - p0);
+        uint32_t *pd = dst + p0 * kp;
+        __mmask32 any = 0;
+        for (int s = 0; s < w; s += 16) {
+            __mmask16 smask = lanes16((size_t)(w - s));
+            size_t vr = slice_rows(prow, s);
+            const size_t row0 = r0 + p0 + (size_t)s;
+            for (size_t qq = 0; qq < kp; qq += 16) {
+                size_t qn = min_sz(16, kp - qq);
+                __mmask32 em = lanes32(kc - 2 * qq);
+                __m512 v[16];
+                for (size_t r = 0; r < 16; r++) {
+                    if (r >= vr) {
+                        v[r] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    size_t at = (row0 + r) * ld + k0 + 2 * qq;
+                    prefetch_elem(t, x->base, at);
+                    __m512i pr = load32_pairs(t, x->base, at, em);
+                    if (t == MXP_DTYPE_BF16) any |= bf16_subnormal_lanes(pr);
+                    v[r] = _mm512_castsi512_ps(pr);
+                }
+                transpose16(v);
+                for (size_t c = 0; c < qn; c++)
+                    _mm512_mask_storeu_epi32(pd + (qq + c) * (size_t)w + s, smask,
+                                             _mm512_castps_si512(v[c]));
+            }
+        }
+        sub[p0 / (size_t)w] = any != 0;
+    }
+}
+
+static inline __attribute__((always_inline)) void
+pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
+                  size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+    size_t ld = x->ld, kp = (kc + 1) / 2;
+    for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) sub[p0 / (size_t)w] = 0;
+    for (size_t q = 0; q < kp; q++) {
+        const size_t at0 = (k0 + 2 * q) * ld + r0;
+        const bool second = 2 * q + 1 < kc;
+        for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+            size_t prow = min_sz((size_t)w, rows - p0);
+            uint32_t *pd = dst + p0 * kp + q * (size_t)w;
+            for (int s = 0; s < w; s += 16) {
+                size_t vr = slice_rows(prow, s);
+                __m512i v = _mm512_setzero_si512();
+                if (vr) {
+                    __mmask16 m = lanes16(vr);
+                    size_t at = at0 + p0 + (size_t)s;
+                    v = load16_bf16w(t, x->base, at, m);
+                    if (second)
+                        v = _mm512_or_si512(
+                            v, _mm512_slli_epi32(load16_bf16w(t, x->base, at + ld, m), 16));
+                    if (t == MXP_DTYPE_BF16 && bf16_subnormal_lanes(v)) sub[p0 / (size_t)w] = 1;
+                }
+                _mm512_mask_storeu_epi32(pd + s, lanes16((size_t)(w - s)), v);
+            }
+        }
+    }
+}
+
+#define PACK_DISPATCH_BF16(fn, t, ...)                                         \
+    switch (t) {                                                               \
+    case MXP_DTYPE_F8_E4M3: fn(MXP_DTYPE_F8_E4M3, __VA_ARGS__); break;         \
+    case MXP_DTYPE_F8_E5M2: fn(MXP_DTYPE_F8_E5M2, __VA_ARGS__); break;         \
+    default: fn(MXP_DTYPE_BF16, __VA_ARGS__); break;                           \
+    }
+
+bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
+                          size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+    if (x->k_contig) {
+        PACK_DISPATCH_BF16(pack_bf16_kcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
+    } else {
+        PACK_DISPATCH_BF16(pack_bf16_rcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
+    }
+    uint8_t any = 0;
+    for (size_t p = 0; p * (size_t)w < rows; p++) any |= sub[p];
+    return any != 0;
+}

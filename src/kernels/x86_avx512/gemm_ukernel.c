@@ -1,0 +1,138 @@
+/* kernels/x86_avx512/gemm_ukernel.c: register-blocked GEMM microkernels.
+ *
+ * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16 (contracts
+ * in gemm_internal.h).
+ *
+ * Tile: MR = 14 rows x NR = 32 columns of C held in 28 zmm accumulators; per
+ * k step two zmm loads of the B micro-panel and 14 broadcasts of the A
+ * micro-panel (folded into the FMA as {1to16} memory operands) feed 28 FMAs.
+ * Zen 4 retires one 512-bit FMA (or vdpbf16ps) per cycle with a 4-cycle
+ * latency, so 28 independent chains keep the FMA pipe busy with room for the
+ * loads. Edge tiles (mr < MR or nr <= 16) use specialised copies of the same
+ * body with fewer accumulators, so a 4-row edge costs 4/14 of a full tile;
+ * columns past nr are masked on the store. Every C element is the FP32 sum of
+ * its products in increasing k (one FMA per product on the F32 path, one
+ * vdpbf16ps per pair of products on the BF16 path), whichever tile shape
+ * computed it, so results do not depend on tiling or thread split.
+ *
+ * The store mirrors the generic kernel's arithmetic: alpha*acc (+ beta*C on
+ * the first K block, + C on later ones), each operation rounded separately.
+ */
+#include "kernels/x86_avx512/gemm_internal.h"
+
+#include <assert.h>
+
+static_assert(MXP_GEMM_MR == 14 && MXP_GEMM_NV == 2,
+              "the switch in the ukernel entry points lists MR = 14, NV <= 2");
+
+/* Write the mr x (16*(nv-1) + popcount(last)) tile acc into C. */
+static inline __attribute__((always_inline)) void
+store_tile(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int mr,
+           const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) {
+            __mmask16 m = v == nv - 1 ? last : (__mmask16)0xffff;
+            float *p = c + (size_t)r * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(va, acc[r][v]);
+            if (mode == MXP_GEMM_STORE_BETA)
+                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, p)));
+            else if (mode == MXP_GEMM_STORE_ADD)
+                x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), x);
+            _mm512_mask_storeu_ps(p, m, x);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+uk_f32(size_t kc, const float *a, const float *b, float *c, size_t ldc, const int mr,
+       const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
+    __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (size_t k = 0; k < kc; k++) {
+        __m512 bv[MXP_GEMM_NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; r++) {
+            __m512 ar = _mm512_set1_ps(a[r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+        }
+        a += MXP_GEMM_MR;
+        b += MXP_GEMM_NR;
+    }
+    store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
+}
+
+static inline __attribute__((always_inline)) void
+uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, const int mr,
+        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
+    __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (size_t q = 0; q < kp; q++) {
+        __m512bh bv[MXP_GEMM_NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) bv[v] = (__m512bh)_mm512_load_si512(b + 16 * v);
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; r++) {
+            __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
+        }
+        a += MXP_GEMM_MR;
+        b += MXP_GEMM_NR;
+    }
+    store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
+}
+
+/* One case per (mr, nv): constant arguments let the compiler specialise
+ * the inlined body (registers, unrolling) for each edge shape. */
+#define UK_CASE(fn, MRC)                                                       \
+    case MRC:                                                                  \
+        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode);     \
+        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode);             \
+        break;
+
+#define UK_SWITCH(fn)                                                          \
+    switch (mr) {                                                              \
+        UK_CASE(fn, 1) UK_CASE(fn, 2) UK_CASE(fn, 3) UK_CASE(fn, 4)            \
+        UK_CASE(fn, 5) UK_CASE(fn, 6) UK_CASE(fn, 7) UK_CASE(fn, 8)            \
+        UK_CASE(fn, 9) UK_CASE(fn, 10) UK_CASE(fn, 11) UK_CASE(fn, 12)         \
+        UK_CASE(fn, 13) UK_CASE(fn, 14)                                        \
+    default: break;                                                            \
+    }
+
+static inline __mmask16 last_mask(int nr, int *nv) {
+    *nv = nr > 16 ? 2 : 1;
+    int rem = nr - 16 * (*nv - 1);
+    return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
+}
+
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp, float *c,
+                            size_t ldc, int mr, int nr, float alpha, float beta,
+                            mxp_gemm_store mode) {
+    int nv;
+    __mmask16 last = last_mask(nr, &nv);
+    size_t k = kc;
+    const float *a = ap, *b = bp;
+    UK_SWITCH(uk_f32)
+}
+
+void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
+                             float *c, size_t ldc, int mr, int nr, float alpha,
+                             float beta, mxp_gemm_store mode) {
+    int nv;
+    __mmask16 last = last_mask(nr, &nv);
+    size_t k = kp;
+    const uint32_t *a = ap, *b = bp;
+    UK_SWITCH(uk_bf16)
+}

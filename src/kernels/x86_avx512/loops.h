@@ -1,0 +1,76 @@
+/* kernels/x86_avx512/loops.h: internal interface of the AVX-512 hot loops
+ * (loops_*.c).
+ *
+ * Entry points (all implement the mxp_kernels slot of the same name, see
+ * kernels/kernels.h): conversions (loops_convert.c), element-wise ops
+ * (loops_eltwise.c), row-wise ops and losses (loops_rows.c), reductions and
+ * the fused gradient pass (loops_grad.c), optimizers (loops_optim.c);
+ * loops.c puts them into the table. They are compiled with the AVX-512
+ * flags of CMakeLists.txt and may only be called once mxp_avx512_usable()
+ * holds for this CPU (dispatch.c and the tests check it).
+ *
+ * The shared vector helpers (vector exp/erf/tanh, MXCSR guard, lane masks)
+ * are in loops_simd.h, which only AVX-512-compiled files may include; this
+ * header has prototypes only, so tests can include it.
+ */
+#ifndef MIXPREC_KERNELS_AVX512_LOOPS_H
+#define MIXPREC_KERNELS_AVX512_LOOPS_H
+
+#include "kernels/x86_avx512/avx512.h"
+
+/* ---- loops_convert.c ---- */
+void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
+                        const void *src, size_t n);
+void mxp_avx512_convert_sr(mxp_dtype dst_type, void *dst, const float *src,
+                           size_t n, uint64_t seed, uint64_t counter);
+/* out[j] = mxp_rng_at(seed, counter + j) for j < n (vectorised Philox). */
+void mxp_avx512_rng_fill(uint32_t *out, size_t n, uint64_t seed,
+                         uint64_t counter);
+
+/* ---- loops_eltwise.c ---- */
+void mxp_avx512_relu_fwd(float *y, const float *x, size_t n);
+void mxp_avx512_relu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void mxp_avx512_gelu_fwd(float *y, const float *x, size_t n);
+void mxp_avx512_gelu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void mxp_avx512_tanh_fwd(float *y, const float *x, size_t n);
+void mxp_avx512_tanh_bwd(float *dx, const float *dy, const float *y, size_t n);
+void mxp_avx512_axpy(float *y, float a, const float *x, size_t n);
+void mxp_avx512_scale(float *x, float a, size_t n);
+/* y[i] = erf(x[i]) and y[i] = exp(x[i]) with v_erf / v_exp of loops_simd.h (for tests and
+ * benchmarks of the vector math; y may alias x). */
+void mxp_avx512_erf(float *y, const float *x, size_t n);
+void mxp_avx512_exp(float *y, const float *x, size_t n);
+
+/* ---- loops_rows.c ---- */
+void mxp_avx512_add_bias(float *y, const float *bias, int64_t B, int64_t C);
+void mxp_avx512_bias_grad(float *dbias, const float *dy, int64_t B, int64_t C);
+void mxp_avx512_layernorm_fwd(float *y, float *mean, float *rstd,
+                              const float *x, const float *gamma,
+                              const float *beta, int64_t B, int64_t C,
+                              float eps);
+void mxp_avx512_layernorm_bwd(float *dx, float *dgamma, float *dbeta,
+                              const float *dy, const float *x,
+                              const float *mean, const float *rstd,
+                              const float *gamma, int64_t B, int64_t C);
+void mxp_avx512_softmax_fwd(float *y, const float *x, int64_t B, int64_t C);
+double mxp_avx512_mse(float *dpred, const float *pred, const float *target,
+                      int64_t B, int64_t C, float grad_scale);
+double mxp_avx512_softmax_xent(float *dlogits, const float *logits,
+                               const int32_t *labels, int64_t B, int64_t C,
+                               float grad_scale);
+
+/* ---- loops_grad.c ---- */
+double mxp_avx512_sum(const float *x, size_t n);
+double mxp_avx512_sumsq(const float *x, size_t n);
+float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite);
+void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,
+                              float near_overflow_at, mxp_grad_stats *out);
+
+/* ---- loops_optim.c ---- */
+void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
+                      float *v, size_t n, const mxp_adamw_hparams *h,
+                      int64_t t);
+void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
+                    size_t n, const mxp_sgd_hparams *h, int64_t t);
+
+#endif /* MIXPREC_KERNELS_AVX512_LOOPS_H */

@@ -1,0 +1,368 @@
+/* tests/test_gpt.c: the GPT layers (embedding, transformer block with
+ * causal self-attention, tied lm_head) by finite differences and oracles.
+ *
+ *   - attention alone: forward against a naive double-precision reference
+ *     (explicit loops, causal softmax), backward against central finite
+ *     differences of sum(y * R) in double;
+ *   - the whole model in FP32: every parameter tensor's gradient (sampled
+ *     elements of wte (embedding + tied head), wpe, all 12 tensors of each
+ *     block, ln_f) against central differences of the loss;
+ *   - causality: changing the token at position t leaves the logits of
+ *     positions < t bit-identical;
+ *   - the spec checks (bad heads, embedding not first, ...) and the token-id
+ *     check name the field;
+ *   - every precision mode runs a step: loss finite and near FP32's, fp8
+ *     state present only in fp8 mode;
+ *   - a short FP32 training run on a repeating text lowers the loss a lot;
+ *   - FP16 activation overflow (huge embedding scale): skipped steps naming
+ *     the embedding's forward pass, fallback to mixed_bf16, which is clean.
+ */
+#include <mixprec/world_model.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn_internal.h"
+#include "testutil.h"
+
+/* ---- attention alone ------------------------------------------------------------ */
+
+static void ref_attention(const double *qkv, int Bs, int T, int C, int H, double *y) {
+    const int hd = C / H;
+    for (int b = 0; b < Bs; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + (size_t)(b * T + i) * 3 * C + h * hd;
+                double s[64], mx = -1e300, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + (size_t)(b * T + j) * 3 * C + C + h * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += q[e] * k[e];
+                    s[j] = d / sqrt((double)hd);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int j = 0; j <= i; j++)
+                        acc += s[j] / sum * qkv[(size_t)(b * T + j) * 3 * C + 2 * C + h * hd + e];
+                    y[(size_t)(b * T + i) * C + h * hd + e] = acc;
+                }
+            }
+}
+
+static void test_attention(void) {
+    enum { Bs = 2, T = 6, C = 8, H = 2, N = Bs * T };
+    /* a model only to borrow its kernel table */
+    mxp_model_spec spec = mxp_model_spec_mlp(2, 2, 1, 2, MXP_LAYER_RELU, false, MXP_LOSS_MSE, 1);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(MXP_PRECISION_FP32, &pol);
+    mxp_model *m = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_create(&spec, &pol, 1, &m, &err), &err);
+    if (!m) return;
+    float qkv[N * 3 * C], att[Bs * H * T * T], y[N * C], tmp[2 * T * T], R[N * C];
+    float dqkv[N * 3 * C];
+    double qd[N * 3 * C], yd[N * C];
+    mxp_rng r;
+    mxp_rng_init(&r, 11);
+    for (int i = 0; i < N * 3 * C; i++) qd[i] = qkv[i] = 1.5f * mxp_rng_normal(&r);
+    for (int i = 0; i < N * C; i++) R[i] = mxp_rng_normal(&r);
+    nn_attention_forward(m, Bs, T, C, H, MXP_DTYPE_F32, MXP_DTYPE_F32, qkv, att, y, tmp);
+    ref_attention(qd, Bs, T, C, H, yd);
+    for (int i = 0; i < N * C; i++) CHECK_CLOSE(y[i], yd[i], 1e-5, 1e-5);
+    /* probabilities: rows sum to 1, zero above the diagonal */
+    for (int b = 0; b < Bs * H; b++)
+        for (int i = 0; i < T; i++) {
+            double s = 0;
+            for (int j = 0; j < T; j++) {
+                float pv = att[(b * T + i) * T + j];
+                if (j > i) CHECK(pv == 0.0f);
+                s += pv;
+            }
+            CHECK_CLOSE(s, 1.0, 1e-6, 0);
+        }
+    nn_attention_backward(m, Bs, T, C, H, MXP_DTYPE_F32, MXP_DTYPE_F32, qkv, att, R, dqkv, tmp);
+    double worst = 0;
+    for (int i = 0; i < N * 3 * C; i++) {
+        const double h = 1e-5;
+        double keep = qd[i], lp = 0, lm = 0;
+        qd[i] = keep + h;
+        ref_attention(qd, Bs, T, C, H, yd);
+        for (int k = 0; k < N * C; k++) lp += yd[k] * R[k];
+        qd[i] = keep - h;
+        ref_attention(qd, Bs, T, C, H, yd);
+        for (int k = 0; k < N * C; k++) lm += yd[k] * R[k];
+        qd[i] = keep;
+        double fd = (lp - lm) / (2 * h);
+        double e = fabs(dqkv[i] - fd) / (1e-4 + fabs(fd));
+        if (e > worst) worst = e;
+        CHECK_MSG(test_close(dqkv[i], fd, 1e-4, 1e-3), "dqkv[%d] %g vs fd %g", i,
+                  (double)dqkv[i], fd);
+    }
+    printf("  attention: forward vs double reference ok; backward vs finite differences: "
+           "max rel err %.2e\n", worst);
+    mxp_model_destroy(m);
+}
+
+/* ---- the whole model ---------------------------------------------------------------- */
+
+enum { V = 7, TT = 5, CC = 8, HH = 2, NL = 2, BS = 2, NR = BS * TT };
+
+static mxp_model *make_gpt(mxp_precision p, uint64_t seed) {
+    mxp_model_spec s = mxp_model_spec_gpt(V, TT, CC, HH, NL, BS);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(p, &pol);
+    mxp_model *m = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_create(&s, &pol, seed, &m, &err), &err);
+    return m;
+}
+
+static void make_batch(float *x, int32_t *lab, uint64_t seed) {
+    mxp_rng r;
+    mxp_rng_init(&r, seed);
+    for (int i = 0; i < NR; i++) {
+        x[i] = (float)mxp_rng_below(&r, V);
+        lab[i] = (int32_t)mxp_rng_below(&r, V);
+    }
+}
+
+static double loss_of(mxp_model *m, const mxp_batch *b) {
+    double l = 0;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_step(m, b, false, 1.0f, &l, NULL, &err), &err);
+    return l;
+}
+
+static void test_model_gradients(void) {
+    mxp_model *m = make_gpt(MXP_PRECISION_FP32, 5);
+    if (!m) return;
+    /* tensors: wte, wpe, 12 per block, ln_f weight + bias; head tied */
+    CHECK(mxp_model_num_tensors(m) == 2 + 12 * NL + 2);
+    CHECK(strcmp(mxp_model_tensor(m, 0)->name, "layers.0.wte") == 0);
+    CHECK(strcmp(mxp_model_tensor(m, 4)->name, "layers.1.attn.c_attn.weight") == 0);
+    CHECK(mxp_model_tensor(m, 4)->shape[0] == 3 * CC && mxp_model_tensor(m, 4)->shape[1] == CC);
+    CHECK(mxp_model_num_params(m) ==
+          (size_t)((V + TT) * CC + NL * (12 * CC * CC + 13 * CC) + 2 * CC));
+    CHECK(mxp_model_out_dim(m) == V);
+    /* make biases and layernorm affine non-trivial so their grads matter */
+    float *w = mxp_model_master(m);
+    mxp_rng r;
+    mxp_rng_init(&r, 77);
+    for (int t = 0; t < mxp_model_num_tensors(m); t++) {
+        const mxp_tensor_info *ti = mxp_model_tensor(m, t);
+        if (ti->ndim == 1)
+            for (size_t i = 0; i < ti->count; i++)
+                w[ti->offset + i] += 0.1f * mxp_rng_normal(&r);
+        else /* larger weights: sharper attention, a harder test */
+            for (size_t i = 0; i < ti->count; i++) w[ti->offset + i] *= 10.0f;
+    }
+    float x[NR];
+    int32_t lab[NR];
+    make_batch(x, lab, 3);
+    mxp_batch b = {.x = x, .labels = lab, .B = NR};
+    mxp_error err = {0};
+    mxp_model_zero_grads(m);
+    double l0 = 0;
+    CHECK_OK(mxp_model_step(m, &b, true, 1.0f, &l0, NULL, &err), &err);
+    CHECK(isfinite(l0) && l0 > 0.5);
+    const float *g = mxp_model_grads(m);
+    for (int t = 0; t < mxp_model_num_tensors(m); t++) {
+        const mxp_tensor_info *ti = mxp_model_tensor(m, t);
+        double worst = 0;
+        size_t step = ti->count > 24 ? ti->count / 24 : 1;
+        for (size_t i = 0; i < ti->count; i += step) {
+            size_t k = ti->offset + i;
+            float keep = w[k];
+            const float h = 1e-2f * fmaxf(1.0f, fabsf(keep));
+            w[k] = keep + h;
+            double lp = loss_of(m, &b);
+            w[k] = keep - h;
+            double lm = loss_of(m, &b);
+            w[k] = keep;
+            double fd = (lp - lm) / (double)(2 * h);
+            double e = fabs(g[k] - fd) / (2e-4 + fabs(fd));
+            if (e > worst) worst = e;
+            CHECK_MSG(test_close(g[k], fd, 2e-4, 3e-2), "%s[%zu]: grad %g, finite diff %g",
+                      ti->name, i, (double)g[k], fd);
+        }
+        printf("  %-28s max rel err %.2e\n", ti->name, worst);
+    }
+
+    /* causality: a later token never changes earlier logits */
+    float pa[NR * V], pb[NR * V];
+    CHECK_OK(mxp_model_predict(m, x, NR, pa, &err), &err);
+    x[3] = (float)(((int)x[3] + 1) % V);
+    CHECK_OK(mxp_model_predict(m, x, NR, pb, &err), &err);
+    CHECK(memcmp(pa, pb, 3 * V * sizeof(float)) == 0);          /* seq 0, positions 0..2 */
+    CHECK(memcmp(pa + 3 * V, pb + 3 * V, V * sizeof(float)) != 0); /* position 3 changed */
+    CHECK(memcmp(pa + TT * V, pb + TT * V, TT * V * sizeof(float)) == 0); /* seq 1 */
+
+    /* bad inputs name the problem */
+    x[2] = 7.0f; /* = V: out of range */
+    CHECK(mxp_model_step(m, &b, true, 1.0f, &l0, NULL, &err) == MXP_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(err.msg, "x[2]=7") && strstr(err.msg, "0..6"), "%s", err.msg);
+    x[2] = 1.5f;
+    CHECK(mxp_model_step(m, &b, true, 1.0f, &l0, NULL, &err) == MXP_ERR_INVALID_ARG);
+    x[2] = 1.0f;
+    b.B = NR - 1;
+    CHECK(mxp_model_step(m, &b, true, 1.0f, &l0, NULL, &err) == MXP_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "multiple of spec.seq_len=5") != NULL);
+    mxp_model_destroy(m);
+}
+
+static void test_spec_errors(void) {
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(MXP_PRECISION_FP32, &pol);
+    mxp_model *m = NULL;
+    mxp_error err = {0};
+    mxp_model_spec s = mxp_model_spec_gpt(V, TT, 9, 2, 1, 2); /* 9 % 2 != 0 */
+    CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG && !m);
+    CHECK_MSG(strstr(err.msg, "n_heads=2") && strstr(err.msg, "width 9"), "%s", err.msg);
+    s = mxp_model_spec_gpt(1, TT, 8, 2, 1, 2);
+    CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "vocab_size=1") != NULL);
+    s = mxp_model_spec_gpt(V, TT, 8, 2, 1, 2);
+    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, 8};
+    CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "starts with an embedding") != NULL);
+    s = mxp_model_spec_gpt(V, TT, 8, 2, 1, 2);
+    s.embed_scale = 0.0f;
+    CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "embed_scale") != NULL);
+    s = mxp_model_spec_gpt(V, TT, 8, 2, 70, 2);
+    CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
+}
+
+/* Every mode: one step from the same weights, loss close to FP32's. */
+static void test_modes(void) {
+    float x[NR];
+    int32_t lab[NR];
+    make_batch(x, lab, 9);
+    mxp_batch b = {.x = x, .labels = lab, .B = NR};
+    double ref = 0;
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        mxp_model *m = make_gpt((mxp_precision)p, 21);
+        if (!m) continue;
+        mxp_error err = {0};
+        double l = 0;
+        mxp_nonfinite_site site;
+        mxp_model_zero_grads(m);
+        CHECK_OK(mxp_model_step(m, &b, true, 1024.0f, &l, &site, &err), &err);
+        if (p == 0) ref = l;
+        CHECK_MSG(isfinite(l) && fabs(l - ref) < 0.02 * ref, "%s loss %g vs fp32 %g",
+                  mxp_precision_name((mxp_precision)p), l, ref);
+        CHECK(!site.found);
+        CHECK((mxp_model_fp8(m) != NULL) == (p == MXP_PRECISION_FP8));
+        if (p == MXP_PRECISION_FP8)
+            CHECK(mxp_fp8_scaling_num_tensors(mxp_model_fp8(m)) == 12 * NL + 3);
+        int64_t nf = 0;
+        (void)mxp_kernels_get()->absmax(mxp_model_grads(m), mxp_model_num_params(m), &nf);
+        CHECK(nf == 0);
+        mxp_model_memory mem;
+        mxp_model_memory_usage(m, &mem);
+        printf("  %-10s step loss %.6f  activations %zu bytes\n",
+               mxp_precision_name((mxp_precision)p), l, mem.activations);
+        mxp_model_destroy(m);
+    }
+}
+
+/* FP32 training on a periodic sequence: the loss must fall far. */
+static void test_learns(void) {
+    mxp_model *m = make_gpt(MXP_PRECISION_FP32, 2);
+    if (!m) return;
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.optim.lr = 1e-2f;
+    tc.grad_accum_steps = 1;
+    mxp_trainer *t = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+    if (!t) {
+        mxp_model_destroy(m);
+        return;
+    }
+    float x[NR];
+    int32_t lab[NR];
+    for (int i = 0; i < NR; i++) { /* 0 1 2 3 4 5 6 0 1 ... : next = (cur + 1) % V */
+        x[i] = (float)((i * 3) % V);
+        lab[i] = (int32_t)(((i * 3) % V + 1) % V);
+    }
+    mxp_batch b = {.x = x, .labels = lab, .B = NR};
+    mxp_step_result res;
+    double first = 0, last = 0;
+    for (int s = 0; s < 150; s++) {
+        CHECK_OK(mxp_trainer_step(t, &b, 1, &res, &err), &err);
+        if (s == 0) first = res.loss;
+        last = res.loss;
+    }
+    printf("  learning: loss %.4f -> %.4f after 150 steps\n", first, last);
+    CHECK(first > 1.5 && last < 0.1);
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+}
+
+/* The documented FP16 failure: activations past 65504. With a huge
+ * embedding scale the residual stream overflows FP16 in the forward pass:
+ * the step is skipped, the site names layer 0 (embedding) in the forward
+ * pass, the scale backs off to its floor and the scaler's fallback policy
+ * switches to mixed_bf16, which then trains with finite losses. */
+static void test_fp16_overflow(void) {
+    mxp_model_spec s = mxp_model_spec_gpt(V, TT, CC, HH, NL, BS);
+    s.embed_scale = 1e7f; /* N(0, 0.02) embeddings -> |x| ~ 1e5 > 65504 */
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(MXP_PRECISION_MIXED_FP16, &pol);
+    mxp_model *m = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_create(&s, &pol, 4, &m, &err), &err);
+    if (!m) return;
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.grad_accum_steps = 1;
+    tc.scaler.min_scale = 16384.0;
+    tc.scaler.at_min = MXP_SCALE_FLOOR_FALLBACK;
+    mxp_trainer *t = NULL;
+    CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+    float x[NR];
+    int32_t lab[NR];
+    make_batch(x, lab, 5);
+    mxp_batch b = {.x = x, .labels = lab, .B = NR};
+    mxp_step_result res;
+    int skipped = 0, fell_back_at = -1;
+    for (int k = 0; t && k < 8; k++) {
+        CHECK_OK(mxp_trainer_step(t, &b, 1, &res, &err), &err);
+        if (k == 0) {
+            CHECK(res.skipped && res.site.found && !res.site.backward && res.site.layer == 0);
+            CHECK(res.site.op && strcmp(res.site.op, "embedding") == 0);
+        }
+        skipped += res.skipped;
+        if (res.fallback) fell_back_at = k;
+        if (fell_back_at >= 0 && k > fell_back_at) CHECK(!res.skipped && isfinite(res.loss));
+    }
+    CHECK_MSG(fell_back_at == 2, "fallback at step %d", fell_back_at);
+    CHECK(skipped == 3);
+    CHECK(mxp_model_policy(m)->mode == MXP_PRECISION_MIXED_BF16);
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+
+    /* mixed_bf16 from the start: clean */
+    mxp_precision_policy_default(MXP_PRECISION_MIXED_BF16, &pol);
+    CHECK_OK(mxp_model_create(&s, &pol, 4, &m, &err), &err);
+    if (!m) return;
+    CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+    for (int k = 0; t && k < 4; k++) {
+        CHECK_OK(mxp_trainer_step(t, &b, 1, &res, &err), &err);
+        CHECK(!res.skipped && isfinite(res.loss));
+    }
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+}
+
+int main(void) {
+    test_attention();
+    test_model_gradients();
+    test_spec_errors();
+    test_modes();
+    test_learns();
+    test_fp16_overflow();
+    return test_finish("test_gpt");
+}

@@ -1,0 +1,111 @@
+/* tools/mixprec/bench.h: `mixprec bench` and its measuring helpers.
+ *
+ *   cmd_bench.c     the verb: options, printing, CSV (the only file here
+ *                   that prints);
+ *   bench_time.c    median-of-samples timing after a warm-up;
+ *   bench_peak.c    machine peak: FP32 FMA, vdpbf16ps and AVX512-FP16
+ *                   register-only loops, on 1 and on all threads;
+ *   bench_gemm.c    GEMM GFLOP/s through a kernel table, per dtype pair and
+ *                   shape, and the optional peers (oneDNN, OpenBLAS) loaded
+ *                   with dlopen at run time, never linked;
+ *   bench_loops.c   bandwidth-bound kernels through a kernel table, GB/s.
+ * Timings are wall-clock medians; the machine may be shared, so every row
+ * carries its sample count and the spread (min) next to the median.
+ */
+#ifndef MIXPREC_TOOLS_BENCH_H
+#define MIXPREC_TOOLS_BENCH_H
+
+#include "kernels/kernels.h"
+
+#include <mixprec/mixprec.h>
+
+int cmd_bench(int argc, char **argv);
+
+/* ---- timing (bench_time.c) ---------------------------------------------- */
+
+typedef struct bench_timing {
+    double median_s; /* per call */
+    double min_s;    /* per call, fastest sample */
+    int samples;     /* timed samples (each one or more calls) */
+    int calls;       /* calls per sample */
+} bench_timing;
+
+/* Warm up fn(ctx) (at least 2 calls and warm_s seconds), then time `reps`
+ * samples of enough calls to last min_sample_s each. */
+bench_timing bench_time(void (*fn)(void *), void *ctx, int reps, double warm_s,
+                        double min_sample_s);
+
+/* ---- peak (bench_peak.c) ------------------------------------------------ */
+
+typedef enum bench_peak_kind {
+    BENCH_PEAK_FP32_FMA,    /* vfmadd231ps zmm: 32 flops */
+    BENCH_PEAK_BF16_DP,     /* vdpbf16ps zmm: 64 flops */
+    BENCH_PEAK_FP16_FMA,    /* vfmadd231ph zmm: 64 flops (AVX512-FP16) */
+    BENCH_PEAK_KIND_COUNT
+} bench_peak_kind;
+
+const char *bench_peak_name(bench_peak_kind k);
+/* True when this CPU can run the loop of kind k (cpuid). */
+bool bench_peak_supported(bench_peak_kind k);
+/* GFLOP/s of the loop of kind k on `threads` threads at once (best of
+ * `reps` runs of about run_s seconds each); 0 when unsupported. */
+double bench_peak_measure(bench_peak_kind k, int threads, int reps, double run_s);
+
+/* ---- GEMM (bench_gemm.c) ------------------------------------------------ */
+
+typedef struct bench_gemm_shape {
+    const char *label; /* "square", "wm-256 fwd", ... */
+    int64_t M, N, K;
+    bool trans_a, trans_b;
+} bench_gemm_shape;
+
+/* Operand buffers large enough for every shape (random values in [-1, 1]
+ * stored in each dtype). */
+typedef struct bench_gemm_bufs bench_gemm_bufs;
+
+bench_gemm_bufs *bench_gemm_bufs_create(int64_t max_mk, int64_t max_kn, int64_t max_mn);
+void bench_gemm_bufs_destroy(bench_gemm_bufs *b);
+
+/* Time k->gemm on one shape and dtype pair. */
+bench_timing bench_gemm_table(const mxp_kernels *k, bench_gemm_bufs *b,
+                              const bench_gemm_shape *s, mxp_dtype at, mxp_dtype bt,
+                              int reps, double min_sample_s);
+/* The peak kind k's GEMM uses for this dtype pair (BF16 dot products on
+ * the AVX-512 table where both operands are BF16/FP8, else FP32 FMA). */
+bench_peak_kind bench_gemm_peak_kind(const mxp_kernels *k, mxp_dtype at, mxp_dtype bt);
+
+typedef enum bench_peer {
+    BENCH_PEER_ONEDNN, /* libdnnl.so.2: dnnl_sgemm, dnnl_gemm_bf16bf16f32 */
+    BENCH_PEER_OPENBLAS, /* libopenblas.so.0: cblas_sgemm */
+    BENCH_PEER_COUNT
+} bench_peer;
+
+const char *bench_peer_name(bench_peer p);
+/* Load peer p (once); false with a reason in why[] when it is not there or
+ * fails a 3x5x4 correctness check against the generic GEMM. */
+bool bench_peer_open(bench_peer p, char *why, size_t why_size);
+/* True when peer p has a GEMM for this dtype pair (f32 x f32; oneDNN also
+ * bf16 x bf16). */
+bool bench_peer_supports(bench_peer p, mxp_dtype at, mxp_dtype bt);
+bench_timing bench_gemm_peer(bench_peer p, bench_gemm_bufs *b, const bench_gemm_shape *s,
+                             mxp_dtype at, mxp_dtype bt, int reps, double min_sample_s);
+
+/* ---- bandwidth-bound kernels (bench_loops.c) ---------------------------- */
+
+typedef struct bench_loop_result {
+    const char *name;     /* "convert f32->bf16", "adamw", ... */
+    size_t n;             /* elements per call */
+    double bytes;         /* bytes read + written per call */
+    bench_timing t;
+} bench_loop_result;
+
+enum { BENCH_LOOPS_MAX = 24 };
+
+/* Time every bandwidth-bound slot of k on n-element buffers; returns the
+ * number of results written to out (at most BENCH_LOOPS_MAX). */
+int bench_loops_run(const mxp_kernels *k, size_t n, int reps, double min_sample_s,
+                    bench_loop_result *out);
+/* GB/s of a plain memcpy of n floats (the bandwidth reference). */
+bench_timing bench_copy(size_t n, int reps, double min_sample_s, double *bytes);
+
+#endif /* MIXPREC_TOOLS_BENCH_H */

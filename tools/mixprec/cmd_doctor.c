@@ -1,0 +1,200 @@
+/* tools/mixprec/cmd_doctor.c: `mixprec doctor` (CPU features, which
+ * precisions run natively or emulated, the fallback chain, and an optional
+ * FP32 preflight of the configured workload with the advisor's verdicts),
+ * and the guard's output in `mixprec train` (summary lines, JSON field,
+ * exit code of a stop rule, SIGUSR1 handler).
+ */
+#include "doctor.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+static void help(FILE *f) {
+    fputs("usage: mixprec doctor [--preflight] [--config FILE] [key=value ...]\n"
+          "\n"
+          "Report this CPU's features, how each precision mode runs on it\n"
+          "(native, hardware conversion, or emulated), the automatic fallback\n"
+          "chain, and the kernel table in use.\n"
+          "\n"
+          "  --preflight     also run guard.preflight.batches batches of the\n"
+          "                  configured world model in FP32, measure per-layer\n"
+          "                  headroom, and print the precision advisor's verdict\n"
+          "                  for each format (what training.precision=auto picks)\n"
+          "  --config FILE   YAML configuration for --preflight\n"
+          "  key=value       config overrides for --preflight\n",
+          f);
+}
+
+static void print_cpu(void) {
+    const mxp_cpu_features *f = mxp_cpu_features_get();
+    const struct {
+        const char *name;
+        bool on;
+    } feats[] = {{"avx2", f->avx2},
+                 {"fma", f->fma},
+                 {"f16c", f->f16c},
+                 {"avx512f", f->avx512f},
+                 {"avx512bw", f->avx512bw},
+                 {"avx512vl", f->avx512vl},
+                 {"avx512_bf16", f->avx512_bf16},
+                 {"avx512_fp16", f->avx512_fp16},
+                 {"amx_bf16", f->amx_bf16}};
+    printf("cpu features   ");
+    for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
+        printf(" %s%s", feats[i].on ? "+" : "-", feats[i].name);
+    printf("\n");
+    const mxp_kernels *k = mxp_kernels_get();
+    const char *forced = getenv("MIXPREC_FORCE_ISA");
+    printf("kernels         %s table%s%s%s\n", k->isa, forced && *forced ? " (MIXPREC_FORCE_ISA=" : "",
+           forced && *forced ? forced : "", forced && *forced ? ")" : "");
+    if (strcmp(k->isa, "generic") == 0)
+        printf("                (portable reference kernels: every format is computed by "
+               "scalar code)\n");
+    printf("\n%-11s %-9s %-22s %s\n", "precision", "support", "fallback", "how");
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        const char *why = "";
+        mxp_support s = mxp_precision_support((mxp_precision)p, f, &why);
+        mxp_precision next = mxp_precision_fallback((mxp_precision)p, f, false);
+        char chain[64];
+        if (next == (mxp_precision)p)
+            snprintf(chain, sizeof chain, "-");
+        else
+            snprintf(chain, sizeof chain, "-> %s", mxp_precision_name(next));
+        printf("%-11s %-9s %-22s %s\n", mxp_precision_name((mxp_precision)p),
+               mxp_support_name(s), chain, why);
+    }
+    printf("\nnative: the CPU computes in the format; convert: hardware conversion, FP32\n"
+           "arithmetic; emulated: software conversion (FP8 is always emulated on a CPU).\n"
+           "The fallback chain skips emulated formats unless "
+           "guard.fallback.allow_emulated=true.\n");
+}
+
+static int preflight(const cli_config_args *a) {
+    mxp_config cfg;
+    int rc = cli_resolve_config(a, &cfg, NULL);
+    if (rc != CLI_EXIT_OK) return rc;
+    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL) {
+        cli_error("doctor --preflight runs the world model; model.workload=%s is not supported "
+                  "yet", cfg.workload == MXP_WORKLOAD_GPT ? "gpt" : "classifier");
+        return CLI_EXIT_USAGE;
+    }
+    mxp_error err = {0};
+    mxp_world_model *wm = NULL;
+    if (mxp_world_model_create(&cfg, &wm, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        return err.status == MXP_ERR_CONFIG || err.status == MXP_ERR_INVALID_ARG
+                   ? CLI_EXIT_USAGE
+                   : CLI_EXIT_FAIL;
+    }
+    const mxp_replay *rp = mxp_world_model_replay(wm);
+    mxp_replay_split tr = mxp_replay_train(rp);
+    const int64_t in = mxp_replay_in_dim(rp), od = mxp_replay_out_dim(rp), B = cfg.batch_size;
+    int n = (int)(tr.n / B < cfg.guard.preflight_batches ? tr.n / B : cfg.guard.preflight_batches);
+    if (n > 64) n = 64;
+    mxp_batch bs[64];
+    for (int i = 0; i < n; i++)
+        bs[i] = (mxp_batch){tr.x + (size_t)(i * B * in), tr.y + (size_t)(i * B * od), NULL, B};
+    mxp_preflight_report rep;
+    mxp_model *m = mxp_world_model_model(wm);
+    if (n < 1 || mxp_guard_preflight(m, bs, n, cfg.guard.rules[MXP_RULE_HEADROOM].threshold,
+                                     cfg.guard.rules[MXP_RULE_UNDERFLOW].threshold, NULL, &rep,
+                                     &err) != MXP_OK) {
+        cli_error("preflight failed: %s", n < 1 ? "no full batch" : err.msg);
+        mxp_world_model_destroy(wm);
+        return CLI_EXIT_FAIL;
+    }
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    printf("\npreflight: %d FP32 batches of %lld on the configured world model\n", rep.n_batches,
+           (long long)B);
+    printf("%-6s %-10s %14s %14s\n", "layer", "kind", "max |output|", "max |grad|");
+    for (int l = 0; l < rep.n_layers; l++)
+        printf("%-6d %-10s %14.4g %14.4g%s\n", l, mxp_layer_kind_name(sp->layers[l].kind),
+               (double)rep.act_absmax[l], (double)rep.grad_absmax[l],
+               l + 1 == rep.n_layers ? "   (written in FP32 for the loss)" : "");
+    printf("\n%-11s %-7s %-9s %s\n", "format", "verdict", "support", "why");
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        const mxp_format_verdict *v = &rep.verdict[p];
+        if (!v->evaluated) continue;
+        printf("%-11s %-7s %-9s %s\n", mxp_precision_name((mxp_precision)p),
+               v->safe ? "safe" : "UNSAFE", mxp_support_name(v->support), v->reason);
+    }
+    printf("\nrecommended: %s\n  %s\n", mxp_precision_name(rep.recommended), rep.why);
+    mxp_world_model_destroy(wm);
+    return CLI_EXIT_OK;
+}
+
+int cmd_doctor(int argc, char **argv) {
+    cli_config_args a = {0};
+    bool pre = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            help(stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--preflight") == 0) {
+            pre = true;
+        } else {
+            int took = cli_take_config_arg(argc, argv, &i, &a);
+            if (took < 0) return CLI_EXIT_USAGE;
+            if (took > 0) continue;
+            cli_error("unexpected argument '%s'; accepted: --preflight, --config FILE, --help, "
+                      "key=value", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    cli_install_logger();
+    mxp_log_set_level(MXP_LOG_WARN);
+    print_cpu();
+    return pre ? preflight(&a) : CLI_EXIT_OK;
+}
+
+/* ---- the guard in `mixprec train` ------------------------------------------ */
+
+void doctor_install_signal(void) {
+    mxp_error err = {0};
+    if (mxp_guard_install_signal(SIGUSR1, &err) != MXP_OK)
+        mxp_log(MXP_LOG_WARN, "SIGUSR1 -> fp32 switch unavailable: %s", err.msg);
+}
+
+void doctor_print_guard(FILE *f, mxp_world_model *wm) {
+    mxp_guard *g = mxp_world_model_guard(wm);
+    if (!g) return;
+    mxp_guard_status st;
+    mxp_guard_get_status(g, &st);
+    size_t n;
+    const mxp_guard_event *ev = mxp_guard_events(g, &n);
+    int64_t sev[MXP_SEV_COUNT] = {0};
+    for (size_t i = 0; i < n; i++) sev[ev[i].severity]++;
+    fprintf(f, "guard            %lld events (P0 %lld, P1 %lld, P2 %lld); fallbacks %lld, "
+               "rollbacks %lld",
+            (long long)st.events, (long long)sev[MXP_SEV_P0], (long long)sev[MXP_SEV_P1],
+            (long long)sev[MXP_SEV_P2], (long long)st.fallbacks, (long long)st.rollbacks);
+    if (st.initial != st.current)
+        fprintf(f, "; precision %s -> %s", mxp_precision_name(st.initial),
+                mxp_precision_name(st.current));
+    if (st.stopped) fprintf(f, "; STOPPED by a guard rule");
+    fputc('\n', f);
+    if (st.canary_divergence == st.canary_divergence) /* not NaN: a canary ran */
+        fprintf(f, "fp32 canary      last divergence %.3g%%\n", 100 * st.canary_divergence);
+    const size_t show = 10;
+    for (size_t i = n > show ? n - show : 0; i < n; i++)
+        fprintf(f, "  [%s] %s\n", mxp_severity_name(ev[i].severity), ev[i].detail);
+}
+
+void doctor_guard_json(FILE *f, mxp_world_model *wm) {
+    char buf[8192];
+    mxp_guard *g = mxp_world_model_guard(wm);
+    if (g && mxp_guard_status_json(g, buf, sizeof buf) > 0)
+        fprintf(f, "\"guard\":%s,", buf);
+    else
+        fputs("\"guard\":null,", f);
+}
+
+int doctor_exit_code(mxp_world_model *wm, int rc) {
+    if (rc == CLI_EXIT_OK && mxp_guard_stopped(mxp_world_model_guard(wm)))
+        return CLI_EXIT_GUARD_STOP;
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* tools/mixprec/obs_glue.h: observability glue of the CLI (obs_glue.c) and
+ * the `mixprec report` verb (cmd_report.c). */
+#ifndef MIXPREC_OBS_GLUE_H
+#define MIXPREC_OBS_GLUE_H
+
+#include "cli.h"
+
+typedef struct obs_glue obs_glue;
+
+/* Take --serve or --log-format text|json at argv[*i] (advancing *i past a
+ * value): 1 taken, 0 not ours, -1 malformed (error printed). */
+int obs_glue_take_arg(int argc, char **argv, int *i);
+/* Install the JSON log sink when --log-format json was given (call right
+ * after cli_install_logger, before the config is resolved, so the kill
+ * switch line is JSON too). */
+void obs_glue_install_logger(void);
+/* Apply --serve and log.format to a resolved config; true when log lines
+ * are JSON (the caller then keeps stderr free of plain progress lines). */
+bool obs_glue_apply_config(mxp_config *cfg);
+
+/* Create the run's observer (run store in output.dir, HTTP server when
+ * obs.http.enabled), log "fp16_enabled: True|False", begin the run.
+ * Returns a CLI exit code (errors printed). */
+int obs_glue_open(const mxp_config *cfg, mxp_world_model *wm, obs_glue **out);
+/* Per step, from the progress callback: record the step, then apply a
+ * pending operator precision request (the step boundary). NULL g: no-op. */
+void obs_glue_step(obs_glue *g, const mxp_progress *p);
+/* End of run (ok: finished, else failed with msg), linger if configured,
+ * flush and release. val_loss may be NaN. NULL g: no-op. */
+void obs_glue_close(obs_glue *g, bool ok, const char *msg, double val_loss);
+
+int cmd_report(int argc, char **argv);
+
+#endif

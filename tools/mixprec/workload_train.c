@@ -1,0 +1,281 @@
+/* tools/mixprec/workload_train.c: `mixprec train` for model.workload =
+ * classifier | gpt (the world model stays in cmd_train.c).
+ *
+ * Same shape as the world model's run: progress (bar on a terminal, log
+ * lines otherwise), a summary on stdout (JSON with --json), and
+ * OUTPUT_DIR/summary.json + OUTPUT_DIR/history.csv. The summary names the
+ * workload and its evaluation (classifier: test loss and accuracy on the
+ * Fashion-MNIST test split; gpt: held-out loss and bits per character),
+ * and says "emulated" for FP8.
+ */
+#include "workload_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mixprec/ckpt.h>
+#include <mixprec/classifier.h>
+#include <mixprec/gpt.h>
+
+typedef struct wl_progress {
+    bool tty, quiet;
+    int64_t last_print, cur_epoch, loss_n;
+    double loss_sum, last_epoch_loss;
+} wl_progress;
+
+static void on_progress(void *user, const mxp_progress *p) {
+    wl_progress *ps = user;
+    if (p->epoch != ps->cur_epoch) {
+        ps->cur_epoch = p->epoch;
+        ps->loss_sum = 0;
+        ps->loss_n = 0;
+    }
+    if (!p->result->skipped) {
+        ps->loss_sum += p->result->loss;
+        ps->loss_n++;
+        ps->last_epoch_loss = ps->loss_sum / (double)ps->loss_n;
+    }
+    if (ps->quiet) return;
+    if (ps->tty) {
+        const int width = 30;
+        int filled = (int)((double)width * (double)p->step / (double)p->total_steps);
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stdout, "\r[%s] step %lld/%lld  epoch %lld/%lld  loss %.5f  scale %g ", bar,
+                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
+                (long long)p->total_epochs, p->result->loss, p->result->scale);
+        if (p->step == p->total_steps) fputc('\n', stdout);
+        fflush(stdout);
+        return;
+    }
+    int64_t every = p->total_steps / 10 > 0 ? p->total_steps / 10 : 1;
+    if (p->step - ps->last_print >= every || p->step == p->total_steps || p->result->skipped) {
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.6f scale %g grad_norm %.4g%s\n",
+                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
+                p->result->loss, p->result->scale, p->result->grad_norm,
+                p->result->skipped ? " SKIPPED" : "");
+        ps->last_print = p->step;
+    }
+}
+
+/* What one run produced. eval_accuracy is NaN when the workload has none;
+ * eval_bpc NaN when it is not a language model. */
+typedef struct wl_summary {
+    const char *workload, *eval_name;
+    mxp_train_stats stats;
+    bool emulated;
+    double train_loss, eval_loss, eval_accuracy, eval_bpc, wall_s, samples_per_s;
+    int64_t samples, params;
+    mxp_model_memory mem;
+} wl_summary;
+
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g,", key, v);
+    else
+        fprintf(f, "\"%s\":null,", key);
+}
+
+static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
+    fprintf(f,
+            "{\"workload\":\"%s\",\"precision\":\"%s\",\"emulated\":%s,\"kill_switch\":%s,"
+            "\"fp16_enabled_runtime\":%s,\"training_steps\":%lld,\"optimizer_steps\":%lld,"
+            "\"skipped_steps\":%lld,\"overflow_rate\":%.6g,\"current_scale\":%.9g,"
+            "\"epochs\":%lld,\"batch_size\":%lld,\"grad_accum_steps\":%lld,\"seed\":%llu,"
+            "\"params\":%lld,",
+            s->workload, mxp_precision_name(s->stats.precision), s->emulated ? "true" : "false",
+            cfg->kill_switch ? "true" : "false",
+            s->stats.fp16_enabled_runtime ? "true" : "false",
+            (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
+            (long long)s->stats.skipped_steps, s->stats.overflow_rate,
+            (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
+            (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
+            (long long)s->params);
+    fprintf(f, "\"memory_bytes\":{\"params\":%zu,\"master\":%zu,\"grads\":%zu,"
+               "\"activations\":%zu},",
+            s->mem.params, s->mem.master, s->mem.grads, s->mem.activations);
+    json_num(f, "final_train_loss", s->train_loss);
+    char key[64];
+    snprintf(key, sizeof key, "%s_loss", s->eval_name);
+    json_num(f, key, s->eval_loss);
+    snprintf(key, sizeof key, "%s_accuracy", s->eval_name);
+    if (!isnan(s->eval_accuracy)) json_num(f, key, s->eval_accuracy);
+    snprintf(key, sizeof key, "%s_bits_per_char", s->eval_name);
+    if (!isnan(s->eval_bpc)) json_num(f, key, s->eval_bpc);
+    fprintf(f, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}\n", s->wall_s,
+            (long long)s->samples, s->samples_per_s);
+}
+
+static void print_summary(const wl_summary *s) {
+    printf("workload         %s\n", s->workload);
+    printf("precision        %s%s%s\n", mxp_precision_name(s->stats.precision),
+           s->emulated ? " (emulated: FP8 quantise, FP32 compute)" : "",
+           s->stats.fp16_enabled_runtime ? " (fp16 compute)" : "");
+    printf("steps            %lld (optimizer %lld, skipped %lld)\n",
+           (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
+           (long long)s->stats.skipped_steps);
+    printf("overflow rate    %.2f%%\n", 100.0 * s->stats.overflow_rate);
+    printf("loss scale       %g\n", (double)s->stats.current_scale);
+    printf("final train loss %.6f\n", s->train_loss);
+    printf("%-16s %.6f\n", strcmp(s->eval_name, "test") == 0 ? "test loss" : "validation loss",
+           s->eval_loss);
+    if (!isnan(s->eval_accuracy)) printf("test accuracy    %.2f%%\n", 100.0 * s->eval_accuracy);
+    if (!isnan(s->eval_bpc)) printf("bits per char    %.4f\n", s->eval_bpc);
+    printf("wall time        %.3f s\n", s->wall_s);
+    printf("samples/s        %.0f\n", s->samples_per_s);
+}
+
+static int write_outputs(const mxp_config *cfg, const wl_summary *s, const mxp_trainer *tr) {
+    int e = cli_mkdirs(cfg->output_dir);
+    if (e != 0) {
+        cli_error("cannot create output.dir '%s': %s", cfg->output_dir, strerror(e));
+        return CLI_EXIT_IO;
+    }
+    char path[MXP_CONFIG_STR_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    write_json(f, cfg, s);
+    int bad = fclose(f) != 0;
+    snprintf(path, sizeof path, "%s/history.csv", cfg->output_dir);
+    f = fopen(path, "w");
+    if (!f) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    size_t n;
+    const mxp_history_row *h = mxp_trainer_history(tr, &n);
+    fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
+                (long long)h[i].epoch, h[i].loss, (double)h[i].scale, h[i].grad_norm,
+                h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
+    bad |= fclose(f) != 0;
+    if (bad) {
+        cli_error("writing outputs into '%s' failed", cfg->output_dir);
+        return CLI_EXIT_IO;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int fail_code(const mxp_error *err) {
+    return err->status == MXP_ERR_CONFIG || err->status == MXP_ERR_INVALID_ARG ||
+                   err->status == MXP_ERR_IO || err->status == MXP_ERR_FORMAT ||
+                   err->status == MXP_ERR_UNSUPPORTED
+               ? CLI_EXIT_USAGE
+               : CLI_EXIT_FAIL;
+}
+
+/* Fill the fields every workload shares from its trainer. */
+static void finish_summary(wl_summary *s, mxp_trainer *tr, const wl_progress *ps) {
+    mxp_trainer_stats(tr, &s->stats);
+    mxp_model *m = mxp_trainer_model(tr);
+    s->emulated = mxp_model_policy(m)->emulated;
+    s->params = (int64_t)mxp_model_num_params(m);
+    mxp_model_memory_usage(m, &s->mem);
+    s->train_loss = ps->loss_n ? ps->last_epoch_loss : NAN;
+    s->samples_per_s = s->wall_s > 0 ? (double)s->samples / s->wall_s : 0;
+}
+
+static int emit(const mxp_config *cfg, const wl_summary *s, const mxp_trainer *tr, bool json) {
+    if (json)
+        write_json(stdout, cfg, s);
+    else
+        print_summary(s);
+    return write_outputs(cfg, s, tr);
+}
+
+static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
+    mxp_error err = {0};
+    mxp_classifier *cl = NULL;
+    if (mxp_classifier_create(cfg, &cl, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        return fail_code(&err);
+    }
+    mxp_log(MXP_LOG_INFO, "training classifier: precision %s%s, %lld epochs, batch %lld",
+            mxp_precision_name(cfg->precision),
+            cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
+            (long long)cfg->batch_size);
+    mxp_classifier_set_progress(cl, on_progress, ps);
+    double t0 = mxp_time_now();
+    mxp_status st = mxp_classifier_train(cl, cfg->epochs, &err);
+    s->wall_s = mxp_time_now() - t0;
+    if (st == MXP_OK) st = mxp_classifier_evaluate(cl, &s->eval_loss, &s->eval_accuracy, &err);
+    if (st != MXP_OK) {
+        cli_error("training failed: %s", err.msg);
+        mxp_classifier_destroy(cl);
+        return CLI_EXIT_FAIL;
+    }
+    s->workload = "classifier";
+    s->eval_name = "test";
+    s->eval_bpc = NAN;
+    s->samples = mxp_classifier_samples_per_epoch(cl) * cfg->epochs;
+    finish_summary(s, mxp_classifier_trainer(cl), ps);
+    int rc = emit(cfg, s, mxp_classifier_trainer(cl), json);
+    mxp_classifier_destroy(cl);
+    return rc;
+}
+
+static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
+    mxp_error err = {0};
+    mxp_gpt *g = NULL;
+    if (mxp_gpt_create(cfg, &g, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        return fail_code(&err);
+    }
+    mxp_log(MXP_LOG_INFO, "training gpt: precision %s%s, %lld epochs, batch %lld x %lld chars",
+            mxp_precision_name(cfg->precision),
+            cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
+            (long long)cfg->batch_size, (long long)cfg->wl.gpt_context);
+    mxp_gpt_set_progress(g, on_progress, ps);
+    double t0 = mxp_time_now();
+    mxp_status st = mxp_gpt_train(g, cfg->epochs, &err);
+    s->wall_s = mxp_time_now() - t0;
+    if (st == MXP_OK) st = mxp_gpt_evaluate(g, &s->eval_loss, &err);
+    if (st != MXP_OK) {
+        cli_error("training failed: %s", err.msg);
+        mxp_gpt_destroy(g);
+        return CLI_EXIT_FAIL;
+    }
+    s->workload = "gpt";
+    s->eval_name = "val";
+    s->eval_accuracy = NAN;
+    s->eval_bpc = s->eval_loss / log(2.0);
+    s->samples = mxp_gpt_tokens_per_epoch(g) * cfg->epochs;
+    finish_summary(s, mxp_gpt_trainer(g), ps);
+    int rc = emit(cfg, s, mxp_gpt_trainer(g), json);
+    if (rc == CLI_EXIT_OK) { /* the model for `mixprec sample` */
+        char path[MXP_CONFIG_STR_MAX + 32];
+        snprintf(path, sizeof path, "%s/model.safetensors", cfg->output_dir);
+        mxp_ckpt_save_args sa = {.trainer = mxp_gpt_trainer(g), .config = cfg, .healthy = true};
+        if (mxp_ckpt_save(path, &sa, NULL, &err) != MXP_OK) {
+            cli_error("cannot save the model: %s", err.msg);
+            rc = CLI_EXIT_IO;
+        } else if (!json) {
+            printf("model            %s (mixprec sample --checkpoint %s)\n", path, path);
+        }
+    }
+    mxp_gpt_destroy(g);
+    return rc;
+}
+
+int workload_train(const mxp_config *cfg, bool json, bool quiet) {
+    wl_progress ps = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet, .cur_epoch = -1};
+    wl_summary s;
+    memset(&s, 0, sizeof s);
+    switch (cfg->workload) {
+    case MXP_WORKLOAD_CLASSIFIER: return run_classifier(cfg, &ps, &s, json);
+    case MXP_WORKLOAD_GPT: return run_gpt(cfg, &ps, &s, json);
+    default:
+        cli_error("model.workload=%d is not handled here; accepted: classifier, gpt",
+                  (int)cfg->workload);
+        return CLI_EXIT_USAGE;
+    }
+}

@@ -1,0 +1,18 @@
+/* tools/mixprec/workload_train.h: `mixprec train` for the workloads beyond
+ * the world model (model.workload=classifier|gpt), kept out of
+ * cmd_train.c. */
+#ifndef MIXPREC_WORKLOAD_TRAIN_H
+#define MIXPREC_WORKLOAD_TRAIN_H
+
+#include "cli.h"
+
+/* Train cfg->workload (not the world model) with progress output (unless
+ * quiet), print a summary (JSON on stdout when json), and write
+ * OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv. Returns a CLI exit
+ * code. */
+int workload_train(const mxp_config *cfg, bool json, bool quiet);
+
+/* `mixprec sample` (cmd_sample.c): text from a GPT checkpoint. */
+int cmd_sample(int argc, char **argv);
+
+#endif
