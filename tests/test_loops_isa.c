@@ -629,6 +629,66 @@ static void test_reduce(void) {
     }
 }
 
+/* Large reductions run in MXP_AVX512_RED_PARTS fixed parts on the thread
+ * pool (loops.h): the whole-buffer result must equal the parts' results
+ * (each part below the threading threshold) combined in order, which is
+ * what makes it independent of the thread count. */
+static void test_reduce_parts(void) {
+    const size_t sizes[] = {MXP_AVX512_PAR_MIN, MXP_AVX512_PAR_MIN + 5, 3 * MXP_AVX512_PAR_MIN + 77};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const size_t n = sizes[si];
+        float *x = ualloc(n), *y = ualloc(n), *g1 = ualloc(n), *g2 = ualloc(n);
+        fill(x, n, 100.0f, false); /* finite: sums are compared bit for bit */
+        for (size_t i = 0; i < n; i += 3) x[i] *= 1e-37f;
+        memcpy(y, x, n * 4);
+        for (size_t i = 0; i < n; i += 997) y[i] = i % 2 ? INFINITY : NAN;
+        memcpy(g1, y, n * 4);
+        memcpy(g2, y, n * 4);
+        double sum = 0, ssq = 0;
+        float am = 0;
+        int64_t nf = 0;
+        mxp_grad_stats whole, acc = {0};
+        A->unscale_stats(g1, n, 0.25f, 64.0f, &whole);
+        const size_t blocks = (n + MXP_AVX512_PAR_ALIGN - 1) / MXP_AVX512_PAR_ALIGN;
+        for (size_t p = 0; p < MXP_AVX512_RED_PARTS; p++) {
+            size_t lo = blocks * p / MXP_AVX512_RED_PARTS * MXP_AVX512_PAR_ALIGN;
+            size_t hi = blocks * (p + 1) / MXP_AVX512_RED_PARTS * MXP_AVX512_PAR_ALIGN;
+            if (hi > n) hi = n;
+            if (lo > n) lo = n;
+            CHECK(hi - lo < MXP_AVX512_PAR_MIN);
+            sum += A->sum(x + lo, hi - lo);
+            ssq += A->sumsq(x + lo, hi - lo);
+            int64_t pnf = 0;
+            float pm = A->absmax(y + lo, hi - lo, &pnf);
+            if (pm > am) am = pm;
+            nf += pnf;
+            mxp_grad_stats ps;
+            A->unscale_stats(g2 + lo, hi - lo, 0.25f, 64.0f, &ps);
+            acc.n += ps.n;
+            acc.nonfinite += ps.nonfinite;
+            acc.zeros += ps.zeros;
+            acc.near_overflow += ps.near_overflow;
+            acc.sumsq += ps.sumsq;
+            if (ps.absmax > acc.absmax) acc.absmax = ps.absmax;
+        }
+        int64_t wnf = -1;
+        float wm = A->absmax(y, n, &wnf);
+        CHECK_MSG(sum == A->sum(x, n), "sum n=%zu: parts %.17g, whole %.17g", n, sum, A->sum(x, n));
+        CHECK_MSG(ssq == A->sumsq(x, n), "sumsq n=%zu: parts %.17g, whole %.17g", n, ssq,
+                  A->sumsq(x, n));
+        CHECK(same(wm, am) && wnf == nf && nf > 0);
+        CHECK(memcmp(g1, g2, n * 4) == 0);
+        CHECK_MSG(whole.n == acc.n && whole.nonfinite == acc.nonfinite && whole.zeros == acc.zeros &&
+                      whole.near_overflow == acc.near_overflow && whole.sumsq == acc.sumsq &&
+                      same(whole.absmax, acc.absmax),
+                  "unscale_stats n=%zu: whole != its parts combined in order", n);
+        ufree(x);
+        ufree(y);
+        ufree(g1);
+        ufree(g2);
+    }
+}
+
 /* ---- optimizers -------------------------------------------------------------- */
 
 typedef struct opt_case {
@@ -790,6 +850,7 @@ int main(void) {
     test_eltwise();
     test_rows();
     test_reduce();
+    test_reduce_parts();
     test_optim();
     test_ftz();
     return test_finish("test_loops_isa");

@@ -18,6 +18,18 @@
 
 #include "kernels/x86_avx512/avx512.h"
 
+/* Threads. Passes over at least MXP_AVX512_PAR_MIN elements run on the
+ * kernel thread pool (kernels/threads.h). Element-wise passes split [0, n)
+ * into one range per thread. Reductions (sum, sumsq, absmax,
+ * unscale_stats) always split it into MXP_AVX512_RED_PARTS ranges, range p
+ * being [b_p, b_{p+1}) * MXP_AVX512_PAR_ALIGN (clamped to n) with
+ * b_p = floor(ceil(n / PAR_ALIGN) * p / RED_PARTS), whatever the thread
+ * count, and combine the parts' results in order p = 0, 1, ...: every
+ * result depends on n and the data only, never on the number of threads. */
+#define MXP_AVX512_PAR_MIN (1 << 18)
+#define MXP_AVX512_PAR_ALIGN 1024
+#define MXP_AVX512_RED_PARTS 8
+
 /* ---- loops_convert.c ---- */
 void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
                         const void *src, size_t n);

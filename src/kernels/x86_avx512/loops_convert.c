@@ -138,16 +138,9 @@ static void f16_to_bf16(uint16_t *dst, const uint16_t *src, size_t n) {
     }
 }
 
-/* Contract: mxp_convert (include/mixprec/num.h), bit for bit. */
-void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
-                        const void *src, size_t n) {
-    if (n == 0 || (unsigned)dst_type >= MXP_DTYPE_COUNT ||
-        (unsigned)src_type >= MXP_DTYPE_COUNT)
-        return;
-    if (dst_type == src_type) {
-        memcpy(dst, src, n * mxp_dtype_info(dst_type)->size);
-        return;
-    }
+/* One range of a conversion (both types valid and different). */
+static void convert_range(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
+                          const void *src, size_t n) {
     const bool f16 = dst_type == MXP_DTYPE_F16 || src_type == MXP_DTYPE_F16;
     unsigned csr = f16 ? mxcsr_exact_enter() : 0;
     if (dst_type == MXP_DTYPE_BF16 && src_type == MXP_DTYPE_F32)
@@ -165,6 +158,38 @@ void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
     else
         mxp_convert(dst_type, dst, src_type, src, n);
     if (f16) mxcsr_exact_leave(csr);
+}
+
+typedef struct convert_ctx {
+    mxp_dtype dst_type, src_type;
+    void *dst;
+    const void *src;
+    size_t n;
+    uint64_t seed, counter; /* SR only */
+} convert_ctx;
+
+static void convert_task(void *ctx, int i, int count) {
+    const convert_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->n, i, count, &lo, &hi);
+    size_t ds = mxp_dtype_info(c->dst_type)->size, ss = mxp_dtype_info(c->src_type)->size;
+    convert_range(c->dst_type, (char *)c->dst + lo * ds, c->src_type,
+                  (const char *)c->src + lo * ss, hi - lo);
+}
+
+/* Contract: mxp_convert (include/mixprec/num.h), bit for bit. Large
+ * buffers are split over the kernel thread pool (element-wise: same bits). */
+void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
+                        const void *src, size_t n) {
+    if (n == 0 || (unsigned)dst_type >= MXP_DTYPE_COUNT ||
+        (unsigned)src_type >= MXP_DTYPE_COUNT)
+        return;
+    if (dst_type == src_type) {
+        memcpy(dst, src, n * mxp_dtype_info(dst_type)->size);
+        return;
+    }
+    convert_ctx c = {.dst_type = dst_type, .src_type = src_type, .dst = dst, .src = src, .n = n};
+    par_run(n, convert_task, &c);
 }
 
 /* ---- Philox4x32-10, 16 blocks per vector -------------------------------- */
@@ -252,14 +277,10 @@ void mxp_avx512_rng_fill(uint32_t *out, size_t n, uint64_t seed, uint64_t counte
 
 enum { SR_CHUNK = 512 };
 
-/* Contract: mxp_convert_sr (include/mixprec/num.h), bit for bit. */
-void mxp_avx512_convert_sr(mxp_dtype dst_type, void *dst, const float *src,
-                           size_t n, uint64_t seed, uint64_t counter) {
-    if (dst_type != MXP_DTYPE_BF16 && dst_type != MXP_DTYPE_F16) {
-        mxp_convert_sr(dst_type, dst, src, n, seed, counter);
-        return;
-    }
-    uint16_t *out = dst;
+/* SR of src[0..n) into the BF16/F16 buffer dst; element i draws
+ * mxp_rng_at(seed, counter + i). */
+static void convert_sr_range(mxp_dtype dst_type, uint16_t *out, const float *src, size_t n,
+                             uint64_t seed, uint64_t counter) {
     uint32_t rnd[SR_CHUNK];
     for (size_t off = 0; off < n; off += SR_CHUNK) {
         size_t len = n - off < SR_CHUNK ? n - off : SR_CHUNK;
@@ -272,4 +293,26 @@ void mxp_avx512_convert_sr(mxp_dtype dst_type, void *dst, const float *src,
             _mm512_mask_cvtepi32_storeu_epi16(out + off + i, k, h);
         }
     }
+}
+
+static void convert_sr_task(void *ctx, int i, int count) {
+    const convert_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->n, i, count, &lo, &hi);
+    convert_sr_range(c->dst_type, (uint16_t *)c->dst + lo, (const float *)c->src + lo, hi - lo,
+                     c->seed, c->counter + lo);
+}
+
+/* Contract: mxp_convert_sr (include/mixprec/num.h), bit for bit. Large
+ * buffers are split over the kernel thread pool: element i still draws
+ * (seed, counter + i), so the bits do not depend on the split. */
+void mxp_avx512_convert_sr(mxp_dtype dst_type, void *dst, const float *src,
+                           size_t n, uint64_t seed, uint64_t counter) {
+    if (dst_type != MXP_DTYPE_BF16 && dst_type != MXP_DTYPE_F16) {
+        mxp_convert_sr(dst_type, dst, src, n, seed, counter);
+        return;
+    }
+    convert_ctx c = {.dst_type = dst_type, .src_type = MXP_DTYPE_F32, .dst = dst, .src = src,
+                     .n = n, .seed = seed, .counter = counter};
+    par_run(n, convert_sr_task, &c);
 }

@@ -6,7 +6,8 @@
  * mxp_avx512_scale, mxp_avx512_erf, mxp_avx512_exp (contracts in
  * kernels/kernels.h and loops.h). 16 lanes per step, the tail under a lane
  * mask, so there is no scalar remainder loop; element i is read before it
- * is written, so y may alias x and dx may alias dy.
+ * is written, so y may alias x and dx may alias dy. Buffers of PAR_MIN
+ * elements or more are split over the kernel thread pool (loops_simd.h).
  *
  * Agreement with the generic kernels (kernels/generic/eltwise.c):
  *   bit-exact: relu_fwd/bwd, tanh_bwd, axpy, scale (same operations in the
@@ -21,7 +22,7 @@
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT2PI 0.39894228040143267794f
 
-void mxp_avx512_relu_fwd(float *y, const float *x, size_t n) {
+static void relu_fwd_range(float *y, const float *x, size_t n) {
     const __m512 zero = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
@@ -32,7 +33,7 @@ void mxp_avx512_relu_fwd(float *y, const float *x, size_t n) {
     }
 }
 
-void mxp_avx512_relu_bwd(float *dx, const float *dy, const float *x, size_t n) {
+static void relu_bwd_range(float *dx, const float *dy, const float *x, size_t n) {
     const __m512 zero = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
@@ -42,7 +43,7 @@ void mxp_avx512_relu_bwd(float *dx, const float *dy, const float *x, size_t n) {
     }
 }
 
-void mxp_avx512_gelu_fwd(float *y, const float *x, size_t n) {
+static void gelu_fwd_range(float *y, const float *x, size_t n) {
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
     const __m512 c = _mm512_set1_ps(INV_SQRT2);
     for (size_t i = 0; i < n; i += 16) {
@@ -54,7 +55,7 @@ void mxp_avx512_gelu_fwd(float *y, const float *x, size_t n) {
     }
 }
 
-void mxp_avx512_gelu_bwd(float *dx, const float *dy, const float *x, size_t n) {
+static void gelu_bwd_range(float *dx, const float *dy, const float *x, size_t n) {
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
     const __m512 mhalf = _mm512_set1_ps(-0.5f);
     const __m512 c = _mm512_set1_ps(INV_SQRT2), cp = _mm512_set1_ps(INV_SQRT2PI);
@@ -68,14 +69,14 @@ void mxp_avx512_gelu_bwd(float *dx, const float *dy, const float *x, size_t n) {
     }
 }
 
-void mxp_avx512_tanh_fwd(float *y, const float *x, size_t n) {
+static void tanh_fwd_range(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, k, v_tanh(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
 
-void mxp_avx512_tanh_bwd(float *dx, const float *dy, const float *y, size_t n) {
+static void tanh_bwd_range(float *dx, const float *dy, const float *y, size_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
@@ -85,7 +86,7 @@ void mxp_avx512_tanh_bwd(float *dx, const float *dy, const float *y, size_t n) {
     }
 }
 
-void mxp_avx512_axpy(float *y, float a, const float *x, size_t n) {
+static void axpy_range(float *y, float a, const float *x, size_t n) {
     const __m512 av = _mm512_set1_ps(a);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -101,7 +102,7 @@ void mxp_avx512_axpy(float *y, float a, const float *x, size_t n) {
     }
 }
 
-void mxp_avx512_scale(float *x, float a, size_t n) {
+static void scale_range(float *x, float a, size_t n) {
     const __m512 av = _mm512_set1_ps(a);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -114,16 +115,73 @@ void mxp_avx512_scale(float *x, float a, size_t n) {
     }
 }
 
-void mxp_avx512_erf(float *y, const float *x, size_t n) {
+static void erf_range(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, k, v_erf(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
 
-void mxp_avx512_exp(float *y, const float *x, size_t n) {
+static void exp_range(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, k, v_exp(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
+
+/* ---- entry points: large buffers are split over the kernel thread pool
+ * (element-wise, so the bits do not depend on the split) ---- */
+
+typedef enum { EW_RELU_F, EW_RELU_B, EW_GELU_F, EW_GELU_B, EW_TANH_F, EW_TANH_B, EW_AXPY,
+               EW_SCALE, EW_ERF, EW_EXP } ew_op;
+
+typedef struct ew_ctx {
+    ew_op op;
+    float *out;         /* y, dx, or the axpy/scale operand */
+    const float *a, *b; /* x; or dy and x (y for tanh_bwd); axpy: x */
+    float s;            /* axpy / scale factor */
+    size_t n;
+} ew_ctx;
+
+static void ew_task(void *ctx, int i, int count) {
+    const ew_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->n, i, count, &lo, &hi);
+    float *o = c->out + lo;
+    const float *a = c->a ? c->a + lo : NULL, *b = c->b ? c->b + lo : NULL;
+    size_t n = hi - lo;
+    switch (c->op) {
+    case EW_RELU_F: relu_fwd_range(o, a, n); break;
+    case EW_RELU_B: relu_bwd_range(o, a, b, n); break;
+    case EW_GELU_F: gelu_fwd_range(o, a, n); break;
+    case EW_GELU_B: gelu_bwd_range(o, a, b, n); break;
+    case EW_TANH_F: tanh_fwd_range(o, a, n); break;
+    case EW_TANH_B: tanh_bwd_range(o, a, b, n); break;
+    case EW_AXPY: axpy_range(o, c->s, a, n); break;
+    case EW_SCALE: scale_range(o, c->s, n); break;
+    case EW_ERF: erf_range(o, a, n); break;
+    case EW_EXP: exp_range(o, a, n); break;
+    }
+}
+
+static void ew_run(ew_op op, float *out, const float *a, const float *b, float s, size_t n) {
+    ew_ctx c = {.op = op, .out = out, .a = a, .b = b, .s = s, .n = n};
+    par_run(n, ew_task, &c);
+}
+
+void mxp_avx512_relu_fwd(float *y, const float *x, size_t n) { ew_run(EW_RELU_F, y, x, NULL, 0, n); }
+void mxp_avx512_relu_bwd(float *dx, const float *dy, const float *x, size_t n) {
+    ew_run(EW_RELU_B, dx, dy, x, 0, n);
+}
+void mxp_avx512_gelu_fwd(float *y, const float *x, size_t n) { ew_run(EW_GELU_F, y, x, NULL, 0, n); }
+void mxp_avx512_gelu_bwd(float *dx, const float *dy, const float *x, size_t n) {
+    ew_run(EW_GELU_B, dx, dy, x, 0, n);
+}
+void mxp_avx512_tanh_fwd(float *y, const float *x, size_t n) { ew_run(EW_TANH_F, y, x, NULL, 0, n); }
+void mxp_avx512_tanh_bwd(float *dx, const float *dy, const float *y, size_t n) {
+    ew_run(EW_TANH_B, dx, dy, y, 0, n);
+}
+void mxp_avx512_axpy(float *y, float a, const float *x, size_t n) { ew_run(EW_AXPY, y, x, NULL, a, n); }
+void mxp_avx512_scale(float *x, float a, size_t n) { ew_run(EW_SCALE, x, NULL, NULL, a, n); }
+void mxp_avx512_erf(float *y, const float *x, size_t n) { ew_run(EW_ERF, y, x, NULL, 0, n); }
+void mxp_avx512_exp(float *y, const float *x, size_t n) { ew_run(EW_EXP, y, x, NULL, 0, n); }

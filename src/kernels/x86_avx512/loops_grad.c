@@ -14,7 +14,11 @@
  *     from generic only by double rounding: |diff| <= 2 (n - 1) 2^-53
  *     sum |term| (tests use that bound).
  * Counts are kept in 32-bit lanes and flushed to 64 bits every COUNT_BLOCK
- * elements, so no lane can overflow.
+ * elements, so no lane can overflow. Buffers of PAR_MIN elements or more
+ * are reduced in RED_PARTS fixed parts on the kernel thread pool and the
+ * parts combined in order (loops_simd.h): the result depends on n only,
+ * never on the thread count; the double sums then run in 8 x (4 or 2)
+ * lanes, still within the bound above.
  *
  * unscale_stats clears FTZ/DAZ for its duration (mxcsr_exact_enter): with
  * flush-to-zero on, an underflowing unscaled gradient must still be the
@@ -23,10 +27,13 @@
 #include "kernels/x86_avx512/loops_simd.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { COUNT_BLOCK = 1 << 24 }; /* elements per count flush (< 2^31 per lane) */
 
-double mxp_avx512_sum(const float *x, size_t n) {
+/* ---- single-range passes ------------------------------------------------- */
+
+static double sum_range(const float *x, size_t n) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     __m512d s2 = _mm512_setzero_pd(), s3 = _mm512_setzero_pd();
     size_t i = 0;
@@ -45,7 +52,7 @@ double mxp_avx512_sum(const float *x, size_t n) {
     return hsum_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
 }
 
-double mxp_avx512_sumsq(const float *x, size_t n) {
+static double sumsq_range(const float *x, size_t n) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     __m512d s2 = _mm512_setzero_pd(), s3 = _mm512_setzero_pd();
     size_t i = 0;
@@ -66,11 +73,11 @@ double mxp_avx512_sumsq(const float *x, size_t n) {
     return hsum_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
 }
 
-float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite) {
+/* absmax over x[0..n); the non-finite count is added to *bad. */
+static float absmax_range(const float *x, size_t n, int64_t *bad) {
     const __m512 inf = _mm512_set1_ps(INFINITY);
     const __m512i one = _mm512_set1_epi32(1);
     __m512 m = _mm512_setzero_ps();
-    int64_t bad = 0;
     for (size_t blk = 0; blk < n; blk += COUNT_BLOCK) {
         size_t end = n - blk < COUNT_BLOCK ? n : blk + COUNT_BLOCK;
         __m512i cnt = _mm512_setzero_si512();
@@ -81,15 +88,15 @@ float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite) {
             cnt = _mm512_mask_add_epi32(cnt, k & (__mmask16)~fin, cnt, one);
             m = _mm512_mask_max_ps(m, fin, a, m);
         }
-        bad += _mm512_reduce_add_epi32(cnt);
+        *bad += _mm512_reduce_add_epi32(cnt);
     }
-    if (nonfinite) *nonfinite = bad;
     return _mm512_reduce_max_ps(m);
 }
 
-void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,
-                              float near_overflow_at, mxp_grad_stats *out) {
-    unsigned csr = mxcsr_exact_enter();
+/* The fused pass over g[0..n): overwrites *out (out->n = n). */
+static void unscale_range(float *g, size_t n, float inv_scale, float near_overflow_at,
+                          mxp_grad_stats *out) {
+    unsigned csr = mxcsr_exact_enter(); /* per thread: MXCSR is thread state */
     const __m512 inv = _mm512_set1_ps(inv_scale), nat = _mm512_set1_ps(near_overflow_at);
     const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
     const __m512i one = _mm512_set1_epi32(1);
@@ -129,4 +136,94 @@ void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,
     out->sumsq = hsum_pd(_mm512_add_pd(s0, s1));
     out->absmax = _mm512_reduce_max_ps(amax);
     mxcsr_exact_leave(csr);
+}
+
+/* ---- the same passes in RED_PARTS parts on the pool (n >= PAR_MIN) -------- */
+
+typedef enum { RED_SUM, RED_SUMSQ, RED_ABSMAX, RED_UNSCALE } red_kind;
+
+typedef struct red_ctx {
+    red_kind kind;
+    const float *x; /* RED_SUM, RED_SUMSQ, RED_ABSMAX */
+    float *g;       /* RED_UNSCALE: unscaled in place */
+    size_t n;
+    float inv_scale, near_overflow_at;
+    mxp_grad_stats part[RED_PARTS]; /* sum/sumsq in .sumsq, absmax in .absmax */
+} red_ctx;
+
+static void red_task(void *ctx, int i, int count) {
+    red_ctx *c = ctx;
+    for (int p = i; p < RED_PARTS; p += count) {
+        size_t lo, hi;
+        par_range(c->n, p, RED_PARTS, &lo, &hi);
+        mxp_grad_stats *o = &c->part[p];
+        memset(o, 0, sizeof *o);
+        switch (c->kind) {
+        case RED_SUM: o->sumsq = sum_range(c->x + lo, hi - lo); break;
+        case RED_SUMSQ: o->sumsq = sumsq_range(c->x + lo, hi - lo); break;
+        case RED_ABSMAX: o->absmax = absmax_range(c->x + lo, hi - lo, &o->nonfinite); break;
+        case RED_UNSCALE:
+            unscale_range(c->g + lo, hi - lo, c->inv_scale, c->near_overflow_at, o);
+            break;
+        }
+    }
+}
+
+/* Run the parts and combine them in part order into c->part[0]. */
+static void red_run(red_ctx *c) {
+    int count = mxp_threads_max() < RED_PARTS ? mxp_threads_max() : RED_PARTS;
+    mxp_threads_run(count, red_task, c);
+    mxp_grad_stats *t = &c->part[0];
+    for (int p = 1; p < RED_PARTS; p++) {
+        const mxp_grad_stats *o = &c->part[p];
+        t->n += o->n;
+        t->nonfinite += o->nonfinite;
+        t->zeros += o->zeros;
+        t->near_overflow += o->near_overflow;
+        t->sumsq += o->sumsq;
+        if (o->absmax > t->absmax) t->absmax = o->absmax;
+    }
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+double mxp_avx512_sum(const float *x, size_t n) {
+    if (n < PAR_MIN) return sum_range(x, n);
+    red_ctx c = {.kind = RED_SUM, .x = x, .n = n};
+    red_run(&c);
+    return c.part[0].sumsq;
+}
+
+double mxp_avx512_sumsq(const float *x, size_t n) {
+    if (n < PAR_MIN) return sumsq_range(x, n);
+    red_ctx c = {.kind = RED_SUMSQ, .x = x, .n = n};
+    red_run(&c);
+    return c.part[0].sumsq;
+}
+
+float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite) {
+    int64_t bad = 0;
+    float m;
+    if (n < PAR_MIN) {
+        m = absmax_range(x, n, &bad);
+    } else {
+        red_ctx c = {.kind = RED_ABSMAX, .x = x, .n = n};
+        red_run(&c);
+        m = c.part[0].absmax;
+        bad = c.part[0].nonfinite;
+    }
+    if (nonfinite) *nonfinite = bad;
+    return m;
+}
+
+void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,
+                              float near_overflow_at, mxp_grad_stats *out) {
+    if (n < PAR_MIN) {
+        unscale_range(g, n, inv_scale, near_overflow_at, out);
+        return;
+    }
+    red_ctx c = {.kind = RED_UNSCALE, .g = g, .n = n, .inv_scale = inv_scale,
+                 .near_overflow_at = near_overflow_at};
+    red_run(&c);
+    *out = c.part[0];
 }

@@ -13,13 +13,17 @@
  * updates it and stores it back through mxp_avx512_convert_sr (element i
  * draws mxp_rng_at(seed, counter + i), as the reference) or
  * mxp_avx512_convert. Chunking does not change results: every operation is
- * element-wise.
+ * element-wise. Large updates (>= PAR_MIN elements) are split over the
+ * kernel thread pool at chunk boundaries (loops_simd.h), which changes
+ * nothing either.
  */
 #include "kernels/x86_avx512/loops_simd.h"
 
+#include <assert.h>
 #include <math.h>
 
-enum { OPT_CHUNK = 1024 };
+enum { OPT_CHUNK = 1024 }; /* PAR_ALIGN is a multiple of it */
+static_assert(PAR_ALIGN % OPT_CHUNK == 0, "thread ranges must start on chunks");
 
 static void *work_at(const mxp_weights *w, size_t off) {
     return (char *)w->work + off * mxp_dtype_info(w->work_type)->size;
@@ -43,29 +47,28 @@ static void chunk_store(const mxp_weights *w, size_t off, size_t len, const floa
         mxp_avx512_convert(w->work_type, work_at(w, off), MXP_DTYPE_F32, wp, len);
 }
 
-void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
-                      float *v, size_t n, const mxp_adamw_hparams *h,
-                      int64_t t) {
-    if (!w->master && !w->work) return;
-    double step = (double)(t < 1 ? 1 : t);
-    float b1 = h->beta1, b2 = h->beta2, eps = h->eps;
-    float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-    float decay = (float)(1.0 - (double)h->lr * (double)h->weight_decay);
-    double bc1 = 1.0 - pow((double)b1, step);
-    double bc2 = 1.0 - pow((double)b2, step);
-    float step_size = (float)((double)h->lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    const __m512 vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2);
-    const __m512 vomb1 = _mm512_set1_ps(omb1), vomb2 = _mm512_set1_ps(omb2);
-    const __m512 veps = _mm512_set1_ps(eps), vdecay = _mm512_set1_ps(decay);
-    const __m512 vstep = _mm512_set1_ps(step_size), vbc2 = _mm512_set1_ps(bc2_sqrt);
+/* The scalars of one AdamW call (computed once, as the reference does). */
+typedef struct adamw_ctx {
+    const mxp_weights *w;
+    const float *g;
+    float *m, *v;
+    size_t n;
+    float b1, b2, omb1, omb2, eps, decay, step_size, bc2_sqrt;
+} adamw_ctx;
+
+/* AdamW on elements [lo, hi) (lo a multiple of OPT_CHUNK). */
+static void adamw_range(const adamw_ctx *c, size_t lo, size_t hi) {
+    const __m512 vb1 = _mm512_set1_ps(c->b1), vb2 = _mm512_set1_ps(c->b2);
+    const __m512 vomb1 = _mm512_set1_ps(c->omb1), vomb2 = _mm512_set1_ps(c->omb2);
+    const __m512 veps = _mm512_set1_ps(c->eps), vdecay = _mm512_set1_ps(c->decay);
+    const __m512 vstep = _mm512_set1_ps(c->step_size), vbc2 = _mm512_set1_ps(c->bc2_sqrt);
     float tmp[OPT_CHUNK];
 
-    for (size_t off = 0; off < n; off += OPT_CHUNK) {
-        size_t len = n - off < OPT_CHUNK ? n - off : OPT_CHUNK;
-        float *wp = chunk_load(w, off, len, tmp);
-        const float *gc = g + off;
-        float *mc = m + off, *vc = v + off;
+    for (size_t off = lo; off < hi; off += OPT_CHUNK) {
+        size_t len = hi - off < OPT_CHUNK ? hi - off : OPT_CHUNK;
+        float *wp = chunk_load(c->w, off, len, tmp);
+        const float *gc = c->g + off;
+        float *mc = c->m + off, *vc = c->v + off;
         for (size_t i = 0; i < len; i += 16) {
             __mmask16 k = lanes16(len - i);
             __m512 gi = _mm512_maskz_loadu_ps(k, gc + i);
@@ -81,39 +84,84 @@ void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
                                _mm512_mul_ps(vstep, _mm512_div_ps(mi, denom)));
             _mm512_mask_storeu_ps(wp + i, k, wi);
         }
-        chunk_store(w, off, len, wp);
+        chunk_store(c->w, off, len, wp);
     }
 }
 
-void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
-                    size_t n, const mxp_sgd_hparams *h, int64_t t) {
+static void adamw_task(void *ctx, int i, int count) {
+    const adamw_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->n, i, count, &lo, &hi);
+    adamw_range(c, lo, hi);
+}
+
+void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
+                      float *v, size_t n, const mxp_adamw_hparams *h,
+                      int64_t t) {
     if (!w->master && !w->work) return;
-    const float mom = h->momentum, wd = h->weight_decay;
-    const bool use_buf = mom != 0.0f && buf;
-    const bool first = t <= 1, nesterov = h->nesterov, decay = wd != 0.0f;
-    const __m512 vlr = _mm512_set1_ps(h->lr), vmom = _mm512_set1_ps(mom);
-    const __m512 vwd = _mm512_set1_ps(wd);
+    double step = (double)(t < 1 ? 1 : t);
+    adamw_ctx c = {.w = w, .g = g, .m = m, .v = v, .n = n, .b1 = h->beta1, .b2 = h->beta2,
+                   .eps = h->eps};
+    c.omb1 = (float)(1.0 - (double)c.b1);
+    c.omb2 = (float)(1.0 - (double)c.b2);
+    c.decay = (float)(1.0 - (double)h->lr * (double)h->weight_decay);
+    double bc1 = 1.0 - pow((double)c.b1, step);
+    double bc2 = 1.0 - pow((double)c.b2, step);
+    c.step_size = (float)((double)h->lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    par_run(n, adamw_task, &c);
+}
+
+typedef struct sgd_ctx {
+    const mxp_weights *w;
+    const float *g;
+    float *buf;
+    size_t n;
+    const mxp_sgd_hparams *h;
+    bool use_buf, first;
+} sgd_ctx;
+
+/* SGD on elements [lo, hi) (lo a multiple of OPT_CHUNK). */
+static void sgd_range(const sgd_ctx *c, size_t lo, size_t hi) {
+    const bool nesterov = c->h->nesterov, decay = c->h->weight_decay != 0.0f;
+    const __m512 vlr = _mm512_set1_ps(c->h->lr), vmom = _mm512_set1_ps(c->h->momentum);
+    const __m512 vwd = _mm512_set1_ps(c->h->weight_decay);
     float tmp[OPT_CHUNK];
 
-    for (size_t off = 0; off < n; off += OPT_CHUNK) {
-        size_t len = n - off < OPT_CHUNK ? n - off : OPT_CHUNK;
-        float *wp = chunk_load(w, off, len, tmp);
-        const float *gc = g + off;
+    for (size_t off = lo; off < hi; off += OPT_CHUNK) {
+        size_t len = hi - off < OPT_CHUNK ? hi - off : OPT_CHUNK;
+        float *wp = chunk_load(c->w, off, len, tmp);
+        const float *gc = c->g + off;
         for (size_t i = 0; i < len; i += 16) {
             __mmask16 k = lanes16(len - i);
             __m512 wi = _mm512_maskz_loadu_ps(k, wp + i);
             __m512 gi = _mm512_maskz_loadu_ps(k, gc + i);
             if (decay) gi = _mm512_add_ps(gi, _mm512_mul_ps(vwd, wi));
             __m512 d = gi;
-            if (use_buf) {
-                float *bp = buf + off + i;
-                __m512 b = first ? gi
-                                 : _mm512_add_ps(_mm512_mul_ps(vmom, _mm512_maskz_loadu_ps(k, bp)), gi);
+            if (c->use_buf) {
+                float *bp = c->buf + off + i;
+                __m512 b = c->first ? gi
+                                    : _mm512_add_ps(_mm512_mul_ps(vmom, _mm512_maskz_loadu_ps(k, bp)), gi);
                 _mm512_mask_storeu_ps(bp, k, b);
                 d = nesterov ? _mm512_add_ps(gi, _mm512_mul_ps(vmom, b)) : b;
             }
             _mm512_mask_storeu_ps(wp + i, k, _mm512_sub_ps(wi, _mm512_mul_ps(vlr, d)));
         }
-        chunk_store(w, off, len, wp);
+        chunk_store(c->w, off, len, wp);
     }
+}
+
+static void sgd_task(void *ctx, int i, int count) {
+    const sgd_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->n, i, count, &lo, &hi);
+    sgd_range(c, lo, hi);
+}
+
+void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
+                    size_t n, const mxp_sgd_hparams *h, int64_t t) {
+    if (!w->master && !w->work) return;
+    sgd_ctx c = {.w = w, .g = g, .buf = buf, .n = n, .h = h,
+                 .use_buf = h->momentum != 0.0f && buf, .first = t <= 1};
+    par_run(n, sgd_task, &c);
 }

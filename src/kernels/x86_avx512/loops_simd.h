@@ -31,6 +31,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/threads.h"
 #include "kernels/x86_avx512/loops.h"
 
 /* ---- shared helpers ---------------------------------------------------- */
@@ -38,6 +39,28 @@
 /* Mask of the first n (< 16) lanes, or all 16 when n >= 16. */
 static inline __mmask16 lanes16(size_t n) {
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* ---- splitting a pass over the kernel thread pool (see loops.h) -------- */
+enum {
+    PAR_MIN = MXP_AVX512_PAR_MIN,
+    PAR_ALIGN = MXP_AVX512_PAR_ALIGN,
+    RED_PARTS = MXP_AVX512_RED_PARTS
+};
+
+/* Range i of `count` near-equal ranges of [0, n). */
+static inline void par_range(size_t n, int i, int count, size_t *lo, size_t *hi) {
+    size_t blocks = (n + PAR_ALIGN - 1) / PAR_ALIGN;
+    size_t b0 = blocks * (size_t)i / (size_t)count, b1 = blocks * (size_t)(i + 1) / (size_t)count;
+    *lo = b0 * PAR_ALIGN < n ? b0 * PAR_ALIGN : n;
+    *hi = b1 * PAR_ALIGN < n ? b1 * PAR_ALIGN : n;
+}
+
+/* Run fn(ctx, i, count) for an element-wise pass over n elements: inline
+ * with count 1 below PAR_MIN, else one range per pool thread. */
+static inline void par_run(size_t n, mxp_parallel_fn fn, void *ctx) {
+    if (n < PAR_MIN) fn(ctx, 0, 1);
+    else mxp_threads_run(mxp_threads_max(), fn, ctx);
 }
 
 /* MXCSR bits: FTZ (bit 15) and DAZ (bit 6). */
