@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "\n"
           "Run `mixprec <command> --help` for a command's options.\n"
           "Exit codes: 0 success, 1 run failed, 2 usage/config error (nothing\n"
-          "written), 3 output could not be written.\n",
+          "written), 3 output could not be written, 4 a guard rule stopped the run.\n",
           f);
 }
 
