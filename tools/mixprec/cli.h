@@ -5,6 +5,8 @@
 #ifndef MIXPREC_CLI_H
 #define MIXPREC_CLI_H
 
+#include <stdio.h>
+
 #include <mixprec/mixprec.h>
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_IO = 3 };
@@ -33,6 +35,16 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep);
 /* mkdir -p; returns 0 or errno. */
 int cli_mkdirs(const char *path);
+
+/* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */
+void cli_json_number(FILE *f, const char *key, double v);
+
+/* Writes a run's summary (one JSON object) for cli_write_run_outputs. */
+typedef void (*cli_summary_writer)(FILE *f, const mxp_config *cfg, const void *summary);
+/* Create output.dir and write summary.json (through write_summary) and
+ * history.csv (the trainer's history); CLI_EXIT_IO with a message on failure. */
+int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
+                          cli_summary_writer write_summary, const void *summary);
 
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);

@@ -104,13 +104,6 @@ typedef struct run_summary {
     mxp_comm_stats comm; /* rank 0's all-reduce traffic and time */
 } run_summary;
 
-/* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */
-static void json_number(FILE *f, const char *key, double v) {
-    if (isfinite(v))
-        fprintf(f, "\"%s\":%.9g,", key, v);
-    else
-        fprintf(f, "\"%s\":null,", key);
-}
 
 static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary *s) {
     fprintf(f,
@@ -127,48 +120,16 @@ static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary
             (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
             (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed);
     if (s->wm) doctor_guard_json(f, s->wm);
-    json_number(f, "final_train_loss", s->train_loss);
-    json_number(f, "val_loss", s->val_loss);
+    cli_json_number(f, "final_train_loss", s->train_loss);
+    cli_json_number(f, "val_loss", s->val_loss);
     fprintf(f, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,",
             s->world_size, (unsigned long long)s->comm.bytes_sent, s->comm.seconds);
     fprintf(f, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}\n", s->wall_s,
             (long long)s->samples, s->samples_per_s);
 }
 
-static int write_outputs(const mxp_config *cfg, const run_summary *s, mxp_trainer *tr) {
-    int e = cli_mkdirs(cfg->output_dir);
-    if (e != 0) {
-        cli_error("cannot create output.dir '%s': %s", cfg->output_dir, strerror(e));
-        return CLI_EXIT_IO;
-    }
-    char path[MXP_CONFIG_STR_MAX + 32];
-    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cli_error("cannot write '%s': %s", path, strerror(errno));
-        return CLI_EXIT_IO;
-    }
+static void write_summary_any(FILE *f, const mxp_config *cfg, const void *s) {
     write_summary_json(f, cfg, s);
-    int bad = fclose(f) != 0;
-    snprintf(path, sizeof path, "%s/history.csv", cfg->output_dir);
-    f = fopen(path, "w");
-    if (!f) {
-        cli_error("cannot write '%s': %s", path, strerror(errno));
-        return CLI_EXIT_IO;
-    }
-    size_t n;
-    const mxp_history_row *h = mxp_trainer_history(tr, &n);
-    fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
-                (long long)h[i].epoch, h[i].loss, (double)h[i].scale, h[i].grad_norm,
-                h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
-    bad |= fclose(f) != 0;
-    if (bad) {
-        cli_error("writing outputs into '%s' failed", cfg->output_dir);
-        return CLI_EXIT_IO;
-    }
-    return CLI_EXIT_OK;
 }
 
 static void print_summary(const run_summary *s) {
@@ -311,7 +272,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     else if (primary)
         print_summary(&s);
     if (primary && !json) doctor_print_guard(stdout, wm);
-    rc = primary ? write_outputs(&cfg, &s, tr) : CLI_EXIT_OK;
+    rc = primary ? cli_write_run_outputs(&cfg, tr, write_summary_any, &s) : CLI_EXIT_OK;
     rc = doctor_exit_code(wm, rc);
     obs_glue_close(ps.obs, true, NULL, s.val_loss);
     mxp_world_model_destroy(wm);

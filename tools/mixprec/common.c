@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <math.h>
 
 static void log_to_stderr(void *user, mxp_log_level level, const char *msg) {
     (void)user;
@@ -79,4 +80,48 @@ int cli_mkdirs(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) return errno;
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+void cli_json_number(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g,", key, v);
+    else
+        fprintf(f, "\"%s\":null,", key);
+}
+
+int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
+                          cli_summary_writer write_summary, const void *summary) {
+    int e = cli_mkdirs(cfg->output_dir);
+    if (e != 0) {
+        cli_error("cannot create output.dir '%s': %s", cfg->output_dir, strerror(e));
+        return CLI_EXIT_IO;
+    }
+    char path[MXP_CONFIG_STR_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    write_summary(f, cfg, summary);
+    int bad = fclose(f) != 0;
+    snprintf(path, sizeof path, "%s/history.csv", cfg->output_dir);
+    f = fopen(path, "w");
+    if (!f) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    size_t n;
+    const mxp_history_row *h = mxp_trainer_history(tr, &n);
+    fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
+                (long long)h[i].epoch, h[i].loss, (double)h[i].scale, h[i].grad_norm,
+                h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
+    bad |= fclose(f) != 0;
+    if (bad) {
+        cli_error("writing outputs into '%s' failed", cfg->output_dir);
+        return CLI_EXIT_IO;
+    }
+    return CLI_EXIT_OK;
 }

@@ -73,13 +73,6 @@ typedef struct wl_summary {
     mxp_model_memory mem;
 } wl_summary;
 
-static void json_num(FILE *f, const char *key, double v) {
-    if (isfinite(v))
-        fprintf(f, "\"%s\":%.9g,", key, v);
-    else
-        fprintf(f, "\"%s\":null,", key);
-}
-
 static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
     fprintf(f,
             "{\"workload\":\"%s\",\"precision\":\"%s\",\"emulated\":%s,\"kill_switch\":%s,"
@@ -98,14 +91,14 @@ static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
     fprintf(f, "\"memory_bytes\":{\"params\":%zu,\"master\":%zu,\"grads\":%zu,"
                "\"activations\":%zu},",
             s->mem.params, s->mem.master, s->mem.grads, s->mem.activations);
-    json_num(f, "final_train_loss", s->train_loss);
+    cli_json_number(f, "final_train_loss", s->train_loss);
     char key[64];
     snprintf(key, sizeof key, "%s_loss", s->eval_name);
-    json_num(f, key, s->eval_loss);
+    cli_json_number(f, key, s->eval_loss);
     snprintf(key, sizeof key, "%s_accuracy", s->eval_name);
-    if (!isnan(s->eval_accuracy)) json_num(f, key, s->eval_accuracy);
+    if (!isnan(s->eval_accuracy)) cli_json_number(f, key, s->eval_accuracy);
     snprintf(key, sizeof key, "%s_bits_per_char", s->eval_name);
-    if (!isnan(s->eval_bpc)) json_num(f, key, s->eval_bpc);
+    if (!isnan(s->eval_bpc)) cli_json_number(f, key, s->eval_bpc);
     fprintf(f, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}\n", s->wall_s,
             (long long)s->samples, s->samples_per_s);
 }
@@ -129,40 +122,8 @@ static void print_summary(const wl_summary *s) {
     printf("samples/s        %.0f\n", s->samples_per_s);
 }
 
-static int write_outputs(const mxp_config *cfg, const wl_summary *s, const mxp_trainer *tr) {
-    int e = cli_mkdirs(cfg->output_dir);
-    if (e != 0) {
-        cli_error("cannot create output.dir '%s': %s", cfg->output_dir, strerror(e));
-        return CLI_EXIT_IO;
-    }
-    char path[MXP_CONFIG_STR_MAX + 32];
-    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cli_error("cannot write '%s': %s", path, strerror(errno));
-        return CLI_EXIT_IO;
-    }
+static void write_json_any(FILE *f, const mxp_config *cfg, const void *s) {
     write_json(f, cfg, s);
-    int bad = fclose(f) != 0;
-    snprintf(path, sizeof path, "%s/history.csv", cfg->output_dir);
-    f = fopen(path, "w");
-    if (!f) {
-        cli_error("cannot write '%s': %s", path, strerror(errno));
-        return CLI_EXIT_IO;
-    }
-    size_t n;
-    const mxp_history_row *h = mxp_trainer_history(tr, &n);
-    fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
-                (long long)h[i].epoch, h[i].loss, (double)h[i].scale, h[i].grad_norm,
-                h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
-    bad |= fclose(f) != 0;
-    if (bad) {
-        cli_error("writing outputs into '%s' failed", cfg->output_dir);
-        return CLI_EXIT_IO;
-    }
-    return CLI_EXIT_OK;
 }
 
 static int fail_code(const mxp_error *err) {
@@ -189,7 +150,7 @@ static int emit(const mxp_config *cfg, const wl_summary *s, const mxp_trainer *t
         write_json(stdout, cfg, s);
     else
         print_summary(s);
-    return write_outputs(cfg, s, tr);
+    return cli_write_run_outputs(cfg, tr, write_json_any, s);
 }
 
 static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
