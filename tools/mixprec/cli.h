@@ -46,6 +46,16 @@ typedef void (*cli_summary_writer)(FILE *f, const mxp_config *cfg, const void *s
 int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
                           cli_summary_writer write_summary, const void *summary);
 
+/* Progress of a training run: a bar on a terminal, a log line per ~10% (and
+ * per skipped step) otherwise, and the mean loss of the current epoch's
+ * applied steps. */
+typedef struct cli_progress {
+    bool tty, quiet;
+    int64_t last_print, cur_epoch, loss_n;
+    double loss_sum, last_epoch_loss;
+} cli_progress;
+void cli_progress_update(cli_progress *ps, const mxp_progress *p);
+
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);

@@ -50,49 +50,14 @@ static void help(FILE *f) {
 }
 
 typedef struct progress_state {
-    bool tty, quiet;
-    int64_t last_print;
-    double loss_sum; /* of the current epoch's applied steps */
-    int64_t loss_n, cur_epoch;
-    double last_epoch_loss;
-    obs_glue *obs; /* metrics, run store, HTTP (obs_glue.c) */
+    cli_progress base; /* bar/log lines and the epoch's mean loss */
+    obs_glue *obs;     /* metrics, run store, HTTP (obs_glue.c) */
 } progress_state;
 
 static void on_progress(void *user, const mxp_progress *p) {
     progress_state *ps = user;
     obs_glue_step(ps->obs, p);
-    if (p->epoch != ps->cur_epoch) {
-        ps->cur_epoch = p->epoch;
-        ps->loss_sum = 0;
-        ps->loss_n = 0;
-    }
-    if (!p->result->skipped) {
-        ps->loss_sum += p->result->loss;
-        ps->loss_n++;
-        ps->last_epoch_loss = ps->loss_sum / (double)ps->loss_n;
-    }
-    if (ps->quiet) return;
-    if (ps->tty) {
-        const int width = 30;
-        int filled = (int)((double)width * (double)p->step / (double)p->total_steps);
-        char bar[64];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(stdout, "\r[%s] step %lld/%lld  epoch %lld/%lld  loss %.5f  scale %g ", bar,
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                (long long)p->total_epochs, p->result->loss, p->result->scale);
-        if (p->step == p->total_steps) fputc('\n', stdout);
-        fflush(stdout);
-        return;
-    }
-    int64_t every = p->total_steps / 10 > 0 ? p->total_steps / 10 : 1;
-    if (p->step - ps->last_print >= every || p->step == p->total_steps || p->result->skipped) {
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.6f scale %g grad_norm %.4g%s\n",
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                p->result->loss, p->result->scale, p->result->grad_norm,
-                p->result->skipped ? " SKIPPED" : "");
-        ps->last_print = p->step;
-    }
+    cli_progress_update(&ps->base, p);
 }
 
 typedef struct run_summary {
@@ -225,7 +190,8 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     mxp_log(MXP_LOG_INFO, "training world model: precision %s, %lld epochs, batch %lld",
             mxp_precision_name(cfg.precision), (long long)cfg.epochs,
             (long long)cfg.batch_size);
-    progress_state ps = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet, .cur_epoch = -1};
+    progress_state ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
+                                   .cur_epoch = -1}};
     mxp_world_model_set_progress(wm, on_progress, &ps);
     rc = primary ? obs_glue_open(&cfg, wm, &ps.obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) {
@@ -261,7 +227,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     mxp_trainer *tr = mxp_world_model_trainer(wm);
     s.wm = wm;
     mxp_trainer_stats(tr, &s.stats);
-    s.train_loss = ps.loss_n ? ps.last_epoch_loss : NAN;
+    s.train_loss = ps.base.loss_n ? ps.base.last_epoch_loss : NAN;
     s.samples = mxp_world_model_samples_per_epoch(wm, cfg.batch_size) * cfg.epochs;
     s.samples_per_s = s.wall_s > 0 ? (double)s.samples / s.wall_s : 0;
     s.world_size = mxp_comm_size(comm);

@@ -3,11 +3,11 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <math.h>
 
 static void log_to_stderr(void *user, mxp_log_level level, const char *msg) {
     (void)user;
@@ -124,4 +124,39 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
         return CLI_EXIT_IO;
     }
     return CLI_EXIT_OK;
+}
+
+void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
+    if (p->epoch != ps->cur_epoch) {
+        ps->cur_epoch = p->epoch;
+        ps->loss_sum = 0;
+        ps->loss_n = 0;
+    }
+    if (!p->result->skipped) {
+        ps->loss_sum += p->result->loss;
+        ps->loss_n++;
+        ps->last_epoch_loss = ps->loss_sum / (double)ps->loss_n;
+    }
+    if (ps->quiet) return;
+    if (ps->tty) {
+        const int width = 30;
+        int filled = (int)((double)width * (double)p->step / (double)p->total_steps);
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stdout, "\r[%s] step %lld/%lld  epoch %lld/%lld  loss %.5f  scale %g ", bar,
+                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
+                (long long)p->total_epochs, p->result->loss, p->result->scale);
+        if (p->step == p->total_steps) fputc('\n', stdout);
+        fflush(stdout);
+        return;
+    }
+    int64_t every = p->total_steps / 10 > 0 ? p->total_steps / 10 : 1;
+    if (p->step - ps->last_print >= every || p->step == p->total_steps || p->result->skipped) {
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.6f scale %g grad_norm %.4g%s\n",
+                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
+                p->result->loss, p->result->scale, p->result->grad_norm,
+                p->result->skipped ? " SKIPPED" : "");
+        ps->last_print = p->step;
+    }
 }

@@ -20,46 +20,10 @@
 #include <mixprec/classifier.h>
 #include <mixprec/gpt.h>
 
-typedef struct wl_progress {
-    bool tty, quiet;
-    int64_t last_print, cur_epoch, loss_n;
-    double loss_sum, last_epoch_loss;
-} wl_progress;
+typedef cli_progress wl_progress;
 
 static void on_progress(void *user, const mxp_progress *p) {
-    wl_progress *ps = user;
-    if (p->epoch != ps->cur_epoch) {
-        ps->cur_epoch = p->epoch;
-        ps->loss_sum = 0;
-        ps->loss_n = 0;
-    }
-    if (!p->result->skipped) {
-        ps->loss_sum += p->result->loss;
-        ps->loss_n++;
-        ps->last_epoch_loss = ps->loss_sum / (double)ps->loss_n;
-    }
-    if (ps->quiet) return;
-    if (ps->tty) {
-        const int width = 30;
-        int filled = (int)((double)width * (double)p->step / (double)p->total_steps);
-        char bar[64];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(stdout, "\r[%s] step %lld/%lld  epoch %lld/%lld  loss %.5f  scale %g ", bar,
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                (long long)p->total_epochs, p->result->loss, p->result->scale);
-        if (p->step == p->total_steps) fputc('\n', stdout);
-        fflush(stdout);
-        return;
-    }
-    int64_t every = p->total_steps / 10 > 0 ? p->total_steps / 10 : 1;
-    if (p->step - ps->last_print >= every || p->step == p->total_steps || p->result->skipped) {
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.6f scale %g grad_norm %.4g%s\n",
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                p->result->loss, p->result->scale, p->result->grad_norm,
-                p->result->skipped ? " SKIPPED" : "");
-        ps->last_print = p->step;
-    }
+    cli_progress_update(user, p);
 }
 
 /* What one run produced. eval_accuracy is NaN when the workload has none;
