@@ -119,6 +119,10 @@ float mxp_rng_normal(mxp_rng *r);
 /* Uniform integer in [0, n), n > 0 (rejection sampling, unbiased). */
 uint32_t mxp_rng_below(mxp_rng *r, uint32_t n);
 
+/* perm = a uniformly random permutation of 0..n-1 (Fisher-Yates) drawn
+ * from stream `seed` (n < 2^32). */
+void mxp_rng_permutation(uint32_t *perm, int64_t n, uint64_t seed);
+
 /* ---- CPU features and time --------------------------------------------- */
 
 typedef struct mxp_cpu_features {

@@ -68,3 +68,15 @@ uint32_t mxp_rng_below(mxp_rng *r, uint32_t n) {
         if (x >= threshold) return x % n;
     }
 }
+
+void mxp_rng_permutation(uint32_t *perm, int64_t n, uint64_t seed) {
+    mxp_rng r;
+    mxp_rng_init(&r, seed);
+    for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint32_t j = mxp_rng_below(&r, (uint32_t)(i + 1));
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}

@@ -221,15 +221,7 @@ static void gather(const mxp_gpt *g, int64_t start, float *x, int32_t *y) {
 }
 
 static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
-    mxp_rng r;
-    mxp_rng_init(&r, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
-    for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        uint32_t j = mxp_rng_below(&r, (uint32_t)(i + 1));
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    mxp_rng_permutation(perm, n, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
 }
 
 int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g) {
