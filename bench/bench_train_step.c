@@ -7,7 +7,9 @@
  * weight decay), no gradient clipping, one fixed random batch (x, y ~
  * N(0, 1)). One timed step is exactly one mxp_trainer_step call: zero
  * grads, forward, loss, backward, fused unscale/finite/stats pass, update
- * and recast. Reports the median over --steps timed steps after --warmup.
+ * and recast. Reports the median over --steps timed steps after --warmup,
+ * and the mean time per step in each phase (forward, backward, safety pass,
+ * optimizer) from the trainer's phase clocks.
  *
  * usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N]
  *        [--batch N] [--steps N] [--warmup N] [--precision MODE]
@@ -120,7 +122,9 @@ int main(int argc, char **argv) {
     mxp_batch b = {.x = x, .y = y, .B = a.batch};
     mxp_step_result res;
     int skipped = 0;
+    mxp_train_stats st0 = {0}, st1;
     for (int s = 0; s < a.warmup + a.steps; s++) {
+        if (s == a.warmup) mxp_trainer_stats(t, &st0);
         double t0 = mxp_time_now();
         if (mxp_trainer_step(t, &b, 1, &res, &err) != MXP_OK) {
             fprintf(stderr, "bench_train_step: step %d: %s\n", s, err.msg);
@@ -132,23 +136,34 @@ int main(int argc, char **argv) {
     }
     qsort(ms, (size_t)a.steps, sizeof *ms, cmp_double);
     double med = ms[a.steps / 2];
+    /* Mean ms per timed step in each phase (the trainer's phase clocks). */
+    mxp_trainer_stats(t, &st1);
+    const double per = 1e3 / a.steps;
+    const double ph[4] = {(st1.time_forward_s - st0.time_forward_s) * per,
+                          (st1.time_backward_s - st0.time_backward_s) * per,
+                          (st1.time_safety_s - st0.time_safety_s) * per,
+                          (st1.time_optimizer_s - st0.time_optimizer_s) * per};
     const char *isa = getenv("MIXPREC_FORCE_ISA");
     const char *thr = getenv("MIXPREC_NUM_THREADS");
     if (a.json)
         printf("{\"framework\":\"mixprec\",\"precision\":\"%s\",\"in\":%lld,\"hidden\":%lld,"
                "\"depth\":%d,\"out\":%lld,\"batch\":%lld,\"steps\":%d,\"median_ms\":%.5f,"
                "\"min_ms\":%.5f,\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"skipped\":%d,"
-               "\"threads\":\"%s\",\"isa\":\"%s\",\"ftz\":%s}\n",
+               "\"threads\":\"%s\",\"isa\":\"%s\",\"ftz\":%s,\"forward_ms\":%.5f,"
+               "\"backward_ms\":%.5f,\"safety_ms\":%.5f,\"optimizer_ms\":%.5f}\n",
                mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, a.steps, med, ms[0],
                (double)a.batch / (med * 1e-3), res.loss, skipped, thr ? thr : "default",
-               isa ? isa : "auto", a.ftz ? "true" : "false");
+               isa ? isa : "auto", a.ftz ? "true" : "false", ph[0], ph[1], ph[2], ph[3]);
     else
         printf("mixprec %s in=%lld hidden=%lldx%d out=%lld batch=%lld: median %.4f ms/step "
                "(min %.4f), %.0f samples/s, final loss %.5g, %d skipped\n",
                mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, med, ms[0], (double)a.batch / (med * 1e-3),
                res.loss, skipped);
+    if (!a.json)
+        printf("  mean per step: forward %.4f ms, backward %.4f ms, safety %.4f ms, "
+               "optimizer %.4f ms\n", ph[0], ph[1], ph[2], ph[3]);
     mxp_free(x);
     mxp_free(y);
     mxp_free(ms);

@@ -315,8 +315,44 @@ static void test_clipping(void) {
     mxp_model_destroy(b);
 }
 
+/* The phase clocks: every phase ran, none is negative, and together they
+ * fit inside the wall time of the steps measured around them. */
+static void test_phase_times(void) {
+    static float x[16 * IN], y[16 * IN];
+    fill(x, sizeof x / 4, 41);
+    fill(y, sizeof y / 4, 42);
+    mxp_model_spec spec = two_linear();
+    mxp_error err = {0};
+    mxp_model *m = make_model(&spec, MXP_PRECISION_MIXED_FP16, 3);
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    mxp_trainer *t = NULL;
+    CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+    mxp_batch batch = {x, y, NULL, 16};
+    mxp_step_result res;
+    double t0 = mxp_time_now();
+    for (int i = 0; i < 20; i++) CHECK_OK(mxp_trainer_step(t, &batch, 1, &res, &err), &err);
+    double wall = mxp_time_now() - t0;
+    mxp_train_stats st;
+    mxp_trainer_stats(t, &st);
+    const double ph[4] = {st.time_forward_s, st.time_backward_s, st.time_safety_s,
+                          st.time_optimizer_s};
+    double sum = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(ph[i] > 0, "phase %d time %g", i, ph[i]);
+        sum += ph[i];
+    }
+    CHECK_MSG(sum <= wall, "phases %g s > wall %g s", sum, wall);
+    double fwd = 0, bwd = 0;
+    mxp_model_phase_times(m, &fwd, &bwd);
+    CHECK_CLOSE(fwd, st.time_forward_s, 1e-9, 1e-6); /* the model's clock, telescoped */
+    CHECK(bwd <= st.time_backward_s * (1 + 1e-6));   /* trainer adds zeroing grads */
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+}
+
 int main(void) {
     test_case_d();
+    test_phase_times();
     for (int p = 0; p < MXP_PRECISION_FP8; p++) test_skip_is_bit_exact((mxp_precision)p);
     test_grad_accumulation();
     test_at_min_policies();

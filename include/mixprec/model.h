@@ -129,6 +129,24 @@ typedef struct mxp_tensor_info {
 int mxp_model_num_tensors(const mxp_model *m);
 const mxp_tensor_info *mxp_model_tensor(const mxp_model *m, int i);
 
+/* Layers, and the parameters of layer l: returns their count (0 for a
+ * layer without parameters) and their element offset into every slab
+ * (contiguous: weight then bias). */
+int mxp_model_num_layers(const mxp_model *m);
+size_t mxp_model_layer_params(const mxp_model *m, int l, size_t *offset);
+/* The layer whose parameter range receives layer l's parameter gradients:
+ * l when it owns parameters, the owner of tied weights (the GPT lm_head ->
+ * the embedding), -1 when it has none. */
+int mxp_model_layer_param_group(const mxp_model *m, int l);
+/* Per-layer gradient scales (adaptive loss scaling, amp.h): scales[l] is
+ * the scale the gradient of layer l's OUTPUT carries in backward, so layer
+ * l's parameter gradients carry scales[l]. Backward multiplies the dX that
+ * layer l passes down by scales[l-1] / scales[l] in FP32 before storing it.
+ * The caller passes loss_scale = scales[n_layers-1] (times its micro-batch
+ * share) to mxp_model_step. The array is borrowed and must stay valid; NULL
+ * (the default) switches it off. */
+void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
+
 /* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE) or labels:
  * int32 [B] in [0, out_dim) (XENT). */
 typedef struct mxp_batch {
@@ -154,6 +172,11 @@ typedef struct mxp_nonfinite_site {
 mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err);
+
+/* Wall seconds spent in mxp_model_step since the model was created:
+ * forward (layers and loss) and backward, summed over all calls.
+ * Either pointer may be NULL. */
+void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
 /* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT). */
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,

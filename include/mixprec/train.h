@@ -109,6 +109,12 @@ typedef struct mxp_train_stats {
     mxp_precision precision;
     bool fp16_enabled_runtime; /* true when the running mode computes in FP16 */
     int64_t epoch;
+    /* Wall seconds summed over every mxp_trainer_step call, by phase:
+     * forward = layers + loss; backward = zeroing grads, backward layers and
+     * (data parallel) the gradient all-reduce; safety = the fused unscale +
+     * finite-check + statistics pass and the loss-scaler update; optimizer =
+     * clipping, the update and the recast of working weights. */
+    double time_forward_s, time_backward_s, time_safety_s, time_optimizer_s;
 } mxp_train_stats;
 
 void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out);
@@ -141,6 +147,11 @@ mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);
 
 mxp_model *mxp_trainer_model(mxp_trainer *t);
 mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
+/* Per-layer loss scaling (scaler.per_layer, amp.h): the group scalers, or
+ * NULL when off (then mxp_trainer_scaler is the one scaler in use). */
+mxp_scaler_groups *mxp_trainer_scaler_groups(mxp_trainer *t);
+/* The loss scale in use: the scaler's, or the smallest group scale. */
+float mxp_trainer_loss_scale(const mxp_trainer *t);
 
 /* Data parallelism (dist.h): from the next step on, average gradients and
  * loss over comm's ranks after backward, agree on found_inf with MAX, and

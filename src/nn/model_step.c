@@ -186,6 +186,9 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
         vt->backward(m, l, B, b->g[cur], dx32);
+        if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
+            m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],
+                        (size_t)B * (size_t)L->in); /* per-layer loss scaling */
         if (site && nn_fault_targets(m, true, l)) {
             /* a layer's gradient: its parameter grads, else its dx */
             if (L->n_params > 0)
@@ -274,6 +277,7 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
         site->op = "";
     }
     m->fp8_observe = backward && m->fp8; /* FP8 amax: training steps only */
+    const double t0 = mxp_time_now();
     nn_forward(m, b->x, b->B, site);
 
     const mxp_dtype gt = m->b.grad_type;
@@ -284,16 +288,24 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
     if (loss) *loss = lv;
     if (site && !site->found && !isfinite(lv))
         site_set(m, site, false, -1, lname, 1, "output");
+    const double t1 = mxp_time_now();
+    m->time_forward_s += t1 - t0;
 
     if (backward) {
         const size_t n = (size_t)b->B * (size_t)mxp_model_out_dim(m);
         store_output(m, gt, m->b.g[0], dpred32, n);
         scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
         backward_layers(m, b->B, site);
+        m->time_backward_s += mxp_time_now() - t1;
     }
     if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);
     m->fp8_observe = false;
     return MXP_OK;
+}
+
+void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s) {
+    if (forward_s) *forward_s = m ? m->time_forward_s : 0.0;
+    if (backward_s) *backward_s = m ? m->time_backward_s : 0.0;
 }
 
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,

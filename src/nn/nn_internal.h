@@ -97,6 +97,13 @@ struct mxp_model {
     bool fp8_observe;          /* inside a training step: record amax */
     mxp_monitor *mon;          /* optional per-layer monitor (headroom.c), borrowed */
     mxp_fault_config fault;    /* armed fault of the training passes (fault.c) */
+    const float *grad_scales;  /* [n_layers] per-layer gradient scales (grad_scale.c),
+                                  borrowed; NULL: one loss scale */
+    int64_t blk_rows;          /* GPT blocks: rows per chunk of their FP32 scratch
+                                  (0: NN_BLOCK_ROWS; < 0: whole batch, unchunked;
+                                  set through nn_model_set_block_rows) */
+    double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
+    double time_backward_s;    /*   and in its backward, summed over all calls */
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */
@@ -104,7 +111,9 @@ struct mxp_model {
 /* forward: read acts[l] (its dtype), write the FP32 output [B, out] to y32.
  * backward: dy is [B, out] in the grad dtype; add the parameter grads
  * (scaled, +=) into m->grads; when dx32 != NULL write dX [B, in] ("=") there.
- * Layers use only sa, sb, t0, p0, p1 and their ln_stats slot as scratch. */
+ * Layers use only sa, sb, t0, p0, p1 and their ln_stats slot as scratch
+ * (GPT layers also xs and their ext region; a block called with dx32 NULL
+ * also the then idle sy). */
 typedef struct nn_layer_vtable {
     const char *name;
     mxp_op_class op_class;
@@ -225,6 +234,16 @@ size_t nn_ext_scratch_floats(const mxp_model *m, const mxp_precision_policy *p);
 void nn_ext_init(const mxp_model *m, int l, mxp_rng *r, float *dst);
 /* Spec checks for the GPT kinds (names the field and the accepted range). */
 mxp_status nn_ext_validate(const mxp_model_spec *s, mxp_error *err);
+
+/* Default rows per chunk of a block's FP32 scratch (rounded up to whole
+ * sequences): small enough that the [R, 4C] chunk is a fraction of the
+ * saved tensors, large enough that the GEMMs keep their speed. */
+#define NN_BLOCK_ROWS 256
+
+/* Re-plan m's buffers with `rows` rows per block chunk (0: default, < 0:
+ * unchunked). Weights are kept, grads zeroed; nothing changes on error.
+ * Results are bit-identical for every value (tests/test_gpt.c). */
+mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err);
 
 /* Causal self-attention of Bs sequences of T rows (attention.c): qkv
  * [Bs*T, 3C] and att [Bs, H, T, T] in dtype at; scores rounded to st (the

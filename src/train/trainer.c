@@ -70,7 +70,7 @@ static mxp_status make_scaler(mxp_trainer *t, mxp_error *err) {
     if (st != MXP_OK) return st;
     mxp_scaler_destroy(t->scaler);
     t->scaler = s;
-    return MXP_OK;
+    return trainer_ls_create(t, &sc, err); /* per-layer scaling (layer_scale.c) */
 }
 
 mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
@@ -105,6 +105,7 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
 
 void mxp_trainer_destroy(mxp_trainer *t) {
     if (!t) return;
+    trainer_ls_destroy(t);
     mxp_scaler_destroy(t->scaler);
     mxp_free(t->m);
     mxp_free(t->v);
@@ -186,9 +187,13 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
 
     int64_t total_b = 0;
     for (int i = 0; i < n_micro; i++) total_b += micro[i].B;
-    float scale = mxp_scaler_scale(t->scaler);
-    res->scale = scale;
+    if ((s = trainer_ls_check_comm(t, err)) != MXP_OK) return s;
+    float scale = t->ls ? trainer_ls_begin(t) : mxp_scaler_scale(t->scaler);
+    res->scale = t->ls ? mxp_scaler_groups_min_scale(t->ls->groups) : scale;
 
+    double f0, b0, f1, b1;
+    const double t_start = mxp_time_now();
+    mxp_model_phase_times(m, &f0, &b0);
     mxp_model_zero_grads(m);
     double loss_sum = 0;
     for (int i = 0; i < n_micro; i++) {
@@ -204,10 +209,18 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     if (t->hook) t->hook(t->hook_user, t->training_steps + 1, mxp_model_grads(m), t->n_params);
     s = mxp_trainer_dist_reduce(t, &res->loss, err);
     if (s != MXP_OK) return s;
+    mxp_model_phase_times(m, &f1, &b1);
+    const double t_safety = mxp_time_now();
+    t->time_s[0] += f1 - f0;
+    t->time_s[1] += (t_safety - t_start) - (f1 - f0);
 
     mxp_grad_stats gs;
     float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
-    k->unscale_stats(mxp_model_grads(m), t->n_params, mxp_scaler_inv_scale(t->scaler), near, &gs);
+    if (t->ls)
+        trainer_ls_unscale(t, near, &gs); /* each group by its own 1/scale */
+    else
+        k->unscale_stats(mxp_model_grads(m), t->n_params, mxp_scaler_inv_scale(t->scaler), near,
+                         &gs);
     res->nonfinite = gs.nonfinite;
     res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
     res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
@@ -217,6 +230,7 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     if (s != MXP_OK) return s;
 
     t->training_steps++;
+    const double t_optim = mxp_time_now();
     if (!found_inf) {
         float clip = t->cfg.clip_grad_norm;
         if (clip > 0 && res->grad_norm > clip)
@@ -227,8 +241,12 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
         t->skipped_steps++;
     }
 
+    const double t_scaler = mxp_time_now();
+    t->time_s[3] += t_scaler - t_optim;
     mxp_scaler_event ev;
-    mxp_status us = mxp_scaler_update(t->scaler, found_inf, &ev, err);
+    mxp_status us = t->ls ? trainer_ls_update(t, !isfinite(res->loss), &ev, err)
+                          : mxp_scaler_update(t->scaler, found_inf, &ev, err);
+    t->time_s[2] += (t_optim - t_safety) + (mxp_time_now() - t_scaler);
     if (found_inf) {
         if (res->site.found)
             mxp_log(MXP_LOG_WARN,
@@ -243,7 +261,7 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                     (long long)t->training_steps, (long long)gs.nonfinite, res->loss,
                     ev.old_scale, ev.new_scale);
     }
-    mxp_history_row row = {t->training_steps, t->epoch, res->loss, scale, res->grad_norm,
+    mxp_history_row row = {t->training_steps, t->epoch, res->loss, res->scale, res->grad_norm,
                            res->skipped, pol->mode};
     if (push_history(t, &row) != MXP_OK)
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "training history");
@@ -284,9 +302,13 @@ void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out) {
     out->skipped_steps = t->skipped_steps;
     out->overflow_rate =
         t->training_steps ? (double)t->skipped_steps / (double)t->training_steps : 0.0;
-    out->current_scale = mxp_scaler_scale(t->scaler);
+    out->current_scale = mxp_trainer_loss_scale(t);
     out->precision = pol->mode;
     out->fp16_enabled_runtime = pol->weight == MXP_DTYPE_F16 || pol->activation == MXP_DTYPE_F16;
+    out->time_forward_s = t->time_s[0];
+    out->time_backward_s = t->time_s[1];
+    out->time_safety_s = t->time_s[2];
+    out->time_optimizer_s = t->time_s[3];
     out->epoch = t->epoch;
 }
 

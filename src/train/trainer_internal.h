@@ -8,10 +8,23 @@
 
 #define HISTORY_INITIAL_CAP 1024
 
+/* Per-layer (adaptive) loss scaling state (layer_scale.c); NULL when off. */
+typedef struct trainer_layer_scale {
+    mxp_scaler_groups *groups;                   /* one scaler per group */
+    int n_layers, n_groups;
+    int group_of[MXP_MODEL_MAX_LAYERS];          /* layer -> group, -1: none */
+    size_t off[MXP_MODEL_MAX_LAYERS];            /* group -> slab offset */
+    size_t cnt[MXP_MODEL_MAX_LAYERS];            /*   and element count */
+    float layer_scale[MXP_MODEL_MAX_LAYERS];     /* S(l) handed to the model */
+    int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last step */
+    bool inf[MXP_MODEL_MAX_LAYERS];              /* group -> overflowed, last step */
+} trainer_layer_scale;
+
 struct mxp_trainer {
     mxp_model *model;
     mxp_trainer_config cfg;
     mxp_scaler *scaler;
+    trainer_layer_scale *ls; /* per-layer loss scaling (layer_scale.c), or NULL */
     size_t n_params;
     float *m; /* AdamW first moment, or SGD momentum buffer  FP32 [P] */
     float *v; /* AdamW second moment (NULL for SGD)          FP32 [P] */
@@ -27,6 +40,20 @@ struct mxp_trainer {
     mxp_comm *comm;        /* data-parallel communicator (NULL: one process) */
     mxp_dist_config dist;  /* all-reduce dtype, replica check interval */
     bool dist_verified;    /* replicas compared since mxp_trainer_set_comm */
+    double time_s[4];      /* wall seconds per phase: forward, backward, safety, optimizer */
 };
+
+/* layer_scale.c: (re)create the groups when sc asks for per-layer scaling
+ * (else leave t->ls NULL); begin a step (per-layer grad scales into the
+ * model, returns the loss scale); the fused unscale pass per group; the
+ * per-group scaler update; refuse data parallelism. */
+struct mxp_grad_stats;
+mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_error *err);
+void trainer_ls_destroy(mxp_trainer *t);
+float trainer_ls_begin(mxp_trainer *t);
+void trainer_ls_unscale(mxp_trainer *t, float near, struct mxp_grad_stats *gs);
+mxp_status trainer_ls_update(mxp_trainer *t, bool loss_nonfinite, mxp_scaler_event *ev,
+                             mxp_error *err);
+mxp_status trainer_ls_check_comm(const mxp_trainer *t, mxp_error *err);
 
 #endif
