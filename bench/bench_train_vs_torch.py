@@ -80,6 +80,28 @@ def loadavg():
         return "?"
 
 
+PROBE = """
+import torch
+print(torch.__version__)
+try:
+    with torch.autocast("cpu", dtype=torch.float16):
+        torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    print("fp16 autocast: runs")
+except RuntimeError as e:
+    print("fp16 autocast: refused (" + str(e).strip() + ")")
+"""
+
+
+def probe_torch(python):
+    """(torch version, what FP16 CPU autocast does), or None when torch is absent."""
+    try:
+        r = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = r.stdout.strip().splitlines()
+    return (lines[0], lines[1]) if r.returncode == 0 and len(lines) == 2 else None
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -110,7 +132,12 @@ def main():
     torch_script = os.path.join(here, "torch_mlp.py")
     raw = open(a.json_out, "w") if a.json_out else None
 
+    probe = probe_torch(a.python)
+    if probe is None:
+        print(f"# skipped: {a.python} cannot import torch (Debian: apt-get install python3-torch)")
+        return 0
     print(f"# mixprec vs PyTorch, {a.reps} repetitions each, load average at start {loadavg()}")
+    print(f"# torch {probe[0]} on CPU: {probe[1]}; so mixed_fp16 has no PyTorch peer")
     print(f"# OpenBLAS for tuned torch: {openblas or 'not found (tuned = thread variables only)'}")
     hdr = (f"{'config':8} {'thr':>3} {'mixprec':11} {'peer':21} {'mixprec ms':>11} "
            f"{'(best)':>9} {'peer ms':>10} {'(best)':>9} {'mx samples/s':>13} "
