@@ -6,6 +6,8 @@ pkgs=(gcc make cmake pkg-config libyaml-dev libjansson-dev libsqlite3-dev libmic
       zlib1g-dev python3 python3-numpy libopenmpi-dev openmpi-bin)
 # workload data: Fashion-MNIST IDX files (classifier), the Jargon File (gpt)
 pkgs+=(dataset-fashion-mnist jargon-text)
+# optional MuJoCo environments (data.env=ant|humanoid): library and sample models
+pkgs+=(libmujoco-dev libmujoco-samples)
 # observability tests and `mixprec report`: promtool + Prometheus server,
 # the sqlite3 CLI, headless Chromium, gnuplot (pngcairo) and its font, curl
 pkgs+=(prometheus sqlite3 chromium gnuplot-nox fonts-dejavu-core curl)

@@ -22,7 +22,9 @@
  * NaN-filled C, Inf/NaN inputs, blocks larger than KC, MC and NC, both
  * compute paths (FP32 widening and vdpbf16ps), BF16 subnormals (which must
  * leave the vdpbf16ps path), bit-exact widening of every input value, and
- * bit-identical results for 1 and 2 threads. Buffers are malloc'ed to their
+ * bit-identical results for 1 and 2 threads, and the small-M path (M <= 32,
+ * FP32 B read in place) on edge sizes, bit-identical to the packed path.
+ * Buffers are malloc'ed to their
  * exact extent so ASan sees any read past the end.
  */
 #include "kernels/x86_avx512/gemm_internal.h"
@@ -192,7 +194,7 @@ static void run_case(const gcase *c, const gbufs *b, bool both_threads) {
         for (int threads = 1; threads <= (both_threads ? 2 : 1); threads++) {
             memcpy(got, b->C0, b->nc * sizeof(float));
             g = args_for(c, b, got);
-            mxp_avx512_gemm_opts o = {(mxp_gemm_path)path, threads};
+            mxp_avx512_gemm_opts o = {(mxp_gemm_path)path, threads, false};
             mxp_avx512_gemm_ex(&g, &o);
             compare(c, b, got, ref, path == MXP_GEMM_PATH_F32 ? "f32-path" : "auto-path");
             if (threads == 1 && both_threads) {
@@ -263,6 +265,80 @@ static void test_blocks_and_threads(void) {
         }
 }
 
+/* Bits equal, or both NaN. */
+static size_t count_differ(const float *x, const float *y, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += f32_bits(x[i]) != f32_bits(y[i]) && !(isnan(x[i]) && isnan(y[i]));
+    return d;
+}
+
+/* The small-M path (M <= 32, FP32 B, op(B) read in place): edge sizes
+ * around its tile (MR = 14 columns of C, 16 / 32 rows) and around KC, every
+ * transpose, FP32/BF16/F16/E4M3 A. It must agree with the generic GEMM
+ * (tolerance of the file comment), be bit-identical to the packed path
+ * (same FMA order per element; NaN payloads aside) and to itself on 1 and
+ * 2 threads. M = 33 checks the switch back to the packed path. */
+static void test_small_m(void) {
+    static const size_t Ms[] = {1, 3, 7, 15, 16, 17, 31, 32, 33};
+    static const size_t Ns[] = {1, 13, 14, 15, 29, 129};
+    static const size_t Ks_full[] = {1, 17, 255, 256, 257, 513};
+    static const size_t Ks_quick[] = {1, 17, 257};
+    const char *q = getenv("MIXPREC_TEST_QUICK");
+    const bool quick = q && *q && strcmp(q, "0") != 0;
+    const size_t *Ks = quick ? Ks_quick : Ks_full;
+    const size_t nk = quick ? 3 : 6;
+    static const mxp_dtype as[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16,
+                                   MXP_DTYPE_F8_E4M3};
+    int n = 0;
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+            for (size_t ki = 0; ki < nk; ki++)
+                for (int tr = 0; tr < 4; tr++, n++) {
+                    gcase c = {
+                        .at = as[n % 4], .bt = MXP_DTYPE_F32, .ta = tr & 1, .tb = (tr >> 1) & 1,
+                        .M = Ms[mi], .N = Ns[ni], .K = Ks[ki],
+                        .pad_a = (size_t)(n % 3) * 5, .pad_b = (size_t)(n % 4) * 3,
+                        .pad_c = (size_t)(n % 5) * 2,
+                        .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
+                    };
+                    gbufs b = bufs_make(&c);
+                    float *ref = xmalloc(b.nc * sizeof(float) + 1);
+                    float *got = xmalloc(b.nc * sizeof(float) + 1);
+                    float *pk = xmalloc(b.nc * sizeof(float) + 1);
+                    memcpy(ref, b.C0, b.nc * sizeof(float));
+                    mxp_gemm_args g = args_for(&c, &b, ref);
+                    G->gemm(&g);
+                    memcpy(pk, b.C0, b.nc * sizeof(float));
+                    g = args_for(&c, &b, pk);
+                    mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
+                    mxp_avx512_gemm_ex(&g, &po);
+                    for (int threads = 1; threads <= 2; threads++) {
+                        memcpy(got, b.C0, b.nc * sizeof(float));
+                        g = args_for(&c, &b, got);
+                        mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, threads, false};
+                        mxp_avx512_gemm_ex(&g, &o);
+                        compare(&c, &b, got, ref, "small-m");
+                        size_t d = count_differ(got, pk, b.nc);
+                        CHECK_MSG(d == 0, "small-M vs packed path: %zu differ (%s A, %c%c M=%zu "
+                                  "N=%zu K=%zu threads=%d)", d, mxp_dtype_name(c.at),
+                                  c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, threads);
+                    }
+                    free(ref);
+                    free(got);
+                    free(pk);
+                    bufs_free(&b);
+                }
+    /* a shape large enough for two threads (2 * 32 * 300 * 300 flops) */
+    gcase big = {.at = MXP_DTYPE_F32, .bt = MXP_DTYPE_F32, .ta = false, .tb = true,
+                 .M = 32, .N = 300, .K = 300, .pad_a = 1, .pad_b = 2, .pad_c = 3,
+                 .alpha = 1.0f, .beta = 0.0f};
+    run_gcase(&big, true);
+    big.tb = false;
+    big.beta = 1.0f;
+    run_gcase(&big, true);
+}
+
 /* Inf and NaN in the inputs propagate as in the reference. */
 static void test_nonfinite(void) {
     for (int ai = 0; ai < NTYPES; ai++)
@@ -312,7 +388,7 @@ static void test_widening_exact(void) {
                     .ldb = tb ? 1 : (int64_t)n, .C = C, .ldc = (int64_t)n,
                     .alpha = 1.0f, .beta = 0.0f,
                 };
-                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, 1};
+                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, 1, false};
                 mxp_avx512_gemm_ex(&g, &o);
                 int bad = 0;
                 for (size_t j = 0; j < n; j++) {
@@ -419,7 +495,7 @@ static void test_degenerate(void) {
     mxp_gemm_args g = {.M = 2, .N = 3, .K = 0, .a_type = MXP_DTYPE_F32, .A = &one, .lda = 1,
                        .b_type = MXP_DTYPE_F32, .B = &one, .ldb = 3, .C = C, .ldc = 3,
                        .alpha = 1.0f, .beta = 0.0f};
-    mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, 0};
+    mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, 0, false};
     mxp_avx512_gemm_ex(&g, &o);
     for (int i = 0; i < 6; i++) CHECK(C[i] == 0.0f);
     for (int i = 0; i < 6; i++) C[i] = (float)i;
@@ -450,5 +526,6 @@ int main(void) {
     test_edges();
     test_nonfinite();
     test_blocks_and_threads();
+    test_small_m();
     return test_finish("test_gemm_isa");
 }

@@ -15,7 +15,11 @@
  *     state present only in fp8 mode;
  *   - a short FP32 training run on a repeating text lowers the loss a lot;
  *   - FP16 activation overflow (huge embedding scale): skipped steps naming
- *     the embedding's forward pass, fallback to mixed_bf16, which is clean.
+ *     the embedding's forward pass, fallback to mixed_bf16, which is clean;
+ *   - the blocks' chunked FP32 scratch: loss, gradients and logits
+ *     bit-identical to the unchunked path in every mode and chunk size;
+ *   - mxp_model_memory_usage equals the bytes mxp_model_create allocates
+ *     (counting allocator).
  */
 #include <mixprec/world_model.h>
 
@@ -268,6 +272,149 @@ static void test_modes(void) {
     }
 }
 
+/* ---- chunked block scratch and memory accounting ---------------------------------------- */
+
+enum { CV = 23, CT = 8, CC2 = 32, CH = 2, CL = 2, CSEQ = 40 };
+
+/* A GPT whose blocks process their FP32 scratch in chunks of `rows` rows
+ * (nn_model_set_block_rows: < 0 is the unchunked path, the reference). */
+static mxp_model *make_chunked(mxp_precision p, int64_t rows) {
+    mxp_model_spec s = mxp_model_spec_gpt(CV, CT, CC2, CH, CL, CSEQ);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(p, &pol);
+    mxp_model *m = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_create(&s, &pol, 31, &m, &err), &err);
+    if (m) CHECK_OK(nn_model_set_block_rows(m, rows, &err), &err);
+    return m;
+}
+
+/* Chunking rows of row-independent ops changes nothing: for every mode,
+ * the loss, every parameter gradient (the embedding's carries dX through
+ * all blocks) and the logits are bit-identical to the unchunked path, for
+ * chunks of 1 sequence, 4 sequences (asked as 3T+1 rows: rounded up), the
+ * default, and a batch smaller than one chunk. Also: the chunked plan is
+ * smaller, and it is what the accounting reports. */
+static void test_chunked_identical(void) {
+    const int64_t rows[] = {CT, 3 * CT + 1, 0};
+    const int64_t batches[] = {CSEQ * CT, 13 * CT};
+    float *x = calloc(CSEQ * CT, sizeof(float)), *pa = calloc((size_t)CSEQ * CT * CV, 4);
+    float *pb = calloc((size_t)CSEQ * CT * CV, 4);
+    int32_t *lab = calloc(CSEQ * CT, sizeof(int32_t));
+    mxp_rng r;
+    mxp_rng_init(&r, 8);
+    for (int i = 0; i < CSEQ * CT; i++) {
+        x[i] = (float)mxp_rng_below(&r, CV);
+        lab[i] = (int32_t)mxp_rng_below(&r, CV);
+    }
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            /* fresh models: a training step moves the fp8 scales */
+            mxp_model *ref = make_chunked((mxp_precision)p, -1);
+            if (!ref) continue;
+            const size_t P = mxp_model_num_params(ref);
+            float *gref = calloc(P, sizeof(float));
+            mxp_model_memory mref;
+            mxp_model_memory_usage(ref, &mref);
+            mxp_batch b = {.x = x, .labels = lab, .B = batches[bi]};
+            mxp_error err = {0};
+            double lref = 0, l = 0;
+            mxp_model_zero_grads(ref);
+            CHECK_OK(mxp_model_step(ref, &b, true, 256.0f, &lref, NULL, &err), &err);
+            memcpy(gref, mxp_model_grads(ref), P * sizeof(float));
+            CHECK_OK(mxp_model_predict(ref, x, b.B, pa, &err), &err);
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                mxp_model *m = make_chunked((mxp_precision)p, rows[ri]);
+                if (!m) continue;
+                mxp_model_zero_grads(m);
+                CHECK_OK(mxp_model_step(m, &b, true, 256.0f, &l, NULL, &err), &err);
+                CHECK_OK(mxp_model_predict(m, x, b.B, pb, &err), &err);
+                const char *mode = mxp_precision_name((mxp_precision)p);
+                CHECK_MSG(memcmp(&l, &lref, sizeof l) == 0, "%s rows %lld B %lld: loss %.17g vs %.17g",
+                          mode, (long long)rows[ri], (long long)b.B, l, lref);
+                CHECK_MSG(memcmp(mxp_model_grads(m), gref, P * sizeof(float)) == 0,
+                          "%s rows %lld B %lld: gradients differ from the unchunked path", mode,
+                          (long long)rows[ri], (long long)b.B);
+                CHECK_MSG(memcmp(pa, pb, (size_t)b.B * CV * sizeof(float)) == 0,
+                          "%s rows %lld B %lld: logits differ", mode, (long long)rows[ri],
+                          (long long)b.B);
+                mxp_model_memory mm;
+                mxp_model_memory_usage(m, &mm);
+                if (p != MXP_PRECISION_FP8 && rows[ri] == CT) /* fp8 always runs unchunked */
+                    CHECK_MSG(mm.activations < mref.activations, "%s: chunked %zu >= %zu", mode,
+                              mm.activations, mref.activations);
+                mxp_model_destroy(m);
+            }
+            free(gref);
+            mxp_model_destroy(ref);
+        }
+    }
+    free(x);
+    free(pa);
+    free(pb);
+    free(lab);
+}
+
+/* A counting allocator: live bytes and the largest live total. */
+static size_t alloc_live;
+static void *count_alloc(void *user, size_t size, size_t align) {
+    (void)user;
+    void *p = NULL;
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size + 64) != 0)
+        return NULL;
+    *(size_t *)p = size; /* header: 64 bytes keep the alignment */
+    alloc_live += size;
+    return (unsigned char *)p + 64;
+}
+static void count_free(void *user, void *p) {
+    (void)user;
+    unsigned char *h = (unsigned char *)p - 64;
+    alloc_live -= *(size_t *)h;
+    free(h);
+}
+
+/* mxp_model_memory_usage is what the model really allocates: the bytes
+ * that mxp_model_create takes, less the model object itself (and, in fp8
+ * mode, the FP8 scaling state), equal params + master + grads +
+ * activations (each allocation rounded up to 64 bytes by mxp_calloc). */
+static void test_memory_accounting(void) {
+    mxp_allocator a = {count_alloc, count_free, NULL};
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        mxp_set_allocator(&a);
+        alloc_live = 0;
+        mxp_model_spec s = mxp_model_spec_gpt(CV, CT, CC2, CH, CL, CSEQ);
+        mxp_precision_policy pol;
+        mxp_precision_policy_default((mxp_precision)p, &pol);
+        mxp_model *m = NULL;
+        mxp_error err = {0};
+        CHECK_OK(mxp_model_create(&s, &pol, 3, &m, &err), &err);
+        const size_t live = alloc_live;
+        if (m) {
+            mxp_model_memory mm;
+            mxp_model_memory_usage(m, &mm);
+            const size_t pad = 63, P = mxp_model_num_params(m);
+            size_t want = (sizeof(struct mxp_model) + pad) / 64 * 64;
+            want += (mm.grads + pad) / 64 * 64 + (mm.activations + pad) / 64 * 64;
+            want += (mm.params + pad) / 64 * 64 + (mm.master + pad) / 64 * 64;
+            if (pol.has_master && pol.weight == MXP_DTYPE_F32) /* fp32: work IS the master */
+                CHECK(mm.params == P * sizeof(float) && mm.master == 0);
+            if (p == MXP_PRECISION_FP8)
+                CHECK_MSG(live > want && live - want < 64 * 1024, "fp8: %zu allocated, %zu counted",
+                          live, want);
+            else
+                CHECK_MSG(live == want, "%s: %zu bytes allocated, %zu accounted",
+                          mxp_precision_name((mxp_precision)p), live, want);
+            printf("  %-10s allocated %zu bytes = accounted (params %zu master %zu grads %zu "
+                   "activations %zu) + model object\n",
+                   mxp_precision_name((mxp_precision)p), live, mm.params, mm.master, mm.grads,
+                   mm.activations);
+        }
+        mxp_model_destroy(m);
+        CHECK(alloc_live == 0);
+        mxp_set_allocator(NULL);
+    }
+}
+
 /* FP32 training on a periodic sequence: the loss must fall far. */
 static void test_learns(void) {
     mxp_model *m = make_gpt(MXP_PRECISION_FP32, 2);
@@ -362,6 +509,8 @@ int main(void) {
     test_model_gradients();
     test_spec_errors();
     test_modes();
+    test_chunked_identical();
+    test_memory_accounting();
     test_learns();
     test_fp16_overflow();
     return test_finish("test_gpt");

@@ -96,6 +96,8 @@ typedef struct mxp_scaler_config {
     double min_scale;      /* >= 0 (0: no floor) */
     double max_scale;      /* > 0, may be INFINITY (no cap) */
     mxp_scale_floor_policy at_min;
+    bool per_layer;        /* training.loss_scale.per_layer (false): one scale per
+                              parameter group (layer), see mxp_scaler_groups */
 } mxp_scaler_config;
 
 mxp_scaler_config mxp_scaler_config_default(void);
@@ -140,6 +142,53 @@ void mxp_scaler_get_state(const mxp_scaler *s, mxp_scaler_state *out);
 /* Restore a checkpointed state (validated: finite positive scale). */
 mxp_status mxp_scaler_set_state(mxp_scaler *s, const mxp_scaler_state *st, mxp_error *err);
 const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s);
+
+/* ---- per-layer (adaptive) loss scaling ----------------------------------
+ * Adaptive loss scaling (Zhao et al., arXiv 1910.12385) in its dynamic
+ * form: one loss scaler per parameter group (layer), each with the rules of
+ * mxp_scaler (growth interval, backoff, hysteresis, min/max, at-min policy)
+ * and its own overflow check. The trainer (training.loss_scale.per_layer)
+ * runs ONE backward: the loss is multiplied by the last group's scale and
+ * the activation gradient passed from group l to group l-1 is multiplied by
+ * s_{l-1}/s_l (a power of two with the default factors, so exact), so
+ * group l's parameter gradients carry s_l; the fused unscale pass unscales
+ * each group by its own 1/s_l and counts its non-finite values. A step with
+ * any non-finite gradient is still skipped as a whole, but only the group
+ * where the overflow arose backs off: an Inf in group l's gradients also
+ * reaches every group below l through backward, so the TOPMOST group with
+ * non-finite gradients backs off, the non-finite groups below it hold
+ * (state unchanged), and the finite groups count a clean step. A
+ * non-finite loss (forward overflow) backs every group off, as the global
+ * scaler does. */
+typedef struct mxp_scaler_groups mxp_scaler_groups;
+
+/* n >= 1 groups, each starting at c->init_scale (validated as
+ * mxp_scaler_create does). */
+mxp_status mxp_scaler_groups_create(const mxp_scaler_config *c, int n, mxp_scaler_groups **out,
+                                    mxp_error *err);
+void mxp_scaler_groups_destroy(mxp_scaler_groups *g);
+int mxp_scaler_groups_count(const mxp_scaler_groups *g);
+/* Group i's scaler (0 <= i < count), e.g. for its scale and state. */
+mxp_scaler *mxp_scaler_groups_get(mxp_scaler_groups *g, int i);
+const mxp_scaler *mxp_scaler_groups_get_const(const mxp_scaler_groups *g, int i);
+/* The smallest current scale over the groups. */
+float mxp_scaler_groups_min_scale(const mxp_scaler_groups *g);
+/* What one step means for a group. */
+typedef enum mxp_group_outcome {
+    MXP_GROUP_CLEAN,    /* finite gradients: a clean step (counts toward growth) */
+    MXP_GROUP_OVERFLOW, /* non-finite gradients caused here: back off (hysteresis) */
+    MXP_GROUP_HOLD,     /* non-finite gradients inherited from a group above it
+                           (backward carries an Inf down): state unchanged */
+    MXP_GROUP_OUTCOME_COUNT
+} mxp_group_outcome;
+
+/* Advance every group by its outcome[i] (HOLD leaves group i untouched).
+ * *ev (may be NULL) summarises: overflow/backed_off/grew/at_min/fallback
+ * when any group's event says so; old_scale/new_scale are the smallest
+ * scales before and after. Every group is updated even when one returns an
+ * error (the at-min ERROR policy); the first error is returned. */
+mxp_status mxp_scaler_groups_update(mxp_scaler_groups *g, const mxp_group_outcome *outcome,
+                                    mxp_scaler_event *ev, mxp_error *err);
 
 /* ---- FP8 delayed scaling (emulated) -------------------------------------
  * Per-tensor delayed scaling as NVIDIA Transformer Engine's DelayedScaling

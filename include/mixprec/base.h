@@ -141,8 +141,9 @@ double mxp_time_now(void);
  * torch.set_flush_denormal: subnormal FP32 inputs of arithmetic read as 0
  * and subnormal results become 0, which avoids the x86 slow path for
  * subnormal operands. Off by default. It sets MXCSR of the CALLING thread;
- * threads it creates afterwards inherit it (set it before creating models,
- * trainers or kernel thread pools). It never applies where FP16 gradients
+ * threads it creates afterwards inherit it, and the kernels' thread pool
+ * runs each job with the flush bits of the thread that called the kernel,
+ * so it may be switched at any time. It never applies where FP16 gradients
  * need their subnormals: the dtype conversions and the fused unscale pass
  * (kernels) keep subnormals whatever this setting says. */
 

@@ -99,6 +99,12 @@ mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *acc
 
 mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl);
 mxp_model *mxp_classifier_model(mxp_classifier *cl);
+/* The numerical-safety guard (guard.h; created when guard.enabled or a
+ * fault is configured, its canary probing the first test images), or NULL.
+ * Rollbacks move the data position back, as in the world model. */
+mxp_guard *mxp_classifier_guard(mxp_classifier *cl);
+/* True when the last train() was ended by a guard rule with action stop. */
+bool mxp_classifier_stopped(const mxp_classifier *cl);
 /* Training examples used per epoch (after drop-last). */
 int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl);
 

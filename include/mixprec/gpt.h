@@ -61,6 +61,12 @@ int64_t mxp_gpt_val_chars(const mxp_gpt *g);
 int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g);
 mxp_trainer *mxp_gpt_trainer(mxp_gpt *g);
 mxp_model *mxp_gpt_model(mxp_gpt *g);
+/* The numerical-safety guard (guard.h; created when guard.enabled or a
+ * fault is configured, its canary probing the first held-out windows), or
+ * NULL. Rollbacks move the data position back, as in the world model. */
+mxp_guard *mxp_gpt_guard(mxp_gpt *g);
+/* True when the last train() was ended by a guard rule with action stop. */
+bool mxp_gpt_stopped(const mxp_gpt *g);
 
 #ifdef __cplusplus
 }

@@ -152,6 +152,14 @@ mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
 mxp_scaler_groups *mxp_trainer_scaler_groups(mxp_trainer *t);
 /* The loss scale in use: the scaler's, or the smallest group scale. */
 float mxp_trainer_loss_scale(const mxp_trainer *t);
+/* Checkpoint metadata "scaler_groups": the group scaler states as a JSON
+ * array of [scale, growth_tracker, hysteresis_left, overflow_steps,
+ * total_steps, steps_at_min] (mxp_free it), NULL when per-layer scaling is
+ * off (or out of memory). load: restore them (json NULL: a checkpoint
+ * without them, every group takes the scaler's state); validated before
+ * anything changes; a no-op when this trainer has no groups. */
+char *mxp_trainer_scaler_groups_json(mxp_trainer *t);
+mxp_status mxp_trainer_scaler_groups_load(mxp_trainer *t, const char *json, mxp_error *err);
 
 /* Data parallelism (dist.h): from the next step on, average gradients and
  * loss over comm's ranks after backward, agree on found_inf with MAX, and

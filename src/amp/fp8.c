@@ -11,8 +11,11 @@
  * (fp8_max / amax) / 2^margin, the old scale kept where amax is 0 or not
  * finite. Quantisation saturates, as TE's casts (satfinite) do. The history
  * is a ring buffer per tensor; `pos` is the slot the next step writes.
+ * The quantise itself is a kernel (mxp_kernels fp8_quantize).
  */
 #include <mixprec/amp.h>
+
+#include "kernels/kernels.h"
 
 #include <assert.h>
 #include <math.h>
@@ -54,54 +57,10 @@ float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin
     return f;
 }
 
-/* The FP8 value of v (as FP32) in a format with 23 - drop mantissa bits,
- * smallest normal min_normal, subnormal quantum q (= 1 / inv_q) and largest
- * finite fmax: round-to-nearest-even, subnormals on the fixed grid q,
- * |v| > fmax and +-Inf saturated, NaN passed through, the sign of zero kept. Equal to the num
- * module's reference conversion (round trip through the FP8 code with
- * saturation), which tests/test_fp8.c checks; this form needs no tables
- * and no branches on the code. */
-static inline float fp8_round_sat(float v, uint32_t drop, float min_normal, float q,
-                                  float inv_q, float fmax) {
-    float a = fabsf(v);
-    if (!(a <= fmax)) return isnan(v) ? v : copysignf(fmax, v); /* overflow, Inf */
-    float r;
-    if (a >= min_normal) {
-        uint32_t u;
-        memcpy(&u, &a, sizeof u);
-        u += ((1u << drop) >> 1) - 1u + ((u >> drop) & 1u);
-        u &= ~((1u << drop) - 1u);
-        memcpy(&r, &u, sizeof r);
-        if (r > fmax) r = fmax; /* rounded up past the largest finite */
-    } else {
-        r = nearbyintf(a * inv_q) * q; /* exact: powers of two, a/q < 2^man */
-    }
-    return copysignf(r, v);
-}
-
+/* The kernel table's fp8_quantize (kernels/generic/fp8.c is the reference;
+ * AVX-512 and generic give the same bits). */
 float mxp_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n, float scale) {
-    const bool e4 = fmt == MXP_DTYPE_F8_E4M3;
-    const int man = e4 ? 3 : 2, emin = e4 ? -6 : -14;
-    const float fmax = e4 ? 448.0f : 57344.0f;
-    const uint32_t drop = 23u - (uint32_t)man;
-    const float min_normal = ldexpf(1.0f, emin), q = ldexpf(1.0f, emin - man);
-    const float inv_q = ldexpf(1.0f, man - emin);
-    float amax = 0.0f;
-    bool nonfinite = false;
-    float bad = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float x = src[i];
-        float a = fabsf(x);
-        if (!isfinite(a)) {
-            /* NaN wins over Inf: either way the history must see it */
-            if (!nonfinite || isnan(a)) bad = a;
-            nonfinite = true;
-        } else if (a > amax) {
-            amax = a;
-        }
-        dst[i] = fp8_round_sat(x * scale, drop, min_normal, q, inv_q, fmax);
-    }
-    return nonfinite ? bad : amax;
+    return mxp_kernels_get()->fp8_quantize(fmt, dst, src, n, scale);
 }
 
 /* ---- the scaling state --------------------------------------------------------- */

@@ -75,6 +75,7 @@ static mxp_status save_meta(mxp_st_writer *w, const mxp_ckpt_save_args *a, mxp_d
         ckpt_scaler_to_json(mxp_scaler_get_config(sc)->enabled, &ss, mxp_scaler_get_config(sc));
     char *position = ckpt_position_to_json(&pos);
     char *config = a->config ? ckpt_config_to_json(a->config) : NULL;
+    char *groups = mxp_trainer_scaler_groups_json(t); /* per-layer loss scaling, or NULL */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     mxp_status s = MXP_OK;
@@ -94,6 +95,7 @@ static mxp_status save_meta(mxp_st_writer *w, const mxp_ckpt_save_args *a, mxp_d
     TRY(add_metaf(w, "lr", err, "%.9g", (double)ts.lr));
     TRY(add_meta(w, "rng", rng, err));
     TRY(add_meta(w, "scaler", scaler, err));
+    if (groups) TRY(add_meta(w, "scaler_groups", groups, err));
     TRY(add_meta(w, "data_position", position, err));
     if (a->config) TRY(add_meta(w, "config", config, err));
     TRY(add_meta(w, "healthy", healthy ? "true" : "false", err));
@@ -101,6 +103,7 @@ static mxp_status save_meta(mxp_st_writer *w, const mxp_ckpt_save_args *a, mxp_d
     TRY(add_metaf(w, "saved_at", err, "%lld.%03ld", (long long)now.tv_sec, now.tv_nsec / 1000000));
 #undef TRY
     mxp_free(scaler);
+    mxp_free(groups);
     mxp_free(position);
     mxp_free(config);
     return s;
@@ -422,6 +425,10 @@ mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_inf
                 mxp_precision_name(in.precision),
                 mxp_precision_name(mxp_model_policy(model)->mode));
     }
+    /* per-layer loss scales (validated before any change) */
+    if ((s = mxp_trainer_scaler_groups_load(t, mxp_st_file_meta(f, "scaler_groups"), err)) !=
+        MXP_OK)
+        return s;
     float *m, *v;
     size_t n;
     int64_t opt_t;

@@ -63,8 +63,11 @@ static const mxp_key_choice kActChoices[] = {
 static const mxp_key_choice kEnvChoices[] = {
     {"pendulum", MXP_ENV_PENDULUM, false},
     {"cartpole", MXP_ENV_CARTPOLE, false},
+    {"ant", MXP_ENV_ANT, false},
+    {"humanoid", MXP_ENV_HUMANOID, false},
 };
-static_assert(MXP_ENV_KIND_COUNT == 2, "update kEnvChoices");
+static_assert(MXP_ENV_KIND_COUNT == 4, "update kEnvChoices");
+static_assert(MXP_ENV_PATH_MAX == MXP_CONFIG_STR_MAX, "data.mujoco_model is a config string");
 
 static const mxp_key_choice kWorkloadChoices[] = {
     {"world_model", MXP_WORKLOAD_WORLD_MODEL, false},
@@ -222,6 +225,9 @@ static const mxp_config_key kKeys[] = {
             0.0, true, INFINITY, false, true, "highest loss scale, > 0 or inf (inf)"),
     KEY_ENUM("training.loss_scale.at_min", trainer.scaler.at_min, MXP_SCALE_FLOOR_CONTINUE,
              kAtMinChoices, "on overflow at min_scale: continue|error|fallback (continue)"),
+    KEY_BOOL("training.loss_scale.per_layer", MXP_STORE_BOOL, OFF(trainer.scaler.per_layer),
+             false, "one dynamic loss scale per layer (adaptive loss scaling, arXiv "
+             "1910.12385): each layer backs off and grows on its own (false)"),
     KEY_FLT("training.near_overflow_fraction", MXP_STORE_F32, trainer.near_overflow_frac, 0.125,
             0.0, true, 1.0, false, false,
             "a scaled grad is near overflow at >= this fraction of the dtype max, "
@@ -359,7 +365,11 @@ static const mxp_config_key kKeys[] = {
     KEY_BOOL("model.layernorm", MXP_STORE_BOOL, OFF(layernorm), false,
              "layernorm after each hidden linear layer (false)"),
     KEY_ENUM("data.env", data.env, MXP_ENV_PENDULUM, kEnvChoices,
-             "environment generating the replay data: pendulum|cartpole (pendulum)"),
+             "environment generating the replay data: pendulum|cartpole|ant|humanoid; "
+             "ant and humanoid need a build with MuJoCo (pendulum)"),
+    KEY_STR("data.mujoco_model", data.mujoco_model, "default",
+            "MuJoCo XML model for data.env=ant|humanoid; default = the built-in ant, or "
+            "/usr/share/mujoco/model/humanoid/humanoid.xml (libmujoco-samples) (default)"),
     KEY_INT("data.trajectories", MXP_STORE_I64, data.trajectories, 256, 2, I32MAX,
             "episodes in the replay buffer, >= 2 (256)"),
     KEY_INT("data.episode_length", MXP_STORE_I64, data.episode_len, 200, 1, I32MAX,

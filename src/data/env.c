@@ -1,8 +1,10 @@
-/* data/env.c: the built-in environments (pendulum, cart-pole).
+/* data/env.c: the built-in environments (pendulum, cart-pole) and the
+ * mxp_sim instance object every kind is used through.
  *
  * Entry points: mxp_env_info_get, mxp_env_parse, mxp_env_step,
- * mxp_env_reset. Pure functions of their inputs (reset: of the RNG state);
- * physics in double, states stored as float.
+ * mxp_env_reset (pure functions of their inputs; reset: of the RNG state;
+ * physics in double, states stored as float); mxp_sim_create/_destroy,
+ * _reset, _step and accessors (MuJoCo kinds go to env_mujoco.c).
  *
  * References:
  *   Gym/Gymnasium Pendulum-v1 (gymnasium/envs/classic_control/pendulum.py):
@@ -12,7 +14,7 @@
  *     g=9.8, m_cart=1, m_pole=0.1, half length 0.5, tau=0.02, Euler; here
  *     with a continuous force in [-10, 10] N and no termination.
  */
-#include <mixprec/data.h>
+#include "data/data_internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -21,8 +23,10 @@
 #define ENV_PI 3.14159265358979323846
 
 static const mxp_env_info env_infos[] = {
-    [MXP_ENV_PENDULUM] = {"pendulum", 3, 1, -2.0, 2.0},
-    [MXP_ENV_CARTPOLE] = {"cartpole", 4, 1, -10.0, 10.0},
+    [MXP_ENV_PENDULUM] = {"pendulum", 3, 1, -2.0, 2.0, false},
+    [MXP_ENV_CARTPOLE] = {"cartpole", 4, 1, -10.0, 10.0, false},
+    [MXP_ENV_ANT] = {"ant", 0, 0, 0.0, 0.0, true},
+    [MXP_ENV_HUMANOID] = {"humanoid", 0, 0, 0.0, 0.0, true},
 };
 static_assert(sizeof env_infos / sizeof env_infos[0] == MXP_ENV_KIND_COUNT,
               "env_infos must list every mxp_env_kind");
@@ -62,7 +66,8 @@ mxp_status mxp_env_parse(const char *s, mxp_env_kind *out, mxp_error *err) {
         }
     }
     return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                         "environment '%s' is unknown; accepted: pendulum, cartpole",
+                         "environment '%s' is unknown; accepted: pendulum, cartpole, "
+                         "ant, humanoid (the last two need MuJoCo)",
                          s ? s : "(null)");
 }
 
@@ -126,6 +131,8 @@ float mxp_env_step(mxp_env_kind k, const float *state, const float *action, floa
     switch (k) {
     case MXP_ENV_PENDULUM: return pendulum_step(state, action, next);
     case MXP_ENV_CARTPOLE: return cartpole_step(state, action, next);
+    case MXP_ENV_ANT:
+    case MXP_ENV_HUMANOID:
     case MXP_ENV_KIND_COUNT: break;
     }
     return 0.0f;
@@ -149,6 +156,77 @@ void mxp_env_reset(mxp_env_kind k, mxp_rng *r, float *state) {
     case MXP_ENV_CARTPOLE:
         for (int i = 0; i < 4; i++) state[i] = (float)uniform_in(r, -0.05, 0.05);
         return;
+    case MXP_ENV_ANT:
+    case MXP_ENV_HUMANOID:
     case MXP_ENV_KIND_COUNT: break;
     }
+}
+
+/* ---- mxp_sim ------------------------------------------------------------ */
+
+mxp_status mxp_sim_create(mxp_env_kind k, const char *mujoco_model, mxp_sim **out,
+                          mxp_error *err) {
+    const mxp_env_info *info = mxp_env_info_get(k);
+    if (!out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_sim_create: out must be non-NULL");
+    if (!info)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "data.env = %d is not an environment; accepted: 0 (pendulum), "
+                             "1 (cartpole), 2 (ant), 3 (humanoid)", (int)k);
+    mxp_sim *s = mxp_calloc(1, sizeof *s);
+    if (!s) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "environment %s", info->name);
+    s->kind = k;
+    if (info->mujoco) {
+        mxp_status st = mxp_sim_mujoco_open(s, mujoco_model, err);
+        if (st != MXP_OK) {
+            mxp_sim_destroy(s);
+            return st;
+        }
+    } else {
+        s->state_dim = info->state_dim;
+        s->action_dim = info->action_dim;
+        s->action_lo = mxp_calloc((size_t)info->action_dim, sizeof(double));
+        s->action_hi = mxp_calloc((size_t)info->action_dim, sizeof(double));
+        if (!s->action_lo || !s->action_hi) {
+            mxp_sim_destroy(s);
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "environment %s", info->name);
+        }
+        for (int a = 0; a < info->action_dim; a++) {
+            s->action_lo[a] = info->action_low;
+            s->action_hi[a] = info->action_high;
+        }
+    }
+    *out = s;
+    return MXP_OK;
+}
+
+void mxp_sim_destroy(mxp_sim *s) {
+    if (!s) return;
+    if (s->mj) mxp_sim_mujoco_close(s);
+    mxp_free(s->action_lo);
+    mxp_free(s->action_hi);
+    mxp_free(s);
+}
+
+mxp_env_kind mxp_sim_kind(const mxp_sim *s) { return s->kind; }
+int mxp_sim_state_dim(const mxp_sim *s) { return s->state_dim; }
+int mxp_sim_action_dim(const mxp_sim *s) { return s->action_dim; }
+
+void mxp_sim_action_range(const mxp_sim *s, int a, double *lo, double *hi) {
+    *lo = s->action_lo[a];
+    *hi = s->action_hi[a];
+}
+
+void mxp_sim_reset(mxp_sim *s, mxp_rng *r, float *state) {
+    if (s->mj)
+        mxp_sim_mujoco_reset(s, r, state);
+    else
+        mxp_env_reset(s->kind, r, state);
+}
+
+mxp_status mxp_sim_step(mxp_sim *s, const float *state, const float *action, float *next,
+                        float *reward, mxp_error *err) {
+    if (s->mj) return mxp_sim_mujoco_step(s, state, action, next, reward, err);
+    *reward = mxp_env_step(s->kind, state, action, next);
+    return MXP_OK;
 }

@@ -186,6 +186,17 @@ static mxp_status switch_precision(mxp_guard *g, mxp_precision to, mxp_error *er
         st.steps_at_min = 0;
         s = mxp_scaler_set_state(sc, &st, err);
         if (s != MXP_OK) return s;
+        /* per-layer loss scaling: every group restarts too */
+        mxp_scaler_groups *gr = mxp_trainer_scaler_groups(g->t);
+        for (int i = 0; i < mxp_scaler_groups_count(gr); i++) {
+            mxp_scaler *gi = mxp_scaler_groups_get(gr, i);
+            mxp_scaler_get_state(gi, &st);
+            st.scale = (float)scfg->init_scale;
+            st.growth_tracker = 0;
+            st.hysteresis_left = scfg->hysteresis;
+            st.steps_at_min = 0;
+            if ((s = mxp_scaler_set_state(gi, &st, err)) != MXP_OK) return s;
+        }
     }
     g->last_mode = to;
     return MXP_OK;
@@ -341,7 +352,7 @@ static void push_samples(mxp_guard *g, const mxp_step_result *res) {
     }
     mxp_scaler *sc = mxp_trainer_scaler(g->t);
     if (mxp_scaler_get_config(sc)->enabled)
-        guard_ring_push(&g->ring[MXP_RULE_LOSS_SCALE_LOW], (double)mxp_scaler_scale(sc));
+        guard_ring_push(&g->ring[MXP_RULE_LOSS_SCALE_LOW], (double)mxp_trainer_loss_scale(g->t));
 }
 
 static void note_provenance(mxp_guard *g, const mxp_step_result *res) {

@@ -40,6 +40,8 @@ typedef struct guard_snapshot {
     mxp_trainer_state tstate; /* counters, sr position, lr */
     mxp_precision mode;       /* precision at save time */
     mxp_scaler_state scaler;
+    int n_groups;             /* per-layer loss scaling: group scaler states */
+    mxp_scaler_state groups[MXP_MODEL_MAX_LAYERS];
     float *fp8;               /* FP8 scaling state or NULL */
     size_t fp8_n;
     int64_t fp8_steps;

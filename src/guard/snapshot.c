@@ -67,6 +67,10 @@ mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_guard_posit
     mxp_trainer_get_state(t, &s->tstate);
     s->mode = mxp_model_policy(model)->mode;
     mxp_scaler_get_state(mxp_trainer_scaler(t), &s->scaler);
+    mxp_scaler_groups *gr = mxp_trainer_scaler_groups(t);
+    s->n_groups = mxp_scaler_groups_count(gr);
+    for (int i = 0; i < s->n_groups; i++)
+        mxp_scaler_get_state(mxp_scaler_groups_get(gr, i), &s->groups[i]);
     mxp_fp8_scaling *f8 = mxp_model_fp8(model);
     mxp_free(s->fp8);
     s->fp8 = NULL;
@@ -118,6 +122,12 @@ mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_guard_position
     if (mxp_model_policy(model)->mode == s->mode) {
         st = mxp_scaler_set_state(mxp_trainer_scaler(t), &s->scaler, err);
         if (st != MXP_OK) return st;
+        mxp_scaler_groups *gr = mxp_trainer_scaler_groups(t);
+        if (mxp_scaler_groups_count(gr) == s->n_groups)
+            for (int i = 0; i < s->n_groups; i++)
+                if ((st = mxp_scaler_set_state(mxp_scaler_groups_get(gr, i), &s->groups[i],
+                                               err)) != MXP_OK)
+                    return st;
         mxp_fp8_scaling *f8 = mxp_model_fp8(model);
         if (f8 && s->fp8) {
             st = mxp_fp8_scaling_set_state(f8, s->fp8, s->fp8_n, s->fp8_steps, err);

@@ -81,6 +81,18 @@ typedef struct mxp_kernels {
                     const void *src, size_t n);
     void (*convert_sr)(mxp_dtype dst_type, void *dst, const float *src,
                        size_t n, uint64_t seed, uint64_t counter);
+    /* FP32 -> E4M3 or E5M2 (dst_type; others: no-op), RNE, bit for bit
+     * with num's scalar reference; `mode` picks E4M3's overflow rule
+     * (convert always saturates). */
+    void (*f32_to_fp8)(mxp_dtype dst_type, void *dst, const float *src,
+                       size_t n, mxp_fp8_overflow mode);
+    /* The scaled FP8 quantise of the FP8 emulation: contract of
+     * mxp_fp8_quantize (include/mixprec/amp.h): dst[i] = the E4M3 (fmt ==
+     * F8_E4M3) or else E5M2 value, as FP32, of src[i] * scale, saturating;
+     * returns amax of src (NaN/Inf when src holds one). dst may alias src.
+     * Every table gives the same bits under any MXCSR flush setting. */
+    float (*fp8_quantize)(mxp_dtype fmt, float *dst, const float *src,
+                          size_t n, float scale);
 
     /* --- element-wise (x, y, dy, dx of n FP32 elements; y may alias x and
      *     dx may alias dy) --- */

@@ -11,6 +11,13 @@
  * waits briefly on `pending` before sleeping on `done`. Those waits pause
  * for PAUSE_SECONDS and then yield the CPU: with pure spinning, two threads
  * that the scheduler put on one CPU (a busy machine) took 100x longer.
+ *
+ * Floating-point environment: MXCSR is per thread, so the caller's
+ * flush-to-zero / denormals-are-zero bits (mxp_fpenv_set_ftz) are copied
+ * into the job, and each worker runs its index with exactly those bits and
+ * restores its own MXCSR afterwards. A job therefore computes the same bits
+ * whichever thread runs an index (rounding mode and exception masks are
+ * left to the defaults every thread starts with).
  */
 #include "kernels/threads.h"
 
@@ -20,6 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define THREADS_HAVE_MXCSR 1
+/* MXCSR FTZ (bit 15) and DAZ (bit 6). */
+#define MXCSR_FLUSH_BITS 0x8040u
+#endif
 
 enum { THREADS_MAX = 64 };
 #define SPIN_SECONDS 100e-6
@@ -35,6 +49,7 @@ static struct {
     mxp_parallel_fn fn;
     void *ctx;
     int count;
+    unsigned flush; /* the caller's MXCSR FTZ/DAZ bits for this job */
     int nthreads; /* caller + workers actually started */
     pthread_t tid[THREADS_MAX];
 } pool = {
@@ -91,6 +106,30 @@ static int configured_threads(void) {
     return n;
 }
 
+/* The caller's flush bits (0 where the platform has no MXCSR). */
+static unsigned caller_flush(void) {
+#ifdef THREADS_HAVE_MXCSR
+    return _mm_getcsr() & MXCSR_FLUSH_BITS;
+#else
+    return 0;
+#endif
+}
+
+/* Run index `index` of the published job with MXCSR's FTZ/DAZ bits equal
+ * to `flush`, restoring this worker's MXCSR afterwards. */
+static void run_with_flush(unsigned flush, int index) {
+#ifdef THREADS_HAVE_MXCSR
+    unsigned own = _mm_getcsr();
+    unsigned want = (own & ~MXCSR_FLUSH_BITS) | flush;
+    if (want != own) _mm_setcsr(want);
+    pool.fn(pool.ctx, index, pool.count);
+    if (want != own) _mm_setcsr(own);
+#else
+    (void)flush;
+    pool.fn(pool.ctx, index, pool.count);
+#endif
+}
+
 static void *worker_main(void *arg) {
     const int index = (int)(intptr_t)arg;
     unsigned seen = 0;
@@ -109,7 +148,7 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
-        if (index < pool.count) pool.fn(pool.ctx, index, pool.count);
+        if (index < pool.count) run_with_flush(pool.flush, index);
         if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&pool.lock);
             pthread_cond_signal(&pool.done);
@@ -155,6 +194,7 @@ void mxp_threads_run(int count, mxp_parallel_fn fn, void *ctx) {
     pool.fn = fn;
     pool.ctx = ctx;
     pool.count = count;
+    pool.flush = caller_flush();
     atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
     pthread_mutex_lock(&pool.lock);
     atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);

@@ -14,6 +14,10 @@
  * or the process has forked since, all indices run serially on the caller,
  * so calling from any thread is safe.
  *
+ * Every index runs with the calling thread's MXCSR flush-to-zero and
+ * denormals-are-zero bits (mxp_fpenv_set_ftz), whichever thread runs it;
+ * workers restore their own MXCSR after the job.
+ *
  * MIXPREC_NUM_THREADS=<1..64> caps the thread count (default: the CPUs this
  * process may run on); an invalid value is logged and ignored.
  */

@@ -149,13 +149,16 @@ struct mxp_classifier {
     int32_t *by;      /* [accum, max_batch] */
     float *logits;    /* [max_batch, 10] */
     mxp_batch *micro; /* [accum] */
-    int64_t epochs_done;
+    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
+    mxp_guard *guard;      /* numerical-safety guard (guard.h), or NULL */
+    bool stopped;          /* the last train() ended on a guard stop */
     mxp_progress_fn progress;
     void *progress_user;
 };
 
 void mxp_classifier_destroy(mxp_classifier *cl) {
     if (!cl) return;
+    mxp_guard_destroy(cl->guard); /* detaches from the model first */
     mxp_trainer_destroy(cl->trainer);
     mxp_model_destroy(cl->model);
     mxp_fmnist_destroy(cl->owned);
@@ -234,6 +237,19 @@ mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmni
     if (s != MXP_OK) goto fail;
     s = alloc_buffers(cl, err);
     if (s != MXP_OK) goto fail;
+    /* the guard (guard.h); its canary probes the first test images, gathered
+     * into the batch buffer (the guard copies them) */
+    mxp_image_split te = mxp_fmnist_test(data);
+    int64_t pb = cfg->guard.canary_batch < cl->max_batch ? cfg->guard.canary_batch : cl->max_batch;
+    if (pb > te.n) pb = te.n;
+    for (int64_t b = 0; b < pb; b++) {
+        gather_image(&te, cl->in_dim, b, cl->bx + b * cl->in_dim);
+        cl->by[b] = te.labels[b];
+    }
+    mxp_batch probe = {.x = cl->bx, .y = NULL, .labels = cl->by, .B = pb};
+    s = mxp_guard_for_workload(&cfg->guard, cl->trainer, pb > 0 ? &probe : NULL, &cl->guard,
+                               err);
+    if (s != MXP_OK) goto fail;
     *out = cl;
     return MXP_OK;
 fail:
@@ -282,39 +298,53 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
     const int accum = (int)cl->cfg.grad_accum_steps;
     const int64_t B = cl->max_batch;
     const int64_t steps_per_epoch = tr.n / (B * accum);
-    const int64_t total = steps_per_epoch * num_epochs;
-    const int64_t first_epoch = cl->epochs_done;
-    int64_t step = 0;
-    for (int64_t e = 0; e < num_epochs; e++) {
-        const int64_t epoch = first_epoch + e;
-        mxp_trainer_set_epoch(cl->trainer, epoch);
-        shuffle(cl->perm, tr.n, cl->cfg.seed, epoch);
-        for (int64_t s = 0; s < steps_per_epoch; s++) {
-            for (int a = 0; a < accum; a++) {
-                float *bx = cl->bx + (size_t)a * (size_t)B * (size_t)cl->in_dim;
-                int32_t *by = cl->by + (size_t)a * (size_t)B;
-                const uint32_t *rows = cl->perm + (s * accum + a) * B;
-                for (int64_t b = 0; b < B; b++) {
-                    gather_image(&tr, cl->in_dim, rows[b], bx + b * cl->in_dim);
-                    by[b] = tr.labels[rows[b]];
-                }
-                cl->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = B};
-            }
-            float lr = mxp_lr_at(cl->cfg.lr_schedule, cl->cfg.trainer.optim.lr,
-                                 cl->cfg.lr_min_ratio, step, total);
-            mxp_status st = mxp_trainer_set_lr(cl->trainer, lr, err);
-            if (st != MXP_OK) return st;
-            mxp_step_result res;
-            st = mxp_trainer_step(cl->trainer, cl->micro, accum, &res, err);
-            if (st != MXP_OK) return st;
-            step++;
-            if (cl->progress) {
-                mxp_progress p = {step, total, epoch, first_epoch + num_epochs, &res};
-                cl->progress(cl->progress_user, &p);
-            }
+    mxp_data_position *p = &cl->pos;
+    mxp_status st = mxp_data_position_begin(p, num_epochs, B, steps_per_epoch, err);
+    if (st != MXP_OK) return st;
+    cl->stopped = false;
+    int64_t shuffled = -1; /* epoch whose permutation cl->perm holds */
+    /* The loop reads the position every step, so a guard rollback that moves
+     * it continues from there with the same batches. */
+    while (!mxp_data_position_done(p)) {
+        const int64_t epoch = p->epoch, s = p->step_in_epoch;
+        if (epoch != shuffled) {
+            mxp_trainer_set_epoch(cl->trainer, epoch);
+            shuffle(cl->perm, tr.n, cl->cfg.seed, epoch);
+            shuffled = epoch;
         }
-        cl->epochs_done++;
+        for (int a = 0; a < accum; a++) {
+            float *bx = cl->bx + (size_t)a * (size_t)B * (size_t)cl->in_dim;
+            int32_t *by = cl->by + (size_t)a * (size_t)B;
+            const uint32_t *rows = cl->perm + (s * accum + a) * B;
+            for (int64_t b = 0; b < B; b++) {
+                gather_image(&tr, cl->in_dim, rows[b], bx + b * cl->in_dim);
+                by[b] = tr.labels[rows[b]];
+            }
+            cl->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = B};
+        }
+        float lr = mxp_lr_at(cl->cfg.lr_schedule, cl->cfg.trainer.optim.lr,
+                             cl->cfg.lr_min_ratio, p->run_step, p->run_total);
+        st = mxp_trainer_set_lr(cl->trainer, lr, err);
+        if (st != MXP_OK) return st;
+        if (cl->guard && (st = mxp_guard_step_begin(cl->guard, p, err)) != MXP_OK) return st;
+        mxp_step_result res;
+        st = mxp_trainer_step(cl->trainer, cl->micro, accum, &res, err);
+        if (st != MXP_OK) return st;
+        mxp_data_position_advance(p, steps_per_epoch);
+        bool stop = false; /* the guard may also move p back (rollback) */
+        if (cl->guard && (st = mxp_guard_step_end(cl->guard, &res, p, &stop, err)) != MXP_OK)
+            return st;
+        if (cl->progress) {
+            mxp_progress pr = {p->run_step, p->run_total, epoch,
+                               p->run_first_epoch + p->run_epochs, &res};
+            cl->progress(cl->progress_user, &pr);
+        }
+        if (stop) {
+            cl->stopped = true;
+            return MXP_OK;
+        }
     }
+    mxp_data_position_end(p);
     return MXP_OK;
 }
 
@@ -350,4 +380,6 @@ mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *acc
 }
 
 mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return cl->trainer; }
+mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return cl->guard; }
+bool mxp_classifier_stopped(const mxp_classifier *cl) { return cl->stopped; }
 mxp_model *mxp_classifier_model(mxp_classifier *cl) { return cl->model; }

@@ -35,15 +35,18 @@ struct mxp_gpt {
     uint32_t *perm;   /* [n_win_train] */
     float *bx;        /* [accum, B*T] */
     int32_t *by;      /* [accum, B*T] */
-    float *logits;    /* [B*T, V] */
+    float *logits;    /* [T, V]: sampling predicts one sequence */
     mxp_batch *micro; /* [accum] */
-    int64_t epochs_done;
+    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
+    mxp_guard *guard;      /* numerical-safety guard (guard.h), or NULL */
+    bool stopped;          /* the last train() ended on a guard stop */
     mxp_progress_fn progress;
     void *progress_user;
 };
 
 void mxp_gpt_destroy(mxp_gpt *g) {
     if (!g) return;
+    mxp_guard_destroy(g->guard); /* detaches from the model first */
     mxp_trainer_destroy(g->trainer);
     mxp_model_destroy(g->model);
     mxp_free(g->ids);
@@ -144,6 +147,23 @@ static mxp_status load_text(mxp_gpt *g, mxp_error *err) {
     return MXP_OK;
 }
 
+static void gather(const mxp_gpt *g, int64_t start, float *x, int32_t *y);
+
+/* The guard (guard.h), whose canary probes the first held-out windows
+ * (guard.canary.batch_size rows rounded down to whole windows, at least
+ * one), gathered into the batch buffers (the guard copies them). */
+static mxp_status guard_setup(mxp_gpt *g, mxp_error *err) {
+    int64_t nw = g->cfg.guard.canary_batch / g->T;
+    if (nw < 1) nw = 1;
+    if (nw > g->B) nw = g->B;
+    if (nw > g->n_win_val) nw = g->n_win_val;
+    for (int64_t b = 0; b < nw; b++)
+        gather(g, g->n_train + b * g->T, g->bx + b * g->T, g->by + b * g->T);
+    mxp_batch probe = {.x = g->bx, .y = NULL, .labels = g->by, .B = nw * g->T};
+    return mxp_guard_for_workload(&g->cfg.guard, g->trainer, nw > 0 ? &probe : NULL, &g->guard,
+                                  err);
+}
+
 mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) {
     if (!cfg || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_create: NULL");
     *out = NULL;
@@ -194,12 +214,13 @@ mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) 
     g->perm = mxp_calloc((size_t)g->n_win_train, sizeof *g->perm);
     g->bx = mxp_calloc(accum * rows, sizeof(float));
     g->by = mxp_calloc(accum * rows, sizeof(int32_t));
-    g->logits = mxp_calloc(rows * (size_t)g->vocab, sizeof(float));
+    g->logits = mxp_calloc((size_t)g->T * (size_t)g->vocab, sizeof(float));
     g->micro = mxp_calloc(accum, sizeof *g->micro);
     if (!g->perm || !g->bx || !g->by || !g->logits || !g->micro) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt batch buffers (%zu rows)", rows);
         goto fail;
     }
+    if ((s = guard_setup(g, err)) != MXP_OK) goto fail;
     *out = g;
     return MXP_OK;
 fail:
@@ -236,36 +257,51 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
                              (long long)num_epochs);
     const int accum = (int)g->cfg.grad_accum_steps;
     const int64_t rows = g->B * g->T, steps = g->n_win_train / (g->B * accum);
-    const int64_t total = steps * num_epochs, first = g->epochs_done;
-    int64_t step = 0;
-    for (int64_t e = 0; e < num_epochs; e++) {
-        const int64_t epoch = first + e;
-        mxp_trainer_set_epoch(g->trainer, epoch);
-        shuffle(g->perm, g->n_win_train, g->cfg.seed, epoch);
-        for (int64_t s = 0; s < steps; s++) {
-            for (int a = 0; a < accum; a++) {
-                float *bx = g->bx + (size_t)a * (size_t)rows;
-                int32_t *by = g->by + (size_t)a * (size_t)rows;
-                const uint32_t *w = g->perm + (s * accum + a) * g->B;
-                for (int64_t b = 0; b < g->B; b++)
-                    gather(g, (int64_t)w[b] * g->T, bx + b * g->T, by + b * g->T);
-                g->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = rows};
-            }
-            float lr = mxp_lr_at(g->cfg.lr_schedule, g->cfg.trainer.optim.lr,
-                                 g->cfg.lr_min_ratio, step, total);
-            mxp_status st = mxp_trainer_set_lr(g->trainer, lr, err);
-            if (st != MXP_OK) return st;
-            mxp_step_result res;
-            st = mxp_trainer_step(g->trainer, g->micro, accum, &res, err);
-            if (st != MXP_OK) return st;
-            step++;
-            if (g->progress) {
-                mxp_progress p = {step, total, epoch, first + num_epochs, &res};
-                g->progress(g->progress_user, &p);
-            }
+    mxp_data_position *p = &g->pos;
+    mxp_status st = mxp_data_position_begin(p, num_epochs, g->B, steps, err);
+    if (st != MXP_OK) return st;
+    g->stopped = false;
+    int64_t shuffled = -1; /* epoch whose permutation g->perm holds */
+    /* The loop reads the position every step, so a guard rollback that moves
+     * it continues from there with the same batches. */
+    while (!mxp_data_position_done(p)) {
+        const int64_t epoch = p->epoch, s = p->step_in_epoch;
+        if (epoch != shuffled) {
+            mxp_trainer_set_epoch(g->trainer, epoch);
+            shuffle(g->perm, g->n_win_train, g->cfg.seed, epoch);
+            shuffled = epoch;
         }
-        g->epochs_done++;
+        for (int a = 0; a < accum; a++) {
+            float *bx = g->bx + (size_t)a * (size_t)rows;
+            int32_t *by = g->by + (size_t)a * (size_t)rows;
+            const uint32_t *w = g->perm + (s * accum + a) * g->B;
+            for (int64_t b = 0; b < g->B; b++)
+                gather(g, (int64_t)w[b] * g->T, bx + b * g->T, by + b * g->T);
+            g->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = rows};
+        }
+        float lr = mxp_lr_at(g->cfg.lr_schedule, g->cfg.trainer.optim.lr, g->cfg.lr_min_ratio,
+                             p->run_step, p->run_total);
+        st = mxp_trainer_set_lr(g->trainer, lr, err);
+        if (st != MXP_OK) return st;
+        if (g->guard && (st = mxp_guard_step_begin(g->guard, p, err)) != MXP_OK) return st;
+        mxp_step_result res;
+        st = mxp_trainer_step(g->trainer, g->micro, accum, &res, err);
+        if (st != MXP_OK) return st;
+        mxp_data_position_advance(p, steps);
+        bool stop = false; /* the guard may also move p back (rollback) */
+        if (g->guard && (st = mxp_guard_step_end(g->guard, &res, p, &stop, err)) != MXP_OK)
+            return st;
+        if (g->progress) {
+            mxp_progress pr = {p->run_step, p->run_total, epoch,
+                               p->run_first_epoch + p->run_epochs, &res};
+            g->progress(g->progress_user, &pr);
+        }
+        if (stop) {
+            g->stopped = true;
+            return MXP_OK;
+        }
     }
+    mxp_data_position_end(p);
     return MXP_OK;
 }
 
@@ -349,3 +385,5 @@ int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return g->n_train; }
 int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return g->n_text - g->n_train; }
 mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return g->trainer; }
 mxp_model *mxp_gpt_model(mxp_gpt *g) { return g->model; }
+mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return g->guard; }
+bool mxp_gpt_stopped(const mxp_gpt *g) { return g->stopped; }

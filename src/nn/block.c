@@ -22,8 +22,16 @@
  * activation dtype, which is where FP16 overflows when activations grow.
  * Gradients between the steps are rounded to the gradient dtype.
  * Saved tensors live in the layer's region of the arena (b->ext[l]);
- * transient FP32 buffers in the shared scratch b->xs, carved identically
- * at plan time and at run time by blk_layout / blk_scratch.
+ * transient FP32 buffers in the scratch b->xs shared by all blocks, carved
+ * identically at plan time and at run time by blk_layout / blk_scratch.
+ * That scratch is planned for chunks of R rows (whole sequences, default
+ * NN_BLOCK_ROWS), not for the batch: forward runs the block chunk by
+ * chunk; backward produces the [N, 4C] and [N, 3C] gradients chunk by
+ * chunk, keeps them in the gradient dtype for the reductions over all
+ * rows, and borrows the driver's idle FP32 buffers (dx32, sa, sb) for the
+ * [N, C] ones. Outputs and gradients are bit-identical for every R (only
+ * row-independent work is split; reductions are whole or split by
+ * independent columns); fp8 mode keeps the whole-batch path.
  * References: Radford et al. 2019; karpathy/nanoGPT model.py (init);
  * karpathy/llm.c train_gpt2.c (forward/backward structure).
  */
@@ -134,37 +142,71 @@ static size_t blk_layout(const mxp_model *m, const nn_layer *L, const mxp_precis
     return off;
 }
 
+/* Rows per chunk of block L's FP32 scratch under policy p: the whole batch
+ * (N) in fp8 mode or when m->blk_rows < 0 (the unchunked path, kept for
+ * FP8 and as the tests' reference), else m->blk_rows (0: NN_BLOCK_ROWS)
+ * rounded up to whole sequences (attention needs them) and capped at N. */
+static int64_t blk_rows(const mxp_model *m, const nn_layer *L, const mxp_precision_policy *p) {
+    const int64_t N = m->spec.max_batch, T = L->T;
+    if (is_fp8_policy(p) || m->blk_rows < 0) return N;
+    int64_t r = m->blk_rows > 0 ? m->blk_rows : NN_BLOCK_ROWS;
+    r = r >= N ? N : (r + T - 1) / T * T;
+    return r > N ? N : r;
+}
+
+/* The unchunked path: FP32 scratch for the whole batch (fp8, tests). */
+static bool blk_whole(const mxp_model *m, const mxp_precision_policy *p) {
+    return is_fp8_policy(p) || m->blk_rows < 0;
+}
+
+/* Activation-gradient storage dtype under p (as plan_bufs sets grad_type). */
+static mxp_dtype grad_store(const mxp_precision_policy *p) {
+    return nn_dtype_is_fp8(p->grad) ? MXP_DTYPE_BF16 : p->grad;
+}
+
 typedef struct blk_scr {
-    float *f4a;      /* [N, 4C] */
-    float *fc1, *fc2; /* [N, C] */
-    float *ft;       /* [2, T, T] attention tiles */
-    float *fb;       /* [4C] widened biases / gammas */
-    float *f4b, *fw; /* fp8 only: [N, 4C] operand, [4C, C] quantised weight */
+    int64_t R;        /* rows per chunk (N on the unchunked path) */
+    float *f4a;       /* [R, 4C] */
+    float *fc1, *fc2; /* [R, C] */
+    float *ft;        /* [2, T, T] attention tiles */
+    float *fb;        /* [4C] widened biases / gammas */
+    void *gs;         /* chunked path: [N, 4C] in the grad dtype (the gradient
+                         of c_fc's, then c_attn's, output), also seen as
+                         FP32 [2, N, C] once that is consumed; else NULL */
+    float *f4b, *fw;  /* fp8 only: [N, 4C] operand, [4C, C] quantised weight */
 } blk_scr;
 
 /* Carve the FP32 scratch of block L (floats; base NULL: sizes only). */
 static size_t blk_scratch(const mxp_model *m, const nn_layer *L, const mxp_precision_policy *p,
                           float *base, blk_scr *o) {
     const size_t N = (size_t)m->spec.max_batch, C = (size_t)L->in, T = (size_t)L->T;
-    const size_t NC = mulz(N, C);
-    size_t off = 0, a[7] = {0};
-    a[0] = take(&off, mulz(NC, 4), 1);
-    a[1] = take(&off, NC, 1);
-    a[2] = take(&off, NC, 1);
+    const size_t R = (size_t)blk_rows(m, L, p), RC = mulz(R, C), NC = mulz(N, C);
+    const bool whole = blk_whole(m, p);
+    size_t off = 0, a[8] = {0};
+    a[0] = take(&off, mulz(RC, 4), 1);
+    a[1] = take(&off, RC, 1);
+    a[2] = take(&off, RC, 1);
     a[3] = take(&off, mulz(mulz(T, T), 2), 1);
     a[4] = take(&off, mulz(C, 4), 1);
+    if (!whole) { /* max(4NC grad-dtype elements, 2NC floats), in floats */
+        size_t gb = mulz(mulz(NC, 4), mxp_dtype_info(grad_store(p))->size);
+        size_t fl = mulz(NC, 2 * sizeof(float));
+        a[5] = take(&off, ((gb > fl ? gb : fl) + sizeof(float) - 1) / sizeof(float), 1);
+    }
     if (is_fp8_policy(p)) {
-        a[5] = take(&off, mulz(NC, 4), 1);
-        a[6] = take(&off, mulz(mulz(C, C), 4), 1);
+        a[6] = take(&off, mulz(NC, 4), 1);
+        a[7] = take(&off, mulz(mulz(C, C), 4), 1);
     }
     if (base && o) {
+        o->R = (int64_t)R;
         o->f4a = base + a[0];
         o->fc1 = base + a[1];
         o->fc2 = base + a[2];
         o->ft = base + a[3];
         o->fb = base + a[4];
-        o->f4b = is_fp8_policy(p) ? base + a[5] : NULL;
-        o->fw = is_fp8_policy(p) ? base + a[6] : NULL;
+        o->gs = whole ? NULL : (void *)(base + a[5]);
+        o->f4b = is_fp8_policy(p) ? base + a[6] : NULL;
+        o->fw = is_fp8_policy(p) ? base + a[7] : NULL;
     }
     return off;
 }
@@ -382,6 +424,34 @@ static void dense_fwd(mxp_model *m, const blk_scr *s, int slot, mxp_dtype xt, co
     m->k->add_bias(y32, nn_param_f32(m, b_off, (size_t)out, s->fb), B, out);
 }
 
+/* The parameter half of dense_fwd's backward (non-fp8): db += column sums
+ * of dy32 [B, out] (FP32, lead dimension ld >= out), dW += dy32^T x. */
+static void dense_bwd_params(mxp_model *m, mxp_dtype xt, const void *x, int64_t B, int64_t in,
+                             int64_t out, size_t w_off, size_t b_off, const float *dy32,
+                             int64_t ld) {
+    m->k->bias_grad(m->grads + b_off, dy32, B, out);
+    mxp_gemm_args gw = {
+        .trans_a = true, .trans_b = false, .M = out, .N = in, .K = B,
+        .a_type = MXP_DTYPE_F32, .A = dy32, .lda = ld,
+        .b_type = xt, .B = x, .ldb = in,
+        .C = m->grads + w_off, .ldc = in, .alpha = 1.0f, .beta = 1.0f,
+    };
+    m->k->gemm(&gw);
+}
+
+/* Its input half: dx32 [B, in] = dy32 [B, out] W ("="). Row-independent:
+ * a GEMM gives every row the same bits whatever M (kernels.h). */
+static void dense_bwd_dx(mxp_model *m, const float *dy32, int64_t B, int64_t in, int64_t out,
+                         size_t w_off, float *dx32) {
+    mxp_gemm_args gx = {
+        .trans_a = false, .trans_b = false, .M = B, .N = in, .K = out,
+        .a_type = MXP_DTYPE_F32, .A = dy32, .lda = out,
+        .b_type = m->policy.weight, .B = nn_work_at(m, w_off), .ldb = in,
+        .C = dx32, .ldc = in, .alpha = 1.0f, .beta = 0.0f,
+    };
+    m->k->gemm(&gx);
+}
+
 /* Backward of dense_fwd: dy32 [B, out] FP32 (values of the grad dtype;
  * overwritten in fp8 mode); dW, db += ; dx32 [B, in] "=". */
 static void dense_bwd(mxp_model *m, const blk_scr *s, int slot, mxp_dtype xt, const void *x,
@@ -393,21 +463,31 @@ static void dense_bwd(mxp_model *m, const blk_scr *s, int slot, mxp_dtype xt, co
                               s->f4b, s->fw);
         return;
     }
-    m->k->bias_grad(m->grads + b_off, dy32, B, out);
-    mxp_gemm_args gw = {
-        .trans_a = true, .trans_b = false, .M = out, .N = in, .K = B,
-        .a_type = MXP_DTYPE_F32, .A = dy32, .lda = out,
-        .b_type = xt, .B = x, .ldb = in,
-        .C = m->grads + w_off, .ldc = in, .alpha = 1.0f, .beta = 1.0f,
-    };
-    m->k->gemm(&gw);
-    mxp_gemm_args gx = {
-        .trans_a = false, .trans_b = false, .M = B, .N = in, .K = out,
-        .a_type = MXP_DTYPE_F32, .A = dy32, .lda = out,
-        .b_type = m->policy.weight, .B = nn_work_at(m, w_off), .ldb = in,
-        .C = dx32, .ldc = in, .alpha = 1.0f, .beta = 0.0f,
-    };
-    m->k->gemm(&gx);
+    dense_bwd_params(m, xt, x, B, in, out, w_off, b_off, dy32, out);
+    dense_bwd_dx(m, dy32, B, in, out, w_off, dx32);
+}
+
+/* dense_bwd_params for an output gradient stored in g [N, out] (dtype gt,
+ * values exact). A non-F32 g is widened in column slices of width C
+ * through buf (FP32 [N, C]): both kernels sum each bias column over the
+ * rows in order from zero and compute each dW row on its own, so the
+ * sliced calls give the bits of one call on the FP32 tensor. */
+static void dense_bwd_params_typed(mxp_model *m, mxp_dtype gt, const void *g, int64_t N,
+                                   int64_t C, int64_t out, mxp_dtype xt, const void *x,
+                                   size_t w_off, size_t b_off, float *buf) {
+    if (gt == MXP_DTYPE_F32) {
+        dense_bwd_params(m, xt, x, N, C, out, w_off, b_off, g, out);
+        return;
+    }
+    for (int64_t c0 = 0; c0 < out; c0 += C) {
+        for (int64_t r = 0; r < N; r++)
+            m->k->convert(MXP_DTYPE_F32, buf + r * C, gt,
+                          (const unsigned char *)g +
+                              (size_t)(r * out + c0) * mxp_dtype_info(gt)->size,
+                          (size_t)C);
+        dense_bwd_params(m, xt, x, N, C, C, w_off + (size_t)(c0 * C), b_off + (size_t)c0, buf,
+                         C);
+    }
 }
 
 /* Round src [n] into the typed buffer dst (dtype t). */
@@ -425,12 +505,16 @@ static const void *elem(const void *base, mxp_dtype t, size_t i) {
 
 /* ---- forward / backward ------------------------------------------------------------- */
 
+/* Forward in chunks of s.R rows (whole sequences): every op of the block
+ * is row-independent except attention, which is per sequence, so each
+ * chunk runs the whole block on its rows; the FP32 scratch is [R, 4C] +
+ * 2 x [R, C]. The residual r of a chunk is kept in y32's rows. */
 void nn_block_forward(mxp_model *m, int l, int64_t B, float *y32) {
     const nn_layer *L = &m->layers[l];
     const mxp_precision_policy *p = &m->policy;
-    const int64_t C = L->in, T = L->T, H = L->heads, Bs = B / T;
-    const size_t nC = (size_t)(B * C);
+    const int64_t C = L->in, T = L->T, H = L->heads;
     const mxp_dtype at = p->activation, mt = mm_store(p), ot = p->ops[MXP_OP_MATMUL].output;
+    const mxp_dtype xt = m->b.act_type[l];
     blk_buf v;
     blk_scr s;
     blk_layout(m, L, p, m->b.ext[l], &v);
@@ -439,42 +523,57 @@ void nn_block_forward(mxp_model *m, int l, int64_t B, float *y32) {
     const int slot = L->fp8_slot;
     const float eps = m->spec.layernorm_eps;
 
-    const float *X = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], nC, s.fc1);
-    const float *g1 = nn_param_f32(m, w.ln1w, (size_t)C, s.fb);
-    const float *b1 = nn_param_f32(m, w.ln1b, (size_t)C, s.fb + C);
-    m->k->layernorm_fwd(s.fc2, v.ln1m, v.ln1r, X, g1, b1, B, C, eps);
-    store(m, mt, v.ln1, s.fc2, nC);
+    for (int64_t r0 = 0; r0 < B; r0 += s.R) {
+        const int64_t R = B - r0 < s.R ? B - r0 : s.R;
+        const size_t n = (size_t)(R * C), o = (size_t)(r0 * C);
+        float *y = y32 + o;
+        const float *X = nn_view_f32(m, xt, elem(m->b.acts[l], xt, o), n, s.fc1);
+        const float *g1 = nn_param_f32(m, w.ln1w, (size_t)C, s.fb);
+        const float *b1 = nn_param_f32(m, w.ln1b, (size_t)C, s.fb + C);
+        m->k->layernorm_fwd(s.fc2, v.ln1m + r0, v.ln1r + r0, X, g1, b1, R, C, eps);
+        void *ln1 = (unsigned char *)v.ln1 + o * mxp_dtype_info(mt)->size;
+        store(m, mt, ln1, s.fc2, n);
 
-    dense_fwd(m, &s, slot, mt, v.ln1, B, C, 3 * C, w.aw, w.ab, s.f4a);
-    store(m, at, v.qkv, s.f4a, 3 * nC);
-    nn_attention_forward(m, Bs, T, C, H, at, ot, v.qkv, v.att, s.fc2, s.ft);
-    nn_round_f32(m, ot, s.fc2, nC);
-    store(m, mt, v.atty, s.fc2, nC);
+        void *qkv = (unsigned char *)v.qkv + 3 * o * mxp_dtype_info(at)->size;
+        dense_fwd(m, &s, slot, mt, ln1, R, C, 3 * C, w.aw, w.ab, s.f4a);
+        store(m, at, qkv, s.f4a, 3 * n);
+        void *att = (unsigned char *)v.att +
+                    (size_t)(r0 * H * T) * mxp_dtype_info(at)->size; /* [R/T, H, T, T] */
+        nn_attention_forward(m, R / T, T, C, H, at, ot, qkv, att, s.fc2, s.ft);
+        nn_round_f32(m, ot, s.fc2, n);
+        void *atty = (unsigned char *)v.atty + o * mxp_dtype_info(mt)->size;
+        store(m, mt, atty, s.fc2, n);
 
-    dense_fwd(m, &s, slot + 3, mt, v.atty, B, C, C, w.pw, w.pb, s.f4a);
-    nn_round_f32(m, ot, s.f4a, nC);
-    for (size_t i = 0; i < nC; i++) s.fc2[i] = X[i] + s.f4a[i];
-    nn_round_f32(m, at, s.fc2, nC); /* r, as stored */
-    store(m, at, v.res1, s.fc2, nC);
+        dense_fwd(m, &s, slot + 3, mt, atty, R, C, C, w.pw, w.pb, s.f4a);
+        nn_round_f32(m, ot, s.f4a, n);
+        for (size_t i = 0; i < n; i++) y[i] = X[i] + s.f4a[i];
+        nn_round_f32(m, at, y, n); /* r, as stored */
+        store(m, at, (unsigned char *)v.res1 + o * mxp_dtype_info(at)->size, y, n);
 
-    const float *g2 = nn_param_f32(m, w.ln2w, (size_t)C, s.fb);
-    const float *b2 = nn_param_f32(m, w.ln2b, (size_t)C, s.fb + C);
-    m->k->layernorm_fwd(s.fc1, v.ln2m, v.ln2r, s.fc2, g2, b2, B, C, eps);
-    store(m, mt, v.ln2, s.fc1, nC);
+        const float *g2 = nn_param_f32(m, w.ln2w, (size_t)C, s.fb);
+        const float *b2 = nn_param_f32(m, w.ln2b, (size_t)C, s.fb + C);
+        m->k->layernorm_fwd(s.fc1, v.ln2m + r0, v.ln2r + r0, y, g2, b2, R, C, eps);
+        void *ln2 = (unsigned char *)v.ln2 + o * mxp_dtype_info(mt)->size;
+        store(m, mt, ln2, s.fc1, n);
 
-    dense_fwd(m, &s, slot + 6, mt, v.ln2, B, C, 4 * C, w.fw, w.fb, s.f4a);
-    nn_round_f32(m, ot, s.f4a, 4 * nC);
-    store(m, at, v.fch, s.f4a, 4 * nC);
-    m->k->gelu_fwd(s.f4a, s.f4a, 4 * nC);
-    nn_round_f32(m, at, s.f4a, 4 * nC);
-    store(m, mt, v.fcg, s.f4a, 4 * nC);
+        dense_fwd(m, &s, slot + 6, mt, ln2, R, C, 4 * C, w.fw, w.fb, s.f4a);
+        nn_round_f32(m, ot, s.f4a, 4 * n);
+        store(m, at, (unsigned char *)v.fch + 4 * o * mxp_dtype_info(at)->size, s.f4a, 4 * n);
+        m->k->gelu_fwd(s.f4a, s.f4a, 4 * n);
+        nn_round_f32(m, at, s.f4a, 4 * n);
+        void *fcg = (unsigned char *)v.fcg + 4 * o * mxp_dtype_info(mt)->size;
+        store(m, mt, fcg, s.f4a, 4 * n);
 
-    dense_fwd(m, &s, slot + 9, mt, v.fcg, B, 4 * C, C, w.mw, w.mb, s.fc1);
-    nn_round_f32(m, ot, s.fc1, nC);
-    for (size_t i = 0; i < nC; i++) y32[i] = s.fc2[i] + s.fc1[i];
+        dense_fwd(m, &s, slot + 9, mt, fcg, R, 4 * C, C, w.mw, w.mb, s.fc1);
+        nn_round_f32(m, ot, s.fc1, n);
+        for (size_t i = 0; i < n; i++) y[i] = y[i] + s.fc1[i];
+    }
 }
 
-void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32) {
+/* The unchunked backward (fp8 mode, and the tests' reference): FP32
+ * scratch for the whole batch; D, the gradient of the block output and
+ * then of r, in fc1. */
+static void block_backward_whole(mxp_model *m, int l, int64_t B, const void *dy, float *dx32) {
     const nn_layer *L = &m->layers[l];
     const mxp_precision_policy *p = &m->policy;
     const int64_t C = L->in, T = L->T, H = L->heads, Bs = B / T;
@@ -487,7 +586,6 @@ void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx
     const blk_par w = blk_params(C, L->w_off);
     const int slot = L->fp8_slot;
 
-    /* D: the gradient of the block output, then of r (residual stream) */
     float *D = s.fc1;
     const float *dv = nn_view_f32(m, gt, dy, nC, D);
     if (dv != D) memcpy(D, dv, nC * sizeof(float));
@@ -532,4 +630,86 @@ void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx
                         g1, B, C);
     if (dx32)
         for (size_t i = 0; i < nC; i++) dx32[i] = D[i] + s.f4a[i];
+}
+
+/* The chunked backward, the same operations in the same order per element:
+ *   D (the gradient of the output, then of r) [N, C] FP32 lives in dx32
+ *   (or the idle staging buffer sy when the caller wants no dX);
+ *   the [N, 4C] gradient of c_fc's output and the [N, 3C] one of c_attn's
+ *   are produced in row chunks ([R, 4C] FP32) and kept in the grad dtype
+ *   (s.gs, the values they are rounded to anyway) for their bias and
+ *   weight gradients, which reduce over all rows in one call per column
+ *   slice (dense_bwd_params_typed); each chunk's dX goes on at once;
+ *   the layernorm inputs are full [N, C] FP32 (sa: their dY; sb: the
+ *   column slices) since their gamma/beta gradients reduce over all rows.
+ * dW of the two projections and their biases read D whole, as before. */
+void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32) {
+    const mxp_precision_policy *p = &m->policy;
+    if (blk_whole(m, p)) {
+        block_backward_whole(m, l, B, dy, dx32);
+        return;
+    }
+    const nn_layer *L = &m->layers[l];
+    const int64_t C = L->in, T = L->T, H = L->heads;
+    const size_t nC = (size_t)(B * C);
+    const mxp_dtype at = p->activation, mt = mm_store(p), gt = m->b.grad_type;
+    blk_buf v;
+    blk_scr s;
+    blk_layout(m, L, p, m->b.ext[l], &v);
+    blk_scratch(m, L, p, m->b.xs, &s);
+    const blk_par w = blk_params(C, L->w_off);
+    float *const dA = m->b.sa, *const cs = m->b.sb; /* FP32 [N, C] each */
+    float *const gf = (float *)s.gs;                /* FP32 [2, N, C] once free */
+
+    float *D = dx32 ? dx32 : m->b.sy;
+    const float *dv = nn_view_f32(m, gt, dy, nC, D);
+    if (dv != D) memcpy(D, dv, nC * sizeof(float));
+
+    /* out = r + proj(gelu(f)) */
+    dense_bwd_params(m, mt, v.fcg, B, 4 * C, C, w.mw, w.mb, D, C);
+    for (int64_t r0 = 0; r0 < B; r0 += s.R) {
+        const int64_t R = B - r0 < s.R ? B - r0 : s.R;
+        const size_t n = (size_t)(R * C), o = (size_t)(r0 * C);
+        dense_bwd_dx(m, D + o, R, 4 * C, C, w.mw, s.f4a);
+        nn_round_f32(m, gt, s.f4a, 4 * n);
+        for (size_t k = 0; k < 4 * n; k += n) { /* gelu' with f widened n at a time */
+            const float *fv = nn_view_f32(m, at, elem(v.fch, at, 4 * o + k), n, s.fc1);
+            m->k->gelu_bwd(s.f4a + k, s.f4a + k, fv, n);
+        }
+        nn_round_f32(m, gt, s.f4a, 4 * n);
+        store(m, gt, (unsigned char *)s.gs + 4 * o * mxp_dtype_info(gt)->size, s.f4a, 4 * n);
+        dense_bwd_dx(m, s.f4a, R, C, 4 * C, w.fw, dA + o);
+    }
+    nn_round_f32(m, gt, dA, nC);
+    dense_bwd_params_typed(m, gt, s.gs, B, C, 4 * C, mt, v.ln2, w.fw, w.fb, cs);
+    const float *r1 = nn_view_f32(m, at, v.res1, nC, gf);
+    const float *g2 = nn_param_f32(m, w.ln2w, (size_t)C, s.fb);
+    m->k->layernorm_bwd(gf + nC, m->grads + w.ln2w, m->grads + w.ln2b, dA, r1, v.ln2m, v.ln2r,
+                        g2, B, C);
+    m->k->axpy(D, 1.0f, gf + nC, nC);
+    nn_round_f32(m, gt, D, nC);
+
+    /* r = x + proj(attention(c_attn(ln_1(x)))) */
+    dense_bwd_params(m, mt, v.atty, B, C, C, w.pw, w.pb, D, C);
+    for (int64_t r0 = 0; r0 < B; r0 += s.R) {
+        const int64_t R = B - r0 < s.R ? B - r0 : s.R;
+        const size_t n = (size_t)(R * C), o = (size_t)(r0 * C);
+        dense_bwd_dx(m, D + o, R, C, C, w.pw, s.fc1);
+        nn_round_f32(m, gt, s.fc1, n);
+        const void *qkv = (const unsigned char *)v.qkv + 3 * o * mxp_dtype_info(at)->size;
+        const void *att = (const unsigned char *)v.att +
+                          (size_t)(r0 * H * T) * mxp_dtype_info(at)->size;
+        nn_attention_backward(m, R / T, T, C, H, at, gt, qkv, att, s.fc1, s.f4a, s.ft);
+        nn_round_f32(m, gt, s.f4a, 3 * n);
+        store(m, gt, (unsigned char *)s.gs + 3 * o * mxp_dtype_info(gt)->size, s.f4a, 3 * n);
+        dense_bwd_dx(m, s.f4a, R, C, 3 * C, w.aw, dA + o);
+    }
+    nn_round_f32(m, gt, dA, nC);
+    dense_bwd_params_typed(m, gt, s.gs, B, C, 3 * C, mt, v.ln1, w.aw, w.ab, cs);
+    const float *x0 = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], nC, gf);
+    const float *g1 = nn_param_f32(m, w.ln1w, (size_t)C, s.fb);
+    m->k->layernorm_bwd(gf + nC, m->grads + w.ln1w, m->grads + w.ln1b, dA, x0, v.ln1m, v.ln1r,
+                        g1, B, C);
+    if (dx32)
+        for (size_t i = 0; i < nC; i++) dx32[i] = D[i] + gf[nC + i];
 }

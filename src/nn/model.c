@@ -291,10 +291,20 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
         b->act_type[0] = MXP_DTYPE_F32; /* token ids stay exact */
     for (int l = 0; l < m->n_layers; l++) {
         b->act_type[l + 1] = p->ops[kind_class(m->layers[l].kind)].output;
+        /* A layernorm read only by a matmul (linear, lm_head) stores its
+         * output in the matmul input dtype: the reader would cast it to
+         * exactly that (into t0), so the values are the same and neither
+         * the FP32 copy nor the cast buffer is needed. FP8 operands are
+         * quantised per product from FP32: those keep the FP32 output. */
+        mxp_layer_kind next = l + 1 < m->n_layers ? m->layers[l + 1].kind : MXP_LAYER_KIND_COUNT;
+        if (m->layers[l].kind == MXP_LAYER_LAYERNORM && !nn_dtype_is_fp8(mm_in) &&
+            (next == MXP_LAYER_LINEAR || next == MXP_LAYER_LM_HEAD))
+            b->act_type[l + 1] = mm_in;
+    }
+    for (int l = 0; l < m->n_layers; l++)
         if ((m->layers[l].kind == MXP_LAYER_LINEAR || m->layers[l].kind == MXP_LAYER_LM_HEAD) &&
             b->act_type[l] != mm_in)
             need_t0 = true;
-    }
     /* The last layer's output is the loss's input: write it in the loss
      * dtype (FP32) straight from the FP32 accumulator instead of rounding
      * it to the activation dtype and widening it again. */
@@ -488,6 +498,28 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
     free_bufs(&m->b);
     m->b = nb;
     m->policy = *policy;
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    return MXP_OK;
+}
+
+mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    const int64_t keep = m->blk_rows;
+    m->blk_rows = rows;
+    nn_bufs nb;
+    mxp_status s = plan_bufs(m, &m->policy, &nb, err);
+    if (s != MXP_OK) {
+        m->blk_rows = keep;
+        return s;
+    }
+    const float *src = m->b.master;
+    if (!src) { /* widen the work slab through the grad slab (zeroed after) */
+        m->k->convert(MXP_DTYPE_F32, m->grads, m->policy.weight, m->b.work, m->n_params);
+        src = m->grads;
+    }
+    install_weights(m, &m->policy, &nb, src);
+    free_bufs(&m->b);
+    m->b = nb;
     memset(m->grads, 0, m->n_params * sizeof(float));
     return MXP_OK;
 }

@@ -18,6 +18,10 @@
  *               linear input must be cast), else NULL
  *     p0, p1    FP32 [max_width]: widened bias / gamma / beta
  *     ln_stats  FP32 [n_layernorm, 2, max_batch]: mean then rstd per row
+ *     ext[l]    GPT layers: the tensors a block saves for backward
+ *     xs        GPT layers: shared FP32 scratch (block chunks, block.c)
+ * A layernorm read only by a matmul stores its output in the matmul input
+ * dtype (what the reader casts it to), so it needs no FP32 copy or t0.
  *
  * Layers compute in FP32. The forward of layer l writes its FP32 output into
  * the buffer the driver gives it (acts[l+1] itself when that is F32, else

@@ -17,7 +17,7 @@ typedef struct trainer_layer_scale {
     size_t cnt[MXP_MODEL_MAX_LAYERS];            /*   and element count */
     float layer_scale[MXP_MODEL_MAX_LAYERS];     /* S(l) handed to the model */
     int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last step */
-    bool inf[MXP_MODEL_MAX_LAYERS];              /* group -> overflowed, last step */
+    mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> last step's outcome */
 } trainer_layer_scale;
 
 struct mxp_trainer {

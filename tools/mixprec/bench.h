@@ -99,7 +99,7 @@ typedef struct bench_loop_result {
     bench_timing t;
 } bench_loop_result;
 
-enum { BENCH_LOOPS_MAX = 24 };
+enum { BENCH_LOOPS_MAX = 32 };
 
 /* Time every bandwidth-bound slot of k on n-element buffers; returns the
  * number of results written to out (at most BENCH_LOOPS_MAX). */

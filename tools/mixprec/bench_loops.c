@@ -46,6 +46,24 @@ static void run_cvt_f16_f32(void *p) {
 static void run_cvt_f32_e4m3(void *p) {
     B(p)->k->convert(MXP_DTYPE_F8_E4M3, B(p)->byte, MXP_DTYPE_F32, B(p)->x, B(p)->n);
 }
+static void run_cvt_e4m3_f32(void *p) {
+    B(p)->k->convert(MXP_DTYPE_F32, B(p)->y, MXP_DTYPE_F8_E4M3, B(p)->byte, B(p)->n);
+}
+static void run_cvt_f32_e5m2(void *p) {
+    B(p)->k->convert(MXP_DTYPE_F8_E5M2, B(p)->byte, MXP_DTYPE_F32, B(p)->x, B(p)->n);
+}
+static void run_cvt_e5m2_f32(void *p) {
+    B(p)->k->convert(MXP_DTYPE_F32, B(p)->y, MXP_DTYPE_F8_E5M2, B(p)->byte, B(p)->n);
+}
+static void run_f32_e4m3_nan(void *p) {
+    B(p)->k->f32_to_fp8(MXP_DTYPE_F8_E4M3, B(p)->byte, B(p)->x, B(p)->n, MXP_FP8_NAN);
+}
+static void run_fp8_quant_e4m3(void *p) {
+    (void)B(p)->k->fp8_quantize(MXP_DTYPE_F8_E4M3, B(p)->y, B(p)->x, B(p)->n, 8.0f);
+}
+static void run_fp8_quant_e5m2(void *p) {
+    (void)B(p)->k->fp8_quantize(MXP_DTYPE_F8_E5M2, B(p)->y, B(p)->x, B(p)->n, 8.0f);
+}
 static void run_cvt_sr_bf16(void *p) {
     B(p)->k->convert_sr(MXP_DTYPE_BF16, B(p)->narrow, B(p)->x, B(p)->n, 42, B(p)->counter);
     B(p)->counter += B(p)->n;
@@ -96,6 +114,12 @@ static const loop_entry entries[] = {
     {"convert f32->f16", 6, run_cvt_f32_f16},
     {"convert f16->f32", 6, run_cvt_f16_f32},
     {"convert f32->e4m3", 5, run_cvt_f32_e4m3},
+    {"convert e4m3->f32", 5, run_cvt_e4m3_f32},
+    {"convert f32->e5m2", 5, run_cvt_f32_e5m2},
+    {"convert e5m2->f32", 5, run_cvt_e5m2_f32},
+    {"f32_to_fp8 e4m3 (NaN on overflow)", 5, run_f32_e4m3_nan},
+    {"fp8_quantize e4m3 (scaled, as f32)", 8, run_fp8_quant_e4m3},
+    {"fp8_quantize e5m2 (scaled, as f32)", 8, run_fp8_quant_e5m2},
     {"convert_sr f32->bf16", 6, run_cvt_sr_bf16},
     {"unscale_stats", 8, run_unscale},
     {"adamw (master+bf16 recast)", 30, run_adamw}, /* g,m,v,w read; m,v,w,work written */
@@ -148,6 +172,7 @@ static bool bufs_make(loop_bufs *b, const mxp_kernels *k, size_t n) {
     }
     for (size_t i = 0; i < LOOP_ROW; i++) b->gamma[i] = 1.0f;
     mxp_convert(MXP_DTYPE_BF16, b->narrow, MXP_DTYPE_F32, b->x, n);
+    mxp_convert(MXP_DTYPE_F8_E4M3, b->byte, MXP_DTYPE_F32, b->x, n);
     run_ln_fwd(b); /* mean and rstd for the backward */
     return true;
 }

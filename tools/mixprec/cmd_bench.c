@@ -11,6 +11,7 @@
  * measurement). The measuring code lives in bench_*.c; this file prints.
  */
 #include "bench.h"
+#include "bench_train.h"
 #include "cli.h"
 
 #include "kernels/threads.h"
@@ -23,6 +24,7 @@
 static void help(FILE *f) {
     fputs("usage: mixprec bench kernels [--csv FILE] [--reps N] [--quick]\n"
           "                             [--no-generic] [--no-peers]\n"
+          "       mixprec bench train --help   (every precision mode on the workloads)\n"
           "\n"
           "Measure the kernels of the active table (MIXPREC_FORCE_ISA=generic forces\n"
           "the reference) against the machine's peak, the generic table and, where\n"
@@ -354,6 +356,7 @@ int cmd_bench(int argc, char **argv) {
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "kernels") == 0) return bench_kernels(argc - 1, argv + 1);
-    cli_error("unknown bench command '%s'; accepted: kernels", argv[1]);
+    if (strcmp(argv[1], "train") == 0) return bench_train(argc - 1, argv + 1);
+    cli_error("unknown bench command '%s'; accepted: kernels, train", argv[1]);
     return CLI_EXIT_USAGE;
 }

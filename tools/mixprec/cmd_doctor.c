@@ -54,6 +54,13 @@ static void print_cpu(void) {
     if (strcmp(k->isa, "generic") == 0)
         printf("                (portable reference kernels: every format is computed by "
                "scalar code)\n");
+    int mjv = mxp_mujoco_version();
+    if (mjv > 0)
+        printf("mujoco          %d.%d.%d compiled in (data.env=ant|humanoid)\n", mjv / 100,
+               mjv / 10 % 10, mjv % 10);
+    else
+        printf("mujoco          not compiled in (data.env=ant|humanoid unavailable; install "
+               "libmujoco-dev and rebuild)\n");
     printf("\n%-11s %-9s %-22s %s\n", "precision", "support", "fallback", "how");
     for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
         const char *why = "";

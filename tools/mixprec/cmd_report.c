@@ -9,9 +9,13 @@
  * (or -o DIR). Precision switches, fallbacks and rollbacks from the event
  * table are drawn as dashed vertical lines.
  *
+ * A directory written by `mixprec bench train` (it holds bench.csv) gets
+ * that benchmark's plots instead (bench_train_plot.c).
+ *
  * Exit codes: 0 ok; 1 gnuplot missing or failed (report.md is still
  * written); 2 usage; 3 the store cannot be read or outputs written.
  */
+#include "bench_train.h"
 #include "obs_glue.h"
 
 #include <errno.h>
@@ -38,6 +42,8 @@ static void help(FILE *f) {
           "loss.png, loss_scale.png (overflow steps marked), grad_health.png and\n"
           "step_time.png, plus report.md linking them, into OUT_DIR (default\n"
           "RUN_DIR/report). Needs gnuplot (Debian package gnuplot-nox).\n"
+          "For a `mixprec bench train` directory (it holds bench.csv): speedup.png,\n"
+          "memory.png, degradation.png and steps.png into OUT_DIR (default DIR/report).\n"
           "\n"
           "  --run RUN_ID  which run of the store (default: the latest started)\n"
           "  --db FILE     the store (default: RUN_DIR/metrics.db)\n"
@@ -350,13 +356,21 @@ int cmd_report(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     char dbp[PATH_LEN], outp[PATH_LEN], p[PATH_LEN + 32];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/bench.csv", dir);
+    if (!db && !run && stat(p, &sb) == 0) { /* a `mixprec bench train` directory */
+        if (out)
+            snprintf(outp, sizeof outp, "%s", out);
+        else
+            snprintf(outp, sizeof outp, "%s/report", dir);
+        return bench_train_report(dir, outp);
+    }
     snprintf(dbp, sizeof dbp, "%s", db ? db : "");
     if (!db) snprintf(dbp, sizeof dbp, "%s/metrics.db", dir);
     if (out)
         snprintf(outp, sizeof outp, "%s", out);
     else
         snprintf(outp, sizeof outp, "%s/report", dir);
-    struct stat sb;
     if (stat(dbp, &sb) != 0) {
         cli_error("no run store at '%s': %s (runs write it unless obs.store.enabled=false)", dbp,
                   strerror(errno));

@@ -85,6 +85,7 @@ static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary
             (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
             (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed);
     if (s->wm) doctor_guard_json(f, s->wm);
+    if (s->wm) workload_json_memory(f, mxp_world_model_trainer(s->wm));
     cli_json_number(f, "final_train_loss", s->train_loss);
     cli_json_number(f, "val_loss", s->val_loss);
     fprintf(f, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,",

@@ -119,25 +119,47 @@ static void refresh_guard_state(obs_glue *g) {
     g->guard_refresh = GUARD_REFRESH_STEPS;
 }
 
-/* Guard event -> observer event (training thread, inside the step). */
+/* JSON number or null (non-finite). */
+static void json_num(char *buf, size_t n, double v) {
+    if (isfinite(v))
+        snprintf(buf, n, "%.9g", v);
+    else
+        snprintf(buf, n, "null");
+}
+
+/* Guard event -> observer event (training thread, inside the step). A rule
+ * firing becomes a "guard" event (severity P0/P1/P2) whose detail carries
+ * the rule, its value, threshold and window, the configured action and the
+ * action taken, the precision before and after, the restored step and the
+ * provenance of the first non-finite value: what /api/training/events, the
+ * JSONL event log and the SQLite events table show. */
 static void on_guard_event(void *user, const mxp_guard_event *ev) {
     obs_glue *g = user;
-    char detail[512], msg[512], act[64];
+    char detail[1024], msg[512], act[64], cfg_act[64];
     mxp_guard_action_text(ev->taken, act, sizeof act);
+    mxp_guard_action_text(ev->action, cfg_act, sizeof cfg_act);
     snprintf(msg, sizeof msg, "%s", ev->detail);
     if (ev->kind == MXP_EVENT_RULE) {
-        char val[32];
-        if (isfinite(ev->value))
-            snprintf(val, sizeof val, "%.9g", ev->value);
-        else
-            snprintf(val, sizeof val, "null");
+        char val[32], thr[32], site[160] = "null";
+        json_num(val, sizeof val, ev->value);
+        json_num(thr, sizeof thr, ev->threshold);
+        if (ev->site.found)
+            snprintf(site, sizeof site,
+                     "{\"pass\":\"%s\",\"layer\":%d,\"op\":\"%s\",\"count\":%lld}",
+                     ev->site.backward ? "backward" : "forward", ev->site.layer,
+                     ev->site.op ? ev->site.op : "", (long long)ev->site.count);
         snprintf(detail, sizeof detail,
-                 "{\"rule\":\"%s\",\"value\":%s,\"threshold\":%.9g,\"window\":%lld,"
-                 "\"action\":\"%s\"}",
-                 mxp_guard_rule_name(ev->rule), val, isfinite(ev->threshold) ? ev->threshold : 0.0,
-                 (long long)ev->window, act);
-        mxp_obs_event(g->o, ev->step, "guard", mxp_severity_name(ev->severity), msg, detail,
-                      NULL);
+                 "{\"rule\":\"%s\",\"severity\":\"%s\",\"value\":%s,\"threshold\":%s,"
+                 "\"window\":%lld,\"action\":\"%s\",\"configured_action\":\"%s\","
+                 "\"precision_from\":\"%s\",\"precision_to\":\"%s\",\"rollback_to\":%lld,"
+                 "\"site\":%s}",
+                 mxp_guard_rule_name(ev->rule), mxp_severity_name(ev->severity), val, thr,
+                 (long long)ev->window, act, cfg_act, mxp_precision_name(ev->from),
+                 mxp_precision_name(ev->to), (long long)ev->rollback_to, site);
+        mxp_error e = {0};
+        if (mxp_obs_event(g->o, ev->step, "guard", mxp_severity_name(ev->severity), msg, detail,
+                          &e) != MXP_OK)
+            mxp_log(MXP_LOG_WARN, "obs: guard event not recorded: %s", e.msg);
     }
     if (ev->kind == MXP_EVENT_OPERATOR && ev->from != ev->to) {
         if (g->api_switched) {

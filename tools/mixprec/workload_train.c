@@ -35,7 +35,28 @@ typedef struct wl_summary {
     double train_loss, eval_loss, eval_accuracy, eval_bpc, wall_s, samples_per_s;
     int64_t samples, params;
     mxp_model_memory mem;
+    size_t mem_optimizer; /* optimizer state bytes (AdamW m + v, SGD momentum) */
 } wl_summary;
+
+size_t workload_optimizer_bytes(mxp_trainer *tr) {
+    float *m = NULL, *v = NULL;
+    size_t n = 0;
+    int64_t t = 0;
+    mxp_trainer_optim_state(tr, &m, &v, &n, &t);
+    return ((m ? n : 0) + (v ? n : 0)) * sizeof(float);
+}
+
+static void json_memory(FILE *f, const mxp_model_memory *mem, size_t optimizer) {
+    fprintf(f, "\"memory_bytes\":{\"params\":%zu,\"master\":%zu,\"grads\":%zu,"
+               "\"optimizer\":%zu,\"activations\":%zu},",
+            mem->params, mem->master, mem->grads, optimizer, mem->activations);
+}
+
+void workload_json_memory(FILE *f, mxp_trainer *tr) {
+    mxp_model_memory mem;
+    mxp_model_memory_usage(mxp_trainer_model(tr), &mem);
+    json_memory(f, &mem, workload_optimizer_bytes(tr));
+}
 
 static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
     fprintf(f,
@@ -52,9 +73,7 @@ static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
             (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
             (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
             (long long)s->params);
-    fprintf(f, "\"memory_bytes\":{\"params\":%zu,\"master\":%zu,\"grads\":%zu,"
-               "\"activations\":%zu},",
-            s->mem.params, s->mem.master, s->mem.grads, s->mem.activations);
+    json_memory(f, &s->mem, s->mem_optimizer);
     cli_json_number(f, "final_train_loss", s->train_loss);
     char key[64];
     snprintf(key, sizeof key, "%s_loss", s->eval_name);
@@ -105,6 +124,7 @@ static void finish_summary(wl_summary *s, mxp_trainer *tr, const wl_progress *ps
     s->emulated = mxp_model_policy(m)->emulated;
     s->params = (int64_t)mxp_model_num_params(m);
     mxp_model_memory_usage(m, &s->mem);
+    s->mem_optimizer = workload_optimizer_bytes(tr);
     s->train_loss = ps->loss_n ? ps->last_epoch_loss : NAN;
     s->samples_per_s = s->wall_s > 0 ? (double)s->samples / s->wall_s : 0;
 }

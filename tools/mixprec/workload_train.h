@@ -12,6 +12,12 @@
  * code. */
 int workload_train(const mxp_config *cfg, bool json, bool quiet);
 
+/* summary.json's memory: `"memory_bytes":{"params":..,"master":..,"grads":..,
+ * "optimizer":..,"activations":..},` of tr's model, optimizer = the bytes of
+ * the optimizer state (AdamW m and v: 8 per parameter; SGD momentum: 4). */
+size_t workload_optimizer_bytes(mxp_trainer *tr);
+void workload_json_memory(FILE *f, mxp_trainer *tr);
+
 /* `mixprec sample` (cmd_sample.c): text from a GPT checkpoint. */
 int cmd_sample(int argc, char **argv);
 

@@ -50,6 +50,12 @@ float mxp_generic_absmax(const float *x, size_t n, int64_t *nonfinite);
 void mxp_generic_unscale_stats(float *g, size_t n, float inv_scale,
                                float near_overflow_at, mxp_grad_stats *out);
 
+/* fp8.c */
+void mxp_generic_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src, size_t n,
+                            mxp_fp8_overflow mode);
+float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
+                               float scale);
+
 /* optim.c */
 void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
                        float *v, size_t n, const mxp_adamw_hparams *h,

@@ -22,6 +22,14 @@
  * flagged panel is computed for that K block by the F32 microkernel on
  * freshly widened copies of its two micro-panels (exact; rare in practice).
  *
+ * Small M (M <= MXP_GEMM_SMALL_M = NR, op(B) FP32, F32 path): a batch-32
+ * linear layer would pack the whole weight op(B) for one use. Instead only
+ * op(A) is packed, as one NR-wide panel over the rows of C, and the
+ * microkernel computes C^T's tile (MR columns of C x all rows) with
+ * broadcasts read straight from op(B), in either layout; the store
+ * transposes in registers. The FMA sequence of every element is the packed
+ * path's, so the results are bit-identical to it (tested).
+ *
  * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
  * column (or row) ranges of whole micro-tiles, one per thread, each running
  * the loop nest above with its own packing buffers. Each element of C is
@@ -40,10 +48,14 @@
 #include <stdint.h>
 
 enum { SCRATCH_SLOTS = 64 };
-/* Below this many flops (2*M*N*K) one thread is faster than handing half
- * of the work to a worker (measured: 32x128x128 gains 20% from 2 threads,
- * 32x64x64 loses). */
-#define THREAD_MIN_FLOPS (2.0 * 64 * 64 * 64)
+/* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
+ * of a small problem to a worker costs more than it saves whenever the
+ * second CPU is not free at once. Measured on the 2-vCPU development VM
+ * under load (load average 6-10): the tiny world-model step (batch 32,
+ * hidden 128, GEMMs of 0.5-1 MFLOP) took 0.110 ms/step on 1 thread and
+ * 0.178 ms on 2 (docs/kernels.md); the base model's GEMMs (>= 9 MFLOP)
+ * keep both threads. */
+#define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
@@ -76,6 +88,7 @@ typedef struct gemm_plan {
     float *C;
     float alpha, beta;
     bool dp;
+    bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
     int parts;
 } gemm_plan;
@@ -145,18 +158,42 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
     }
 }
 
+/* C[0 .. M)[n0 .. n1) on the small-M path (M <= NR, op(B) FP32): per K
+ * block, op(A) is packed as one NR-wide panel over the rows of C, and
+ * op(B) is read in place, MR columns of C at a time. Same K blocks, same
+ * per-element FMA order and store arithmetic as gemm_range. */
+static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gemm_scratch *s) {
+    const float *bb = p->b.base;
+    /* op(B)(k, j) = X_b[j][k]: at j*ld + k (k_contig) or k*ld + j */
+    const size_t sj = p->b.k_contig ? p->b.ld : 1, sk = p->b.k_contig ? 1 : p->b.ld;
+    for (size_t pc = 0; pc < p->K; pc += MXP_GEMM_KC) {
+        size_t kc = min_sz(MXP_GEMM_KC, p->K - pc);
+        mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
+                              : p->beta == 0.0f ? MXP_GEMM_STORE_SET
+                                                : MXP_GEMM_STORE_BETA;
+        mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
+        for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
+            int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);
+            mxp_avx512_ukernel_f32_bt(kc, s->ap, bb + j * sj + pc * sk, sj, sk, p->C + j, p->ldc,
+                                      (int)p->M, nr, p->alpha, p->beta, mode);
+        }
+    }
+}
+
 /* Part `index` of `count`: a range of whole micro-tiles along the cut
  * dimension, the full extent of the other. */
 static void gemm_part(void *ctx, int index, int count) {
     const gemm_plan *p = ctx;
     size_t ext = p->split_n ? p->N : p->M;
-    size_t tile = p->split_n ? MXP_GEMM_NR : MXP_GEMM_MR;
+    size_t tile = p->split_n && !p->small ? MXP_GEMM_NR : MXP_GEMM_MR;
     size_t tiles = (ext + tile - 1) / tile;
     size_t t0 = tiles * (size_t)index / (size_t)count;
     size_t t1 = tiles * (size_t)(index + 1) / (size_t)count;
     size_t lo = min_sz(t0 * tile, ext), hi = min_sz(t1 * tile, ext);
     if (lo >= hi) return;
-    if (p->split_n)
+    if (p->small)
+        gemm_range_small(p, lo, hi, &scratch[index]);
+    else if (p->split_n)
         gemm_range(p, 0, p->M, lo, hi, &scratch[index]);
     else
         gemm_range(p, lo, hi, 0, p->N, &scratch[index]);
@@ -204,6 +241,8 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
     if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
     double flops = 2.0 * (double)p.M * (double)p.N * (double)p.K;
     if (flops < THREAD_MIN_FLOPS) threads = 1;
+    p.small = !p.dp && !o->packed_only && g->b_type == MXP_DTYPE_F32 &&
+              p.M <= MXP_GEMM_SMALL_M;
     size_t tiles_m = (p.M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles_n = (p.N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     /* Cutting N makes every thread pack all of op(A), cutting M all of
@@ -211,6 +250,8 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
     bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;
     p.split_n = p.M <= p.N ? n_ok || (!m_ok && tiles_n >= tiles_m)
                            : !m_ok && (n_ok || tiles_n > tiles_m);
+    if (p.small) p.split_n = true; /* ranges of whole MR-column groups of C */
+    if (p.small) tiles_n = (p.N + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles = p.split_n ? tiles_n : tiles_m;
     p.parts = (size_t)threads < tiles ? threads : (int)tiles;
 
@@ -227,7 +268,7 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
 }
 
 static void avx512_gemm(const mxp_gemm_args *g) {
-    static const mxp_avx512_gemm_opts defaults = {MXP_GEMM_PATH_AUTO, 0};
+    static const mxp_avx512_gemm_opts defaults = {MXP_GEMM_PATH_AUTO, 0, false};
     mxp_avx512_gemm_ex(g, &defaults);
 }
 

@@ -65,8 +65,14 @@ typedef enum mxp_gemm_path {
 
 typedef struct mxp_avx512_gemm_opts {
     mxp_gemm_path path;
-    int threads; /* upper bound on threads; 0 = mxp_threads_max() */
+    int threads;       /* upper bound on threads; 0 = mxp_threads_max() */
+    bool packed_only;  /* never take the small-M path (tests, benchmarks) */
 } mxp_avx512_gemm_opts;
+
+/* Small-M path: taken when M <= MXP_GEMM_SMALL_M, B is FP32 and the F32
+ * path applies (gemm.c). Only op(A) is packed (as one NR-wide panel over
+ * the rows of C); op(B) is read in place by mxp_avx512_ukernel_f32_bt. */
+enum { MXP_GEMM_SMALL_M = 32 };
 
 /* The AVX-512 GEMM with explicit options (tests and benchmarks use it to
  * pin the path and the thread count). Contract of mxp_gemm_args. The result
@@ -75,6 +81,33 @@ typedef struct mxp_avx512_gemm_opts {
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o);
 /* The path mxp_avx512_gemm_ex would take for g under `path`. */
 mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path);
+
+/* In-register transpose of a 16 x 16 matrix of 32-bit values: v[r] lane c
+ * becomes v[c] lane r. */
+static inline __attribute__((always_inline)) void mxp_avx512_transpose16(__m512 v[16]) {
+    __m512 t[16];
+    for (int g = 0; g < 16; g += 4) {
+        __m512 lo01 = _mm512_unpacklo_ps(v[g], v[g + 1]);
+        __m512 hi01 = _mm512_unpackhi_ps(v[g], v[g + 1]);
+        __m512 lo23 = _mm512_unpacklo_ps(v[g + 2], v[g + 3]);
+        __m512 hi23 = _mm512_unpackhi_ps(v[g + 2], v[g + 3]);
+        /* t[g + q] lane L = column 4L + q of rows g .. g+3 */
+        t[g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+        t[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
+        t[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+        t[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 a_lo = _mm512_shuffle_f32x4(t[q], t[4 + q], 0x44);
+        __m512 a_hi = _mm512_shuffle_f32x4(t[q], t[4 + q], 0xee);
+        __m512 b_lo = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0x44);
+        __m512 b_hi = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0xee);
+        v[0 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0x88);
+        v[4 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0xdd);
+        v[8 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0x88);
+        v[12 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0xdd);
+    }
+}
 
 /* ---- packing (gemm_pack.c) ---------------------------------------------- */
 
@@ -119,6 +152,17 @@ typedef enum mxp_gemm_store {
 void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp,
                             float *c, size_t ldc, int mr, int nr, float alpha,
                             float beta, mxp_gemm_store mode);
+/* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
+ * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
+ * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel
+ * over the rows i of C (mxp_avx512_pack_f32 of op(A), w = NR; 1 <= m <= NR)
+ * and B(j, k) = b[j*sj + k*sk] is op(B) in place (FP32; 1 <= nr <= MR
+ * columns j). Each C element gets the same FMA sequence (products in
+ * increasing k, one FMA each) and the same store arithmetic as in
+ * mxp_avx512_ukernel_f32, so results are bit-identical to the packed path. */
+void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_t sj,
+                               size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
+                               float beta, mxp_gemm_store mode);
 /* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,

@@ -118,33 +118,6 @@ load32_pairs(mxp_dtype t, const void *base, size_t idx, __mmask32 m) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* In-register transpose of a 16 x 16 matrix of 32-bit values: v[r] lane c
- * becomes v[c] lane r. */
-static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
-    __m512 t[16];
-    for (int g = 0; g < 16; g += 4) {
-        __m512 lo01 = _mm512_unpacklo_ps(v[g], v[g + 1]);
-        __m512 hi01 = _mm512_unpackhi_ps(v[g], v[g + 1]);
-        __m512 lo23 = _mm512_unpacklo_ps(v[g + 2], v[g + 3]);
-        __m512 hi23 = _mm512_unpackhi_ps(v[g + 2], v[g + 3]);
-        /* t[g + q] lane L = column 4L + q of rows g .. g+3 */
-        t[g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
-        t[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01), _mm512_castps_pd(lo23)));
-        t[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
-        t[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(hi01), _mm512_castps_pd(hi23)));
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512 a_lo = _mm512_shuffle_f32x4(t[q], t[4 + q], 0x44);
-        __m512 a_hi = _mm512_shuffle_f32x4(t[q], t[4 + q], 0xee);
-        __m512 b_lo = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0x44);
-        __m512 b_hi = _mm512_shuffle_f32x4(t[8 + q], t[12 + q], 0xee);
-        v[0 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0x88);
-        v[4 + q] = _mm512_shuffle_f32x4(a_lo, b_lo, 0xdd);
-        v[8 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0x88);
-        v[12 + q] = _mm512_shuffle_f32x4(a_hi, b_hi, 0xdd);
-    }
-}
-
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Prefetch distance along a row of X in the transposing packers. The 16
@@ -186,7 +159,7 @@ pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                     prefetch_elem(t, x->base, at);
                     v[r] = load16_f32(t, x->base, at, lanes16(kn));
                 }
-                transpose16(v);
+                mxp_avx512_transpose16(v);
                 for (size_t c = 0; c < kn; c++)
                     _mm512_mask_storeu_ps(pd + (kk + c) * (size_t)w + s, smask, v[c]);
             }
@@ -268,7 +241,7 @@ pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                     if (t == MXP_DTYPE_BF16) any |= bf16_subnormal_lanes(pr);
                     v[r] = _mm512_castsi512_ps(pr);
                 }
-                transpose16(v);
+                mxp_avx512_transpose16(v);
                 for (size_t c = 0; c < qn; c++)
                     _mm512_mask_storeu_epi32(pd + (qq + c) * (size_t)w + s, smask,
                                              _mm512_castps_si512(v[c]));

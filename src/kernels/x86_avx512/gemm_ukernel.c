@@ -1,7 +1,8 @@
 /* kernels/x86_avx512/gemm_ukernel.c: register-blocked GEMM microkernels.
  *
- * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16 (contracts
- * in gemm_internal.h).
+ * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16,
+ * mxp_avx512_ukernel_f32_bt (the small-M kernel; contracts in
+ * gemm_internal.h).
  *
  * Tile: MR = 14 rows x NR = 32 columns of C held in 28 zmm accumulators; per
  * k step two zmm loads of the B micro-panel and 14 broadcasts of the A
@@ -125,6 +126,70 @@ void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp, float *
     size_t k = kc;
     const float *a = ap, *b = bp;
     UK_SWITCH(uk_f32)
+}
+
+/* The small-M kernel (contract in gemm_internal.h): acc[r][v] lane l is
+ * C[16 v + l][r]; per k one or two loads of the A panel and nr broadcasts
+ * of B(r, k) straight from op(B). The store transposes each 16-row block of
+ * C in registers and applies store_tile's arithmetic row by row. */
+static inline __attribute__((always_inline)) void
+uk_f32_bt(size_t kc, const float *a, const float *b, size_t sj, size_t sk, float *c,
+          size_t ldc, const int m, const int nr, const int nv, float alpha, float beta,
+          mxp_gemm_store mode) {
+    __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (size_t k = 0; k < kc; k++) {
+        __m512 av[MXP_GEMM_NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) av[v] = _mm512_load_ps(a + 16 * v);
+#pragma GCC unroll 16
+        for (int r = 0; r < nr; r++) {
+            __m512 br = _mm512_set1_ps(b[(size_t)r * sj]);
+#pragma GCC unroll 2
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(br, av[v], acc[r][v]);
+        }
+        a += MXP_GEMM_NR;
+        b += sk;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __mmask16 cm = (__mmask16)((1u << nr) - 1u);
+    for (int v = 0; v < nv; v++) {
+        __m512 t[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) t[r] = r < nr ? acc[r][v] : _mm512_setzero_ps();
+        mxp_avx512_transpose16(t);
+        int rows = m - 16 * v < 16 ? m - 16 * v : 16;
+        for (int l = 0; l < rows; l++) {
+            float *p = c + (size_t)(16 * v + l) * ldc;
+            __m512 x = _mm512_mul_ps(va, t[l]);
+            if (mode == MXP_GEMM_STORE_BETA)
+                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cm, p)));
+            else if (mode == MXP_GEMM_STORE_ADD)
+                x = _mm512_add_ps(_mm512_maskz_loadu_ps(cm, p), x);
+            _mm512_mask_storeu_ps(p, cm, x);
+        }
+    }
+}
+
+#define UKBT_CASE(NRC)                                                         \
+    case NRC:                                                                  \
+        if (nv == 1) uk_f32_bt(kc, ap, b, sj, sk, c, ldc, m, NRC, 1, alpha, beta, mode); \
+        else uk_f32_bt(kc, ap, b, sj, sk, c, ldc, m, NRC, 2, alpha, beta, mode); \
+        break;
+
+void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_t sj,
+                               size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
+                               float beta, mxp_gemm_store mode) {
+    const int nv = m > 16 ? 2 : 1;
+    switch (nr) {
+        UKBT_CASE(1) UKBT_CASE(2) UKBT_CASE(3) UKBT_CASE(4) UKBT_CASE(5) UKBT_CASE(6)
+        UKBT_CASE(7) UKBT_CASE(8) UKBT_CASE(9) UKBT_CASE(10) UKBT_CASE(11) UKBT_CASE(12)
+        UKBT_CASE(13) UKBT_CASE(14)
+    default: break;
+    }
 }
 
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,

@@ -4,14 +4,16 @@
  * except gemm gets its AVX-512 version; what each loop guarantees relative
  * to the generic reference (bit-exact or a stated bound) is written at the
  * top of its file: loops_convert.c, loops_eltwise.c, loops_rows.c,
- * loops_grad.c, loops_optim.c. FP8 conversions stay on the reference
- * (loops_convert.c forwards them).
+ * loops_grad.c, loops_optim.c, loops_fp8.c (FP8 conversions, reached
+ * through convert, and the FP8 quantise).
  */
 #include "kernels/x86_avx512/loops.h"
 
 void mxp_avx512_fill_loops(mxp_kernels *t) {
     t->convert = mxp_avx512_convert;
     t->convert_sr = mxp_avx512_convert_sr;
+    t->f32_to_fp8 = mxp_avx512_f32_to_fp8;
+    t->fp8_quantize = mxp_avx512_fp8_quantize;
     t->relu_fwd = mxp_avx512_relu_fwd;
     t->relu_bwd = mxp_avx512_relu_bwd;
     t->gelu_fwd = mxp_avx512_gelu_fwd;

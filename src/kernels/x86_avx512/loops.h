@@ -39,6 +39,15 @@ void mxp_avx512_convert_sr(mxp_dtype dst_type, void *dst, const float *src,
 void mxp_avx512_rng_fill(uint32_t *out, size_t n, uint64_t seed,
                          uint64_t counter);
 
+/* ---- loops_fp8.c ---- */
+/* The convert slot for pairs where either type is FP8 (both valid). */
+void mxp_avx512_convert_fp8(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
+                            const void *src, size_t n);
+void mxp_avx512_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src,
+                           size_t n, mxp_fp8_overflow mode);
+float mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src,
+                              size_t n, float scale);
+
 /* ---- loops_eltwise.c ---- */
 void mxp_avx512_relu_fwd(float *y, const float *x, size_t n);
 void mxp_avx512_relu_bwd(float *dx, const float *dy, const float *x, size_t n);

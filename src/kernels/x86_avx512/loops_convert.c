@@ -24,7 +24,7 @@
  *     blocks per vector (mulhilo from two vpmuludq), words transposed back
  *     into counter order. Calls whose counter range wraps 2^64 use the
  *     scalar reference.
- * Other pairs (FP8) call the reference converters. No alignment needed.
+ * Pairs involving FP8 go to loops_fp8.c. No alignment needed.
  */
 #include "kernels/x86_avx512/loops_simd.h"
 
@@ -186,6 +186,11 @@ void mxp_avx512_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
         return;
     if (dst_type == src_type) {
         memcpy(dst, src, n * mxp_dtype_info(dst_type)->size);
+        return;
+    }
+    if (dst_type == MXP_DTYPE_F8_E4M3 || dst_type == MXP_DTYPE_F8_E5M2 ||
+        src_type == MXP_DTYPE_F8_E4M3 || src_type == MXP_DTYPE_F8_E5M2) {
+        mxp_avx512_convert_fp8(dst_type, dst, src_type, src, n);
         return;
     }
     convert_ctx c = {.dst_type = dst_type, .src_type = src_type, .dst = dst, .src = src, .n = n};
