@@ -330,8 +330,9 @@ static void test_chunked_identical(void) {
                 CHECK_OK(mxp_model_step(m, &b, true, 256.0f, &l, NULL, &err), &err);
                 CHECK_OK(mxp_model_predict(m, x, b.B, pb, &err), &err);
                 const char *mode = mxp_precision_name((mxp_precision)p);
-                CHECK_MSG(memcmp(&l, &lref, sizeof l) == 0, "%s rows %lld B %lld: loss %.17g vs %.17g",
-                          mode, (long long)rows[ri], (long long)b.B, l, lref);
+                CHECK_MSG(memcmp(&l, &lref, sizeof l) == 0,
+                          "%s rows %lld B %lld: loss %.17g vs %.17g", mode, (long long)rows[ri],
+                          (long long)b.B, l, lref);
                 CHECK_MSG(memcmp(mxp_model_grads(m), gref, P * sizeof(float)) == 0,
                           "%s rows %lld B %lld: gradients differ from the unchunked path", mode,
                           (long long)rows[ri], (long long)b.B);

@@ -216,6 +216,25 @@ static int write_steps(const char *dir, const char *out, char names[3][16]) {
     return n;
 }
 
+/* The degradation axis: 1.5 x the largest |degradation| of the modes that
+ * compute in hardware formats when fp8 (emulated) would otherwise flatten
+ * them (fp8 more than 4x larger); 0 = autoscale. */
+static double degradation_clip(const csv_table *t) {
+    int cd = col(t, "degradation"), cp = col(t, "precision");
+    double hw = 0, fp8 = 0;
+    for (int r = 0; r < t->nrow; r++) {
+        const char *v = get(t, r, cd);
+        if (!*v) continue;
+        double d = fabs(strtod(v, NULL));
+        if (strcmp(get(t, r, cp), "fp8") == 0) {
+            if (d > fp8) fp8 = d;
+        } else if (d > hw) {
+            hw = d;
+        }
+    }
+    return hw > 0 && fp8 > 4 * hw ? 1.5 * hw : 0.0;
+}
+
 static void gp_out(FILE *f, const char *out, const char *file) {
     char p[PATH_N];
     snprintf(p, sizeof p, "%s/%s", out, file);
@@ -232,7 +251,8 @@ static void gp_data(FILE *f, const char *var, const char *out, const char *file)
     fputc('\n', f);
 }
 
-static void write_script(FILE *f, const char *out, char steps[3][16], int nsteps) {
+static void write_script(FILE *f, const char *out, char steps[3][16], int nsteps,
+                         double clip) {
     fputs("set terminal pngcairo size 1200,560 noenhanced font 'DejaVu Sans,10'\n"
           "set datafile missing 'NaN'\nset grid ytics lc rgb '#dddddd'\n"
           "set style data histograms\nset style histogram clustered gap 1\n"
@@ -247,9 +267,14 @@ static void write_script(FILE *f, const char *out, char steps[3][16], int nsteps
           "dt 2 lc rgb '#444444'\n"
           "plot for [i=2:7] sp using i:xtic(1) title columnheader(i)\nunset arrow 1\n", f);
     gp_out(f, out, "degradation.png");
-    fputs("set title 'Degradation vs fp32 (validation loss %; classifier: accuracy points)'\n"
-          "set ylabel 'worse ->'\nset yrange [*:*]\n"
-          "plot for [i=2:7] dg using i:xtic(1) title columnheader(i)\n", f);
+    fprintf(f, "set title 'Degradation vs fp32 (validation loss %%; classifier: accuracy "
+               "points)%s'\nset ylabel 'worse ->'\n",
+            clip > 0 ? ", axis clipped: fp8 (emulated) bars run off it, values in bench.csv" : "");
+    if (clip > 0)
+        fprintf(f, "set yrange [%.6g:%.6g]\n", -clip, clip);
+    else
+        fputs("set yrange [*:*]\n", f);
+    fputs("plot for [i=2:7] dg using i:xtic(1) title columnheader(i)\n", f);
     gp_out(f, out, "memory.png");
     fputs("set title 'Memory by role (MB)'\nset ylabel 'MB'\nset yrange [0:*]\n"
           "set style histogram rowstacked\nset key invert\n"
@@ -314,6 +339,7 @@ int bench_train_report(const char *dir, const char *out) {
     }
     snprintf(p, sizeof p, "%s/memory.tsv", out);
     if (rc == CLI_EXIT_OK && !write_memory(t, p)) rc = CLI_EXIT_IO;
+    double clip = degradation_clip(t);
     csv_free(t);
     free(t);
     if (rc != CLI_EXIT_OK) return rc;
@@ -325,7 +351,7 @@ int bench_train_report(const char *dir, const char *out) {
         cli_error("cannot write '%s': %s", p, strerror(errno));
         return CLI_EXIT_IO;
     }
-    write_script(f, out, steps, ns);
+    write_script(f, out, steps, ns, clip);
     if (fclose(f) != 0) return CLI_EXIT_IO;
     snprintf(q, sizeof q, "%s/gnuplot.log", out);
     rc = run_gnuplot(p, q);
