@@ -130,34 +130,11 @@ static int parse(int argc, char **argv, bt_opts *o, bool *help_only) {
 
 /* ---- hardware --------------------------------------------------------------- */
 
-static double load_average(void) {
-    double l = -1.0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%lf", &l) != 1) l = -1.0;
-    if (f) fclose(f);
-    return l;
-}
-
-static void cpu_model(char *out, size_t n) {
-    snprintf(out, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        char *c = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && c) {
-            snprintf(out, n, "%s", c + 2);
-            out[strcspn(out, "\n")] = '\0';
-            break;
-        }
-    }
-    if (f) fclose(f);
-}
-
 /* The hardware block, as markdown (also the top of the printed output). */
 static void hardware_md(FILE *f, const bt_opts *o, int argc, char **argv) {
     const mxp_cpu_features *cf = mxp_cpu_features_get();
     char model[192];
-    cpu_model(model, sizeof model);
+    cli_cpu_model(model, sizeof model);
     const char *force = getenv("MIXPREC_FORCE_ISA");
     fprintf(f, "# mixprec bench train\n\n");
     fprintf(f, "- command: `mixprec bench");
@@ -171,7 +148,7 @@ static void hardware_md(FILE *f, const bt_opts *o, int argc, char **argv) {
             force ? " (MIXPREC_FORCE_ISA=" : "", force ? force : "", force ? ")" : "");
     fprintf(f, "- fp16 fast-accumulate GEMM: not available in this build (no kernel option); "
                "this CPU %s AVX512-FP16\n", cf->avx512_fp16 ? "has" : "has no");
-    double l = load_average();
+    double l = cli_load_average();
     if (l >= 0)
         fprintf(f, "- load average at start: %.2f%s\n", l,
                 l > 0.5 ? " (other work is running: times are noisy)" : "");
@@ -254,7 +231,7 @@ int bench_train(int argc, char **argv) {
         }
         bt_steps_write_md(m, rows, nr);
     }
-    double l = load_average();
+    double l = cli_load_average();
     if (l >= 0) fprintf(m, "\nLoad average at the end: %.2f\n", l);
     fclose(m);
     char p[600];

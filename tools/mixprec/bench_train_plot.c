@@ -22,14 +22,9 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-
-extern char **environ;
 
 enum { MAX_COLS = 64, MAX_ROWS = 256, LINE = 2048, PATH_N = 700 };
 
@@ -297,24 +292,11 @@ static void write_script(FILE *f, const char *out, char steps[3][16], int nsteps
     fputs("unset output\n", f);
 }
 
+/* gnuplot on script, its output into log; CLI_EXIT_FAIL with a message. */
 static int run_gnuplot(const char *script, const char *log) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *args[] = {"gnuplot", (char *)script, NULL};
-    pid_t pid;
-    int e = posix_spawnp(&pid, "gnuplot", &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (e != 0) {
-        cli_error("cannot run gnuplot: %s (install Debian's gnuplot-nox)", strerror(e));
-        return CLI_EXIT_FAIL;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return CLI_EXIT_OK;
-    cli_error("gnuplot failed (status %d); see %s", status, log);
+    char why[PATH_N + 64];
+    if (cli_run_gnuplot(script, log, why, sizeof why) == 0) return CLI_EXIT_OK;
+    cli_error("%s", why);
     return CLI_EXIT_FAIL;
 }
 

@@ -39,6 +39,15 @@ int cli_mkdirs(const char *path);
 /* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */
 void cli_json_number(FILE *f, const char *key, double v);
 
+/* The machine, for benchmark headers: the 1-minute load average (-1 when
+ * unknown) and the CPU model name from /proc/cpuinfo ("unknown" if absent). */
+double cli_load_average(void);
+void cli_cpu_model(char *out, size_t n);
+
+/* Run `gnuplot script` with its stdout and stderr into log and wait.
+ * Returns 0, or -1 with why (not installed, or its exit status). */
+int cli_run_gnuplot(const char *script, const char *log, char *why, size_t n);
+
 /* Writes a run's summary (one JSON object) for cli_write_run_outputs. */
 typedef void (*cli_summary_writer)(FILE *f, const mxp_config *cfg, const void *summary);
 /* Create output.dir and write summary.json (through write_summary) and

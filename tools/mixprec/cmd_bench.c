@@ -66,33 +66,17 @@ static void csv_row(bench_out *o, const char *section, const char *name, const c
             t ? t->samples : 0, pct, peak_ref);
 }
 
-/* The 1-minute load average, or -1 when unknown. */
-static double load_average(void) {
-    double l = -1.0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%lf", &l) != 1) l = -1.0;
-    if (f) fclose(f);
-    return l;
-}
-
 static void print_load(const char *when) {
-    double l = load_average();
+    double l = cli_load_average();
     if (l < 0) return;
     printf("load average %s: %.2f%s\n", when, l,
            l > 0.5 ? " (other work is running: medians are noisy, peaks may read low)" : "");
 }
 
 static void print_cpu(void) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) printf("cpu: %s", c + 2);
-            break;
-        }
-    }
-    if (f) fclose(f);
+    char model[192];
+    cli_cpu_model(model, sizeof model);
+    printf("cpu: %s\n", model);
 }
 
 /* ---- peak ------------------------------------------------------------------- */

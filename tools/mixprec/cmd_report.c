@@ -19,17 +19,12 @@
 #include "obs_glue.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-
-extern char **environ;
 
 #define PATH_LEN (2 * MXP_CONFIG_STR_MAX + 64)
 #define MAX_MD_EVENTS 200
@@ -261,31 +256,6 @@ static void write_script(FILE *f, const char *out, const report_state *rs, doubl
           "unset output\n", f);
 }
 
-/* Run gnuplot on script, its output into log. Returns 0, or -1 with why. */
-static int run_gnuplot(const char *script, const char *log, char *why, size_t n) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *args[] = {"gnuplot", (char *)script, NULL};
-    pid_t pid;
-    int e = posix_spawnp(&pid, "gnuplot", &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (e != 0) {
-        snprintf(why, n, "cannot run gnuplot: %s (install Debian's gnuplot-nox)", strerror(e));
-        return -1;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-        snprintf(why, n, "gnuplot not found (install Debian's gnuplot-nox)");
-    else
-        snprintf(why, n, "gnuplot failed (status %d); see %s", status, log);
-    return -1;
-}
-
 static void utc_text(double t, char *buf, size_t n) {
     if (!isfinite(t) || t <= 0) {
         snprintf(buf, n, "-");
@@ -430,7 +400,7 @@ int cmd_report(int argc, char **argv) {
             if (fclose(f) == 0) {
                 char log[PATH_LEN + 32];
                 snprintf(log, sizeof log, "%s/gnuplot.log", outp);
-                plots = run_gnuplot(p, log, why, sizeof why) == 0;
+                plots = cli_run_gnuplot(p, log, why, sizeof why) == 0;
             }
         } else {
             snprintf(why, sizeof why, "cannot write %s", p);

@@ -3,11 +3,16 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+extern char **environ;
 
 static void log_to_stderr(void *user, mxp_log_level level, const char *msg) {
     (void)user;
@@ -159,4 +164,51 @@ void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
                 p->result->skipped ? " SKIPPED" : "");
         ps->last_print = p->step;
     }
+}
+
+double cli_load_average(void) {
+    double l = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &l) != 1) l = -1.0;
+    if (f) fclose(f);
+    return l;
+}
+
+void cli_cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && c) {
+            snprintf(out, n, "%s", c + 2);
+            out[strcspn(out, "\n")] = '\0';
+            break;
+        }
+    }
+    if (f) fclose(f);
+}
+
+int cli_run_gnuplot(const char *script, const char *log, char *why, size_t n) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    char *args[] = {"gnuplot", (char *)script, NULL};
+    pid_t pid;
+    int e = posix_spawnp(&pid, "gnuplot", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e != 0) {
+        snprintf(why, n, "cannot run gnuplot: %s (install Debian's gnuplot-nox)", strerror(e));
+        return -1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        snprintf(why, n, "gnuplot not found (install Debian's gnuplot-nox)");
+    else
+        snprintf(why, n, "gnuplot failed (status %d); see %s", status, log);
+    return -1;
 }
