@@ -10,6 +10,8 @@
 #    - OUTPUT_DIR/events.jsonl (one JSON object per line),
 #    - the SQLite events table of OUTPUT_DIR.
 #  and mixprec_guard_events_total{rule="nonfinite_loss",severity="P0"} is 1.
+#  The classifier and GPT workloads put the same firing in their
+#  events.jsonl and SQLite store.
 set -u
 bin=$(realpath "$1")
 work=$(mktemp -d)
@@ -98,6 +100,36 @@ fi
 
 grep -qE '^mixprec_guard_events_total\{rule="nonfinite_loss",severity="P0"\} 1$' metrics.txt ||
   fail "guard_events_total: $(grep guard_events metrics.txt)"
+
+# The classifier and the GPT report through the same observer: the same
+# injected NaNs (layer 1, steps 3..12) fire nonfinite_loss with fallback to
+# mixed_bf16 and a rollback; the run finishes and the store holds its steps.
+fmnist=/usr/share/datasets/fashion-mnist
+for wl in classifier gpt; do
+  case $wl in
+    classifier) [ -d "$fmnist" ] || { fail "$fmnist missing (dataset-fashion-mnist)"; continue; }
+                args="model.workload=classifier data.train_subset=1024 data.test_subset=256 model.hidden=32 model.depth=2" ;;
+    gpt) args="model.workload=gpt data.train_subset=640 data.test_subset=64 gpt.embd=32 gpt.layers=1" ;;
+  esac
+  "$bin" train --quiet $args training.batch_size=16 training.epochs=1 training.precision=mixed_fp16 \
+    fault.kind=nan fault.layer=1 fault.step=3 fault.count=10 output.dir=$wl > $wl.out 2> $wl.err ||
+    fail "$wl run exited $?: $(tail -3 $wl.err)"
+  python3 - $wl <<'PY' || fail "$wl: guard event missing from events.jsonl"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl")]
+g = [e for e in evs if e["kind"] == "guard"]
+d = [e["detail"] if isinstance(e["detail"], dict) else json.loads(e["detail"]) for e in g]
+nf = [x for x in d if x["rule"] == "nonfinite_loss"]
+assert len(nf) == 1 and nf[0]["precision_to"] == "mixed_bf16", d
+assert "rollback" in nf[0]["action"] and nf[0]["site"]["layer"] == 1, nf
+PY
+  n=$(sqlite3 $wl/metrics.db "SELECT count(*) FROM events WHERE kind='guard' AND detail LIKE '%nonfinite_loss%'")
+  [ "$n" = 1 ] || fail "$wl: $n nonfinite_loss rows in the store"
+  st=$(sqlite3 $wl/metrics.db "SELECT state FROM runs")
+  [ "$st" = finished ] || fail "$wl: run state '$st'"
+  steps=$(sqlite3 $wl/metrics.db "SELECT count(*) FROM steps")
+  [ "$steps" -gt 20 ] || fail "$wl: $steps steps in the store"
+done
 
 if [ $fails -ne 0 ]; then
   echo "test_guard_obs: $fails failures"

@@ -86,6 +86,7 @@ static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary
             (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed);
     if (s->wm) doctor_guard_json(f, s->wm);
     if (s->wm) workload_json_memory(f, mxp_world_model_trainer(s->wm));
+    if (s->wm) workload_json_fp32_layers(f, cfg, mxp_world_model_trainer(s->wm));
     cli_json_number(f, "final_train_loss", s->train_loss);
     cli_json_number(f, "val_loss", s->val_loss);
     fprintf(f, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,",
@@ -194,7 +195,9 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     progress_state ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                    .cur_epoch = -1}};
     mxp_world_model_set_progress(wm, on_progress, &ps);
-    rc = primary ? obs_glue_open(&cfg, wm, &ps.obs) : CLI_EXIT_OK;
+    obs_glue_run orun = {mxp_world_model_trainer(wm), mxp_world_model_guard(wm),
+                         mxp_world_model_samples_per_epoch(wm, cfg.batch_size)};
+    rc = primary ? obs_glue_open(&cfg, &orun, &ps.obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) {
         mxp_world_model_destroy(wm);
         return rc;
@@ -203,7 +206,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     bool finished = false; /* resumed from the final checkpoint of a finished run */
     rc = cli_ckpt_begin(wm, &cfg, resume ? ckpt : NULL, primary, &finished);
     if (rc != CLI_EXIT_OK) {
-        obs_glue_close(ps.obs, false, "checkpoint setup failed", NAN);
+        obs_glue_close(ps.obs, false, false, "checkpoint setup failed", NAN);
         mxp_world_model_destroy(wm);
         return rc;
     }
@@ -215,13 +218,13 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     if (st == MXP_OK) cli_ckpt_after_train(wm);
     if (st != MXP_OK) {
         cli_error("training failed: %s", err.msg);
-        obs_glue_close(ps.obs, false, err.msg, NAN);
+        obs_glue_close(ps.obs, false, false, err.msg, NAN);
         mxp_world_model_destroy(wm);
         return CLI_EXIT_FAIL;
     }
     if (mxp_world_model_validation_loss(wm, &s.val_loss, &err) != MXP_OK) {
         cli_error("validation failed: %s", err.msg);
-        obs_glue_close(ps.obs, false, err.msg, NAN);
+        obs_glue_close(ps.obs, false, false, err.msg, NAN);
         mxp_world_model_destroy(wm);
         return CLI_EXIT_FAIL;
     }
@@ -241,7 +244,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     if (primary && !json) doctor_print_guard(stdout, wm);
     rc = primary ? cli_write_run_outputs(&cfg, tr, write_summary_any, &s) : CLI_EXIT_OK;
     rc = doctor_exit_code(wm, rc);
-    obs_glue_close(ps.obs, true, NULL, s.val_loss);
+    obs_glue_close(ps.obs, true, mxp_world_model_stopped(wm), NULL, s.val_loss);
     mxp_world_model_destroy(wm);
     return rc;
 }

@@ -23,7 +23,6 @@
 
 struct obs_glue {
     mxp_obs *o;
-    mxp_world_model *wm;
     mxp_trainer *tr;
     double t_last;
     int64_t total_steps;
@@ -187,16 +186,15 @@ static void on_guard_event(void *user, const mxp_guard_event *ev) {
     refresh_guard_state(g);
 }
 
-int obs_glue_open(const mxp_config *cfg, mxp_world_model *wm, obs_glue **out) {
+int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out) {
     *out = NULL;
     mxp_error err = {0};
-    mxp_trainer *tr = mxp_world_model_trainer(wm);
+    mxp_trainer *tr = run->trainer;
     obs_glue *g = mxp_calloc(1, sizeof *g);
     if (!g) {
         cli_error("out of memory");
         return CLI_EXIT_FAIL;
     }
-    g->wm = wm;
     g->tr = tr;
     g->json_logs = g_log_json >= 0 ? g_log_json == 1 : cfg->log_format == MXP_LOG_FORMAT_JSON;
     g->linger_s = cfg->obs.http_enabled ? cfg->obs.http_linger_s : 0;
@@ -214,7 +212,7 @@ int obs_glue_open(const mxp_config *cfg, mxp_world_model *wm, obs_glue **out) {
         return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_IO;
     }
     int64_t per_step = cfg->batch_size * cfg->grad_accum_steps;
-    int64_t spe = mxp_world_model_samples_per_epoch(wm, cfg->batch_size);
+    int64_t spe = run->samples_per_epoch;
     g->total_steps = per_step > 0 ? spe / per_step * cfg->epochs : 0;
     char config_json[512];
     snprintf(config_json, sizeof config_json,
@@ -243,7 +241,7 @@ int obs_glue_open(const mxp_config *cfg, mxp_world_model *wm, obs_glue **out) {
         mxp_log(MXP_LOG_INFO, "obs: serving http://%s%s%s:%d/ (metrics at /metrics)",
                 v6 ? "[" : "", addr, v6 ? "]" : "", mxp_obs_port(g->o));
     }
-    g->guard = mxp_world_model_guard(wm);
+    g->guard = run->guard;
     g->canary_divergence = !(cfg->obs.fp32_baseline_loss > 0);
     if (g->guard) {
         mxp_guard_set_event_callback(g->guard, on_guard_event, g);
@@ -323,7 +321,7 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
     }
 }
 
-void obs_glue_close(obs_glue *g, bool ok, const char *msg, double val_loss) {
+void obs_glue_close(obs_glue *g, bool ok, bool stopped, const char *msg, double val_loss) {
     if (!g) return;
     mxp_error err = {0};
     if (g->guard) {
@@ -331,7 +329,7 @@ void obs_glue_close(obs_glue *g, bool ok, const char *msg, double val_loss) {
         mxp_guard_set_event_callback(g->guard, NULL, NULL);
     }
     if (!isnan(val_loss)) mxp_obs_set_validation_loss(g->o, val_loss);
-    bool stopped = ok && mxp_world_model_stopped(g->wm);
+    stopped = ok && stopped;
     const char *m = msg ? msg : stopped ? "stopped on request" : "training finished";
     if (mxp_obs_run_end(g->o, ok ? MXP_RUN_FINISHED : MXP_RUN_FAILED, m, &err) != MXP_OK)
         mxp_log(MXP_LOG_WARN, "obs: %s", err.msg);

@@ -18,16 +18,26 @@ void obs_glue_install_logger(void);
  * are JSON (the caller then keeps stderr free of plain progress lines). */
 bool obs_glue_apply_config(mxp_config *cfg);
 
+/* What the observer watches, for any workload: the run's trainer, its
+ * guard (NULL when off; its events go to the event log, store and
+ * metrics) and the training samples per epoch (for the step total). */
+typedef struct obs_glue_run {
+    mxp_trainer *trainer;
+    mxp_guard *guard;
+    int64_t samples_per_epoch;
+} obs_glue_run;
+
 /* Create the run's observer (run store in output.dir, HTTP server when
  * obs.http.enabled), log "fp16_enabled: True|False", begin the run.
  * Returns a CLI exit code (errors printed). */
-int obs_glue_open(const mxp_config *cfg, mxp_world_model *wm, obs_glue **out);
+int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out);
 /* Per step, from the progress callback: record the step, then apply a
  * pending operator precision request (the step boundary). NULL g: no-op. */
 void obs_glue_step(obs_glue *g, const mxp_progress *p);
-/* End of run (ok: finished, else failed with msg), linger if configured,
- * flush and release. val_loss may be NaN. NULL g: no-op. */
-void obs_glue_close(obs_glue *g, bool ok, const char *msg, double val_loss);
+/* End of run (ok: finished, else failed with msg; stopped: a guard rule
+ * with action stop ended it), linger if configured, flush and release.
+ * val_loss may be NaN. NULL g: no-op. */
+void obs_glue_close(obs_glue *g, bool ok, bool stopped, const char *msg, double val_loss);
 
 int cmd_report(int argc, char **argv);
 

@@ -10,6 +10,9 @@
  */
 #include "workload_train.h"
 
+#include "doctor.h"
+#include "obs_glue.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,10 +23,15 @@
 #include <mixprec/classifier.h>
 #include <mixprec/gpt.h>
 
-typedef cli_progress wl_progress;
+typedef struct wl_progress {
+    cli_progress base; /* bar/log lines and the epoch's mean loss */
+    obs_glue *obs;     /* metrics, run store, HTTP, guard events (obs_glue.c) */
+} wl_progress;
 
 static void on_progress(void *user, const mxp_progress *p) {
-    cli_progress_update(user, p);
+    wl_progress *ps = user;
+    obs_glue_step(ps->obs, p);
+    cli_progress_update(&ps->base, p);
 }
 
 /* What one run produced. eval_accuracy is NaN when the workload has none;
@@ -36,6 +44,7 @@ typedef struct wl_summary {
     int64_t samples, params;
     mxp_model_memory mem;
     size_t mem_optimizer; /* optimizer state bytes (AdamW m + v, SGD momentum) */
+    mxp_trainer *tr;      /* for the per-layer FP32 override (borrowed) */
 } wl_summary;
 
 size_t workload_optimizer_bytes(mxp_trainer *tr) {
@@ -58,6 +67,23 @@ void workload_json_memory(FILE *f, mxp_trainer *tr) {
     json_memory(f, &mem, workload_optimizer_bytes(tr));
 }
 
+/* "fp32_layers":"<as configured>","fp32_layers_kept":[<model layer indices>],
+ * the per-layer FP32 override (training.precision_fp32_layers); kept is
+ * empty in fp32 mode, where every layer is FP32 anyway. */
+void workload_json_fp32_layers(FILE *f, const mxp_config *cfg, mxp_trainer *tr) {
+    char txt[256];
+    mxp_fp32_layers_format(&cfg->fp32_layers, txt, sizeof txt);
+    const uint64_t kept = mxp_model_fp32_layers(mxp_trainer_model(tr));
+    fprintf(f, "\"fp32_layers\":\"%s\",\"fp32_layers_kept\":[", txt);
+    const char *sep = "";
+    for (int l = 0; l < 64; l++)
+        if (kept >> l & 1) {
+            fprintf(f, "%s%d", sep, l);
+            sep = ",";
+        }
+    fprintf(f, "],");
+}
+
 static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
     fprintf(f,
             "{\"workload\":\"%s\",\"precision\":\"%s\",\"emulated\":%s,\"kill_switch\":%s,"
@@ -74,6 +100,7 @@ static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {
             (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
             (long long)s->params);
     json_memory(f, &s->mem, s->mem_optimizer);
+    if (s->tr) workload_json_fp32_layers(f, cfg, s->tr);
     cli_json_number(f, "final_train_loss", s->train_loss);
     char key[64];
     snprintf(key, sizeof key, "%s_loss", s->eval_name);
@@ -120,12 +147,13 @@ static int fail_code(const mxp_error *err) {
 /* Fill the fields every workload shares from its trainer. */
 static void finish_summary(wl_summary *s, mxp_trainer *tr, const wl_progress *ps) {
     mxp_trainer_stats(tr, &s->stats);
+    s->tr = tr;
     mxp_model *m = mxp_trainer_model(tr);
     s->emulated = mxp_model_policy(m)->emulated;
     s->params = (int64_t)mxp_model_num_params(m);
     mxp_model_memory_usage(m, &s->mem);
     s->mem_optimizer = workload_optimizer_bytes(tr);
-    s->train_loss = ps->loss_n ? ps->last_epoch_loss : NAN;
+    s->train_loss = ps->base.loss_n ? ps->base.last_epoch_loss : NAN;
     s->samples_per_s = s->wall_s > 0 ? (double)s->samples / s->wall_s : 0;
 }
 
@@ -149,12 +177,20 @@ static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s,
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size);
     mxp_classifier_set_progress(cl, on_progress, ps);
+    obs_glue_run orun = {mxp_classifier_trainer(cl), mxp_classifier_guard(cl),
+                         mxp_classifier_samples_per_epoch(cl)};
+    int rc = obs_glue_open(cfg, &orun, &ps->obs);
+    if (rc != CLI_EXIT_OK) {
+        mxp_classifier_destroy(cl);
+        return rc;
+    }
     double t0 = mxp_time_now();
     mxp_status st = mxp_classifier_train(cl, cfg->epochs, &err);
     s->wall_s = mxp_time_now() - t0;
     if (st == MXP_OK) st = mxp_classifier_evaluate(cl, &s->eval_loss, &s->eval_accuracy, &err);
     if (st != MXP_OK) {
         cli_error("training failed: %s", err.msg);
+        obs_glue_close(ps->obs, false, false, err.msg, NAN);
         mxp_classifier_destroy(cl);
         return CLI_EXIT_FAIL;
     }
@@ -163,9 +199,11 @@ static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s,
     s->eval_bpc = NAN;
     s->samples = mxp_classifier_samples_per_epoch(cl) * cfg->epochs;
     finish_summary(s, mxp_classifier_trainer(cl), ps);
-    int rc = emit(cfg, s, mxp_classifier_trainer(cl), json);
+    rc = emit(cfg, s, mxp_classifier_trainer(cl), json);
+    bool stopped = mxp_classifier_stopped(cl);
+    obs_glue_close(ps->obs, true, stopped, NULL, s->eval_loss);
     mxp_classifier_destroy(cl);
-    return rc;
+    return rc == CLI_EXIT_OK && stopped ? CLI_EXIT_GUARD_STOP : rc;
 }
 
 static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
@@ -180,12 +218,21 @@ static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool j
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size, (long long)cfg->wl.gpt_context);
     mxp_gpt_set_progress(g, on_progress, ps);
+    const int64_t context = cfg->wl.gpt_context; /* sequences = tokens / context */
+    obs_glue_run orun = {mxp_gpt_trainer(g), mxp_gpt_guard(g),
+                         mxp_gpt_tokens_per_epoch(g) / (context > 0 ? context : 1)};
+    int rc = obs_glue_open(cfg, &orun, &ps->obs);
+    if (rc != CLI_EXIT_OK) {
+        mxp_gpt_destroy(g);
+        return rc;
+    }
     double t0 = mxp_time_now();
     mxp_status st = mxp_gpt_train(g, cfg->epochs, &err);
     s->wall_s = mxp_time_now() - t0;
     if (st == MXP_OK) st = mxp_gpt_evaluate(g, &s->eval_loss, &err);
     if (st != MXP_OK) {
         cli_error("training failed: %s", err.msg);
+        obs_glue_close(ps->obs, false, false, err.msg, NAN);
         mxp_gpt_destroy(g);
         return CLI_EXIT_FAIL;
     }
@@ -195,7 +242,7 @@ static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool j
     s->eval_bpc = s->eval_loss / log(2.0);
     s->samples = mxp_gpt_tokens_per_epoch(g) * cfg->epochs;
     finish_summary(s, mxp_gpt_trainer(g), ps);
-    int rc = emit(cfg, s, mxp_gpt_trainer(g), json);
+    rc = emit(cfg, s, mxp_gpt_trainer(g), json);
     if (rc == CLI_EXIT_OK) { /* the model for `mixprec sample` */
         char path[MXP_CONFIG_STR_MAX + 32];
         snprintf(path, sizeof path, "%s/model.safetensors", cfg->output_dir);
@@ -207,12 +254,15 @@ static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool j
             printf("model            %s (mixprec sample --checkpoint %s)\n", path, path);
         }
     }
+    bool stopped = mxp_gpt_stopped(g);
+    obs_glue_close(ps->obs, true, stopped, NULL, s->eval_loss);
     mxp_gpt_destroy(g);
-    return rc;
+    return rc == CLI_EXIT_OK && stopped ? CLI_EXIT_GUARD_STOP : rc;
 }
 
 int workload_train(const mxp_config *cfg, bool json, bool quiet) {
-    wl_progress ps = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet, .cur_epoch = -1};
+    wl_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
+                               .cur_epoch = -1}};
     wl_summary s;
     memset(&s, 0, sizeof s);
     switch (cfg->workload) {
