@@ -17,8 +17,12 @@
  *     from the first step's amax), forward and weight gradient;
  *   - model plumbing: state present only in fp8 mode, tensor count, no amax
  *     observed outside training steps, precision switches;
- *   - fp8 trains the world model to a validation loss near FP32.
+ *   - fp8 trains the world model to a validation loss near FP32;
+ *   - a canary divergence that persists across a rollback falls back
+ *     (the second rollback goes to the same state) instead of rolling
+ *     back to ever newer states.
  */
+#include <mixprec/guard.h>
 #include <mixprec/world_model.h>
 
 #include <stdlib.h>
@@ -390,7 +394,8 @@ static void test_linear_oracle(void) {
     mxp_model_destroy(m);
 }
 
-/* fp8 (emulated) trains the world model close to FP32. */
+/* fp8 (emulated) trains the world model close to FP32 (the canary off, so
+ * the run stays in fp8; see docs/workloads.md for the E4M3 input floor). */
 static void test_world_model(void) {
     double val[2] = {0, 0};
     const mxp_precision modes[2] = {MXP_PRECISION_FP32, MXP_PRECISION_FP8};
@@ -400,6 +405,9 @@ static void test_world_model(void) {
         CHECK_OK(mxp_config_builder_create(&b, &err), &err);
         const char *kv[] = {"data.trajectories=40", "data.episode_length=100", "model.hidden=64",
                             "training.epochs=4", "training.batch_size=32",
+                            /* the numerics alone: the canary's divergence rule would
+                             * move this fp8 run off fp8 (test_canary_fallback) */
+                            "guard.canary.every_steps=0",
                             k ? "training.precision=fp8" : "training.precision=fp32"};
         for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
             CHECK_OK(mxp_config_apply_override(b, kv[i], &err), &err);
@@ -430,6 +438,63 @@ static void test_world_model(void) {
               "fp8 val loss %g vs fp32 %g", val[1], val[0]);
 }
 
+/* A canary divergence that is the format's own (fp8's forward differs from
+ * FP32's at the same weights however often the run rolls back) must end in
+ * a fallback, not in rollbacks to ever newer states until the budget is
+ * spent. Forced here with canary_divergence_high.threshold=0 (any
+ * divergence fires) and canary/snapshot every 20 steps: the first firing
+ * rolls back to the state before step 1; the second (20 replayed steps
+ * later, no rollback point saved in between) rolls back to the SAME state
+ * and falls back from fp8 (docs/safety.md: "a second rollback to the same
+ * state also falls back"). Before the fix the first replayed step became a
+ * rollback point at once, so the second rollback went to step 21 and fp8
+ * stayed. */
+static void test_canary_fallback(void) {
+    mxp_config_builder *b = NULL;
+    mxp_error err = {0};
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    const char *kv[] = {"data.trajectories=40", "data.episode_length=100", "model.hidden=64",
+                        "training.epochs=1", "training.batch_size=32",
+                        "training.precision=fp8", "guard.canary.every_steps=20",
+                        "guard.canary.batch_size=32", "guard.rollback.snapshot_every=20",
+                        "guard.canary_divergence_high.threshold=0"};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        CHECK_OK(mxp_config_apply_override(b, kv[i], &err), &err);
+    mxp_config cfg;
+    CHECK_OK(mxp_config_resolve(b, &cfg, &err), &err);
+    mxp_config_builder_destroy(b);
+    mxp_world_model *wm = NULL;
+    CHECK_OK(mxp_world_model_create(&cfg, &wm, &err), &err);
+    if (!wm) return;
+    CHECK_OK(mxp_world_model_train(wm, cfg.epochs, cfg.batch_size, &err), &err);
+    size_t n = 0;
+    const mxp_guard_event *ev = mxp_guard_events(mxp_world_model_guard(wm), &n);
+    const mxp_guard_event *hit[2] = {NULL, NULL};
+    int k = 0;
+    for (size_t i = 0; i < n && k < 2; i++)
+        if (ev[i].kind == MXP_EVENT_RULE && ev[i].rule == MXP_RULE_CANARY_DIVERGENCE_HIGH)
+            hit[k++] = &ev[i];
+    CHECK_MSG(k == 2, "canary_divergence_high fired %d times; expected >= 2", k);
+    if (k == 2) {
+        printf("  canary rollbacks: step %lld -> %lld (%s), step %lld -> %lld (%s -> %s)\n",
+               (long long)hit[0]->step, (long long)hit[0]->rollback_to,
+               mxp_precision_name(hit[0]->to), (long long)hit[1]->step,
+               (long long)hit[1]->rollback_to, mxp_precision_name(hit[1]->from),
+               mxp_precision_name(hit[1]->to));
+        CHECK(hit[0]->step == 20 && hit[1]->step == 40);
+        CHECK(hit[0]->value > 0.0 && hit[1]->value > 0.0);
+        CHECK((hit[0]->taken & MXP_ACT_ROLLBACK) && !(hit[0]->taken & MXP_ACT_FALLBACK));
+        CHECK(hit[0]->from == MXP_PRECISION_FP8 && hit[0]->to == MXP_PRECISION_FP8);
+        CHECK_MSG(hit[1]->rollback_to == hit[0]->rollback_to,
+                  "second rollback went to step %lld, the first to %lld",
+                  (long long)hit[1]->rollback_to, (long long)hit[0]->rollback_to);
+        CHECK((hit[1]->taken & MXP_ACT_ROLLBACK) && (hit[1]->taken & MXP_ACT_FALLBACK));
+        CHECK(hit[1]->from == MXP_PRECISION_FP8 && hit[1]->to != MXP_PRECISION_FP8);
+    }
+    CHECK(mxp_model_policy(mxp_world_model_model(wm))->mode != MXP_PRECISION_FP8);
+    mxp_world_model_destroy(wm);
+}
+
 int main(void) {
     test_rule();
     test_history();
@@ -437,5 +502,6 @@ int main(void) {
     test_state();
     test_linear_oracle();
     test_world_model();
+    test_canary_fallback();
     return test_finish("test_fp8");
 }

@@ -241,12 +241,14 @@ static void test_edges(void) {
                 }
 }
 
-/* Shapes that cross the cache blocks (K > KC with an odd tail, M > MC,
+/* Shapes that cross the cache blocks (K > KC with an odd tail, K cut into
+ * 3 and 5 equal blocks on the F32 path and 2 and 3 on the BF16 path, M > MC,
  * N > NC) and shapes large enough to be split between threads, cut along N
  * (M <= N) and along M. */
 static void test_blocks_and_threads(void) {
     static const struct { size_t M, N, K; } shapes[] = {
         {40, 300, 513}, {700, 40, 300}, {20, 2100, 70}, {160, 96, 130}, {97, 250, 129},
+        {45, 70, 1101}, {17, 40, 2051},
     };
     static const mxp_dtype pairs[][2] = {
         {MXP_DTYPE_F32, MXP_DTYPE_F32}, {MXP_DTYPE_BF16, MXP_DTYPE_BF16},
@@ -445,7 +447,7 @@ static void test_paths(void) {
      * miss by far more than the tolerance. Threads split both ways, and
      * 1 and 2 threads must agree bit for bit. */
     static const struct { size_t M, N, K; int tr; } sh[] = {
-        {90, 200, 600, 2}, {300, 70, 530, 1}, {45, 33, 17, 0}, {31, 129, 1100, 3}};
+        {90, 200, 600, 2}, {300, 70, 530, 1}, {45, 33, 17, 0}, {31, 129, 2100, 3}};
     for (size_t q = 0; q < sizeof sh / sizeof sh[0]; q++) {
         gcase d = {.at = MXP_DTYPE_BF16, .bt = MXP_DTYPE_BF16, .ta = sh[q].tr & 1,
                    .tb = sh[q].tr >> 1, .M = sh[q].M, .N = sh[q].N, .K = sh[q].K,
@@ -461,8 +463,9 @@ static void test_paths(void) {
                     uint16_t man = (uint16_t)mxp_rng_below(&rng, 128);
                     if (o != tiny) /* 2^100 .. 2^101 */
                         bits = (uint16_t)(sign | (227u << 7) | man);
-                    else if (r % 5 == 0) /* subnormal in K block 0, else 0 */
-                        bits = k < MXP_GEMM_KC_BF16 ? (uint16_t)(sign | 64u | (man & 63u)) : 0;
+                    else if (r % 5 == 0) /* subnormal in the first third of k (K block 0
+                                          * of K = 2100: 3 blocks of 700), else 0 */
+                        bits = k < (d.K + 2) / 3 ? (uint16_t)(sign | 64u | (man & 63u)) : 0;
                     else /* 2^-126 .. 2^-123, normal */
                         bits = (uint16_t)(sign | ((1u + mxp_rng_below(&rng, 3)) << 7) | man);
                     tmat *m = o == 0 ? &e.A : &e.B;

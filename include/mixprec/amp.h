@@ -67,10 +67,44 @@ typedef struct mxp_precision_policy {
     bool loss_scaling;      /* dynamic loss scaling on by default */
     bool emulated;          /* computed by quantise-then-FP32 emulation */
     mxp_op_policy ops[MXP_OP_CLASS_COUNT];
+    int fp16_accum_k;       /* 0: matmuls accumulate in FP32 (default); k in
+                               [1, 4096], fp16/mixed_fp16 only: FP16 operand
+                               pairs use the emulated FP16 fast-accumulate GEMM,
+                               promoting to FP32 every k products
+                               (training.fp16_accumulate, docs/kernels.md) */
 } mxp_precision_policy;
 
 /* Fill *out with the default policy of a mode. */
 void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out);
+
+/* ---- per-layer precision override ----------------------------------------
+ * Layers kept in FP32 whatever the mode (training.precision_fp32_layers), as
+ * Transformer Engine's FP8 recipes keep the first and last layers in higher
+ * precision. A selected layer (a linear layer) runs its matmul inputs (x and,
+ * in backward, dY), its weights and bias (from the FP32 master; pure modes
+ * keep that layer's parameters in FP32) and its outputs (y, dW) in FP32;
+ * the tensors it reads are stored in FP32. Its dX is rounded to the grad
+ * dtype of the layer below, which follows the mode's policy, as do all
+ * other layers. Ignored in fp32 mode. Indices are the model's layer indices
+ * (the <i> of "layers.<i>.weight"); `first`/`last` name the first and last
+ * linear layer of the model, resolved by mxp_model_set_fp32_layers. */
+#define MXP_FP32_LAYERS_MAX 64 /* == MXP_MODEL_MAX_LAYERS: a bit per layer */
+
+typedef struct mxp_fp32_layers {
+    bool first;     /* the first linear layer */
+    bool last;      /* the last linear layer */
+    uint64_t mask;  /* bit i: model layer i */
+} mxp_fp32_layers;
+
+/* Parse "none" | a comma list of "first", "last" and layer indices
+ * 0..63 ("first,last", "0,6", " last "), case-insensitive, blanks around
+ * items ignored, duplicates allowed. On error name the value, the bad item
+ * and what is accepted; *out is untouched then. */
+mxp_status mxp_fp32_layers_parse(const char *s, mxp_fp32_layers *out, mxp_error *err);
+/* Canonical text ("none", "first,last", "first,3,7") into buf [n]. */
+void mxp_fp32_layers_format(const mxp_fp32_layers *l, char *buf, size_t n);
+/* True when nothing is selected. */
+bool mxp_fp32_layers_none(const mxp_fp32_layers *l);
 
 /* ---- loss scaler ------------------------------------------------------- */
 

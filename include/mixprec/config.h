@@ -110,6 +110,11 @@ typedef struct mxp_config {
     mxp_workload workload;          /* model.workload (world_model) */
     mxp_workload_settings wl;       /* data.fashion_mnist_dir, data.text_file, data.*_subset, gpt.* */
     mxp_fp8_config fp8;             /* training.fp8.history_len|amax_algo|margin */
+    char fp32_layers_text[MXP_CONFIG_STR_MAX]; /* training.precision_fp32_layers ("none") */
+    mxp_fp32_layers fp32_layers;    /* its parsed form (filled by resolve; amp.h) */
+    int fp16_accumulate;            /* training.fp16_accumulate fp32 (0) | fp16 (1): FP16
+                                       fast-accumulate GEMM, emulated (fp16, mixed_fp16) */
+    int64_t fp16_accumulate_k;      /* training.fp16_accumulate_k in [1, 4096] (16) */
     /* checkpoint.* (mixprec/ckpt.h, docs/checkpoints.md) */
     bool ckpt_enabled;              /* checkpoint.enabled (true) */
     int64_t ckpt_every_steps;       /* checkpoint.every_steps >= 0, 0 = off (1000) */

@@ -199,6 +199,20 @@ mxp_status mxp_model_set_fp8_config(mxp_model *m, const mxp_fp8_config *c, mxp_e
  * the same order for the linear products inside other layers. */
 mxp_fp8_scaling *mxp_model_fp8(mxp_model *m);
 
+/* Per-layer precision override (amp.h, mxp_fp32_layers): the selected
+ * linear layers run in FP32 in every mode but fp32 (where it is moot); the
+ * others follow the policy. `first`/`last` resolve to the first/last linear
+ * layer; an index must name a linear layer of this model, else the error
+ * names it and lists the linear layers. The selection survives policy
+ * switches (fallback, resume in another mode). Re-plans the buffers like
+ * mxp_model_set_policy (weights kept, grads zeroed; nothing changes on
+ * error). Pure bf16/fp16 modes keep no FP32 copy of any weight, so there
+ * the selection is refused (MXP_ERR_UNSUPPORTED) when not empty. */
+mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel, mxp_error *err);
+/* The resolved selection: bit l set when layer l is kept FP32 (0 in fp32
+ * mode and when nothing is selected). */
+uint64_t mxp_model_fp32_layers(const mxp_model *m);
+
 /* Bytes held per role, for memory reporting. */
 typedef struct mxp_model_memory {
     size_t params, master, grads, activations;

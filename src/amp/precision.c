@@ -1,7 +1,8 @@
 /* amp/precision.c: precision modes as data.
  *
  * Entry points: mxp_precision_name / mxp_precision_parse,
- * mxp_op_class_name, mxp_precision_policy_default.
+ * mxp_op_class_name, mxp_precision_policy_default, and the per-layer
+ * override's text form mxp_fp32_layers_parse / _format / _none.
  *
  * Each mode maps to one row of a const table (DESIGN.md, "Precision modes")
  * and each op class to a dtype triple, following PyTorch autocast: matmul
@@ -25,6 +26,7 @@
  */
 #include <assert.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mixprec/amp.h>
@@ -142,4 +144,100 @@ void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out)
     for (size_t i = 0; i < sizeof fp32_classes / sizeof fp32_classes[0]; i++)
         out->ops[fp32_classes[i]] = (mxp_op_policy){MXP_DTYPE_F32, MXP_DTYPE_F32,
                                                     MXP_DTYPE_F32};
+}
+
+/* ---- per-layer FP32 override ------------------------------------------- */
+
+static_assert(MXP_FP32_LAYERS_MAX == 64, "the mask is a uint64_t");
+
+bool mxp_fp32_layers_none(const mxp_fp32_layers *l)
+{
+    return l == NULL || (!l->first && !l->last && l->mask == 0);
+}
+
+/* Contract: items are separated by ','; each, with blanks trimmed, is
+ * "first", "last" (any case) or a decimal index 0..63; "none" only alone.
+ * Empty items and anything else are errors naming the item. */
+mxp_status mxp_fp32_layers_parse(const char *s, mxp_fp32_layers *out, mxp_error *err)
+{
+    static const char accepted[] =
+        "accepted: none, first, last, first,last, or a comma list of layer indices "
+        "0..63 (the <i> of layers.<i>.weight), e.g. 0,6";
+    if (s == NULL || out == NULL)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_fp32_layers_parse: NULL %s",
+                             s == NULL ? "text" : "output");
+    mxp_fp32_layers r = {false, false, 0};
+    const char *p = s;
+    int items = 0;
+    bool saw_none = false;
+    for (;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *a = p;
+        while (len > 0 && isspace((unsigned char)*a)) a++, len--;
+        while (len > 0 && isspace((unsigned char)a[len - 1])) len--;
+        char item[24];
+        if (len == 0 || len >= sizeof item)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "fp32 layers '%.64s': %s item; %s", s,
+                                 len == 0 ? "empty" : "too long an", accepted);
+        memcpy(item, a, len);
+        item[len] = '\0';
+        items++;
+        if (name_eq(item, "none")) {
+            saw_none = true;
+        } else if (name_eq(item, "first")) {
+            r.first = true;
+        } else if (name_eq(item, "last")) {
+            r.last = true;
+        } else {
+            int v = 0;
+            for (size_t i = 0; i < len; i++) {
+                if (!isdigit((unsigned char)item[i]) || v >= MXP_FP32_LAYERS_MAX)
+                    return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                         "fp32 layers '%.64s': item '%s' is not first, last or "
+                                         "a layer index 0..%d; %s",
+                                         s, item, MXP_FP32_LAYERS_MAX - 1, accepted);
+                v = v * 10 + (item[i] - '0');
+            }
+            if (v >= MXP_FP32_LAYERS_MAX)
+                return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                     "fp32 layers '%.64s': layer index %d out of range; %s", s,
+                                     v, accepted);
+            r.mask |= (uint64_t)1 << v;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    if (saw_none && items > 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "fp32 layers '%.64s': 'none' cannot be combined with other items; %s",
+                             s, accepted);
+    *out = r;
+    return MXP_OK;
+}
+
+/* Append one formatted item to buf [n] at *used (truncating safely). */
+static void append_item(char *buf, size_t n, size_t *used, const char *sep, const char *word,
+                        int idx)
+{
+    if (*used >= n) return;
+    int w = word ? snprintf(buf + *used, n - *used, "%s%s", sep, word)
+                 : snprintf(buf + *used, n - *used, "%s%d", sep, idx);
+    if (w > 0) *used += (size_t)w;
+}
+
+void mxp_fp32_layers_format(const mxp_fp32_layers *l, char *buf, size_t n)
+{
+    if (buf == NULL || n == 0) return;
+    buf[0] = '\0';
+    if (mxp_fp32_layers_none(l)) {
+        snprintf(buf, n, "none");
+        return;
+    }
+    size_t used = 0;
+    if (l->first) append_item(buf, n, &used, "", "first", 0);
+    if (l->last) append_item(buf, n, &used, used ? "," : "", "last", 0);
+    for (int i = 0; i < MXP_FP32_LAYERS_MAX; i++)
+        if (l->mask >> i & 1) append_item(buf, n, &used, used ? "," : "", NULL, i);
 }

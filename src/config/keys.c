@@ -54,6 +54,11 @@ static const mxp_key_choice kScheduleChoices[] = {
 };
 static_assert(MXP_LR_SCHEDULE_COUNT == 2, "update kScheduleChoices");
 
+static const mxp_key_choice kAccumChoices[] = {
+    {"fp32", 0, false},
+    {"fp16", 1, false},
+};
+
 static const mxp_key_choice kActChoices[] = {
     {"relu", MXP_LAYER_RELU, false},
     {"gelu", MXP_LAYER_GELU, false},
@@ -167,6 +172,16 @@ static const mxp_config_key kKeys[] = {
      .help = "precision mode fp32|mixed_bf16|mixed_fp16|bf16|fp16|fp8|auto (auto: the "
              "preflight advisor chooses); unset: chosen by training.mixed_precision.* (fp32 "
              "when disabled)"},
+    KEY_STR("training.precision_fp32_layers", fp32_layers_text, "none",
+            "layers kept in FP32 in every mode but fp32 (matmul inputs, weights, outputs), "
+            "as FP8/TE recipes keep the first and last layers: none|first|last|first,last|"
+            "a comma list of linear layer indices (none)"),
+    KEY_ENUM("training.fp16_accumulate", fp16_accumulate, 0, kAccumChoices,
+             "matmul accumulation of FP16 operands: fp32|fp16 (fp16: FP16 partial sums "
+             "promoted to FP32 every training.fp16_accumulate_k products, emulated on CPUs "
+             "without AVX512-FP16; only with training.precision fp16|mixed_fp16) (fp32)"),
+    KEY_INT("training.fp16_accumulate_k", MXP_STORE_I64, fp16_accumulate_k, 16, 1, 4096,
+            "products per FP16 partial sum before promotion to FP32, in [1, 4096] (16)"),
     KEY_BOOL("training.mixed_precision.enabled", MXP_STORE_BOOL, OFF(mixed_enabled), false,
              "mixed precision on/off when training.precision is unset (false)"),
     KEY_ENUM("training.mixed_precision.dtype", mixed_dtype, MXP_DTYPE_BF16, kDtypeChoices,

@@ -116,6 +116,26 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
     }
     mxp_error sub;
     mxp_error_clear(&sub);
+    mxp_fp32_layers sel;
+    if (mxp_fp32_layers_parse(c->fp32_layers_text, &sel, &sub) != MXP_OK) {
+        describe(b, "training.precision_fp32_layers", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s: %s", l, sub.msg);
+    }
+    if (c->fp16_accumulate && !c->kill_switch && c->precision != MXP_PRECISION_FP16 &&
+        c->precision != MXP_PRECISION_MIXED_FP16) {
+        describe(b, "training.fp16_accumulate", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s needs FP16 matmul operands but training.precision is %s; "
+                             "accepted: training.fp16_accumulate=fp32, or fp16 with "
+                             "training.precision=fp16|mixed_fp16",
+                             l, c->precision_auto ? "auto" : mxp_precision_name(c->precision));
+    }
+    if (c->fp16_accumulate && c->workload == MXP_WORKLOAD_GPT) {
+        describe(b, "training.fp16_accumulate", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: not supported by model.workload=gpt; accepted: fp32, or "
+                             "fp16 with the world_model and classifier workloads", l);
+    }
     if (mxp_scaler_config_validate(s, &sub) != MXP_OK)
         return mxp_error_set(err, MXP_ERR_CONFIG, "training.loss_scale: %s", sub.msg);
     return MXP_OK;
@@ -146,6 +166,9 @@ mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error 
 
     mxp_status st = cross_check(b, &c, err);
     if (st != MXP_OK) return st;
+    mxp_error ignore; /* cross_check parsed it already: cannot fail here */
+    (void)mxp_fp32_layers_parse(c.fp32_layers_text, &c.fp32_layers, &ignore);
+    if (b->kill_switch) c.fp16_accumulate = 0; /* FP32 forced: no FP16 operands */
     if (b->kill_switch) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
     *out = c;
     return MXP_OK;

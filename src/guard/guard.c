@@ -456,6 +456,12 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
             if (s == MXP_OK) {
                 g->rollbacks++;
                 g->rollbacks_since_save++;
+                /* the restored state needs snapshot_every healthy steps of
+                 * its own before it becomes a new rollback point; else the
+                 * first replayed step is saved at once and a cause that
+                 * persists (a canary divergence that is the format's own)
+                 * rolls back to ever newer states and never falls back */
+                g->last_save_attempt = g->attempts;
                 ar->taken |= MXP_ACT_ROLLBACK;
                 ar->rollback_to = at;
                 d->rewind = true;

@@ -19,6 +19,9 @@
 
 #include <mixprec/num.h>
 
+/* Largest promotion interval k of gemm_f16acc (training.fp16_accumulate_k). */
+#define MXP_F16ACC_K_MAX 4096
+
 /* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, FP32 accumulation.
  * op(A) = A (A stored M x K, lda >= K) or A^T (A stored K x M, lda >= M);
  * likewise B (K x N with ldb >= N, or N x K with ldb >= K when trans_b).
@@ -75,6 +78,13 @@ typedef struct mxp_kernels {
     const char *isa; /* "generic", "avx512", ... */
 
     void (*gemm)(const mxp_gemm_args *a);
+    /* FP16 fast-accumulate GEMM (emulated; kernels/generic/gemm_f16acc.c):
+     * gemm's contract, but each product a*b is added to an FP16 partial sum
+     * with one RNE rounding (vfmadd231ph semantics) and the partial sum is
+     * added into an FP32 accumulator after every k products (k clamped to
+     * [1, MXP_F16ACC_K_MAX]); FP16 overflow gives +-Inf. Error vs exact:
+     * docs/kernels.md, "FP16 fast-accumulate GEMM". */
+    void (*gemm_f16acc)(const mxp_gemm_args *a, int k);
 
     /* --- conversion --- */
     void (*convert)(mxp_dtype dst_type, void *dst, mxp_dtype src_type,

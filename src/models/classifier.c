@@ -224,10 +224,15 @@ mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmni
                            cfg->activation, cfg->layernorm, MXP_LOSS_XENT, cl->max_batch);
     mxp_precision_policy pol;
     mxp_precision_policy_default(cfg->precision, &pol);
+    pol.fp16_accum_k = cfg->fp16_accumulate ? (int)cfg->fp16_accumulate_k : 0;
     mxp_status s = mxp_model_create(&spec, &pol, cfg->seed, &cl->model, err);
     if (s != MXP_OK) goto fail;
     if (cfg->fp8.history_len > 0) { /* 0: a hand-built config, keep the default */
         s = mxp_model_set_fp8_config(cl->model, &cfg->fp8, err);
+        if (s != MXP_OK) goto fail;
+    }
+    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
+        s = mxp_model_set_fp32_layers(cl->model, &cfg->fp32_layers, err);
         if (s != MXP_OK) goto fail;
     }
     mxp_trainer_config tc = cfg->trainer;

@@ -204,6 +204,10 @@ mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) 
         s = mxp_model_set_fp8_config(g->model, &cfg->fp8, err);
         if (s != MXP_OK) goto fail;
     }
+    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
+        s = mxp_model_set_fp32_layers(g->model, &cfg->fp32_layers, err);
+        if (s != MXP_OK) goto fail;
+    }
     mxp_trainer_config tc = cfg->trainer;
     tc.grad_accum_steps = (int)cfg->grad_accum_steps;
     tc.seed = cfg->seed;

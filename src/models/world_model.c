@@ -106,10 +106,15 @@ mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
                            cfg->activation, cfg->layernorm, MXP_LOSS_MSE, wm->max_batch);
     mxp_precision_policy pol;
     mxp_precision_policy_default(cfg->precision, &pol);
+    pol.fp16_accum_k = cfg->fp16_accumulate ? (int)cfg->fp16_accumulate_k : 0;
     s = mxp_model_create(&spec, &pol, cfg->seed, &wm->model, err);
     if (s != MXP_OK) goto fail;
     if (cfg->fp8.history_len > 0) { /* 0: a hand-built config, keep the default */
         s = mxp_model_set_fp8_config(wm->model, &cfg->fp8, err);
+        if (s != MXP_OK) goto fail;
+    }
+    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
+        s = mxp_model_set_fp32_layers(wm->model, &cfg->fp32_layers, err);
         if (s != MXP_OK) goto fail;
     }
 

@@ -252,7 +252,7 @@ float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
     st->nonfinite += nf;
     if (which == MXP_MON_OUT && layer < mon->n_layers) {
         ls->out_type = t;
-        mon->cur_out[layer] = amax;
+        if (amax > mon->cur_out[layer]) mon->cur_out[layer] = amax; /* max over chunks */
     } else if (which == MXP_MON_DX) {
         ls->grad_type = t;
     }

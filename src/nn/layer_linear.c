@@ -4,43 +4,59 @@
  * Shapes: x [B, in], W [out, in] (work slab, weight dtype), b [out],
  * y [B, out]. The matmul operands enter in their stored dtypes (x cast to the
  * policy's matmul input dtype when its activation dtype differs); the GEMM
- * accumulates in FP32. Backward (llm.c matmul_backward, in GEMM form):
+ * accumulates in FP32 (or, when the policy sets fp16_accum_k, FP16 x FP16
+ * GEMMs use the emulated FP16 fast-accumulate kernel: linear_gemm). Backward (llm.c matmul_backward, in GEMM form):
  *   dX  = dY W          ("=", skipped for the first layer)
  *   dW += dY^T X        (beta = 1 into the FP32 grad slab)
  *   db += sum_b dY      (FP32)
  * FP8 mode (m->fp8) runs the delayed-scaling form in block_dense.c.
+ * A layer kept FP32 (mxp_model_set_fp32_layers, nn_layer_fp32) reads W and
+ * b from the FP32 master and x, dY in FP32 (the planner stores them so), in
+ * every mode FP8 included: its GEMMs are the fp32 mode's GEMMs.
  */
 #include "nn/nn_internal.h"
 
+/* The layer's GEMM: the emulated FP16 fast-accumulate GEMM when the policy
+ * asks for it (fp16_accum_k > 0) and both operands are FP16, else FP32
+ * accumulation (FP32-kept layers and other dtypes). */
+static void linear_gemm(const mxp_model *m, const mxp_gemm_args *g) {
+    int k = m->policy.fp16_accum_k;
+    if (k > 0 && g->a_type == MXP_DTYPE_F16 && g->b_type == MXP_DTYPE_F16)
+        m->k->gemm_f16acc(g, k);
+    else
+        m->k->gemm(g);
+}
+
 void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
-    if (m->fp8) {
+    if (m->fp8 && !nn_layer_fp32(m, l)) {
         nn_fp8_linear_forward(m, l, B, y32);
         return;
     }
     const nn_layer *L = &m->layers[l];
-    mxp_dtype xt;
+    mxp_dtype xt, wt, bt;
     const void *x = nn_matmul_input(m, l, B, &xt);
+    const void *w = nn_layer_weights(m, l, L->w_off, &wt);
+    const void *bw = nn_layer_weights(m, l, L->b_off, &bt);
     mxp_gemm_args g = {
         .trans_a = false, .trans_b = true,
         .M = B, .N = L->out, .K = L->in,
         .a_type = xt, .A = x, .lda = L->in,
-        .b_type = m->policy.weight, .B = nn_work_at(m, L->w_off), .ldb = L->in,
+        .b_type = wt, .B = w, .ldb = L->in,
         .C = y32, .ldc = L->out, .alpha = 1.0f, .beta = 0.0f,
     };
-    m->k->gemm(&g);
-    const float *bias = nn_view_f32(m, m->policy.weight, nn_work_at(m, L->b_off),
-                                    (size_t)L->out, m->b.p0);
+    linear_gemm(m, &g);
+    const float *bias = nn_view_f32(m, bt, bw, (size_t)L->out, m->b.p0);
     m->k->add_bias(y32, bias, B, L->out);
 }
 
 void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
                         float *dx32) {
-    if (m->fp8) {
+    if (m->fp8 && !nn_layer_fp32(m, l)) {
         nn_fp8_linear_backward(m, l, B, dy, dx32);
         return;
     }
     const nn_layer *L = &m->layers[l];
-    const mxp_dtype gt = m->b.grad_type;
+    const mxp_dtype gt = m->b.gtype[l + 1]; /* dY: the gradient of acts[l+1] */
 
     /* db += column sums of dY, in FP32 */
     const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
@@ -56,16 +72,18 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
         .b_type = xt, .B = x, .ldb = L->in,
         .C = m->grads + L->w_off, .ldc = L->in, .alpha = 1.0f, .beta = 1.0f,
     };
-    m->k->gemm(&gw);
+    linear_gemm(m, &gw);
 
     if (!dx32) return;
     /* dX[B, in] = dY [B, out] @ W [out, in] */
+    mxp_dtype wt;
+    const void *w = nn_layer_weights(m, l, L->w_off, &wt);
     mxp_gemm_args gx = {
         .trans_a = false, .trans_b = false,
         .M = B, .N = L->in, .K = L->out,
         .a_type = gt, .A = dy, .lda = L->out,
-        .b_type = m->policy.weight, .B = nn_work_at(m, L->w_off), .ldb = L->in,
+        .b_type = wt, .B = w, .ldb = L->in,
         .C = dx32, .ldc = L->in, .alpha = 1.0f, .beta = 0.0f,
     };
-    m->k->gemm(&gx);
+    linear_gemm(m, &gx);
 }

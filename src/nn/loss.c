@@ -21,3 +21,16 @@ double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
         return m->k->mse(dpred32, pred, b->y, b->B, C, loss_scale);
     return m->k->softmax_xent(dpred32, pred, b->labels, b->B, C, loss_scale);
 }
+
+/* One kernel call per row with B = 1 and grad_scale = k: the kernel then
+ * uses exactly k as its factor and returns the row's loss exactly (total /
+ * 1), and the rows are summed here in order from the caller's total, as
+ * the whole-batch call sums them: loss and gradient bits are those of one
+ * call on the whole batch (tests/test_gpt.c). */
+void nn_xent_rows(const mxp_model *m, float *dl, const float *logits, const int32_t *labels,
+                  int64_t R, int64_t V, float k, double *total) {
+    for (int64_t r = 0; r < R; r++) {
+        const size_t o = (size_t)r * (size_t)V;
+        *total += m->k->softmax_xent(dl ? dl + o : NULL, logits + o, labels + r, 1, V, k);
+    }
+}

@@ -1,11 +1,14 @@
 /* nn/model.c: model construction, slabs, tensor table, precision switch.
  *
  * Entry points: mxp_model_spec_mlp, mxp_model_create/_destroy,
- * mxp_model_set_policy, the slab accessors, mxp_model_memory_usage, and the
- * layer/loss kind names. The slab layout follows llm.c's train_gpt2.c: a
- * size table (one entry per named tensor) carves the flat master / work /
- * grad slabs; every activation-sized buffer is carved from one arena planned
- * for max_batch at create (see nn_internal.h). Parameter init follows
+ * mxp_model_set_policy, mxp_model_set_fp32_layers (per-layer FP32
+ * override: plan_bufs stores a kept layer's x, y and dY in FP32 and
+ * nn_layer_weights hands it the FP32 master), the slab accessors,
+ * mxp_model_memory_usage, and the layer/loss kind names. The slab layout
+ * follows llm.c's train_gpt2.c: a size table (one entry per named tensor)
+ * carves the flat master / work / grad slabs; every activation-sized
+ * buffer is carved from one arena planned for max_batch at create (see
+ * nn_internal.h). Parameter init follows
  * PyTorch nn.Linear.reset_parameters (bound 1/sqrt(fan_in) for weight and
  * bias) and nn.LayerNorm (gamma 1, beta 0).
  */
@@ -103,6 +106,12 @@ static mxp_status validate_policy(const mxp_precision_policy *p, mxp_error *err)
         if ((s = check_dtype("ops[].input", p->ops[c].input, err))) return s;
         if ((s = check_dtype("ops[].output", p->ops[c].output, err))) return s;
     }
+    bool f16_mode = p->mode == MXP_PRECISION_FP16 || p->mode == MXP_PRECISION_MIXED_FP16;
+    if (p->fp16_accum_k != 0 && (!f16_mode || p->fp16_accum_k < 1 || p->fp16_accum_k > 4096))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "policy fp16_accum_k=%d in mode %s; accepted: 0, or 1..4096 in "
+                             "modes fp16 and mixed_fp16",
+                             p->fp16_accum_k, mxp_precision_name(p->mode));
     return MXP_OK;
 }
 
@@ -266,16 +275,39 @@ static void free_bufs(nn_bufs *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* Allocate master/work slabs and the arena for `policy` (contents zero). */
+bool nn_fused_head(const mxp_model *m, const mxp_precision_policy *p) {
+    return m->blk_rows >= 0 && m->layers[m->n_layers - 1].kind == MXP_LAYER_LM_HEAD &&
+           m->spec.loss == MXP_LOSS_XENT && p->ops[MXP_OP_LOSS].input == MXP_DTYPE_F32 &&
+           !nn_dtype_is_fp8(p->ops[MXP_OP_MATMUL].input);
+}
+
+/* Allocate master/work slabs and the arena for `policy` (contents zero).
+ * With a fused lm_head (nn_fused_head) no [max_batch, V] FP32 buffer
+ * exists: the logits are never stored whole (lc holds one chunk), and the
+ * staging buffers sy, sa and the second gradient buffer g[1] are sized by
+ * the widest layer input (the head's [rows, V] gradient lives in g[0], in
+ * the grad dtype; sb keeps the full width, nn_count_nonfinite's chunk). */
 static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
                             nn_bufs *b, mxp_error *err) {
     memset(b, 0, sizeof *b);
     const size_t P = m->n_params;
     const size_t mb = (size_t)m->spec.max_batch;
-    size_t rowmax;
+    size_t rowmax, rowin = 0;
     if (!mxp_size_mul(mb, (size_t)m->max_width, &rowmax)) goto overflow;
+    const bool fused = nn_fused_head(m, p);
+    if (fused) { /* widest width except the head's output */
+        int64_t wi = 1;
+        for (int l = 0; l < m->n_layers; l++)
+            if (m->width[l] > wi) wi = m->width[l];
+        rowin = mb * (size_t)wi; /* <= rowmax: no overflow */
+    } else {
+        rowin = rowmax;
+    }
+    int64_t lc_rows = m->blk_rows > 0 ? m->blk_rows : NN_HEAD_ROWS; /* head chunk rows */
+    if (lc_rows > (int64_t)mb) lc_rows = (int64_t)mb;
+    size_t at_lc = 0;
 
-    size_t off = 0, at_acts[MXP_MODEL_MAX_LAYERS + 1], at_g[2], at_s[3];
+    size_t off = 0, at_acts[MXP_MODEL_MAX_LAYERS + 1] = {0}, at_g[2], at_s[3];
     size_t at_t0 = 0, at_p[2], at_ln = 0, at_fw = 0, fw_n = 0, at_xs = 0;
     size_t at_ext[MXP_MODEL_MAX_LAYERS] = {0};
     bool need_t0 = false;
@@ -301,26 +333,40 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
             (next == MXP_LAYER_LINEAR || next == MXP_LAYER_LM_HEAD))
             b->act_type[l + 1] = mm_in;
     }
-    for (int l = 0; l < m->n_layers; l++)
-        if ((m->layers[l].kind == MXP_LAYER_LINEAR || m->layers[l].kind == MXP_LAYER_LM_HEAD) &&
-            b->act_type[l] != mm_in)
-            need_t0 = true;
     /* The last layer's output is the loss's input: write it in the loss
      * dtype (FP32) straight from the FP32 accumulator instead of rounding
      * it to the activation dtype and widening it again. */
     b->act_type[m->n_layers] = p->ops[MXP_OP_LOSS].input;
+    /* Layers kept FP32 (per-layer override): their input and output are
+     * stored in FP32, and so is the gradient of their output (their dY). */
+    const uint64_t keep = p->mode == MXP_PRECISION_FP32 ? 0 : m->fp32_mask;
+    size_t gsize = mxp_dtype_info(b->grad_type)->size;
+    for (int l = 0; l <= m->n_layers; l++) b->gtype[l] = b->grad_type;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (!(keep >> l & 1)) continue;
+        b->act_type[l] = b->act_type[l + 1] = MXP_DTYPE_F32;
+        b->gtype[l + 1] = MXP_DTYPE_F32;
+        gsize = sizeof(float);
+    }
+    for (int l = 0; l < m->n_layers; l++)
+        if ((m->layers[l].kind == MXP_LAYER_LINEAR || m->layers[l].kind == MXP_LAYER_LM_HEAD) &&
+            !(keep >> l & 1) && b->act_type[l] != mm_in)
+            need_t0 = true;
     for (int l = 0; l <= m->n_layers; l++) {
         size_t n;
+        if (fused && l == m->n_layers) break; /* the logits: chunks in lc */
         if (!mxp_size_mul(mb, (size_t)m->width[l], &n)) goto overflow;
         if (!plan_take(&off, n, mxp_dtype_info(b->act_type[l])->size, &at_acts[l]))
             goto overflow;
     }
     for (int i = 0; i < 2; i++)
-        if (!plan_take(&off, rowmax, mxp_dtype_info(b->grad_type)->size, &at_g[i]))
-            goto overflow;
+        if (!plan_take(&off, i == 0 ? rowmax : rowin, gsize, &at_g[i])) goto overflow;
     for (int i = 0; i < 3; i++)
-        if (!plan_take(&off, rowmax, sizeof(float), &at_s[i])) goto overflow;
-    if (need_t0 && !plan_take(&off, rowmax, mxp_dtype_info(mm_in)->size, &at_t0))
+        if (!plan_take(&off, i == 2 ? rowmax : rowin, sizeof(float), &at_s[i])) goto overflow;
+    if (fused && !plan_take(&off, (size_t)lc_rows * (size_t)m->width[m->n_layers],
+                            sizeof(float), &at_lc))
+        goto overflow;
+    if (need_t0 && !plan_take(&off, rowin, mxp_dtype_info(mm_in)->size, &at_t0))
         goto overflow;
     for (int i = 0; i < 2; i++)
         if (!plan_take(&off, (size_t)m->max_width, sizeof(float), &at_p[i]))
@@ -357,7 +403,11 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
     b->arena = mxp_calloc(off, 1);
     if (!b->arena) goto oom;
     b->arena_bytes = off;
-    for (int l = 0; l <= m->n_layers; l++) b->acts[l] = b->arena + at_acts[l];
+    for (int l = 0; l <= m->n_layers; l++)
+        b->acts[l] = fused && l == m->n_layers ? NULL : b->arena + at_acts[l];
+    b->fused_head = fused;
+    b->lc = fused ? (float *)(void *)(b->arena + at_lc) : NULL;
+    b->lc_rows = fused ? lc_rows : 0;
     for (int i = 0; i < 2; i++) b->g[i] = b->arena + at_g[i];
     b->sy = (float *)(void *)(b->arena + at_s[0]);
     b->sa = (float *)(void *)(b->arena + at_s[1]);
@@ -470,6 +520,9 @@ void mxp_model_destroy(mxp_model *m) {
     mxp_free(m);
 }
 
+static mxp_status check_fp32_mode(uint64_t mask, const mxp_precision_policy *p,
+                                  mxp_error *err);
+
 /* Re-plan for a new policy. Weights come from master (or work widened);
  * nothing changes on failure; grads are zeroed on success. */
 mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
@@ -478,6 +531,7 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
     mxp_status s;
     if ((s = validate_policy(policy, err))) return s;
+    if ((s = check_fp32_mode(m->fp32_mask, policy, err))) return s;
     nn_bufs nb;
     if ((s = plan_bufs(m, policy, &nb, err))) return s;
     mxp_fp8_scaling *f8 = NULL;
@@ -500,6 +554,93 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
     m->policy = *policy;
     memset(m->grads, 0, m->n_params * sizeof(float));
     return MXP_OK;
+}
+
+/* Resolve sel against m's layers into a mask (bit l: linear layer l). */
+static mxp_status resolve_fp32_layers(const mxp_model *m, const mxp_fp32_layers *sel,
+                                      uint64_t *mask, mxp_error *err) {
+    char lin[200] = "", txt[256];
+    size_t used = 0;
+    int first = -1, last = -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].kind != MXP_LAYER_LINEAR) continue;
+        if (first < 0) first = l;
+        last = l;
+        if (used < sizeof lin) {
+            int w = snprintf(lin + used, sizeof lin - used, "%s%d", used ? "," : "", l);
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    mxp_fp32_layers_format(sel, txt, sizeof txt);
+    *mask = sel->mask;
+    if ((sel->first || sel->last) && first < 0)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "fp32 layers '%s' (training.precision_fp32_layers): this model has "
+                             "no linear layer; accepted: none", txt);
+    if (sel->first) *mask |= (uint64_t)1 << first;
+    if (sel->last) *mask |= (uint64_t)1 << last;
+    for (int l = 0; l < MXP_FP32_LAYERS_MAX; l++) {
+        if (!(sel->mask >> l & 1)) continue;
+        if (l >= m->n_layers || m->layers[l].kind != MXP_LAYER_LINEAR)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "fp32 layers '%s' (training.precision_fp32_layers): layer %d %s; "
+                                 "accepted: none, first, last or indices of this model's "
+                                 "linear layers (%s)",
+                                 txt, l,
+                                 l >= m->n_layers ? "is out of range" : "is not a linear layer",
+                                 first < 0 ? "none" : lin);
+    }
+    return MXP_OK;
+}
+
+/* Pure modes keep no FP32 copy of the weights a kept layer would use. */
+static mxp_status check_fp32_mode(uint64_t mask, const mxp_precision_policy *p,
+                                  mxp_error *err) {
+    if (mask == 0 || p->has_master || p->mode == MXP_PRECISION_FP32) return MXP_OK;
+    return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                         "training.precision_fp32_layers: layers kept FP32 need an FP32 master "
+                         "copy, which precision %s does not keep; accepted there: none "
+                         "(or use mixed_bf16 / mixed_fp16 / fp8)",
+                         mxp_precision_name(p->mode));
+}
+
+mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel,
+                                     mxp_error *err) {
+    if (!m || !sel)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "mxp_model_set_fp32_layers: NULL %s", m ? "selection" : "model");
+    uint64_t mask;
+    mxp_status s = resolve_fp32_layers(m, sel, &mask, err);
+    if (s != MXP_OK) return s;
+    if ((s = check_fp32_mode(mask, &m->policy, err)) != MXP_OK) return s;
+    const mxp_fp32_layers keep_sel = m->fp32_sel;
+    const uint64_t keep_mask = m->fp32_mask;
+    m->fp32_sel = *sel;
+    m->fp32_mask = mask;
+    s = mxp_model_set_policy(m, &m->policy, err);
+    if (s != MXP_OK) {
+        m->fp32_sel = keep_sel;
+        m->fp32_mask = keep_mask;
+    }
+    return s;
+}
+
+uint64_t mxp_model_fp32_layers(const mxp_model *m) {
+    if (!m || m->policy.mode == MXP_PRECISION_FP32) return 0;
+    return m->fp32_mask;
+}
+
+bool nn_layer_fp32(const mxp_model *m, int l) {
+    return m->policy.mode != MXP_PRECISION_FP32 && (m->fp32_mask >> l & 1);
+}
+
+const void *nn_layer_weights(const mxp_model *m, int l, size_t off, mxp_dtype *type) {
+    if (nn_layer_fp32(m, l) && m->b.master) {
+        *type = MXP_DTYPE_F32;
+        return m->b.master + off;
+    }
+    *type = m->policy.weight;
+    return nn_work_at(m, off);
 }
 
 mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err) {
@@ -588,7 +729,7 @@ const void *nn_work_at(const mxp_model *m, size_t off) {
 
 const void *nn_matmul_input(mxp_model *m, int l, int64_t B, mxp_dtype *type) {
     mxp_dtype at = m->b.act_type[l];
-    mxp_dtype want = m->policy.ops[MXP_OP_MATMUL].input;
+    mxp_dtype want = nn_layer_fp32(m, l) ? MXP_DTYPE_F32 : m->policy.ops[MXP_OP_MATMUL].input;
     *type = want;
     if (at == want) return m->b.acts[l];
     m->k->convert(want, m->b.t0, at, m->b.acts[l],

@@ -95,13 +95,20 @@ static void scan_output(mxp_model *m, mxp_nonfinite_site *site,
         site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
 }
 
+/* Elements of layer L's "weight" part: up to its bias for linear and
+ * layernorm layers; all its parameters for the GPT kinds, which keep
+ * several tensors and no b_off (0). */
+static size_t weight_count(const nn_layer *L) {
+    return L->b_off > L->w_off ? L->b_off - L->w_off : L->n_params;
+}
+
 /* Anomaly mode, before layer l's forward: its weight and bias as stored in
  * the work slab. */
 static void check_weights(mxp_model *m, mxp_nonfinite_site *site, int l,
                           const char *op) {
     const nn_layer *L = &m->layers[l];
     if (site->found || L->n_params == 0) return;
-    const size_t wn = L->b_off - L->w_off, bn = L->n_params - wn;
+    const size_t wn = weight_count(L), bn = L->n_params - wn;
     int64_t c = nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->w_off), wn);
     if (c > 0) {
         site_set(m, site, false, l, op, c, "weight");
@@ -127,7 +134,7 @@ static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
         (void)m->k->absmax(g, L->n_params, &nf);
     if (site->found || nf == 0) return;
     if (nn_mon_anomaly(m)) {
-        const size_t wn = L->b_off - L->w_off;
+        const size_t wn = weight_count(L);
         int64_t cw = 0, cb = 0;
         (void)m->k->absmax(g, wn, &cw);
         (void)m->k->absmax(g + wn, L->n_params - wn, &cb);
@@ -151,7 +158,8 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
         if (nf > 0) site_set(m, site, false, -1, "input", nf, "input");
     }
     store_output(m, b->act_type[0], b->acts[0], x, (size_t)B * (size_t)m->width[0]);
-    for (int l = 0; l < m->n_layers; l++) {
+    const int n_run = b->fused_head ? m->n_layers - 1 : m->n_layers; /* head: head_fused */
+    for (int l = 0; l < n_run; l++) {
         const nn_layer_vtable *vt = &vtables[m->layers[l].kind];
         const mxp_dtype t = b->act_type[l + 1];
         const size_t n = (size_t)B * (size_t)m->width[l + 1];
@@ -162,6 +170,99 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
         store_output(m, t, b->acts[l + 1], y32, n);
         scan_output(m, site, false, l, vt->name, y32, t, b->acts[l + 1], n);
     }
+}
+
+/* ---- the fused lm_head + cross-entropy ------------------------------------------------
+ * With b.fused_head (nn_fused_head) the [B, V] logits are never stored:
+ * head_fused computes them NN_HEAD_ROWS rows at a time into lc, scans
+ * them, computes the loss rows and their gradient in place, and stores
+ * that in the grad dtype into g[0], where the lm_head's backward reads it
+ * whole (its dW reduces over all rows in one GEMM, as before). A GEMM gives
+ * every row the same bits whatever M (kernels.h) and the loss rows are
+ * summed in the kernel's order (nn_xent_rows), so loss, gradients and the
+ * first non-finite site are those of the unfused path. */
+
+/* What nn_fault_apply would poison in the whole tensor [total], for the
+ * elements [lo, lo + n) held in v [n]. */
+static void fault_chunk(const mxp_model *m, int layer, float *v, size_t lo, size_t n,
+                        size_t total) {
+    if (total == 0 || !nn_fault_targets(m, false, layer)) return;
+    const float val = m->fault.kind == MXP_FAULT_NAN   ? NAN
+                      : m->fault.kind == MXP_FAULT_INF ? INFINITY
+                                                       : (float)m->fault.value;
+    size_t k = m->fault.elements < 1 ? 1 : (size_t)m->fault.elements;
+    if (k > total) k = total;
+    const size_t stride = total / k;
+    for (size_t i = 0; i < k; i++)
+        if (i * stride >= lo && i * stride < lo + n) v[i * stride - lo] = val;
+}
+
+/* scan_output for one chunk of a tensor whose site is set after its last
+ * chunk: the monitor records the chunk (its statistics add up; the output
+ * absmax of the pass is the max over chunks); returns the chunk's count. */
+static int64_t scan_chunk(mxp_model *m, const mxp_nonfinite_site *site, bool backward,
+                          int layer, const float *v32, mxp_dtype t, const void *stored,
+                          size_t n) {
+    const bool mon = site && m->mon;
+    if (!site || (site->found && !mon)) return 0;
+    int64_t nf = 0;
+    float amax = mon ? nn_mon_scan(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT, v32, n, t,
+                                   &nf)
+                     : m->k->absmax(v32, n, &nf);
+    if (site->found) return 0;
+    int64_t count = nf;
+    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
+        int64_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
+        if (c > count) count = c;
+    }
+    return count;
+}
+
+/* The lm_head (layer L-1) and the cross-entropy of batch b, fused in row
+ * chunks; with `backward` the loss gradient (scaled) goes into g[0] and
+ * *nf_grad gets its non-finite count (the caller records that site after
+ * the loss's). Returns the mean loss. */
+static double head_fused(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                         mxp_nonfinite_site *site, int64_t *nf_grad) {
+    nn_bufs *bf = &m->b;
+    const int l = m->n_layers - 1;
+    const nn_layer *L = &m->layers[l];
+    const nn_layer_vtable *vt = &vtables[L->kind];
+    const int64_t B = b->B, C = L->in, V = L->out;
+    const mxp_dtype gt = bf->gtype[m->n_layers];
+    const float k = (float)((double)(backward ? loss_scale : 1.0f) / (double)B);
+    if (site && nn_mon_anomaly(m)) check_weights(m, site, l, vt->name);
+    mxp_dtype xt, wt;
+    const unsigned char *x = nn_matmul_input(m, l, B, &xt);
+    const void *w = nn_layer_weights(m, l, L->p_off, &wt);
+    const size_t xe = mxp_dtype_info(xt)->size, ge = mxp_dtype_info(gt)->size;
+    double total = 0.0;
+    int64_t nf_out = 0, nf_g = 0;
+    for (int64_t r0 = 0; r0 < B; r0 += bf->lc_rows) {
+        const int64_t R = B - r0 < bf->lc_rows ? B - r0 : bf->lc_rows;
+        const size_t n = (size_t)R * (size_t)V, lo = (size_t)r0 * (size_t)V;
+        mxp_gemm_args g = { /* logits [R, V] = x [R, C] wte^T, as nn_lm_head_forward */
+            .trans_a = false, .trans_b = true, .M = R, .N = V, .K = C,
+            .a_type = xt, .A = x + (size_t)(r0 * C) * xe, .lda = C,
+            .b_type = wt, .B = w, .ldb = C,
+            .C = bf->lc, .ldc = V, .alpha = 1.0f, .beta = 0.0f,
+        };
+        m->k->gemm(&g);
+        if (site) fault_chunk(m, l, bf->lc, lo, n, (size_t)B * (size_t)V);
+        nf_out += scan_chunk(m, site, false, l, bf->lc, MXP_DTYPE_F32, bf->lc, n);
+        nn_xent_rows(m, backward ? bf->lc : NULL, bf->lc, b->labels + r0, R, V, k, &total);
+        if (backward) {
+            void *dst = (unsigned char *)bf->g[0] + lo * ge;
+            store_output(m, gt, dst, bf->lc, n);
+            nf_g += scan_chunk(m, site, true, -1, bf->lc, gt, dst, n);
+        }
+    }
+    *nf_grad = nf_g;
+    if (site && !site->found && nf_out > 0)
+        site_set(m, site, false, l, vt->name, nf_out, "output");
+    return total / (double)B;
 }
 
 /* Lowest layer index that owns parameters (backward stops there). */
@@ -175,13 +276,13 @@ static int first_param_layer(const mxp_model *m) {
  * (dY of the last layer is in g[0]), parameter grads += into the slab. */
 static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
     nn_bufs *b = &m->b;
-    const mxp_dtype gt = b->grad_type;
     const int lo = first_param_layer(m);
     int cur = 0; /* g[cur] holds dY of layer l */
     for (int l = m->n_layers - 1; l >= lo; l--) {
         const nn_layer *L = &m->layers[l];
         const nn_layer_vtable *vt = &vtables[L->kind];
         const bool need_dx = l > lo;
+        const mxp_dtype gt = b->gtype[l]; /* dX: the gradient of acts[l] */
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
@@ -192,7 +293,7 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         if (site && nn_fault_targets(m, true, l)) {
             /* a layer's gradient: its parameter grads, else its dx */
             if (L->n_params > 0)
-                nn_fault_apply(m, true, l, m->grads + L->w_off, L->b_off - L->w_off);
+                nn_fault_apply(m, true, l, m->grads + L->w_off, weight_count(L));
             else if (need_dx)
                 nn_fault_apply(m, true, l, dx32, (size_t)B * (size_t)L->in);
         }
@@ -280,11 +381,14 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
     const double t0 = mxp_time_now();
     nn_forward(m, b->x, b->B, site);
 
-    const mxp_dtype gt = m->b.grad_type;
+    const mxp_dtype gt = m->b.gtype[m->n_layers]; /* the loss gradient's storage */
+    const bool fused = m->b.fused_head;
     float *dpred32 = NULL;
-    if (backward) dpred32 = gt == MXP_DTYPE_F32 ? (float *)m->b.g[0] : m->b.sy;
+    if (backward && !fused) dpred32 = gt == MXP_DTYPE_F32 ? (float *)m->b.g[0] : m->b.sy;
     const char *lname = mxp_loss_kind_name(m->spec.loss);
-    double lv = nn_loss_forward(m, b, dpred32, backward ? loss_scale : 1.0f);
+    int64_t nf_grad = 0;
+    double lv = fused ? head_fused(m, b, backward, loss_scale, site, &nf_grad)
+                      : nn_loss_forward(m, b, dpred32, backward ? loss_scale : 1.0f);
     if (loss) *loss = lv;
     if (site && !site->found && !isfinite(lv))
         site_set(m, site, false, -1, lname, 1, "output");
@@ -293,8 +397,12 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
 
     if (backward) {
         const size_t n = (size_t)b->B * (size_t)mxp_model_out_dim(m);
-        store_output(m, gt, m->b.g[0], dpred32, n);
-        scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
+        if (!fused) {
+            store_output(m, gt, m->b.g[0], dpred32, n);
+            scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
+        } else if (site && !site->found && nf_grad > 0) {
+            site_set(m, site, true, -1, lname, nf_grad, "grad_input");
+        }
         backward_layers(m, b->B, site);
         m->time_backward_s += mxp_time_now() - t1;
     }
@@ -320,6 +428,10 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
     nn_forward(m, x, B, NULL);
     const int L = m->n_layers;
     const size_t n = (size_t)B * (size_t)m->width[L];
+    if (m->b.fused_head) { /* the head's FP32 output straight into pred */
+        nn_lm_head_forward(m, L - 1, B, pred);
+        return MXP_OK;
+    }
     if (m->b.act_type[L] == MXP_DTYPE_F32)
         memcpy(pred, m->b.acts[L], n * sizeof(float));
     else

@@ -20,6 +20,10 @@
  *     ln_stats  FP32 [n_layernorm, 2, max_batch]: mean then rstd per row
  *     ext[l]    GPT layers: the tensors a block saves for backward
  *     xs        GPT layers: shared FP32 scratch (block chunks, block.c)
+ *     lc        fused lm_head + cross-entropy (nn_fused_head): FP32 [rows
+ *               per chunk, V], one chunk of logits; acts[L] is then not
+ *               planned, and sy, sa, g[1] and t0 span the widest layer
+ *               input instead of the widest layer (the vocabulary)
  * A layernorm read only by a matmul stores its output in the matmul input
  * dtype (what the reader casts it to), so it needs no FP32 copy or t0.
  *
@@ -70,11 +74,19 @@ typedef struct nn_bufs {
     mxp_dtype grad_type;  /* activation-gradient storage: policy grad, or BF16
                              when that is an FP8 format (FP8 is only a matmul
                              operand format, see mxp_model_fp8) */
+    mxp_dtype gtype[MXP_MODEL_MAX_LAYERS + 1]; /* storage of the gradient of acts[i]
+                             (i >= 1): grad_type, or F32 when layer i-1 is kept
+                             FP32 (mxp_model_set_fp32_layers) */
     float *fw;            /* FP8 mode: FP32 [largest linear weight], the
                              quantised weight; else NULL */
     unsigned char *ext[MXP_MODEL_MAX_LAYERS]; /* GPT layers: saved tensors */
     float *xs;            /* GPT layers: shared FP32 scratch, xs_n floats */
     size_t xs_n;
+    bool fused_head;      /* lm_head + cross-entropy run fused, in row chunks
+                             (nn_fused_head): acts[L] is NULL and lc holds
+                             one chunk of logits, then of their gradient */
+    float *lc;            /* FP32 [lc_rows, V] when fused_head, else NULL */
+    int64_t lc_rows;
 } nn_bufs;
 
 #define NN_MAX_TENSORS (12 * MXP_MODEL_MAX_LAYERS) /* a GPT block has 12 */
@@ -106,6 +118,9 @@ struct mxp_model {
     int64_t blk_rows;          /* GPT blocks: rows per chunk of their FP32 scratch
                                   (0: NN_BLOCK_ROWS; < 0: whole batch, unchunked;
                                   set through nn_model_set_block_rows) */
+    mxp_fp32_layers fp32_sel;  /* per-layer FP32 override as asked (amp.h) */
+    uint64_t fp32_mask;        /* resolved: bit l = linear layer l kept FP32 (any mode
+                                  but fp32; nn_layer_fp32) */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
 };
@@ -157,6 +172,12 @@ const float *nn_view_f32(const mxp_model *m, mxp_dtype t, const void *buf,
                          size_t n, float *scratch);
 /* Pointer to element `off` of the work slab. */
 const void *nn_work_at(const mxp_model *m, size_t off);
+/* Layer l is kept in FP32 by the per-layer override under the current
+ * policy (never in fp32 mode, where everything is). */
+bool nn_layer_fp32(const mxp_model *m, int l);
+/* The weights layer l computes with, at slab offset off: the FP32 master
+ * for a layer kept FP32 (*type F32), else the work slab (policy weight). */
+const void *nn_layer_weights(const mxp_model *m, int l, size_t off, mxp_dtype *type);
 /* The matmul A operand for a linear layer input acts[l] ([B, in]): acts[l]
  * itself when its dtype is the matmul input dtype, else its cast in t0. */
 const void *nn_matmul_input(mxp_model *m, int l, int64_t B, mxp_dtype *type);
@@ -244,8 +265,9 @@ mxp_status nn_ext_validate(const mxp_model_spec *s, mxp_error *err);
  * saved tensors, large enough that the GEMMs keep their speed. */
 #define NN_BLOCK_ROWS 256
 
-/* Re-plan m's buffers with `rows` rows per block chunk (0: default, < 0:
- * unchunked). Weights are kept, grads zeroed; nothing changes on error.
+/* Re-plan m's buffers with `rows` rows per block chunk and per fused-head
+ * chunk (0: defaults, < 0: unchunked, unfused head). Weights are kept,
+ * grads zeroed; nothing changes on error.
  * Results are bit-identical for every value (tests/test_gpt.c). */
 mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err);
 
@@ -272,7 +294,26 @@ void nn_block_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy,
                        float *dx32);
 
-/* The forward pass for B rows of x; scans outputs into site (may be NULL). */
+/* Rows per chunk of the fused lm_head + cross-entropy (model_step.c);
+ * nn_model_set_block_rows(rows > 0) sets it to rows (any value). */
+#define NN_HEAD_ROWS 256
+
+/* True when policy p runs m's lm_head and loss fused in row chunks: the
+ * last layer is an lm_head, the loss is cross-entropy on FP32 logits, the
+ * matmul input is not FP8 (fp8 keeps the whole-batch path), and m is not
+ * on the unchunked reference path (blk_rows < 0, the tests' reference). */
+bool nn_fused_head(const mxp_model *m, const mxp_precision_policy *p);
+
+/* Cross-entropy of R rows of FP32 logits [R, V] (labels [R]), added row by
+ * row to *total in the order the whole-batch kernel sums them; when dl is
+ * not NULL it receives k * (softmax - onehot) ("=", may alias logits), k
+ * the per-row factor grad_scale / B of the whole batch (loss.c). */
+void nn_xent_rows(const mxp_model *m, float *dl, const float *logits, const int32_t *labels,
+                  int64_t R, int64_t V, float k, double *total);
+
+/* The forward pass for B rows of x; scans outputs into site (may be NULL).
+ * With a fused head (b.fused_head) it stops before the lm_head, which
+ * mxp_model_step runs with the loss (and predict on its own). */
 void nn_forward(mxp_model *m, const float *x, int64_t B,
                 mxp_nonfinite_site *site);
 

@@ -51,6 +51,8 @@ typedef struct bt_cell {
     bt_workload wl;
     char scenario[16];           /* warmup|standard|stress, or "default" */
     mxp_precision mode;
+    bool fp32_first_last;        /* variant: training.precision_fp32_layers=first,last
+                                    (world model, mixed_bf16 only) */
     int64_t trajectories, epochs, batch, hidden, depth; /* as configured */
     char ovr[BT_MAX_OVR][BT_OVR_LEN];
     int n_ovr;
@@ -84,6 +86,8 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap);
 void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress);
 /* The label of mode p in reports ("fp8 (emulated)" for fp8). */
 const char *bt_mode_label(mxp_precision p);
+/* The label of cell c: its mode's, or "mixed_bf16 (fp32 first/last)". */
+const char *bt_cell_label(const bt_cell *c);
 size_t bt_cell_mem_total(const bt_cell *c);
 
 /* ---- outputs (bench_train_out.c) ---------------------------------------- */

@@ -39,6 +39,10 @@ const char *bt_mode_label(mxp_precision p) {
     return p == MXP_PRECISION_FP8 ? "fp8 (emulated)" : mxp_precision_name(p);
 }
 
+const char *bt_cell_label(const bt_cell *c) {
+    return c->fp32_first_last ? "mixed_bf16 (fp32 first/last)" : bt_mode_label(c->mode);
+}
+
 size_t bt_cell_mem_total(const bt_cell *c) {
     return c->mem_params + c->mem_grads + c->mem_master + c->mem_optimizer + c->mem_activations;
 }
@@ -131,12 +135,20 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
         int ns = w == BT_WL_WORLD_MODEL ? (int)(sizeof scenarios / sizeof scenarios[0]) : 1;
         for (int s = 0; s < ns; s++) {
             for (int p = 0; p < MXP_PRECISION_COUNT && n < cap; p++) {
-                bt_cell *c = &cells[n++];
-                memset(c, 0, sizeof *c);
-                if (w == BT_WL_WORLD_MODEL) world_model_cell(o, c, s);
-                else if (w == BT_WL_CLASSIFIER) classifier_cell(o, c);
-                else gpt_cell(o, c);
-                c->mode = (mxp_precision)p;
+                /* The world model also runs mixed_bf16 with its first and last
+                 * layers kept FP32 (docs/precision.md), placed before plain
+                 * mixed_bf16 (the plots take the last row of a mode). */
+                const bool variant = w == BT_WL_WORLD_MODEL && p == MXP_PRECISION_MIXED_BF16;
+                for (int v = variant ? 1 : 0; v >= 0 && n < cap; v--) {
+                    bt_cell *c = &cells[n++];
+                    memset(c, 0, sizeof *c);
+                    if (w == BT_WL_WORLD_MODEL) world_model_cell(o, c, s);
+                    else if (w == BT_WL_CLASSIFIER) classifier_cell(o, c);
+                    else gpt_cell(o, c);
+                    c->mode = (mxp_precision)p;
+                    c->fp32_first_last = v == 1;
+                    if (v == 1) add_str(c, "training.precision_fp32_layers=first,last");
+                }
             }
         }
     }
@@ -281,8 +293,9 @@ void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
     const double limit_s = o->quick ? 120.0 : 1800.0;
     for (int k = 0; k < o->runs; k++) {
         char dir[700], outkv[720], prec[64];
-        snprintf(dir, sizeof dir, "%s/cells/%s-%s-%s-r%d", o->out, bt_workload_name(c->wl),
-                 c->scenario, mxp_precision_name(c->mode), k + 1);
+        snprintf(dir, sizeof dir, "%s/cells/%s-%s-%s%s-r%d", o->out, bt_workload_name(c->wl),
+                 c->scenario, mxp_precision_name(c->mode),
+                 c->fp32_first_last ? "-fp32fl" : "", k + 1);
         int e = cli_mkdirs(dir);
         if (e != 0) {
             note(c, "cannot create the run directory: %s", strerror(e));
@@ -306,7 +319,7 @@ void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
         argv[a] = NULL;
         if (progress) {
             fprintf(progress, "  run %d/%d: %s %s %s ...", k + 1, o->runs, bt_workload_name(c->wl),
-                    c->scenario, bt_mode_label(c->mode));
+                    c->scenario, bt_cell_label(c));
             fflush(progress);
         }
         long rss = 0;

@@ -57,7 +57,7 @@ bool bt_write_csv(const char *path, const bt_cell *cells, int n) {
         const bt_cell *c = &cells[i];
         fprintf(f, "%s,%s,%s,%s,%d,%s,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld",
                 bt_workload_name(c->wl), c->scenario, mxp_precision_name(c->mode),
-                bt_mode_label(c->mode), c->mode == MXP_PRECISION_FP8 ? 1 : 0,
+                bt_cell_label(c), c->mode == MXP_PRECISION_FP8 ? 1 : 0,
                 c->ok ? "ok" : "failed", c->exit_code, c->runs_ok, (long long)c->trajectories,
                 (long long)c->epochs, (long long)c->batch, (long long)c->hidden,
                 (long long)c->depth, (long long)c->steps, (long long)c->skipped);
@@ -105,9 +105,9 @@ static bool is_mixed(mxp_precision p) {
 /* Seeds-shaped table of mode p against fp32 over the world-model
  * scenarios; *avg_speedup and *worst_deg over the scenarios (NaN when a
  * cell is missing or failed). */
-static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p,
+static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p, bool fl,
                            double *avg_speedup, double *worst_deg) {
-    const char *m = bt_mode_label(p);
+    const char *m = fl ? "mixed_bf16 (fp32 first/last)" : bt_mode_label(p);
     fprintf(f, "\n### %s vs fp32\n\n", m);
     fprintf(f, "| Scenario | Trajectories | Epochs | FP32 Time | %s Time | Speedup | Overflow Rate "
                "| FP32 Loss | %s Loss | Degradation |\n", m, m);
@@ -117,7 +117,7 @@ static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p
     bool complete = true;
     for (int i = 0; i < n; i++) {
         const bt_cell *c = &cells[i];
-        if (c->wl != BT_WL_WORLD_MODEL || c->mode != p) continue;
+        if (c->wl != BT_WL_WORLD_MODEL || c->mode != p || c->fp32_first_last != fl) continue;
         const bt_cell *b = fp32_of(cells, n, c);
         fprintf(f, "| %s | %lld | %lld |", c->scenario, (long long)c->trajectories,
                 (long long)c->epochs);
@@ -157,7 +157,7 @@ static void md_workload_table(FILE *f, const bt_cell *cells, int n, bt_workload 
     for (int i = 0; i < n; i++) {
         const bt_cell *c = &cells[i];
         if (c->wl != w) continue;
-        fprintf(f, "| %s | %s |", c->scenario, bt_mode_label(c->mode));
+        fprintf(f, "| %s | %s |", c->scenario, bt_cell_label(c));
         if (!c->ok) {
             fprintf(f, " failed |%s %s |\n", " | | | | | | | | | | | | |", c->note);
             continue;
@@ -193,6 +193,7 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
     bool any_wm = false;
     for (int i = 0; i < n; i++) any_wm |= cells[i].wl == BT_WL_WORLD_MODEL;
     double avg[MXP_PRECISION_COUNT], worst[MXP_PRECISION_COUNT];
+    double avg_fl = NAN, worst_fl = NAN; /* mixed_bf16 with fp32 first/last layers */
     for (int p = 0; p < MXP_PRECISION_COUNT; p++) avg[p] = worst[p] = NAN;
     if (any_wm) {
         const bt_cell *c0 = NULL;
@@ -205,7 +206,8 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
         fputs("\nTime: training wall time (summary.json wall_time_s). Degradation: validation "
               "loss vs fp32, positive = worse.\n", f);
         for (int p = 1; p < MXP_PRECISION_COUNT; p++)
-            md_seeds_table(f, cells, n, (mxp_precision)p, &avg[p], &worst[p]);
+            md_seeds_table(f, cells, n, (mxp_precision)p, false, &avg[p], &worst[p]);
+        md_seeds_table(f, cells, n, MXP_PRECISION_MIXED_BF16, true, &avg_fl, &worst_fl);
     }
     fputs("\n## Every cell\n", f);
     if (o->runs > 1) {
@@ -238,15 +240,28 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
             (best < 0 || avg[p] > avg[best]))
             best = p;
     }
+    const char *fl_label = "mixed_bf16 (fp32 first/last)";
+    fprintf(f, "- %s (mixed): ", fl_label);
+    if (isfinite(avg_fl))
+        fprintf(f, "average speedup %.2fx, worst degradation %+.2f%%\n", avg_fl, worst_fl);
+    else
+        fputs("incomplete\n", f);
+    const char *best_label = best >= 0 ? mxp_precision_name((mxp_precision)best) : NULL;
+    double best_avg = best >= 0 ? avg[best] : NAN, best_worst = best >= 0 ? worst[best] : NAN;
+    if (isfinite(avg_fl) && worst_fl <= 0.4 && (best < 0 || avg_fl > best_avg)) {
+        best_label = fl_label;
+        best_avg = avg_fl;
+        best_worst = worst_fl;
+    }
     if (o->quick)
         fputs("\n(--quick: shortened episodes and a single run; indicative only, not the "
               "measurement of the target.)\n", f);
-    if (best >= 0 && avg[best] >= 1.6)
+    if (best_label && best_avg >= 1.6)
         fprintf(f, "\n**Target met** by %s: %.2fx average speedup, worst degradation %+.2f%%.\n",
-                mxp_precision_name((mxp_precision)best), avg[best], worst[best]);
-    else if (best >= 0)
+                best_label, best_avg, best_worst);
+    else if (best_label)
         fprintf(f, "\n**Target NOT met**: the best mixed mode within 0.4%% degradation is %s at "
-                   "%.2fx (needs 1.6x).\n", mxp_precision_name((mxp_precision)best), avg[best]);
+                   "%.2fx (needs 1.6x).\n", best_label, best_avg);
     else
         fputs("\n**Target NOT met**: no mixed mode completed the three scenarios within 0.4% "
               "degradation.\n", f);

@@ -69,7 +69,8 @@ void workload_json_memory(FILE *f, mxp_trainer *tr) {
 
 /* "fp32_layers":"<as configured>","fp32_layers_kept":[<model layer indices>],
  * the per-layer FP32 override (training.precision_fp32_layers); kept is
- * empty in fp32 mode, where every layer is FP32 anyway. */
+ * empty in fp32 mode, where every layer is FP32 anyway; then
+ * "fp16_accumulate":"fp32"|"fp16 (emulated), k=<k>". */
 void workload_json_fp32_layers(FILE *f, const mxp_config *cfg, mxp_trainer *tr) {
     char txt[256];
     mxp_fp32_layers_format(&cfg->fp32_layers, txt, sizeof txt);
@@ -82,6 +83,13 @@ void workload_json_fp32_layers(FILE *f, const mxp_config *cfg, mxp_trainer *tr) 
             sep = ",";
         }
     fprintf(f, "],");
+    /* training.fp16_accumulate as the model runs it at the end (a precision
+     * fallback out of fp16 drops it) */
+    const int acc_k = mxp_model_policy(mxp_trainer_model(tr))->fp16_accum_k;
+    if (acc_k > 0)
+        fprintf(f, "\"fp16_accumulate\":\"fp16 (emulated), k=%d\",", acc_k);
+    else
+        fprintf(f, "\"fp16_accumulate\":\"fp32\",");
 }
 
 static void write_json(FILE *f, const mxp_config *cfg, const wl_summary *s) {

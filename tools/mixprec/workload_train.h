@@ -17,6 +17,9 @@ int workload_train(const mxp_config *cfg, bool json, bool quiet);
  * the optimizer state (AdamW m and v: 8 per parameter; SGD momentum: 4). */
 size_t workload_optimizer_bytes(mxp_trainer *tr);
 void workload_json_memory(FILE *f, mxp_trainer *tr);
+/* "fp32_layers" (as configured) and "fp32_layers_kept" (model layer
+ * indices run in FP32) members, each followed by a comma. */
+void workload_json_fp32_layers(FILE *f, const mxp_config *cfg, mxp_trainer *tr);
 
 /* `mixprec sample` (cmd_sample.c): text from a GPT checkpoint. */
 int cmd_sample(int argc, char **argv);

@@ -11,6 +11,11 @@
 /* gemm.c */
 void mxp_generic_gemm(const mxp_gemm_args *a);
 
+/* gemm_f16acc.c: the emulated FP16 fast-accumulate GEMM, and one step of
+ * its FP16 accumulator: RNE_fp16(a*b + acc16), rounded once. */
+void mxp_generic_gemm_f16acc(const mxp_gemm_args *a, int k);
+float mxp_f16acc_fma(float a, float b, float acc16);
+
 /* eltwise.c */
 void mxp_generic_relu_fwd(float *y, const float *x, size_t n);
 void mxp_generic_relu_bwd(float *dx, const float *dy, const float *x, size_t n);

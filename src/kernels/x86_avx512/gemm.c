@@ -5,8 +5,9 @@
  *
  * Loop nest (BLIS, Van Zee & van de Geijn 2015), for one thread's range of C:
  *   for jc in N step NC            op(B) block of NC columns
- *     for pc in K step KC          pack op(B)[pc.., jc..] -> Bp (L2/L3)
- *                                  (KC = 256, or 512 on the BF16 path)
+ *     for pc in K step kb          pack op(B)[pc.., jc..] -> Bp (L2/L3)
+ *                                  (kb: K cut into equal blocks of at most
+ *                                  KC = 512, or 1024 on the BF16 path)
  *       for ic in M step MC        pack op(A)[ic.., pc..] -> Ap (L2)
  *         for jr in NC step NR     Bp micro-panel stays in L1 ...
  *           for ir in MC step MR   ... while Ap micro-panels stream by
@@ -59,7 +60,7 @@ enum { SCRATCH_SLOTS = 64 };
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
-    float *bp;  /* KC x NC FP32 (or KC/2 x NC words) */
+    float *bp;  /* KC x NC FP32 (or KC_BF16/2 x NC words) */
     float *ap1; /* MR x KC_BF16 FP32: one A micro-panel (subnormal fallback) */
     float *bp1; /* KC_BF16 x NR FP32: one B micro-panel (subnormal fallback) */
 } gemm_scratch;
@@ -88,6 +89,7 @@ typedef struct gemm_plan {
     float *C;
     float alpha, beta;
     bool dp;
+    size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
     int parts;
@@ -115,9 +117,8 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
     uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
     for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
         size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
-        const size_t kblock = p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC;
-        for (size_t pc = 0; pc < p->K; pc += kblock) {
-            size_t kc = min_sz(kblock, p->K - pc), kp = (kc + 1) / 2;
+        for (size_t pc = 0; pc < p->K; pc += p->kb) {
+            size_t kc = min_sz(p->kb, p->K - pc), kp = (kc + 1) / 2;
             mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
                                   : p->beta == 0.0f ? MXP_GEMM_STORE_SET
                                                     : MXP_GEMM_STORE_BETA;
@@ -166,8 +167,8 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     const float *bb = p->b.base;
     /* op(B)(k, j) = X_b[j][k]: at j*ld + k (k_contig) or k*ld + j */
     const size_t sj = p->b.k_contig ? p->b.ld : 1, sk = p->b.k_contig ? 1 : p->b.ld;
-    for (size_t pc = 0; pc < p->K; pc += MXP_GEMM_KC) {
-        size_t kc = min_sz(MXP_GEMM_KC, p->K - pc);
+    for (size_t pc = 0; pc < p->K; pc += p->kb) {
+        size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
                               : p->beta == 0.0f ? MXP_GEMM_STORE_SET
                                                 : MXP_GEMM_STORE_BETA;
@@ -197,6 +198,18 @@ static void gemm_part(void *ctx, int index, int count) {
         gemm_range(p, 0, p->M, lo, hi, &scratch[index]);
     else
         gemm_range(p, lo, hi, 0, p->N, &scratch[index]);
+}
+
+/* Length of the K blocks for a depth-K product with blocks of at most kmax
+ * (even): K is cut into ceil(K/kmax) blocks of equal length, rounded up to
+ * an even number (k pairs never straddle a block; the last block is the
+ * shorter one), so K = 512 with kmax = 384 gives 2 x 256, not 384 + 128: a
+ * short block pays a full pass over C for little work. It depends on K and
+ * the path only, never on the thread split. */
+static size_t k_block_len(size_t K, size_t kmax) {
+    size_t nb = (K + kmax - 1) / kmax;
+    size_t kb = (K + nb - 1) / nb;
+    return kb + (kb & 1);
 }
 
 static bool dp_type(mxp_dtype t) {
@@ -235,6 +248,7 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
     };
     make_sources(g, &p.a, &p.b);
     p.dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
+    p.kb = k_block_len(p.K, p.dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;

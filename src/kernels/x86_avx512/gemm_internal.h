@@ -35,20 +35,21 @@
 #include <assert.h>
 #include <immintrin.h>
 
-/* Register tile MR x NR (NR = 16 * NV lanes); cache blocks: KC (depth of a
- * packed block, in k: 256 on the F32 path, 512 on the BF16 path, so a
+/* Register tile MR x NR (NR = 16 * NV lanes); cache blocks: KC (the most
+ * k of a packed block: 512 on the F32 path, 1024 on the BF16 path, so a
  * micro-panel has the same bytes on both; even, so k pairs never straddle
- * a block), MC (rows of op(A) per packed block, a multiple of MR), NC
- * (columns of op(B) per packed block, a multiple of NR). See
- * docs/kernels.md for how they were chosen. */
+ * a block; gemm.c cuts K into equal blocks of at most this), MC (rows of
+ * op(A) per packed block, a multiple of MR), NC (columns of op(B) per
+ * packed block, a multiple of NR). See docs/kernels.md for how they were
+ * chosen. */
 enum {
     MXP_GEMM_MR = 14,
     MXP_GEMM_NV = 2,
     MXP_GEMM_NR = 16 * MXP_GEMM_NV,
-    MXP_GEMM_KC = 256,
-    MXP_GEMM_KC_BF16 = 512,
+    MXP_GEMM_KC = 512,
+    MXP_GEMM_KC_BF16 = 1024,
     MXP_GEMM_MC = 14 * 24,
-    MXP_GEMM_NC = 32 * 64,
+    MXP_GEMM_NC = 32 * 32,
 };
 
 static_assert(MXP_GEMM_MC % MXP_GEMM_MR == 0 && MXP_GEMM_NC % MXP_GEMM_NR == 0 &&
