@@ -9,7 +9,7 @@
  *                                  (kb: K cut into equal blocks of at most
  *                                  KC = 512, or 1024 on the BF16 path)
  *       for ic in M step MC        pack op(A)[ic.., pc..] -> Ap (L2)
- *         for jr in NC step NR     Bp micro-panel stays in L1 ...
+ *         for jr in NC step NR     Bp micro-panel (64 KiB, L1/L2) reused ...
  *           for ir in MC step MR   ... while Ap micro-panels stream by
  *             microkernel: C[MR x NR] (=, beta*C +, or +=) alpha * Ap Bp
  * The first K block applies beta (beta == 0 stores without reading C); later
