@@ -161,6 +161,20 @@ else
   echo "note: cannot mount a tmpfs here; ENOSPC/EROFS covered by test_ckpt's injected faults"
 fi
 
+# A run that fell back out of mixed_fp16 with FP16 accumulation on resumes in
+# the fallback mode with FP32 accumulation (its checkpoint is mixed_bf16).
+"$bin" train --quiet $small training.epochs=1 training.precision=mixed_fp16 \
+  training.fp16_accumulate=fp16 fault.kind=nan fault.layer=2 fault.step=3 fault.count=10 \
+  checkpoint.every_steps=5 output.dir=FB >/dev/null 2>FB.err || fail "fallback run: $(tail -2 FB.err)"
+"$bin" train --quiet --json --resume FB training.epochs=2 >FB2.json 2>FB2.err ||
+  fail "resume after fallback: $(tail -2 FB2.err)"
+grep -q '"precision":"mixed_bf16"' FB2.json && grep -q '"fp16_accumulate":"fp32"' FB2.json ||
+  fail "resume after fallback: $(head -c 300 FB2.json)"
+# ... and refuses FP16 accumulation asked for on the command line (exit 2)
+"$bin" train --quiet --resume FB training.epochs=2 training.fp16_accumulate=fp16 \
+  >/dev/null 2>FB3.err
+[ $? -eq 2 ] && grep -q "training.fp16_accumulate" FB3.err || fail "explicit fp16 accumulate on bf16"
+
 if [ $fails -gt 0 ]; then
   echo "test_ckpt_cli: $fails failures"
   exit 1

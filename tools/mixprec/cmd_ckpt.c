@@ -534,6 +534,11 @@ int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, 
     char prec[64];
     snprintf(prec, sizeof prec, "training.precision=%s", mxp_precision_name(info.precision));
     if (s == MXP_OK) s = mxp_config_apply_override(b, prec, &err);
+    /* a fallback out of fp16/mixed_fp16 left no FP16 operands: the saved
+     * run accumulates in FP32 now, whatever training.fp16_accumulate said */
+    if (s == MXP_OK && info.precision != MXP_PRECISION_FP16 &&
+        info.precision != MXP_PRECISION_MIXED_FP16)
+        s = mxp_config_apply_override(b, "training.fp16_accumulate=fp32", &err);
     char od[MXP_CKPT_PATH_MAX + 16];
     snprintf(od, sizeof od, "output.dir=%s", resume);
     if (s == MXP_OK && run_dir) s = mxp_config_apply_override(b, od, &err);
