@@ -35,24 +35,6 @@ static void make_tmpdir(void) {
     CHECK(mkdtemp(g_dir) != NULL);
 }
 
-static void rm_rf(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    char p[1024];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -594,7 +576,7 @@ static void test_retention(void) {
     /* manager: every 2 steps */
     mxp_ckpt_manager_destroy(m);
     mxp_free(NULL);
-    rm_rf(dir);
+    test_rm_rf(dir);
     pol.every_steps = 2;
     pol.keep_last = 2;
     CHECK_OK(mxp_ckpt_manager_create(&pol, &m, &err), &err);
@@ -634,6 +616,6 @@ int main(void) {
     test_model_checks();
     test_faults();
     test_retention();
-    rm_rf(g_dir);
+    test_rm_rf(g_dir);
     return test_finish("test_ckpt");
 }

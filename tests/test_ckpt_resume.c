@@ -19,7 +19,6 @@
  *   losses exactly. */
 #include <mixprec/mixprec.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,24 +29,6 @@
 #include "testutil.h"
 
 static char g_dir[256];
-
-static void rm_rf(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    char p[1024];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static mxp_config config_for(mxp_precision p, int64_t every_steps) {
     mxp_config_builder *b = NULL;
@@ -366,7 +347,7 @@ static void test_rollback(void) {
     /* nothing to roll back to: an error, nothing changes */
     mxp_world_model_destroy(wm);
     mxp_ckpt_manager_destroy(m);
-    rm_rf(dir);
+    test_rm_rf(dir);
     wm = make_wm(&cfg);
     CHECK_OK(mxp_ckpt_manager_create(&pol, &m, &err), &err);
     mxp_world_model_set_checkpointer(wm, m);
@@ -389,6 +370,6 @@ int main(void) {
     test_cross(MXP_PRECISION_MIXED_BF16, MXP_PRECISION_BF16);
     test_cross(MXP_PRECISION_MIXED_FP16, MXP_PRECISION_FP32);
     test_rollback();
-    rm_rf(g_dir);
+    test_rm_rf(g_dir);
     return test_finish("test_ckpt_resume");
 }

@@ -40,21 +40,6 @@ static const mxp_kernels *G, *A;
 static mxp_rng rng;
 static bool quick;
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static float from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
@@ -68,7 +53,8 @@ static const mxp_dtype kTypes[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16,
  * sized buffers, and compare the bytes with mxp_convert's. */
 static void check_convert(mxp_dtype dt, mxp_dtype st, const void *src, size_t n) {
     size_t ds = mxp_dtype_info(dt)->size, ss = mxp_dtype_info(st)->size;
-    char *s = xmalloc(n * ss + 1), *got = xmalloc(n * ds + 1), *ref = xmalloc(n * ds);
+    char *s = test_xmalloc(n * ss + 1), *got = test_xmalloc(n * ds + 1);
+    char *ref = test_xmalloc(n * ds);
     memcpy(s + 1, src, n * ss);
     A->convert(dt, got + 1, st, s + 1, n);
     mxp_convert(dt, ref, st, src, n);
@@ -90,20 +76,24 @@ static void test_decode_and_pairs(void) {
     /* the FP32 bits against the per-element reference */
     float got[256];
     A->convert(MXP_DTYPE_F32, got, MXP_DTYPE_F8_E4M3, codes, 256);
-    for (int i = 0; i < 256; i++)
-        CHECK_MSG(bits(got[i]) == bits(mxp_fp8_e4m3_to_f32((mxp_fp8_e4m3){(uint8_t)i})),
-                  "E4M3 0x%02x -> 0x%08x", i, bits(got[i]));
+    for (int i = 0; i < 256; i++) {
+        uint32_t want = test_f32_bits(mxp_fp8_e4m3_to_f32((mxp_fp8_e4m3){(uint8_t)i}));
+        CHECK_MSG(test_f32_bits(got[i]) == want, "E4M3 0x%02x -> 0x%08x", i,
+                  test_f32_bits(got[i]));
+    }
     A->convert(MXP_DTYPE_F32, got, MXP_DTYPE_F8_E5M2, codes, 256);
-    for (int i = 0; i < 256; i++)
-        CHECK_MSG(bits(got[i]) == bits(mxp_fp8_e5m2_to_f32((mxp_fp8_e5m2){(uint8_t)i})),
-                  "E5M2 0x%02x -> 0x%08x", i, bits(got[i]));
+    for (int i = 0; i < 256; i++) {
+        uint32_t want = test_f32_bits(mxp_fp8_e5m2_to_f32((mxp_fp8_e5m2){(uint8_t)i}));
+        CHECK_MSG(test_f32_bits(got[i]) == want, "E5M2 0x%02x -> 0x%08x", i,
+                  test_f32_bits(got[i]));
+    }
     for (int s = 3; s < 5; s++)
         for (size_t t = 0; t < 5; t++) {
             if (kTypes[t] == kTypes[s]) continue;
             check_convert(kTypes[t], kTypes[s], codes, 256);
             check_convert(kTypes[t], kTypes[s], codes + 7, 249);
         }
-    uint16_t *h = xmalloc(65536 * 2);
+    uint16_t *h = test_xmalloc(65536 * 2);
     for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
     for (int s = 1; s < 3; s++)
         for (int d = 3; d < 5; d++) check_convert(kTypes[d], kTypes[s], h, 65536);
@@ -135,8 +125,8 @@ static size_t encode_check(const uint32_t *u, size_t n, uint8_t *o1, uint8_t *o2
 enum { CHUNK = 1 << 16 };
 
 static void test_encode(void) {
-    uint32_t *u = xmalloc(CHUNK * 4);
-    uint8_t *o1 = xmalloc(CHUNK), *o2 = xmalloc(CHUNK), *o3 = xmalloc(CHUNK);
+    uint32_t *u = test_xmalloc(CHUNK * 4);
+    uint8_t *o1 = test_xmalloc(CHUNK), *o2 = test_xmalloc(CHUNK), *o3 = test_xmalloc(CHUNK);
     size_t bad = 0;
     /* every mantissa (or a random sample) of exponents 100 .. 145 */
     for (uint32_t e = 100; e <= 145; e++) {
@@ -216,11 +206,11 @@ static float qvalue(void) {
     }
 }
 
-static bool same_bits(float a, float b) { return bits(a) == bits(b); }
+static bool same_bits(float a, float b) { return test_f32_bits(a) == test_f32_bits(b); }
 
 static void quant_case(mxp_dtype fmt, const float *src, size_t n, float scale, bool inplace) {
-    float *s1 = xmalloc((n + 1) * 4), *s2 = xmalloc((n + 1) * 4);
-    float *d1 = xmalloc((n + 1) * 4), *d2 = xmalloc((n + 1) * 4);
+    float *s1 = test_xmalloc((n + 1) * 4), *s2 = test_xmalloc((n + 1) * 4);
+    float *d1 = test_xmalloc((n + 1) * 4), *d2 = test_xmalloc((n + 1) * 4);
     memcpy(s1 + 1, src, n * 4);
     memcpy(s2 + 1, src, n * 4);
     float *o1 = inplace ? s1 + 1 : d1 + 1, *o2 = inplace ? s2 + 1 : d2 + 1;
@@ -231,10 +221,10 @@ static void quant_case(mxp_dtype fmt, const float *src, size_t n, float scale, b
         if (!same_bits(o1[i], o2[i]) && bad++ == 0) first = i;
     CHECK_MSG(bad == 0, "quantize %s n=%zu scale=%g inplace=%d ftz=%d: %zu differ, first [%zu] "
               "src 0x%08x got 0x%08x want 0x%08x", mxp_dtype_name(fmt), n, (double)scale,
-              inplace, mxp_fpenv_get_ftz(), bad, first, n ? bits(src[first]) : 0,
-              n ? bits(o1[first]) : 0, n ? bits(o2[first]) : 0);
+              inplace, mxp_fpenv_get_ftz(), bad, first, n ? test_f32_bits(src[first]) : 0,
+              n ? test_f32_bits(o1[first]) : 0, n ? test_f32_bits(o2[first]) : 0);
     CHECK_MSG(same_bits(ra, rg), "quantize %s n=%zu: amax 0x%08x, want 0x%08x",
-              mxp_dtype_name(fmt), n, bits(ra), bits(rg));
+              mxp_dtype_name(fmt), n, test_f32_bits(ra), test_f32_bits(rg));
     free(s1);
     free(s2);
     free(d1);
@@ -245,7 +235,7 @@ static void test_quantize(void) {
     static const size_t lens[] = {0, 1, 3, 15, 16, 17, 31, 33, 63, 65, 127, 129, 4099};
     const size_t big = (size_t)MXP_AVX512_PAR_MIN * 2 + 33;
     const float scales[] = {1.0f, 0x1p-20f, 0x1p12f, 0.37f, 1e-3f, 3e4f, 1e30f, 1e-30f};
-    float *src = xmalloc(big * 4);
+    float *src = test_xmalloc(big * 4);
     for (int ftz = 0; ftz <= 1; ftz++) {
         CHECK(mxp_fpenv_set_ftz(ftz != 0));
         for (int f = 3; f < 5; f++)

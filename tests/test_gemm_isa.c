@@ -39,21 +39,6 @@ static const mxp_kernels *G;
 
 #define ATOL 1e-30
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* A typed row-major matrix of `rows` lines of `cols` elements, line stride
  * ld; padding elements hold NaN (where the type has one). */
 typedef struct tmat {
@@ -65,7 +50,7 @@ typedef struct tmat {
 static tmat tmat_make(mxp_dtype t, size_t rows, size_t cols, size_t ld) {
     tmat m = {t, rows, cols, ld, NULL};
     size_t n = rows ? (rows - 1) * ld + cols : 0;
-    m.p = xmalloc(n * mxp_dtype_info(t)->size);
+    m.p = test_xmalloc(n * mxp_dtype_info(t)->size);
     for (size_t i = 0; i < n; i++) mxp_store_f32(t, m.p, i, NAN);
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++)
@@ -106,7 +91,7 @@ static gbufs bufs_make(const gcase *c) {
                 : tmat_make(c->bt, c->K, c->N, c->N + c->pad_b);
     b.ldc = c->N + c->pad_c;
     b.nc = c->M ? (c->M - 1) * b.ldc + c->N : 0;
-    b.C0 = xmalloc(b.nc * sizeof(float));
+    b.C0 = test_xmalloc(b.nc * sizeof(float));
     for (size_t i = 0; i < b.nc; i++) b.C0[i] = NAN;
     if (c->beta != 0.0f)
         for (size_t i = 0; i < c->M; i++)
@@ -144,14 +129,14 @@ static int compare(const gcase *c, const gbufs *b, const float *got, const float
                    const char *what) {
     int bad = 0;
     double rtol = 2.0 * ((double)c->K + 2.0) * 0x1p-24;
-    float *arow = xmalloc(c->K * sizeof(float));
+    float *arow = test_xmalloc(c->K * sizeof(float));
     for (size_t i = 0; i < c->M; i++) {
         for (size_t k = 0; k < c->K; k++) arow[k] = opa(c, b, i, k);
         for (size_t j = 0; j < b->ldc && i * b->ldc + j < b->nc; j++) {
             size_t at = i * b->ldc + j;
             bool ok;
             if (j >= c->N) {
-                ok = f32_bits(got[at]) == f32_bits(b->C0[at]);
+                ok = test_f32_bits(got[at]) == test_f32_bits(b->C0[at]);
             } else if (isnan(ref[at]) || isinf(ref[at])) {
                 ok = isnan(ref[at]) ? isnan(got[at]) : got[at] == ref[at];
             } else {
@@ -184,8 +169,8 @@ static int compare(const gcase *c, const gbufs *b, const float *got, const float
 /* Run one case through generic and AVX-512 (each path, threads 1 and 2
  * where asked) and compare. */
 static void run_case(const gcase *c, const gbufs *b, bool both_threads) {
-    float *ref = xmalloc(b->nc * sizeof(float) + 1);
-    float *got = xmalloc(b->nc * sizeof(float) + 1);
+    float *ref = test_xmalloc(b->nc * sizeof(float) + 1);
+    float *got = test_xmalloc(b->nc * sizeof(float) + 1);
     memcpy(ref, b->C0, b->nc * sizeof(float));
     mxp_gemm_args g = args_for(c, b, ref);
     G->gemm(&g);
@@ -198,7 +183,7 @@ static void run_case(const gcase *c, const gbufs *b, bool both_threads) {
             mxp_avx512_gemm_ex(&g, &o);
             compare(c, b, got, ref, path == MXP_GEMM_PATH_F32 ? "f32-path" : "auto-path");
             if (threads == 1 && both_threads) {
-                one = xmalloc(b->nc * sizeof(float) + 1);
+                one = test_xmalloc(b->nc * sizeof(float) + 1);
                 memcpy(one, got, b->nc * sizeof(float));
             } else if (one) {
                 CHECK_MSG(memcmp(one, got, b->nc * sizeof(float)) == 0,
@@ -271,7 +256,7 @@ static void test_blocks_and_threads(void) {
 static size_t count_differ(const float *x, const float *y, size_t n) {
     size_t d = 0;
     for (size_t i = 0; i < n; i++)
-        d += f32_bits(x[i]) != f32_bits(y[i]) && !(isnan(x[i]) && isnan(y[i]));
+        d += test_f32_bits(x[i]) != test_f32_bits(y[i]) && !(isnan(x[i]) && isnan(y[i]));
     return d;
 }
 
@@ -305,9 +290,9 @@ static void test_small_m(void) {
                         .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
                     };
                     gbufs b = bufs_make(&c);
-                    float *ref = xmalloc(b.nc * sizeof(float) + 1);
-                    float *got = xmalloc(b.nc * sizeof(float) + 1);
-                    float *pk = xmalloc(b.nc * sizeof(float) + 1);
+                    float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
+                    float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+                    float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
                     memcpy(ref, b.C0, b.nc * sizeof(float));
                     mxp_gemm_args g = args_for(&c, &b, ref);
                     G->gemm(&g);
@@ -371,13 +356,13 @@ static void test_widening_exact(void) {
     for (int bi = 0; bi < NTYPES; bi++) {
         mxp_dtype bt = all_types[bi];
         size_t n = bt == MXP_DTYPE_F32 ? 4096 : (size_t)1 << (8 * mxp_dtype_info(bt)->size);
-        void *B = xmalloc(n * mxp_dtype_info(bt)->size);
+        void *B = test_xmalloc(n * mxp_dtype_info(bt)->size);
         for (size_t j = 0; j < n; j++) {
             if (bt == MXP_DTYPE_F32) ((uint32_t *)B)[j] = mxp_rng_u32(&rng);
             else if (n == 256) ((uint8_t *)B)[j] = (uint8_t)j;
             else ((uint16_t *)B)[j] = (uint16_t)j;
         }
-        float *C = xmalloc(n * sizeof(float));
+        float *C = test_xmalloc(n * sizeof(float));
         for (int ai = 0; ai < 2; ai++) {
             mxp_dtype at = ai ? MXP_DTYPE_BF16 : MXP_DTYPE_F32;
             uint32_t one_bits = 0x3f803f80u; /* 1.0 as F32 high half and BF16 */
@@ -395,7 +380,8 @@ static void test_widening_exact(void) {
                 int bad = 0;
                 for (size_t j = 0; j < n; j++) {
                     float ref = mxp_load_f32(bt, B, j);
-                    bool ok = isnan(ref) ? isnan(C[j]) : f32_bits(C[j]) == f32_bits(ref + 0.0f);
+                    bool ok = isnan(ref) ? isnan(C[j])
+                                         : test_f32_bits(C[j]) == test_f32_bits(ref + 0.0f);
                     if (!ok && bad++ < 3)
                         test_fail(__FILE__, __LINE__, "widen %s (A %s, tb %d): element %zu "
                                   "gave %a, expected %a", mxp_dtype_name(bt),

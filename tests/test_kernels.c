@@ -24,21 +24,6 @@ static mxp_rng rng;
 static float unif(float lo, float hi) { return lo + (hi - lo) * mxp_rng_uniform(&rng); }
 static float normal(void) { return mxp_rng_normal(&rng); }
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* ---- dispatch ------------------------------------------------------------ */
 
 static void test_dispatch(void) {
@@ -156,9 +141,9 @@ static void test_gemm(void) {
     static const float ab[][2] = {{1.0f, 0.0f}, {0.5f, -1.5f}, {-2.0f, 1.0f}, {1.0f, 1.0f}};
     const size_t nd = sizeof dims / sizeof dims[0], nbig = sizeof big / sizeof big[0];
     const size_t maxe = 310 * 310; /* >= rows * ld of any operand */
-    void *A = xmalloc(maxe * 4), *B = xmalloc(maxe * 4);
-    float *C = xmalloc(maxe * 4), *C0 = xmalloc(maxe * 4);
-    double *Ad = xmalloc(maxe * 8), *Bd = xmalloc(maxe * 8);
+    void *A = test_xmalloc(maxe * 4), *B = test_xmalloc(maxe * 4);
+    float *C = test_xmalloc(maxe * 4), *C0 = test_xmalloc(maxe * 4);
+    double *Ad = test_xmalloc(maxe * 8), *Bd = test_xmalloc(maxe * 8);
     size_t variant = 0;
     for (int at = 0; at < MXP_DTYPE_COUNT; at++) {
         for (int bt = 0; bt < MXP_DTYPE_COUNT; bt++) {
@@ -561,7 +546,7 @@ static void test_unscale_stats(void) {
     CHECK_CLOSE(st.sumsq, ss, 0, 1e-15);
     CHECK(isinf(g[3]) && g[3] > 0 && isinf(g[4]) && g[4] < 0 && isnan(g[5]));
     for (size_t i = 0; i < n; i++)
-        if (i < 3 || i > 5) CHECK(f32_bits(g[i]) == f32_bits(after[i]));
+        if (i < 3 || i > 5) CHECK(test_f32_bits(g[i]) == test_f32_bits(after[i]));
 
     /* random buffer, near-overflow disabled */
     enum { N = 1000 };
@@ -710,7 +695,7 @@ static void test_adamw_pure(void) {
         uint16_t want = mxp_f32_to_bf16_sr(master[i], mxp_rng_at(seed, counter + (uint64_t)i)).bits;
         bad_sr += ws1[i].bits != want;
         bad_det += ws1[i].bits != ws2[i].bits;
-        uint16_t trunc = (uint16_t)(f32_bits(master[i]) >> 16);
+        uint16_t trunc = (uint16_t)(test_f32_bits(master[i]) >> 16);
         bad_nb += ws1[i].bits != trunc && ws1[i].bits != (uint16_t)(trunc + 1);
         changed += ws1[i].bits != wr[i].bits;
     }

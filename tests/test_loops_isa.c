@@ -46,25 +46,10 @@ enum { N_LENS = sizeof kLens / sizeof kLens[0], BIG = (1 << 18) + 5 };
 #define U32 (1.0 / 16777216.0)
 #define UD (1.0 / 9007199254740992.0)
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
 /* n floats at a 4-byte (not 64-byte) aligned address ending exactly at the
  * end of the allocation; release with ufree. */
-static float *ualloc(size_t n) { return (float *)xmalloc((n + 1) * sizeof(float)) + 1; }
+static float *ualloc(size_t n) { return (float *)test_xmalloc((n + 1) * sizeof(float)) + 1; }
 static void ufree(float *p) { free(p - 1); }
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 static float from_bits(uint32_t u) {
     float f;
@@ -72,12 +57,14 @@ static float from_bits(uint32_t u) {
     return f;
 }
 
-static bool same(float a, float b) { return (isnan(a) && isnan(b)) || bits(a) == bits(b); }
+static bool same(float a, float b) {
+    return (isnan(a) && isnan(b)) || test_f32_bits(a) == test_f32_bits(b);
+}
 
 /* Distance in representable floats (0 when both NaN, huge when one is). */
 static double ulp_dist(float a, float b) {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : 1e30;
-    int64_t ia = (int32_t)bits(a), ib = (int32_t)bits(b);
+    int64_t ia = (int32_t)test_f32_bits(a), ib = (int32_t)test_f32_bits(b);
     if (ia < 0) ia = INT32_MIN - ia;
     if (ib < 0) ib = INT32_MIN - ib;
     return (double)(ia > ib ? ia - ib : ib - ia);
@@ -98,7 +85,7 @@ static size_t cmp_exact(const char *what, size_t n, const float *got, const floa
         if (!same(got[i], ref[i])) {
             if (!bad)
                 test_fail(__FILE__, __LINE__, "%s n=%zu [%zu]: %a (0x%08x) vs generic %a (0x%08x)",
-                          what, n, i, got[i], bits(got[i]), ref[i], bits(ref[i]));
+                          what, n, i, got[i], test_f32_bits(got[i]), ref[i], test_f32_bits(ref[i]));
             bad++;
         }
     test_checks++;
@@ -122,7 +109,7 @@ static void fill(float *x, size_t n, float s, bool special) {
 static void check_narrow(mxp_dtype t, const uint32_t *in, size_t n) {
     float *src = ualloc(n);
     memcpy(src, in, n * 4);
-    uint16_t *got = xmalloc(n * 2), *ref = xmalloc(n * 2);
+    uint16_t *got = test_xmalloc(n * 2), *ref = test_xmalloc(n * 2);
     A->convert(t, got, MXP_DTYPE_F32, src, n);
     for (size_t i = 0; i < n; i++)
         ref[i] = t == MXP_DTYPE_BF16 ? mxp_f32_to_bf16(src[i]).bits : mxp_f32_to_fp16(src[i]).bits;
@@ -144,7 +131,7 @@ static void check_narrow_structured(mxp_dtype t) {
     const uint32_t lows[] = {0, 1, half - 1, half, half + 1, full};
     const size_t nl = sizeof lows / sizeof lows[0];
     const size_t nhi = (size_t)1 << (32 - low);
-    uint32_t *in = xmalloc(nhi * nl * 4);
+    uint32_t *in = test_xmalloc(nhi * nl * 4);
     for (size_t h = 0; h < nhi; h++)
         for (size_t j = 0; j < nl; j++) in[h * nl + j] = ((uint32_t)h << low) | lows[j];
     check_narrow(t, in, nhi * nl);
@@ -153,7 +140,7 @@ static void check_narrow_structured(mxp_dtype t) {
 
 static void test_convert(void) {
     /* widening: all 65,536 values, unaligned source and destination */
-    uint16_t *h = xmalloc(65537 * 2);
+    uint16_t *h = test_xmalloc(65537 * 2);
     for (uint32_t i = 0; i < 65536; i++) h[i + 1] = (uint16_t)i;
     float *w = ualloc(65536);
     for (int t = MXP_DTYPE_BF16; t <= MXP_DTYPE_F16; t++) {
@@ -162,14 +149,14 @@ static void test_convert(void) {
         for (uint32_t i = 0; i < 65536; i++) {
             float r = t == MXP_DTYPE_BF16 ? mxp_bf16_to_f32((mxp_bf16){(uint16_t)i})
                                           : mxp_fp16_to_f32((mxp_fp16){(uint16_t)i});
-            if (bits(w[i]) != bits(r) && bad++ == 0)
+            if (test_f32_bits(w[i]) != test_f32_bits(r) && bad++ == 0)
                 test_fail(__FILE__, __LINE__, "%s 0x%04x widens to 0x%08x, reference 0x%08x",
-                          mxp_dtype_name((mxp_dtype)t), i, bits(w[i]), bits(r));
+                          mxp_dtype_name((mxp_dtype)t), i, test_f32_bits(w[i]), test_f32_bits(r));
         }
         CHECK_MSG(bad == 0, "%zu widening mismatches from %s", bad, mxp_dtype_name((mxp_dtype)t));
     }
     /* narrow -> narrow (BF16 <-> F16) over all 65,536 inputs, and FP8 */
-    uint8_t *got = xmalloc(65536 * 2), *ref = xmalloc(65536 * 2);
+    uint8_t *got = test_xmalloc(65536 * 2), *ref = test_xmalloc(65536 * 2);
     for (int s = MXP_DTYPE_BF16; s < MXP_DTYPE_COUNT; s++)
         for (int d = MXP_DTYPE_F32; d < MXP_DTYPE_COUNT; d++) {
             if (s == d || d == MXP_DTYPE_F32) continue;
@@ -197,7 +184,7 @@ static void test_convert(void) {
         0x387ff000, 0x387fffff, 0x38800000, 0x33c00000, 0x34000000};
     const size_t nsp = sizeof sp / sizeof sp[0];
     const size_t nr = 1 << 20;
-    uint32_t *in = xmalloc((nr + nsp) * 4);
+    uint32_t *in = test_xmalloc((nr + nsp) * 4);
     memcpy(in, sp, sizeof sp);
     for (size_t i = 0; i < nr; i++) in[nsp + i] = mxp_rng_u32(&rng);
     for (size_t k = 0; k < N_LENS; k++) { /* every tail length */
@@ -227,7 +214,7 @@ static void test_convert(void) {
     for (size_t i = 0; i < nsp; i++) src[i * 97 % 4099] = from_bits(sp[i]);
     for (size_t i = 0; i < 64; i++) /* FP16 subnormal range */
         src[4000 + i] = ldexpf(1.0f + (float)i / 64.0f, -14 - (int)(i % 26));
-    uint16_t *sg = xmalloc(4099 * 2), *sref = xmalloc(4099 * 2);
+    uint16_t *sg = test_xmalloc(4099 * 2), *sref = test_xmalloc(4099 * 2);
     for (int t = MXP_DTYPE_BF16; t <= MXP_DTYPE_F16; t++)
         for (size_t c = 0; c < sizeof counters / sizeof counters[0]; c++)
             for (size_t k = 0; k < N_LENS; k++) {
@@ -535,7 +522,7 @@ static void test_rows(void) {
             CHECK(A->mse(NULL, x, dy, B, C, 1.0f) == lg);
 
             /* softmax cross-entropy, labels incl. one out of range */
-            int32_t *lab = xmalloc((size_t)B * 4);
+            int32_t *lab = test_xmalloc((size_t)B * 4);
             for (int64_t b = 0; b < B; b++) lab[b] = (int32_t)mxp_rng_below(&rng, (uint32_t)C);
             if (B > 3) lab[2] = (int32_t)C; /* NaN loss for that row, no one-hot */
             fill(x, n, 3.0f, false);
@@ -731,7 +718,7 @@ static void test_optim(void) {
         float *w0 = ualloc(n), *g = ualloc(n), *m0 = ualloc(n), *v0 = ualloc(n);
         float *wr = ualloc(n), *wa = ualloc(n), *mr = ualloc(n), *ma = ualloc(n), *vr = ualloc(n),
               *va = ualloc(n);
-        void *kr = xmalloc(n * 4), *ka = xmalloc(n * 4);
+        void *kr = test_xmalloc(n * 4), *ka = test_xmalloc(n * 4);
         fill(w0, n, 0.1f, false);
         fill(g, n, 0.01f, false);
         fill(m0, n, 0.001f, false);
@@ -776,7 +763,7 @@ static void test_ftz(void) {
     CHECK(!mxp_fpenv_get_ftz());
     /* a baseline with FTZ off */
     const size_t n = 65536;
-    uint16_t *h = xmalloc(n * 2), *h2 = xmalloc(n * 2), *h3 = xmalloc(n * 2);
+    uint16_t *h = test_xmalloc(n * 2), *h2 = test_xmalloc(n * 2), *h3 = test_xmalloc(n * 2);
     for (uint32_t i = 0; i < n; i++) h[i] = (uint16_t)i;
     float *w_ref = ualloc(n), *w = ualloc(n), *w2 = ualloc(n);
     A->convert(MXP_DTYPE_F32, w_ref, MXP_DTYPE_F16, h, n);

@@ -19,7 +19,6 @@
  */
 #include <mixprec/mixprec.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,24 +265,6 @@ static void test_layers(void) {
 
 static char g_dir[256];
 
-static void rm_rf(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    char p[1024];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void apply_common(mxp_config_builder *b, int64_t every) {
     mxp_error err = {0};
     char kv[2][320];
@@ -325,7 +306,7 @@ static double *losses(mxp_world_model *wm, size_t *n) {
 
 static void test_resume(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/mxp_test_policy_%d", (int)getpid());
-    rm_rf(g_dir);
+    test_rm_rf(g_dir);
     mkdir(g_dir, 0755);
     mxp_error err = {0};
     /* uninterrupted */
@@ -395,7 +376,7 @@ static void test_resume(void) {
            (long long)k, nfull);
     mxp_world_model_destroy(wm);
     free(full), free(res), free(wfull);
-    rm_rf(g_dir);
+    test_rm_rf(g_dir);
 }
 
 int main(void) {

@@ -22,6 +22,12 @@ int test_finish(const char *name);
 bool test_close(double got, double ref, double atol, double rtol);
 /* The message of an error context, "" for NULL. */
 const char *test_errmsg(const mxp_error *err);
+/* malloc(n) (at least 1 byte); exits the test with 2 when out of memory. */
+void *test_xmalloc(size_t n);
+/* The IEEE bits of f. */
+uint32_t test_f32_bits(float f);
+/* Remove dir and everything below it, best effort (temp dirs of tests). */
+void test_rm_rf(const char *dir);
 
 #define CHECK(cond)                                                          \
     do {                                                                     \
