@@ -341,6 +341,13 @@ static void test_chunked_identical(void) {
                           (long long)b.B);
                 mxp_model_memory mm;
                 mxp_model_memory_usage(m, &mm);
+                /* shared bytes (model.c): sb over the last two stored activations, the
+                 * head's logit chunk in sa; fp8 keeps the unfused plan */
+                if (p != MXP_PRECISION_FP8)
+                    CHECK_MSG(m->b.sb_aliased && (void *)m->b.sb == m->b.acts[CL + 1] &&
+                                  m->b.lc == m->b.sa && m->b.nf == m->b.xs,
+                              "%s rows %lld: buffers not shared as planned", mode,
+                              (long long)rows[ri]);
                 if (p != MXP_PRECISION_FP8 && rows[ri] == CT) /* fp8 always runs unchunked */
                     CHECK_MSG(mm.activations < mref.activations, "%s: chunked %zu >= %zu", mode,
                               mm.activations, mref.activations);
@@ -535,6 +542,85 @@ static void test_memory_accounting(void) {
     }
 }
 
+/* An inference-only model (mxp_model_create_inference, the guard's FP32
+ * canary): in every mode its forward loss and logits are bit-identical to
+ * those of a model from mxp_model_create with the same seed, also after a
+ * switch of precision (whose staging in pure modes cannot borrow a grad
+ * slab) and a re-plan of the chunks; it has no grad slab (NULL, 0 bytes
+ * counted, and the counting allocator sees exactly the accounted bytes);
+ * a backward step is refused with MXP_ERR_UNSUPPORTED and a message naming
+ * the constructor. */
+static void test_inference_model(void) {
+    enum { NB = 4 * CT };
+    float x[NB], pa[NB * CV], pb[NB * CV];
+    int32_t lab[NB];
+    mxp_rng r;
+    mxp_rng_init(&r, 12);
+    for (int i = 0; i < NB; i++) {
+        x[i] = (float)mxp_rng_below(&r, CV);
+        lab[i] = (int32_t)mxp_rng_below(&r, CV);
+    }
+    mxp_batch b = {.x = x, .labels = lab, .B = NB};
+    mxp_allocator a = {count_alloc, count_free, NULL};
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        const char *mode = mxp_precision_name((mxp_precision)p);
+        mxp_model_spec s = mxp_model_spec_gpt(CV, CT, CC2, CH, CL, CSEQ);
+        mxp_precision_policy pol, p2;
+        mxp_precision_policy_default((mxp_precision)p, &pol);
+        mxp_precision_policy_default(p == MXP_PRECISION_BF16 ? MXP_PRECISION_FP16
+                                                             : MXP_PRECISION_BF16, &p2);
+        mxp_model *ref = NULL, *m = NULL;
+        mxp_error err = {0};
+        CHECK_OK(mxp_model_create(&s, &pol, 5, &ref, &err), &err);
+        mxp_set_allocator(&a);
+        alloc_live = 0;
+        CHECK_OK(mxp_model_create_inference(&s, &pol, 5, &m, &err), &err);
+        const size_t live = alloc_live;
+        mxp_model_memory mm = {0};
+        if (m) mxp_model_memory_usage(m, &mm);
+        mxp_model_destroy(m); /* the counting allocator sees create and destroy only */
+        CHECK(alloc_live == 0);
+        mxp_set_allocator(NULL);
+        size_t want = (sizeof(struct mxp_model) + 63) / 64 * 64 + (mm.activations + 63) / 64 * 64;
+        want += (mm.params + 63) / 64 * 64 + (mm.master + 63) / 64 * 64;
+        if (p != MXP_PRECISION_FP8) /* fp8: plus the FP8 scaling state */
+            CHECK_MSG(live == want, "%s inference: %zu allocated, %zu accounted", mode, live, want);
+        m = NULL;
+        CHECK_OK(mxp_model_create_inference(&s, &pol, 5, &m, &err), &err);
+        if (!ref || !m) {
+            mxp_model_destroy(m);
+            mxp_model_destroy(ref);
+            continue;
+        }
+        CHECK(mm.grads == 0 && mxp_model_grads(m) == NULL && mxp_model_is_inference(m) &&
+              !mxp_model_is_inference(ref));
+        for (int round = 0; round < 3; round++) {
+            double la = 0, lb = 0;
+            CHECK_OK(mxp_model_step(ref, &b, false, 1.0f, &la, NULL, &err), &err);
+            CHECK_OK(mxp_model_step(m, &b, false, 1.0f, &lb, NULL, &err), &err);
+            CHECK_OK(mxp_model_predict(ref, x, NB, pa, &err), &err);
+            CHECK_OK(mxp_model_predict(m, x, NB, pb, &err), &err);
+            CHECK_MSG(memcmp(&la, &lb, sizeof la) == 0 && memcmp(pa, pb, sizeof pa) == 0,
+                      "%s round %d: inference model differs (loss %.17g vs %.17g)", mode, round,
+                      lb, la);
+            if (round == 0) { /* switch precision: pure modes stage without grads */
+                CHECK_OK(mxp_model_set_policy(ref, &p2, &err), &err);
+                CHECK_OK(mxp_model_set_policy(m, &p2, &err), &err);
+            } else if (round == 1) {
+                CHECK_OK(nn_model_set_block_rows(ref, CT, &err), &err);
+                CHECK_OK(nn_model_set_block_rows(m, CT, &err), &err);
+            }
+        }
+        mxp_error e2 = {0};
+        double l = 0;
+        CHECK(mxp_model_step(m, &b, true, 1.0f, &l, NULL, &e2) == MXP_ERR_UNSUPPORTED &&
+              strstr(e2.msg, "mxp_model_create_inference") != NULL);
+        mxp_model_zero_grads(m); /* no-op, no crash */
+        mxp_model_destroy(m);
+        mxp_model_destroy(ref);
+    }
+}
+
 /* FP32 training on a periodic sequence: the loss must fall far. */
 static void test_learns(void) {
     mxp_model *m = make_gpt(MXP_PRECISION_FP32, 2);
@@ -632,6 +718,7 @@ int main(void) {
     test_chunked_identical();
     test_fused_head_identical();
     test_memory_accounting();
+    test_inference_model();
     test_learns();
     test_fp16_overflow();
     return test_finish("test_gpt");

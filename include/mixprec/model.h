@@ -96,6 +96,16 @@ typedef struct mxp_model mxp_model;
 mxp_status mxp_model_create(const mxp_model_spec *spec,
                             const mxp_precision_policy *policy, uint64_t seed,
                             mxp_model **out, mxp_error *err);
+/* As mxp_model_create, for forward passes only (mxp_model_step with
+ * backward=false, mxp_model_predict; the guard's FP32 canary): no gradient
+ * slab is allocated, mxp_model_grads returns NULL, the memory usage counts
+ * 0 gradient bytes, and a step with backward=true fails with
+ * MXP_ERR_UNSUPPORTED. Same parameters and outputs as mxp_model_create. */
+mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
+                                      const mxp_precision_policy *policy, uint64_t seed,
+                                      mxp_model **out, mxp_error *err);
+/* True for a model from mxp_model_create_inference. */
+bool mxp_model_is_inference(const mxp_model *m);
 void mxp_model_destroy(mxp_model *m);
 
 /* Switch precision policy (fallback, resume in another mode). Weights

@@ -7,7 +7,8 @@
  * from the same parameters: in the working precision (the model itself,
  * forward only) and in FP32 (a shadow model of the same spec whose FP32
  * weights are copied from the master, or widened from the 16-bit working
- * weights of a pure mode). Their relative difference is the "loss
+ * weights of a pure mode; created inference-only, without a gradient
+ * slab). Their relative difference is the "loss
  * divergence vs FP32 baseline" of the seeds (000: > 20% is P1; 5% is the
  * re-enable criterion). Forward-only passes take no site, so the monitor
  * and armed faults never see them, and the FP8 amax history is untouched.
@@ -52,7 +53,8 @@ mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batc
     spec.max_batch = probe->B;
     mxp_precision_policy pol;
     mxp_precision_policy_default(MXP_PRECISION_FP32, &pol);
-    mxp_status s = mxp_model_create(&spec, &pol, 0, &c->fp32, err);
+    /* forward only: no gradient slab (mxp_model_create_inference) */
+    mxp_status s = mxp_model_create_inference(&spec, &pol, 0, &c->fp32, err);
     if (s != MXP_OK) return s;
     const size_t B = (size_t)probe->B, in = (size_t)sp->in_dim;
     const size_t out = (size_t)mxp_model_out_dim(m);

@@ -308,12 +308,12 @@ int64_t nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n)
         (void)m->k->absmax((const float *)buf, n, &nf);
         return nf;
     }
-    const size_t chunk = (size_t)m->spec.max_batch * (size_t)m->max_width;
+    const size_t chunk = m->b.nf_n; /* its own scratch (xs or sb), idle here */
     const size_t esz = mxp_dtype_info(t)->size;
     for (size_t i = 0; i < n; i += chunk) {
         size_t c = n - i < chunk ? n - i : chunk;
-        m->k->convert(MXP_DTYPE_F32, m->b.sb, t, (const unsigned char *)buf + i * esz, c);
-        (void)m->k->absmax(m->b.sb, c, &nf);
+        m->k->convert(MXP_DTYPE_F32, m->b.nf, t, (const unsigned char *)buf + i * esz, c);
+        (void)m->k->absmax(m->b.nf, c, &nf);
         total += nf;
     }
     return total;

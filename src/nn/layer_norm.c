@@ -30,14 +30,19 @@ void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32) {
 }
 
 /* dgamma, dbeta += (grad slab); dX = into dx32, or into the driver's idle
- * staging buffer sy when the caller does not need it (first layer). */
+ * staging buffer sy when the caller does not need it (first layer).
+ * Scratch: xs when it has room for the two FP32 views, else sa and sb. */
 void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
                            float *dx32) {
     const nn_layer *L = &m->layers[l];
     const size_t C = (size_t)L->in;
     const size_t n = (size_t)B * C;
-    const float *dy32 = nn_view_f32(m, m->b.grad_type, dy, n, m->b.sa);
-    const float *x = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], n, m->b.sb);
+    /* the views in xs when it holds both (idle between layer calls; sb
+     * may lie over this layer's input, model.c plan_alias_sb) */
+    const bool in_xs = m->b.xs && m->b.xs_n / 2 >= n;
+    float *va = in_xs ? m->b.xs : m->b.sa, *vb = in_xs ? m->b.xs + n : m->b.sb;
+    const float *dy32 = nn_view_f32(m, m->b.grad_type, dy, n, va);
+    const float *x = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], n, vb);
     const float *gamma = nn_param_f32(m, L->w_off, C, m->b.p0);
     m->k->layernorm_bwd(dx32 ? dx32 : m->b.sy, m->grads + L->w_off,
                         m->grads + L->b_off, dy32, x, ln_mean(m, l),

@@ -281,12 +281,34 @@ bool nn_fused_head(const mxp_model *m, const mxp_precision_policy *p) {
            !nn_dtype_is_fp8(p->ops[MXP_OP_MATMUL].input);
 }
 
+/* sb may lie over acts[L-2] and acts[L-1] (the outputs of the last block
+ * and of the final layernorm, contiguous in the plan): a GPT (embedding,
+ * blocks, layernorm, lm_head and no other kind, the head fused) uses sb
+ * only in a block's backward, when every output above the block's is dead,
+ * once the final layernorm's backward and nn_count_nonfinite use xs (which
+ * needs room for two [B, C] FP32 views, xs_n >= 2 * rowin). */
+static bool plan_alias_sb(const mxp_model *m, size_t xs_n, size_t rowin) {
+    const int nl = m->n_layers;
+    if (nl < 4 || m->layers[nl - 2].kind != MXP_LAYER_LAYERNORM ||
+        m->layers[nl - 3].kind != MXP_LAYER_BLOCK || xs_n / 2 < rowin)
+        return false;
+    for (int l = 0; l < nl; l++) {
+        mxp_layer_kind k = m->layers[l].kind;
+        if (k != MXP_LAYER_EMBEDDING && k != MXP_LAYER_BLOCK &&
+            k != MXP_LAYER_LAYERNORM && k != MXP_LAYER_LM_HEAD)
+            return false;
+    }
+    return true;
+}
+
 /* Allocate master/work slabs and the arena for `policy` (contents zero).
  * With a fused lm_head (nn_fused_head) no [max_batch, V] FP32 buffer
  * exists: the logits are never stored whole (lc holds one chunk), and the
  * staging buffers sy, sa and the second gradient buffer g[1] are sized by
  * the widest layer input (the head's [rows, V] gradient lives in g[0], in
- * the grad dtype; sb keeps the full width, nn_count_nonfinite's chunk). */
+ * the grad dtype). Buffers whose uses never overlap share bytes: lc lies
+ * in sa (idle while the head runs) and, for a GPT, sb over the last two
+ * stored activations (plan_alias_sb). */
 static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
                             nn_bufs *b, mxp_error *err) {
     memset(b, 0, sizeof *b);
@@ -359,12 +381,42 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
         if (!plan_take(&off, n, mxp_dtype_info(b->act_type[l])->size, &at_acts[l]))
             goto overflow;
     }
+    const size_t xs_n = nn_ext_scratch_floats(m, p);
+    const int nl = m->n_layers;
+    /* sb over the outputs of the last block and the final layernorm
+     * (plan_alias_sb): dead whenever sb is in use. */
+    const bool sb_alias = fused && plan_alias_sb(m, xs_n, rowin) &&
+                          off - at_acts[nl - 2] >= rowin * sizeof(float);
+    /* lc in sa: sa is idle while the fused head runs */
+    const size_t lc_n = (size_t)lc_rows * (size_t)m->width[nl];
+    const bool lc_alias = fused && lc_n <= rowin;
     for (int i = 0; i < 2; i++)
         if (!plan_take(&off, i == 0 ? rowmax : rowin, gsize, &at_g[i])) goto overflow;
-    for (int i = 0; i < 3; i++)
-        if (!plan_take(&off, i == 2 ? rowmax : rowin, sizeof(float), &at_s[i])) goto overflow;
-    if (fused && !plan_take(&off, (size_t)lc_rows * (size_t)m->width[m->n_layers],
-                            sizeof(float), &at_lc))
+    /* sy stages the FP32 output of a layer stored in a narrower dtype and
+     * the FP32 dX of a gradient stored in one; a block or layernorm that is
+     * the first layer also writes its unused dX there. A model whose
+     * activations and gradients are all FP32 never touches it: none. */
+    bool need_sy = m->layers[0].kind == MXP_LAYER_BLOCK ||
+                   m->layers[0].kind == MXP_LAYER_LAYERNORM;
+    for (int l = 0; l <= m->n_layers; l++)
+        if (b->act_type[l] != MXP_DTYPE_F32 || b->gtype[l] != MXP_DTYPE_F32) need_sy = true;
+    for (int i = 0; i < 3; i++) {
+        if (i == 0 && !need_sy) {
+            at_s[0] = 0;
+            continue;
+        }
+        if (i == 2 && sb_alias) {
+            at_s[2] = at_acts[nl - 2];
+            continue;
+        }
+        /* sb: nn_count_nonfinite's chunk when there is no xs; the full
+         * width without a fused head (layers' [B, out] scratch) */
+        if (!plan_take(&off, i == 2 && !fused ? rowmax : rowin, sizeof(float), &at_s[i]))
+            goto overflow;
+    }
+    if (lc_alias)
+        at_lc = at_s[1];
+    else if (fused && !plan_take(&off, lc_n, sizeof(float), &at_lc))
         goto overflow;
     if (need_t0 && !plan_take(&off, rowin, mxp_dtype_info(mm_in)->size, &at_t0))
         goto overflow;
@@ -381,7 +433,6 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
         size_t eb = nn_kind_is_ext(m->layers[l].kind) ? nn_ext_saved_bytes(m, l, p) : 0;
         if (eb > 0 && !plan_take(&off, eb, 1, &at_ext[l])) goto overflow;
     }
-    const size_t xs_n = nn_ext_scratch_floats(m, p);
     if (xs_n > 0 && !plan_take(&off, xs_n, sizeof(float), &at_xs)) goto overflow;
 
     /* slabs */
@@ -409,7 +460,7 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
     b->lc = fused ? (float *)(void *)(b->arena + at_lc) : NULL;
     b->lc_rows = fused ? lc_rows : 0;
     for (int i = 0; i < 2; i++) b->g[i] = b->arena + at_g[i];
-    b->sy = (float *)(void *)(b->arena + at_s[0]);
+    b->sy = need_sy ? (float *)(void *)(b->arena + at_s[0]) : NULL;
     b->sa = (float *)(void *)(b->arena + at_s[1]);
     b->sb = (float *)(void *)(b->arena + at_s[2]);
     b->t0 = need_t0 ? b->arena + at_t0 : NULL;
@@ -420,6 +471,9 @@ static mxp_status plan_bufs(const mxp_model *m, const mxp_precision_policy *p,
     for (int l = 0; l < m->n_layers; l++) b->ext[l] = at_ext[l] ? b->arena + at_ext[l] : NULL;
     b->xs = xs_n > 0 ? (float *)(void *)(b->arena + at_xs) : NULL;
     b->xs_n = xs_n;
+    b->sb_aliased = sb_alias;
+    b->nf = b->xs ? b->xs : b->sb; /* idle between layer calls */
+    b->nf_n = b->xs ? xs_n : (fused ? rowin : rowmax);
     return MXP_OK;
 
 overflow:
@@ -467,9 +521,18 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
     }
 }
 
-mxp_status mxp_model_create(const mxp_model_spec *spec,
-                            const mxp_precision_policy *policy, uint64_t seed,
-                            mxp_model **out, mxp_error *err) {
+/* FP32 staging [P] for weights being re-installed: the grad slab, or for
+ * an inference-only model a temporary (*tmp, freed by the caller). */
+static float *staging(mxp_model *m, float **tmp) {
+    *tmp = NULL;
+    if (m->grads) return m->grads;
+    *tmp = mxp_calloc(m->n_params ? m->n_params : 1, sizeof(float));
+    return *tmp;
+}
+
+static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
+                               uint64_t seed, bool inference, mxp_model **out,
+                               mxp_error *err) {
     if (!out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "out is NULL; accepted: a pointer to mxp_model*");
@@ -489,21 +552,31 @@ mxp_status mxp_model_create(const mxp_model_spec *spec,
     if ((s = build_structure(m, err))) goto fail;
     if ((s = plan_bufs(m, policy, &m->b, err))) goto fail;
     if ((s = nn_fp8_make(m, policy, &m->fp8, err))) goto fail;
-    m->grads = mxp_calloc(m->n_params, sizeof(float));
-    if (!m->grads) {
-        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
-                          "out of memory allocating %zu gradient floats",
-                          m->n_params);
-        goto fail;
+    m->inference = inference;
+    if (!inference) {
+        m->grads = mxp_calloc(m->n_params, sizeof(float));
+        if (!m->grads) {
+            s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                              "out of memory allocating %zu gradient floats",
+                              m->n_params);
+            goto fail;
+        }
     }
     if (m->b.master) {
         init_params(m, seed, m->b.master);
         install_weights(m, policy, &m->b, m->b.master);
     } else {
         /* pure mode: draw in FP32, round into work (grads as staging) */
-        init_params(m, seed, m->grads);
-        install_weights(m, policy, &m->b, m->grads);
-        memset(m->grads, 0, m->n_params * sizeof(float));
+        float *tmp, *st = staging(m, &tmp);
+        if (!st) {
+            s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                              "out of memory allocating %zu staging floats", m->n_params);
+            goto fail;
+        }
+        init_params(m, seed, st);
+        install_weights(m, policy, &m->b, st);
+        if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+        mxp_free(tmp);
     }
     *out = m;
     return MXP_OK;
@@ -511,6 +584,19 @@ fail:
     mxp_model_destroy(m);
     return s;
 }
+
+mxp_status mxp_model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
+                            uint64_t seed, mxp_model **out, mxp_error *err) {
+    return model_create(spec, policy, seed, false, out, err);
+}
+
+mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
+                                      const mxp_precision_policy *policy, uint64_t seed,
+                                      mxp_model **out, mxp_error *err) {
+    return model_create(spec, policy, seed, true, out, err);
+}
+
+bool mxp_model_is_inference(const mxp_model *m) { return m && m->inference; }
 
 void mxp_model_destroy(mxp_model *m) {
     if (!m) return;
@@ -539,20 +625,28 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
         free_bufs(&nb);
         return s;
     }
-    mxp_fp8_scaling_destroy(m->fp8);
-    m->fp8 = f8;
+    float *tmp = NULL;
     const float *src = m->b.master;
     if (!src) {
         /* widen the old work slab through the grad slab (zeroed after) */
-        m->k->convert(MXP_DTYPE_F32, m->grads, m->policy.weight, m->b.work,
-                      m->n_params);
-        src = m->grads;
+        float *st = staging(m, &tmp);
+        if (!st) {
+            free_bufs(&nb);
+            mxp_fp8_scaling_destroy(f8);
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                                 "out of memory allocating %zu staging floats", m->n_params);
+        }
+        m->k->convert(MXP_DTYPE_F32, st, m->policy.weight, m->b.work, m->n_params);
+        src = st;
     }
+    mxp_fp8_scaling_destroy(m->fp8);
+    m->fp8 = f8;
     install_weights(m, policy, &nb, src);
+    mxp_free(tmp);
     free_bufs(&m->b);
     m->b = nb;
     m->policy = *policy;
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
     return MXP_OK;
 }
 
@@ -653,15 +747,24 @@ mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err) {
         m->blk_rows = keep;
         return s;
     }
+    float *tmp = NULL;
     const float *src = m->b.master;
     if (!src) { /* widen the work slab through the grad slab (zeroed after) */
-        m->k->convert(MXP_DTYPE_F32, m->grads, m->policy.weight, m->b.work, m->n_params);
-        src = m->grads;
+        float *st = staging(m, &tmp);
+        if (!st) {
+            free_bufs(&nb);
+            m->blk_rows = keep;
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
+                                 "out of memory allocating %zu staging floats", m->n_params);
+        }
+        m->k->convert(MXP_DTYPE_F32, st, m->policy.weight, m->b.work, m->n_params);
+        src = st;
     }
     install_weights(m, &m->policy, &nb, src);
+    mxp_free(tmp);
     free_bufs(&m->b);
     m->b = nb;
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
     return MXP_OK;
 }
 
@@ -693,7 +796,7 @@ float mxp_model_param(const mxp_model *m, size_t i) {
 }
 
 void mxp_model_zero_grads(mxp_model *m) {
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
 }
 
 int mxp_model_num_tensors(const mxp_model *m) { return m->n_tensors; }
@@ -709,7 +812,7 @@ void mxp_model_memory_usage(const mxp_model *m, mxp_model_memory *out) {
     const size_t P = m->n_params;
     out->params = P * mxp_dtype_info(m->policy.weight)->size;
     out->master = (m->b.master && !m->b.work_is_master) ? P * sizeof(float) : 0;
-    out->grads = P * sizeof(float);
+    out->grads = m->grads ? P * sizeof(float) : 0; /* none: inference-only */
     out->activations = m->b.arena_bytes;
 }
 

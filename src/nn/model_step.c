@@ -371,6 +371,11 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (backward && m->inference)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "mxp_model_step: backward=true on a model created with "
+                             "mxp_model_create_inference (no gradients); accepted: "
+                             "backward=false, or a model from mxp_model_create");
     mxp_status s = check_batch(m, b, backward, loss_scale, err);
     if (s) return s;
     if (site) {

@@ -12,8 +12,12 @@
  *     g[0..1]   [max_batch, max_width] in the policy's grad dtype: activation
  *               gradients, ping-pong in backward
  *     sy        FP32 [max_batch, max_width]: the driver's staging buffer for a
- *               layer's FP32 output before it is stored in its dtype
- *     sa, sb    FP32 [max_batch, max_width]: layer-internal scratch
+ *               layer's FP32 output before it is stored in its dtype (NULL
+ *               when every activation and gradient is FP32 and the first
+ *               layer is not a block or layernorm: nothing stages then)
+ *     sa, sb    FP32 [max_batch, max_width]: layer-internal scratch (with
+ *               a fused head: the widest layer input; for a GPT sb lies
+ *               over the last two stored activations, see plan_alias_sb)
  *     t0        [max_batch, max_width] in the matmul input dtype (only when a
  *               linear input must be cast), else NULL
  *     p0, p1    FP32 [max_width]: widened bias / gamma / beta
@@ -85,8 +89,12 @@ typedef struct nn_bufs {
     bool fused_head;      /* lm_head + cross-entropy run fused, in row chunks
                              (nn_fused_head): acts[L] is NULL and lc holds
                              one chunk of logits, then of their gradient */
-    float *lc;            /* FP32 [lc_rows, V] when fused_head, else NULL */
+    float *lc;            /* FP32 [lc_rows, V] when fused_head, else NULL
+                             (inside sa when it fits: sa is idle meanwhile) */
     int64_t lc_rows;
+    bool sb_aliased;      /* sb lies over acts[L-2..L-1] (model.c plan_alias_sb) */
+    float *nf;            /* nn_count_nonfinite's FP32 chunk, nf_n floats: */
+    size_t nf_n;          /*   xs when planned, else sb */
 } nn_bufs;
 
 #define NN_MAX_TENSORS (12 * MXP_MODEL_MAX_LAYERS) /* a GPT block has 12 */
@@ -105,7 +113,8 @@ struct mxp_model {
     int n_tensors;
     mxp_tensor_info tensors[NN_MAX_TENSORS];
     char names[NN_MAX_TENSORS][NN_NAME_MAX];
-    float *grads; /* FP32 [P] */
+    float *grads; /* FP32 [P]; NULL for an inference-only model */
+    bool inference; /* mxp_model_create_inference: forward passes only */
     nn_bufs b;
     int n_fp8;                 /* FP8 scaling tensors the layers use */
     mxp_fp8_config fp8_cfg;
@@ -237,7 +246,7 @@ void nn_mon_begin_pass(mxp_model *m);
 /* Anomaly mode is on (monitor attached and anomaly set). */
 bool nn_mon_anomaly(const mxp_model *m);
 /* Non-finite values among n elements of a typed buffer (widened in chunks
- * through the FP32 scratch sb: only call between layer calls). */
+ * through the FP32 scratch b.nf: only call between layer calls). */
 int64_t nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n);
 /* Poison v [n] when the armed fault targets (pass, layer). */
 void nn_fault_apply(const mxp_model *m, bool backward, int layer, float *v, size_t n);
@@ -262,8 +271,9 @@ mxp_status nn_ext_validate(const mxp_model_spec *s, mxp_error *err);
 
 /* Default rows per chunk of a block's FP32 scratch (rounded up to whole
  * sequences): small enough that the [R, 4C] chunk is a fraction of the
- * saved tensors, large enough that the GEMMs keep their speed. */
-#define NN_BLOCK_ROWS 256
+ * saved tensors, large enough that the GEMMs keep their speed (128: the
+ * default GPT's scratch is 0.38 MiB smaller than at 256). */
+#define NN_BLOCK_ROWS 128
 
 /* Re-plan m's buffers with `rows` rows per block chunk and per fused-head
  * chunk (0: defaults, < 0: unchunked, unfused head). Weights are kept,
