@@ -314,6 +314,14 @@ void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy,
  * on the unchunked reference path (blk_rows < 0, the tests' reference). */
 bool nn_fused_head(const mxp_model *m, const mxp_precision_policy *p);
 
+/* The memory plan (model_plan.c): allocate the master/work slabs and the
+ * arena of b for policy p, contents zero (MXP_ERR_OUT_OF_MEMORY or an
+ * overflow naming the sizes on failure, b then empty); nn_free_bufs
+ * releases them (b may be empty). */
+mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bufs *b,
+                        mxp_error *err);
+void nn_free_bufs(nn_bufs *b);
+
 /* Cross-entropy of R rows of FP32 logits [R, V] (labels [R]), added row by
  * row to *total in the order the whole-batch kernel sums them; when dl is
  * not NULL it receives k * (softmax - onehot) ("=", may alias logits), k
