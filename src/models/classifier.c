@@ -14,6 +14,8 @@
  */
 #include <mixprec/classifier.h>
 
+#include "models/workload.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -222,23 +224,7 @@ mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmni
     mxp_model_spec spec =
         mxp_model_spec_mlp(cl->in_dim, cfg->hidden, (int)cfg->depth, MXP_FMNIST_CLASSES,
                            cfg->activation, cfg->layernorm, MXP_LOSS_XENT, cl->max_batch);
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(cfg->precision, &pol);
-    pol.fp16_accum_k = cfg->fp16_accumulate ? (int)cfg->fp16_accumulate_k : 0;
-    mxp_status s = mxp_model_create(&spec, &pol, cfg->seed, &cl->model, err);
-    if (s != MXP_OK) goto fail;
-    if (cfg->fp8.history_len > 0) { /* 0: a hand-built config, keep the default */
-        s = mxp_model_set_fp8_config(cl->model, &cfg->fp8, err);
-        if (s != MXP_OK) goto fail;
-    }
-    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
-        s = mxp_model_set_fp32_layers(cl->model, &cfg->fp32_layers, err);
-        if (s != MXP_OK) goto fail;
-    }
-    mxp_trainer_config tc = cfg->trainer;
-    tc.grad_accum_steps = (int)cfg->grad_accum_steps;
-    tc.seed = cfg->seed;
-    s = mxp_trainer_create(cl->model, &tc, &cl->trainer, err);
+    mxp_status s = workload_model_create(&spec, cfg, &cl->model, &cl->trainer, err);
     if (s != MXP_OK) goto fail;
     s = alloc_buffers(cl, err);
     if (s != MXP_OK) goto fail;
@@ -308,6 +294,8 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
     if (st != MXP_OK) return st;
     cl->stopped = false;
     int64_t shuffled = -1; /* epoch whose permutation cl->perm holds */
+    const workload_loop loop = {cl->trainer, cl->guard, &cl->cfg, cl->progress,
+                                cl->progress_user, steps_per_epoch};
     /* The loop reads the position every step, so a guard rollback that moves
      * it continues from there with the same batches. */
     while (!mxp_data_position_done(p)) {
@@ -327,23 +315,10 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
             }
             cl->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = B};
         }
-        float lr = mxp_lr_at(cl->cfg.lr_schedule, cl->cfg.trainer.optim.lr,
-                             cl->cfg.lr_min_ratio, p->run_step, p->run_total);
-        st = mxp_trainer_set_lr(cl->trainer, lr, err);
-        if (st != MXP_OK) return st;
-        if (cl->guard && (st = mxp_guard_step_begin(cl->guard, p, err)) != MXP_OK) return st;
         mxp_step_result res;
-        st = mxp_trainer_step(cl->trainer, cl->micro, accum, &res, err);
+        bool stop;
+        st = workload_step(&loop, cl->micro, accum, p, epoch, &res, &stop, err);
         if (st != MXP_OK) return st;
-        mxp_data_position_advance(p, steps_per_epoch);
-        bool stop = false; /* the guard may also move p back (rollback) */
-        if (cl->guard && (st = mxp_guard_step_end(cl->guard, &res, p, &stop, err)) != MXP_OK)
-            return st;
-        if (cl->progress) {
-            mxp_progress pr = {p->run_step, p->run_total, epoch,
-                               p->run_first_epoch + p->run_epochs, &res};
-            cl->progress(cl->progress_user, &pr);
-        }
         if (stop) {
             cl->stopped = true;
             return MXP_OK;

@@ -13,6 +13,8 @@
  */
 #include <mixprec/gpt.h>
 
+#include "models/workload.h"
+
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -196,22 +198,7 @@ mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) 
     mxp_model_spec spec = mxp_model_spec_gpt(g->vocab, g->T, w->gpt_embd, (int)w->gpt_heads,
                                              (int)w->gpt_layers, g->B);
     spec.embed_scale = w->gpt_embed_scale > 0 ? w->gpt_embed_scale : 1.0f;
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(cfg->precision, &pol);
-    s = mxp_model_create(&spec, &pol, cfg->seed, &g->model, err);
-    if (s != MXP_OK) goto fail;
-    if (cfg->fp8.history_len > 0) {
-        s = mxp_model_set_fp8_config(g->model, &cfg->fp8, err);
-        if (s != MXP_OK) goto fail;
-    }
-    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
-        s = mxp_model_set_fp32_layers(g->model, &cfg->fp32_layers, err);
-        if (s != MXP_OK) goto fail;
-    }
-    mxp_trainer_config tc = cfg->trainer;
-    tc.grad_accum_steps = (int)cfg->grad_accum_steps;
-    tc.seed = cfg->seed;
-    s = mxp_trainer_create(g->model, &tc, &g->trainer, err);
+    s = workload_model_create(&spec, cfg, &g->model, &g->trainer, err);
     if (s != MXP_OK) goto fail;
 
     const size_t rows = (size_t)(g->B * g->T), accum = (size_t)cfg->grad_accum_steps;
@@ -266,6 +253,8 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
     if (st != MXP_OK) return st;
     g->stopped = false;
     int64_t shuffled = -1; /* epoch whose permutation g->perm holds */
+    const workload_loop loop = {g->trainer, g->guard, &g->cfg, g->progress, g->progress_user,
+                                steps};
     /* The loop reads the position every step, so a guard rollback that moves
      * it continues from there with the same batches. */
     while (!mxp_data_position_done(p)) {
@@ -283,23 +272,10 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
                 gather(g, (int64_t)w[b] * g->T, bx + b * g->T, by + b * g->T);
             g->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = rows};
         }
-        float lr = mxp_lr_at(g->cfg.lr_schedule, g->cfg.trainer.optim.lr, g->cfg.lr_min_ratio,
-                             p->run_step, p->run_total);
-        st = mxp_trainer_set_lr(g->trainer, lr, err);
-        if (st != MXP_OK) return st;
-        if (g->guard && (st = mxp_guard_step_begin(g->guard, p, err)) != MXP_OK) return st;
         mxp_step_result res;
-        st = mxp_trainer_step(g->trainer, g->micro, accum, &res, err);
+        bool stop;
+        st = workload_step(&loop, g->micro, accum, p, epoch, &res, &stop, err);
         if (st != MXP_OK) return st;
-        mxp_data_position_advance(p, steps);
-        bool stop = false; /* the guard may also move p back (rollback) */
-        if (g->guard && (st = mxp_guard_step_end(g->guard, &res, p, &stop, err)) != MXP_OK)
-            return st;
-        if (g->progress) {
-            mxp_progress pr = {p->run_step, p->run_total, epoch,
-                               p->run_first_epoch + p->run_epochs, &res};
-            g->progress(g->progress_user, &pr);
-        }
         if (stop) {
             g->stopped = true;
             return MXP_OK;

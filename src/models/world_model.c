@@ -7,6 +7,8 @@
  */
 #include <mixprec/world_model.h>
 
+#include "models/workload.h"
+
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -104,24 +106,7 @@ mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
     mxp_model_spec spec =
         mxp_model_spec_mlp(wm->in_dim, cfg->hidden, (int)cfg->depth, wm->out_dim,
                            cfg->activation, cfg->layernorm, MXP_LOSS_MSE, wm->max_batch);
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(cfg->precision, &pol);
-    pol.fp16_accum_k = cfg->fp16_accumulate ? (int)cfg->fp16_accumulate_k : 0;
-    s = mxp_model_create(&spec, &pol, cfg->seed, &wm->model, err);
-    if (s != MXP_OK) goto fail;
-    if (cfg->fp8.history_len > 0) { /* 0: a hand-built config, keep the default */
-        s = mxp_model_set_fp8_config(wm->model, &cfg->fp8, err);
-        if (s != MXP_OK) goto fail;
-    }
-    if (!mxp_fp32_layers_none(&cfg->fp32_layers)) { /* training.precision_fp32_layers */
-        s = mxp_model_set_fp32_layers(wm->model, &cfg->fp32_layers, err);
-        if (s != MXP_OK) goto fail;
-    }
-
-    mxp_trainer_config tc = cfg->trainer;
-    tc.grad_accum_steps = (int)cfg->grad_accum_steps;
-    tc.seed = cfg->seed;
-    s = mxp_trainer_create(wm->model, &tc, &wm->trainer, err);
+    s = workload_model_create(&spec, cfg, &wm->model, &wm->trainer, err);
     if (s != MXP_OK) goto fail;
     s = alloc_batches(wm, err);
     if (s != MXP_OK) goto fail;
@@ -196,6 +181,8 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
     if (st != MXP_OK) return st;
     wm->stopped = false;
     int64_t shuffled = -1; /* epoch whose permutation wm->perm holds */
+    const workload_loop loop = {wm->trainer, wm->guard, &wm->cfg, wm->progress,
+                                wm->progress_user, steps_per_epoch};
     /* The loop reads the position every step, so a rollback (or a resume)
      * that moves it continues from there with the same batches. */
     while (!mxp_data_position_done(p)) {
@@ -220,27 +207,10 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
             }
             micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
         }
-        float lr = mxp_lr_at(wm->cfg.lr_schedule, wm->cfg.trainer.optim.lr,
-                             wm->cfg.lr_min_ratio, p->run_step, p->run_total);
-        st = mxp_trainer_set_lr(wm->trainer, lr, err);
-        if (st != MXP_OK) return st;
         mxp_step_result res;
-        if (wm->guard && (st = mxp_guard_step_begin(wm->guard, p, err)) != MXP_OK) return st;
-        /* data parallel: an operator switch (rank 0's control API, a signal that
-         * reached the ranks at different steps) applies on every rank at once */
-        if (wm->dp_size > 1 && (st = mxp_trainer_sync_precision(wm->trainer, err)) != MXP_OK)
-            return st;
-        st = mxp_trainer_step(wm->trainer, micro, accum, &res, err);
+        bool guard_stop;
+        st = workload_step(&loop, micro, accum, p, epoch, &res, &guard_stop, err);
         if (st != MXP_OK) return st;
-        mxp_data_position_advance(p, steps_per_epoch);
-        bool guard_stop = false; /* the guard may also move p back (rollback) */
-        if (wm->guard && (st = mxp_guard_step_end(wm->guard, &res, p, &guard_stop, err)) != MXP_OK)
-            return st;
-        if (wm->progress) {
-            mxp_progress pr = {p->run_step, p->run_total, epoch,
-                               p->run_first_epoch + p->run_epochs, &res};
-            wm->progress(wm->progress_user, &pr);
-        }
         bool stop = (wm->stop_flag && *wm->stop_flag) || guard_stop;
         if (wm->dp_size > 1) { /* a signal may reach the ranks at different steps */
             st = mxp_dist_agree_any(mxp_trainer_comm(wm->trainer), &stop, err);
