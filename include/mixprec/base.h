@@ -136,6 +136,17 @@ const mxp_cpu_features *mxp_cpu_features_get(void);
 /* Monotonic wall clock in seconds. */
 double mxp_time_now(void);
 
+/* ---- files --------------------------------------------------------------- */
+
+/* Bytes of a path, its NUL included, that mxp_mkdirs accepts at most. */
+#define MXP_PATH_MAX 1024
+
+/* mkdir -p: create path and its missing parents (mode 0755). Returns 0
+ * when path is a directory afterwards, else an errno value (ENAMETOOLONG
+ * for "" or a path of MXP_PATH_MAX bytes or more, ENOTDIR when it exists as
+ * something else). */
+int mxp_mkdirs(const char *path);
+
 /* ---- floating-point environment ----------------------------------------
  * Flush-to-zero + denormals-are-zero for FP32 compute, like PyTorch's
  * torch.set_flush_denormal: subnormal FP32 inputs of arithmetic read as 0

@@ -311,7 +311,7 @@ mxp_status mxp_ckpt_manager_create(const mxp_ckpt_policy *p, mxp_ckpt_manager **
                              "every_seconds >= 0, keep_last >= 1",
                              p->dir, (long long)p->every_steps, p->every_seconds,
                              (long long)p->keep_last);
-    int e = ckpt_mkdirs(p->dir);
+    int e = mxp_mkdirs(p->dir);
     if (e != 0)
         return mxp_error_set(err, MXP_ERR_IO, "cannot create checkpoint directory '%s': %s", p->dir,
                              strerror(e));

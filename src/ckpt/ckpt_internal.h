@@ -57,7 +57,4 @@ char *ckpt_config_to_json(const mxp_config *c);
 mxp_status ckpt_read_meta_value(const char *path, const char *key, char *buf, size_t n,
                                 mxp_error *err);
 
-/* mkdir -p (0755); 0 or errno. */
-int ckpt_mkdirs(const char *path);
-
 #endif /* MIXPREC_CKPT_INTERNAL_H */

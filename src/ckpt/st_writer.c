@@ -2,7 +2,7 @@
  * crash-safe replacement of the target file.
  *
  * Entry points: mxp_st_writer_create / _destroy / _add_meta / _add_tensor /
- * _write, mxp_st_set_io_fault (tests), internal ckpt_mkdirs.
+ * _write, mxp_st_set_io_fault (tests).
  *
  * Layout: tensors by decreasing element size (stable), so each stays
  * aligned to its element size, as the reference writer does; the header is
@@ -311,23 +311,6 @@ static bool write_all(int fd, const void *buf, size_t n) {
         n -= (size_t)r;
     }
     return true;
-}
-
-int ckpt_mkdirs(const char *path) {
-    size_t n = strlen(path);
-    if (n == 0 || n >= MXP_CKPT_PATH_MAX) return ENAMETOOLONG;
-    char buf[MXP_CKPT_PATH_MAX];
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char c = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return errno;
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0) return errno;
-    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 mxp_status mxp_st_writer_write(mxp_st_writer *w, const char *path, mxp_error *err) {

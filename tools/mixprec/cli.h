@@ -33,7 +33,7 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * error and return CLI_EXIT_USAGE. The builder is returned for printing
  * provenance (caller destroys), or NULL when not wanted. */
 int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep);
-/* mkdir -p; returns 0 or errno. */
+/* mkdir -p (mxp_mkdirs) of a path no longer than a config string; 0 or errno. */
 int cli_mkdirs(const char *path);
 
 /* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */

@@ -71,20 +71,8 @@ int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_bui
 }
 
 int cli_mkdirs(const char *path) {
-    char buf[MXP_CONFIG_STR_MAX + 1];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char c = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return errno;
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0) return errno;
-    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (strlen(path) >= MXP_CONFIG_STR_MAX + 1) return ENAMETOOLONG; /* a config string */
+    return mxp_mkdirs(path);
 }
 
 void cli_json_number(FILE *f, const char *key, double v) {
