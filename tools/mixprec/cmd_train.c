@@ -49,17 +49,6 @@ static void help(FILE *f) {
           f);
 }
 
-typedef struct progress_state {
-    cli_progress base; /* bar/log lines and the epoch's mean loss */
-    obs_glue *obs;     /* metrics, run store, HTTP (obs_glue.c) */
-} progress_state;
-
-static void on_progress(void *user, const mxp_progress *p) {
-    progress_state *ps = user;
-    obs_glue_step(ps->obs, p);
-    cli_progress_update(&ps->base, p);
-}
-
 typedef struct run_summary {
     mxp_world_model *wm; /* for the guard's summary (doctor.h) */
     mxp_train_stats stats;
@@ -192,9 +181,9 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     mxp_log(MXP_LOG_INFO, "training world model: precision %s, %lld epochs, batch %lld",
             mxp_precision_name(cfg.precision), (long long)cfg.epochs,
             (long long)cfg.batch_size);
-    progress_state ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
+    obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                    .cur_epoch = -1}};
-    mxp_world_model_set_progress(wm, on_progress, &ps);
+    mxp_world_model_set_progress(wm, obs_glue_on_progress, &ps);
     obs_glue_run orun = {mxp_world_model_trainer(wm), mxp_world_model_guard(wm),
                          mxp_world_model_samples_per_epoch(wm, cfg.batch_size)};
     rc = primary ? obs_glue_open(&cfg, &orun, &ps.obs) : CLI_EXIT_OK;

@@ -321,6 +321,12 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
     }
 }
 
+void obs_glue_on_progress(void *user, const mxp_progress *p) {
+    obs_glue_progress *ps = user;
+    obs_glue_step(ps->obs, p);
+    cli_progress_update(&ps->base, p);
+}
+
 void obs_glue_close(obs_glue *g, bool ok, bool stopped, const char *msg, double val_loss) {
     if (!g) return;
     mxp_error err = {0};

@@ -31,6 +31,16 @@ typedef struct obs_glue_run {
  * obs.http.enabled), log "fp16_enabled: True|False", begin the run.
  * Returns a CLI exit code (errors printed). */
 int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out);
+/* The progress state of a CLI run: bar/log lines and the epoch's mean loss
+ * (cli_progress) and the run's observer (NULL: none).
+ * obs_glue_on_progress(user = an obs_glue_progress) records the step with
+ * obs_glue_step, then updates the progress output. */
+typedef struct obs_glue_progress {
+    cli_progress base;
+    obs_glue *obs;
+} obs_glue_progress;
+void obs_glue_on_progress(void *user, const mxp_progress *p);
+
 /* Per step, from the progress callback: record the step, then apply a
  * pending operator precision request (the step boundary). NULL g: no-op. */
 void obs_glue_step(obs_glue *g, const mxp_progress *p);

@@ -23,17 +23,6 @@
 #include <mixprec/classifier.h>
 #include <mixprec/gpt.h>
 
-typedef struct wl_progress {
-    cli_progress base; /* bar/log lines and the epoch's mean loss */
-    obs_glue *obs;     /* metrics, run store, HTTP, guard events (obs_glue.c) */
-} wl_progress;
-
-static void on_progress(void *user, const mxp_progress *p) {
-    wl_progress *ps = user;
-    obs_glue_step(ps->obs, p);
-    cli_progress_update(&ps->base, p);
-}
-
 /* What one run produced. eval_accuracy is NaN when the workload has none;
  * eval_bpc NaN when it is not a language model. */
 typedef struct wl_summary {
@@ -153,7 +142,7 @@ static int fail_code(const mxp_error *err) {
 }
 
 /* Fill the fields every workload shares from its trainer. */
-static void finish_summary(wl_summary *s, mxp_trainer *tr, const wl_progress *ps) {
+static void finish_summary(wl_summary *s, mxp_trainer *tr, const obs_glue_progress *ps) {
     mxp_trainer_stats(tr, &s->stats);
     s->tr = tr;
     mxp_model *m = mxp_trainer_model(tr);
@@ -173,7 +162,7 @@ static int emit(const mxp_config *cfg, const wl_summary *s, const mxp_trainer *t
     return cli_write_run_outputs(cfg, tr, write_json_any, s);
 }
 
-static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
+static int run_classifier(const mxp_config *cfg, obs_glue_progress *ps, wl_summary *s, bool json) {
     mxp_error err = {0};
     mxp_classifier *cl = NULL;
     if (mxp_classifier_create(cfg, &cl, &err) != MXP_OK) {
@@ -184,7 +173,7 @@ static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s,
             mxp_precision_name(cfg->precision),
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size);
-    mxp_classifier_set_progress(cl, on_progress, ps);
+    mxp_classifier_set_progress(cl, obs_glue_on_progress, ps);
     obs_glue_run orun = {mxp_classifier_trainer(cl), mxp_classifier_guard(cl),
                          mxp_classifier_samples_per_epoch(cl)};
     int rc = obs_glue_open(cfg, &orun, &ps->obs);
@@ -214,7 +203,7 @@ static int run_classifier(const mxp_config *cfg, wl_progress *ps, wl_summary *s,
     return rc == CLI_EXIT_OK && stopped ? CLI_EXIT_GUARD_STOP : rc;
 }
 
-static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool json) {
+static int run_gpt(const mxp_config *cfg, obs_glue_progress *ps, wl_summary *s, bool json) {
     mxp_error err = {0};
     mxp_gpt *g = NULL;
     if (mxp_gpt_create(cfg, &g, &err) != MXP_OK) {
@@ -225,7 +214,7 @@ static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool j
             mxp_precision_name(cfg->precision),
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size, (long long)cfg->wl.gpt_context);
-    mxp_gpt_set_progress(g, on_progress, ps);
+    mxp_gpt_set_progress(g, obs_glue_on_progress, ps);
     const int64_t context = cfg->wl.gpt_context; /* sequences = tokens / context */
     obs_glue_run orun = {mxp_gpt_trainer(g), mxp_gpt_guard(g),
                          mxp_gpt_tokens_per_epoch(g) / (context > 0 ? context : 1)};
@@ -269,7 +258,7 @@ static int run_gpt(const mxp_config *cfg, wl_progress *ps, wl_summary *s, bool j
 }
 
 int workload_train(const mxp_config *cfg, bool json, bool quiet) {
-    wl_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
+    obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                .cur_epoch = -1}};
     wl_summary s;
     memset(&s, 0, sizeof s);
