@@ -74,6 +74,7 @@ static mxp_step_ctl ctl_for(float scale, int64_t opt_steps, uint64_t counter) {
     k.sr_counter = counter;
     k.adamw = mxp_adamw_consts_make(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, opt_steps + 1);
     k.sgd = (mxp_sgd_consts){0.01f, 0.9f, 1e-4f, true, true, opt_steps + 1 <= 1};
+    k.run_scaler_rule = true;
     k.rule = (mxp_scaler_rule){true, 2.0, 0.5, 2, 1, 1.17549435e-38f, 1e30};
     k.scaler = (mxp_scaler_rule_state){scale, 1, 1, 0, 0, 0};
     return k;
@@ -105,7 +106,7 @@ static void step_case(mxp_cudab_ctx *c, size_t n, int path, bool poison) {
     CU(mxp_cudab_ctl_set(c, &ctl, why, sizeof why));
     int64_t d2h0 = mxp_cudab_d2h_count(c);
     CU(mxp_cudab_grad_pass(c, dg, n, 60000.0f, why, sizeof why));
-    CU(mxp_cudab_decide(c, n, why, sizeof why));
+    CU(mxp_cudab_decide(c, false, n, why, sizeof why));
     CU(mxp_cudab_adamw(c, pure ? NULL : dw, path == 0 ? NULL : dwork, bf16, sr, dg, dm, dv, n,
                        why, sizeof why));
     CU(mxp_cudab_report(c, &rep, why, sizeof why));

@@ -26,9 +26,7 @@
 
 #include <mixprec/device.h>
 
-#include "backend/numerics/gradpass.h"
-#include "backend/numerics/optim.h"
-#include "backend/numerics/scaler_rule.h"
+#include "backend/step_ctl.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,26 +36,6 @@ int mxp_cudab_build_version(void);
 /* Visible devices (> 0), or 0 with the reason in why. */
 int mxp_cudab_device_count(char *why, size_t n);
 int mxp_cudab_device_info(int index, mxp_gpu_info *out, char *why, size_t n);
-
-/* The per-step scalars, resident on the device (one small block, written by
- * the host only between steps with one async upload, and by the step kernels
- * themselves: no per-op host scalars). */
-typedef struct mxp_step_ctl {
-    float scale;     /* loss scale of this step */
-    float inv_scale; /* (float)(1.0 / (double)scale) */
-    float clip_max;  /* clip_grad_norm (0: off) */
-    float clip_coef; /* written by decide: min(1, clip_max / (norm + 1e-6)) or 1 */
-    int32_t skip;    /* written by decide: found_inf (weights untouched) */
-    int32_t loss_nonfinite; /* set by the loss kernel (host for now) */
-    int64_t opt_steps;      /* applied updates; advanced by decide when !skip */
-    uint64_t seed, sr_counter; /* SR stream; advanced by n_params when !skip */
-    mxp_adamw_consts adamw;    /* the constants of update opt_steps + 1 (host pow) */
-    mxp_sgd_consts sgd;
-    mxp_scaler_rule rule;
-    mxp_scaler_rule_state scaler;
-    mxp_scaler_rule_event event; /* of the last decide */
-    mxp_gradpass_acc stats;      /* of the last grad pass (merged) */
-} mxp_step_ctl;
 
 typedef struct mxp_cudab_ctx mxp_cudab_ctx;
 
@@ -79,9 +57,10 @@ int mxp_cudab_ctl_set(mxp_cudab_ctx *c, const mxp_step_ctl *host, char *why, siz
  * does not depend on scheduling). */
 int mxp_cudab_grad_pass(mxp_cudab_ctx *c, float *g, size_t count, float near_at, char *why,
                         size_t n);
-/* One thread: skip = stats.nonfinite > 0 || loss_nonfinite; clip_coef;
- * scaler rule step; opt_steps / sr_counter advance when !skip. */
-int mxp_cudab_decide(mxp_cudab_ctx *c, uint64_t n_params, char *why, size_t n);
+/* One thread, the contract of mxp_backend_ops.decide (backend/backend.h):
+ * skip, clip_coef, opt_steps / sr_counter, the scaler rule when
+ * ctl.run_scaler_rule. */
+int mxp_cudab_decide(mxp_cudab_ctx *c, bool extra_inf, uint64_t n_params, char *why, size_t n);
 /* The optimizer over `count` elements, reading skip/clip/consts from ctl
  * (no-op when skip). master may be NULL (pure 16-bit path: work_bf16
  * selects BF16 else FP16; sr from ctl.sgd/adamw path flag). */

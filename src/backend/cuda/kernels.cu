@@ -57,8 +57,8 @@ extern "C" int mxp_cudab_grad_pass(mxp_cudab_ctx *c, float *g, size_t count, flo
  * pass and the loss; clip coefficient as PyTorch's clip_grad_norm_
  * (max_norm / (norm + 1e-6), in double, applied only when norm > max); then
  * the scaler rule. */
-__global__ void k_decide(mxp_step_ctl *ctl, uint64_t n_params) {
-    bool found_inf = ctl->stats.nonfinite > 0 || ctl->loss_nonfinite != 0;
+__global__ void k_decide(mxp_step_ctl *ctl, bool extra_inf, uint64_t n_params) {
+    bool found_inf = ctl->stats.nonfinite > 0 || ctl->loss_nonfinite != 0 || extra_inf;
     ctl->skip = found_inf ? 1 : 0;
     double norm = sqrt(ctl->stats.sumsq);
     float clip = ctl->clip_max;
@@ -68,11 +68,12 @@ __global__ void k_decide(mxp_step_ctl *ctl, uint64_t n_params) {
         ctl->opt_steps++;
         ctl->sr_counter += n_params;
     }
-    ctl->event = mxp_scaler_rule_step(&ctl->rule, &ctl->scaler, found_inf);
+    if (ctl->run_scaler_rule) ctl->event = mxp_scaler_rule_step(&ctl->rule, &ctl->scaler, found_inf);
 }
 
-extern "C" int mxp_cudab_decide(mxp_cudab_ctx *c, uint64_t n_params, char *why, size_t n) {
-    k_decide<<<1, 1, 0, c->stream>>>(c->ctl, n_params);
+extern "C" int mxp_cudab_decide(mxp_cudab_ctx *c, bool extra_inf, uint64_t n_params, char *why,
+                                size_t n) {
+    k_decide<<<1, 1, 0, c->stream>>>(c->ctl, extra_inf, n_params);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "decide launch", why, n);
 }
