@@ -19,6 +19,9 @@ enum {
 struct mxp_cudab_ctx {
     int device;
     cudaStream_t stream;
+    void *lt_lib; /* dlopen handle of libcublasLt (lt_open in device.cu) */
+    cublasStatus_t (*lt_create)(cublasLtHandle_t *);
+    cublasStatus_t (*lt_destroy)(cublasLtHandle_t);
     cublasLtHandle_t lt;
     void *lt_workspace;
     size_t lt_workspace_bytes;
