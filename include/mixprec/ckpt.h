@@ -224,6 +224,15 @@ mxp_status mxp_ckpt_load(const char *path, mxp_trainer *t, mxp_ckpt_info *info, 
 mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
                               mxp_error *err);
 
+/* Initial weights from outside (model.init_from): a safetensors file with
+ * exactly the model's tensors, named as PyTorch nn.Sequential's state_dict
+ * (layers.<i>.weight [out, in], layers.<i>.bias [out]), F32, BF16 or F16,
+ * finite. Written into the master weights (pure modes: rounded RNE into
+ * the working weights), then the working copy is recast. Errors
+ * (MXP_ERR_FORMAT / MXP_ERR_NONFINITE / the reader's) name the file and the
+ * missing, extra or mis-shaped tensor; on error the weights are unchanged. */
+mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
+
 /* ---- checkpoint directories -------------------------------------------
  * Checkpoints are DIR/ckpt-<step, 12 digits>.safetensors; a checkpoint is
  * marked to keep by a sidecar file <name>.keep. Temp files of interrupted
