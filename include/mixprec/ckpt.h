@@ -197,6 +197,10 @@ typedef struct mxp_ckpt_save_args {
     /* The run (run.h) the checkpoint belongs to; each may be NULL (not
      * recorded): metadata "run_id", "workload", "data_signature". */
     const char *run_id, *workload, *data_signature;
+    /* Workload metadata (run.h's checkpoint_meta: the user-data
+     * standardisation statistics, the GPT vocabulary), JSON object text,
+     * metadata "workload_meta"; NULL: not recorded. */
+    const char *workload_meta;
 } mxp_ckpt_save_args;
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
@@ -312,6 +316,10 @@ mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, cons
 mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
                                     const char *workload, const char *data_signature,
                                     mxp_error *err);
+/* Record the workload's metadata (mxp_ckpt_save_args.workload_meta) in the
+ * next checkpoints (copied; NULL: not recorded). */
+mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                              mxp_error *err);
 /* Path of the last checkpoint this manager wrote ("" before the first). */
 const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
 /* mxp_ckpt_rollback on the manager's directory. */

@@ -56,6 +56,9 @@ static mxp_status model_create(mxp_run *r, mxp_error *err) {
     if (!mxp_fp32_layers_none(&cfg->fp32_layers) &&
         (s = mxp_model_set_fp32_layers(r->model, &cfg->fp32_layers, err)))
         return s;
+    if (strcmp(cfg->init_from, "none") != 0 &&
+        (s = mxp_ckpt_init_weights(r->model, cfg->init_from, err)) != MXP_OK)
+        return s;
     mxp_trainer_config tc = cfg->trainer;
     tc.grad_accum_steps = (int)cfg->grad_accum_steps;
     tc.seed = cfg->seed;
@@ -93,13 +96,12 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     mxp_status s = MXP_OK;
     if (o.provider)
         wl = *o.provider;
-    else if ((s = mxp_workload_provider_builtin(cfg, &wl, err)) != MXP_OK)
-        return s;
-    if (o.data)
-        s = mxp_error_set(err, MXP_ERR_UNSUPPORTED,
-                          "mxp_run_options.data: in-memory datasets are not supported yet; "
-                          "accepted: NULL (the provider's data)");
-    else if (!wl.model_spec || !wl.num_train || !wl.fill_batch)
+    else if (o.data)
+        s = mxp_workload_provider_dataset(cfg, o.data, &wl, err);
+    else
+        s = mxp_workload_provider_builtin(cfg, &wl, err);
+    if (s != MXP_OK) return s;
+    if (!wl.model_spec || !wl.num_train || !wl.fill_batch)
         s = mxp_error_set(err, MXP_ERR_INVALID_ARG,
                           "workload provider '%s': model_spec, num_train and fill_batch are "
                           "required", wl.name ? wl.name : "?");
@@ -423,6 +425,10 @@ void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
     r->own_ckpt = false;
     r->ckpt = m;
     mxp_guard_set_checkpoints(r->guard, m); /* rollback may use the checkpoints */
+    if (m && r->wl.checkpoint_meta) {
+        mxp_error ignore; /* out of memory only: the next save reports it */
+        (void)mxp_ckpt_manager_set_workload_meta(m, r->wl.checkpoint_meta(r->wl.self), &ignore);
+    }
 }
 
 mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, mxp_error *err) {

@@ -124,8 +124,11 @@ mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err) {
         new_run_id(r);
         if ((s = write_run_json(r, err)) != MXP_OK) return s;
     }
-    return mxp_ckpt_manager_set_run(r->ckpt, r->run_id[0] ? r->run_id : NULL, r->wl.name,
-                                    r->data_sig, err);
+    mxp_status s2 = mxp_ckpt_manager_set_run(r->ckpt, r->run_id[0] ? r->run_id : NULL,
+                                             r->wl.name, r->data_sig, err);
+    if (s2 == MXP_OK && r->wl.checkpoint_meta)
+        s2 = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self), err);
+    return s2;
 }
 
 mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err) {
@@ -211,6 +214,10 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     if (r->ckpt &&
         (s = mxp_ckpt_manager_set_run(r->ckpt, r->run_id, r->wl.name, r->data_sig, err)) != MXP_OK)
         return s;
+    if (r->ckpt && r->wl.checkpoint_meta &&
+        (s = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self),
+                                                err)) != MXP_OK)
+        return s;
     mxp_log(MXP_LOG_INFO, "resumed run %s from %s: step %lld, epoch %lld, step %lld of %lld%s",
             r->run_id, file, (long long)info.step, (long long)info.pos.epoch + 1,
             (long long)info.pos.run_step, (long long)info.pos.run_total,
@@ -223,7 +230,10 @@ mxp_status mxp_run_save(mxp_run *r, const char *path, mxp_error *err) {
     char gs[8192];
     mxp_ckpt_save_args a = {.trainer = r->trainer, .config = &r->cfg, .pos = &r->pos,
                             .healthy = true, .run_id = r->run_id[0] ? r->run_id : NULL,
-                            .workload = r->wl.name, .data_signature = r->data_sig};
+                            .workload = r->wl.name, .data_signature = r->data_sig,
+                            .workload_meta = r->wl.checkpoint_meta
+                                                 ? r->wl.checkpoint_meta(r->wl.self)
+                                                 : NULL};
     if (r->guard && mxp_guard_status_json(r->guard, gs, sizeof gs) > 0) a.guard_state = gs;
     return mxp_ckpt_save(path, &a, NULL, err);
 }

@@ -7,6 +7,7 @@
  * written. Library: mixprec/ckpt.h. Format: docs/checkpoints.md.
  */
 #include "cli.h"
+#include "data_cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -26,6 +27,7 @@ static void help(FILE *f) {
           "  inspect FILE [--json]      metadata and a per-tensor table: name, dtype,\n"
           "                             shape, min, max, %% non-finite\n"
           "  export FILE --dtype bf16|fp16|fp32 -o OUT\n"
+          "  export CKPT_OR_RUN_DIR --torch -o OUT   (user-data models: state_dict + stats)\n"
           "                             the model weights for inference (RNE)\n"
           "  diff A B                   per-tensor max |a-b| and max relative difference;\n"
           "                             exit 0 identical, 1 different\n"
@@ -287,6 +289,8 @@ static int ckpt_inspect(int argc, char **argv) {
 /* ---- export ----------------------------------------------------------------- */
 
 static int ckpt_export(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--torch")) return cli_export_torch(argc, argv);
     const char *path = NULL, *out = NULL, *dts = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
