@@ -3,7 +3,7 @@
 #include "cli.h"
 #include "doctor.h"
 #include "obs_glue.h"
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <string.h>
