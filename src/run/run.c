@@ -258,8 +258,9 @@ static mxp_status one_step(mxp_run *r, int64_t epoch, int64_t steps_per_epoch, b
 
 mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *err) {
     if (!r) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_train: NULL run");
-    if (epochs == 0) epochs = r->cfg.epochs;
+    if (epochs == 0) epochs = r->resume_epochs > 0 ? r->resume_epochs : r->cfg.epochs;
     if (batch == 0) batch = r->cfg.batch_size;
+    r->resume_epochs = 0;
     if (epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "epochs=%lld; accepted: >= 1 (0: config)",
                              (long long)epochs);

@@ -107,8 +107,9 @@ static void log_start(const mxp_config *cfg, mxp_comm *comm, const mxp_run *run)
                 "gradient all-reduce in %s", mxp_comm_size(comm), mxp_comm_name(comm),
                 (long long)cfg->batch_size, (long long)cfg->batch_size * mxp_comm_size(comm),
                 mxp_wire_dtype_name(cfg->dist.allreduce_dtype));
+    const char *name = mxp_run_provider(run)->name;
     mxp_log(MXP_LOG_INFO, "training %s: precision %s%s, %lld epochs, batch %lld",
-            mxp_run_provider(run)->name, mxp_precision_name(cfg->precision),
+            strcmp(name, "world_model") == 0 ? "world model" : name, mxp_precision_name(cfg->precision),
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size);
 }
@@ -125,7 +126,7 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
     int rc = primary ? obs_glue_open(cfg, &orun, &ps->obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) return rc;
     install_stop_signals(run);
-    mxp_status st = mxp_run_train(run, cfg->epochs, cfg->batch_size, &err);
+    mxp_status st = mxp_run_train(run, 0, 0, &err); /* the config's, or the resumed call's */
     g_run = NULL;
     train_summary s;
     memset(&s, 0, sizeof s);
