@@ -10,7 +10,7 @@
  * an fp8 checkpoint samples in mixed_bf16 unless fp8 is asked for, since
  * delayed FP8 scales come from training steps).
  */
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "data_cli.h"
 #include "doctor.h"
 #include "obs_glue.h"
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <string.h>
