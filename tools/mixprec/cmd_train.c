@@ -48,9 +48,10 @@ static void help(FILE *f) {
           "\n"
           "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
           "default runs/latest). A directory holding another run's checkpoints is\n"
-          "refused: --resume it, or choose a new output.dir (docs/run.md). Exit codes: 0 ok, 1 training failed, 2 usage or\n"
-          "config error (nothing written), 3 outputs could not be written, 4 a\n"
-          "guard rule with action stop ended the run (outputs still written).\n"
+          "refused: --resume it, or choose a new output.dir (docs/run.md).\n"
+          "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
+          "written), 3 outputs could not be written, 4 a guard rule with action\n"
+          "stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
           "SIGTERM/SIGINT finish the current step, write a checkpoint and the outputs,\n"
           "and exit 0; a second signal exits at once. Checkpoints: checkpoint.* keys.\n",
