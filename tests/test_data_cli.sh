@@ -81,6 +81,10 @@ expect_bad "big-endian" "big-endian" model.workload=classifier data.path=cases/b
 expect_bad "fortran" "Fortran order" model.workload=classifier data.path=cases/fortran.npz
 expect_bad "no such file" "cannot open" data.path=cases/nope.npz
 expect_bad "regressor without data" "needs data.path" model.workload=regressor
+expect_bad "gpt with data.path" "model.workload=gpt reads data.text_file" model.workload=gpt \
+  data.path=spring.npz
+expect_bad "gpt with model.layers" "not used by model.workload=gpt" model.workload=gpt \
+  "model.layers=[linear:8, linear]"
 expect_bad "bad layer list" "item 1 'swish' is unknown" "model.layers=[linear:8, swish, linear]"
 expect_bad "layer list end" "must end with 'linear'" "model.layers=[linear:8, gelu]"
 expect_bad "init_from shape" "has shape [64, 3]; the model needs [8, 3]" data.path=spring.npz \
