@@ -10,8 +10,10 @@
  *   - run directories never mix: a new run into a directory holding
  *     another run's checkpoints is refused (MXP_ERR_STATE, the message
  *     names --resume and output.dir) and nothing on disk changes; resuming
- *     a finished run trains nothing and changes nothing; a checkpoint of
- *     another workload or of other data is refused (MXP_ERR_CONFIG);
+ *     a finished run trains nothing and changes nothing; another run's
+ *     checkpoint is not resumed into this run's directory (MXP_ERR_STATE);
+ *     a checkpoint of another workload or of other data is refused
+ *     (MXP_ERR_CONFIG);
  *   - a fault-injection window that passed before the checkpoint is not
  *     re-armed by the resume (the same bit-exact comparison, with faults);
  *   - the stats JSON holds the fields it says (checked by a tiny scan).
@@ -283,6 +285,17 @@ static void test_run_dirs(void) {
     after[0] = '\0';
     listing(dir, after, sizeof after);
     CHECK_MSG(strcmp(before, after) == 0, "resuming a finished run changed the directory");
+
+    /* another run's checkpoint resumed into this run's directory: refused */
+    char other_run[256];
+    snprintf(other_run, sizeof other_run, "%s/wm-fp32-resumed", g_dir);
+    err = (mxp_error){0};
+    s = open_run(&cfg, NULL, other_run, &run, &err);
+    CHECK_MSG(s == MXP_ERR_STATE && run == NULL && strstr(err.msg, "mix"), "mixing runs: %d %s",
+              (int)s, err.msg);
+    after[0] = '\0';
+    listing(dir, after, sizeof after);
+    CHECK_MSG(strcmp(before, after) == 0, "the refused resume changed the directory");
 
     /* a checkpoint of another workload, and of other data: refused */
     char gdir[256];
