@@ -54,6 +54,16 @@ rc=$?
 "$bin" eval runs/wm --data spring.npz >eval.txt 2>&1 || fail "eval --data: $(cat eval.txt)"
 grep -q "fp32" eval.txt || fail "eval text lacks the fp32 row: $(cat eval.txt)"
 
+# ---- resume: the newest checkpoint still carries the statistics ---------------
+"$bin" train --resume runs/wm data.path=spring.npz training.epochs=9 --quiet >/dev/null 2>res.err ||
+  fail "resume with one more epoch: $(cat res.err)"
+"$bin" eval runs/wm --json >eval2.json 2>eval2.err || fail "eval after resume: $(cat eval2.err)"
+/usr/bin/python3 -c "
+import json, sys
+a, b = json.load(open('eval.json')), json.load(open('eval2.json'))
+sys.exit(0 if b['checkpoint'] > a['checkpoint'] else 1)" ||
+  fail "eval after resume did not use a newer checkpoint: $(cat eval.json eval2.json)"
+
 # ---- init_from: an export of the same shape starts a new run ------------------
 "$bin" train --config wm.yaml data.path=spring.npz model.init_from=export.safetensors \
   training.epochs=1 output.dir=runs/init --quiet >/dev/null 2>init.err ||

@@ -293,13 +293,6 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         mxp_log(MXP_LOG_WARN, "training.flush_denormals=true: no flush-to-zero mode on this "
                               "platform; ignored");
     if (obs_glue_apply_config(&cfg)) quiet = true; /* JSON logs: progress goes through the log */
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL && mxp_comm_size(comm) > 1) {
-        cli_error("model.workload=%s on %d ranks: data-parallel training supports "
-                  "model.workload=world_model; accepted: world_model, or one process",
-                  cfg.workload == MXP_WORKLOAD_CLASSIFIER ? "classifier" : "gpt",
-                  mxp_comm_size(comm));
-        return CLI_EXIT_USAGE;
-    }
 
     obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                      .cur_epoch = -1}};
