@@ -11,7 +11,11 @@ or the build tree (mixprec._lib).
 """
 from .errors import ConfigError, Error, GuardStop, LibraryNotFound
 from .config import Config
+from .run import Run
+from .world_model import WorldModel
+from ._lib import set_log_level
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound"]
+__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound", "Run",
+           "WorldModel", "set_log_level"]

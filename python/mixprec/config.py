@@ -51,13 +51,16 @@ def _flatten(prefix, value, out):
 class Builder:
     """An owned mxp_config_builder with the sources applied (internal)."""
 
-    def __init__(self, yaml_path, overrides):
+    def __init__(self, yaml_path, overrides, base=()):
         L = _lib.lib()
         self._L = L
         self.ptr = ctypes.c_void_p()
         err = _lib.CError()
         _lib.check(L.mxp_config_builder_create(ctypes.byref(self.ptr), ctypes.byref(err)), err)
         try:
+            for k, v in base:  # a checkpoint's config, below everything else
+                kv = ("%s=%s" % (k, v)).encode()
+                _lib.check(L.mxp_config_apply_override(self.ptr, kv, ctypes.byref(err)), err)
             if yaml_path is not None:
                 _lib.check(L.mxp_config_apply_file(self.ptr, os.fsencode(yaml_path),
                                                    ctypes.byref(err)), err)
@@ -67,6 +70,7 @@ class Builder:
                 _lib.check(L.mxp_config_apply_override(self.ptr, kv, ctypes.byref(err)), err)
             buf = ctypes.create_string_buffer(_CONFIG_BUF)
             _lib.check(L.mxp_config_resolve(self.ptr, buf, ctypes.byref(err)), err)
+            self.resolved = buf  # the mxp_config the Run is created from
         except BaseException:
             self.close()
             raise
@@ -87,9 +91,17 @@ class Config:
         overrides = []
         for k, v in sections.items():
             _flatten(k, v, overrides)
+        self._base = []
         self._yaml = os.fspath(_yaml) if _yaml is not None else None
         self._overrides = overrides
         self._b = Builder(self._yaml, self._overrides)
+
+    @classmethod
+    def _make(cls, base, yaml_path, overrides):
+        c = cls.__new__(cls)
+        c._base, c._yaml, c._overrides = list(base), yaml_path, list(overrides)
+        c._b = Builder(c._yaml, c._overrides, c._base)
+        return c
 
     @classmethod
     def from_yaml(cls, path, **sections):
@@ -97,15 +109,34 @@ class Config:
         environment, then `sections` on top."""
         return cls(path, **sections)
 
+    @classmethod
+    def from_checkpoint(cls, path, _yaml=None, **sections):
+        """The configuration a checkpoint was written with, as `mixprec train
+        --resume PATH` resolves it: the checkpoint's config and the precision
+        it was in when saved (after a fallback: the fallback's), output.dir =
+        PATH when PATH is a run directory, then the YAML file, environment
+        and `sections` on top. `path`: run directory, checkpoints directory
+        or checkpoint file (the newest verified one of a directory)."""
+        from . import _ckpt
+        ckpt, run_dir = _ckpt.resolve(path)
+        base = _ckpt.config_overrides(ckpt)
+        if run_dir:
+            base.append(("output.dir", os.fspath(path)))
+        overrides = []
+        for k, v in sections.items():
+            _flatten(k, v, overrides)
+        c = cls._make(base, os.fspath(_yaml) if _yaml is not None else None, overrides)
+        c.checkpoint = ckpt
+        return c
+
     def with_overrides(self, **sections):
-        """A new Config: this one's file and overrides, then `sections`."""
-        c = Config.__new__(Config)
+        """A new Config: this one's sources, then `sections`."""
         extra = []
         for k, v in sections.items():
             _flatten(k, v, extra)
-        c._yaml = self._yaml
-        c._overrides = self._overrides + extra
-        c._b = Builder(c._yaml, c._overrides)
+        c = Config._make(self._base, self._yaml, self._overrides + extra)
+        if hasattr(self, "checkpoint"):
+            c.checkpoint = self.checkpoint
         return c
 
     @property
