@@ -194,6 +194,9 @@ typedef struct mxp_ckpt_save_args {
     const mxp_data_position *pos; /* may be NULL (all zero) */
     bool healthy;                 /* ANDed with: weights, moments and last loss finite */
     const char *guard_state;      /* free text (JSON) from the guards; may be NULL */
+    /* The run (run.h) the checkpoint belongs to; each may be NULL (not
+     * recorded): metadata "run_id", "workload", "data_signature". */
+    const char *run_id, *workload, *data_signature;
 } mxp_ckpt_save_args;
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
@@ -295,6 +298,11 @@ void mxp_ckpt_manager_set_health(mxp_ckpt_manager *m, bool healthy, const char *
 mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, const mxp_config *cfg,
                                        const mxp_data_position *pos, bool force, bool *saved,
                                        mxp_error *err);
+/* Record the run's id, workload and data signature (run.h) in the next
+ * checkpoints (copied; NULL: not recorded). */
+mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
+                                    const char *workload, const char *data_signature,
+                                    mxp_error *err);
 /* Path of the last checkpoint this manager wrote ("" before the first). */
 const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
 /* mxp_ckpt_rollback on the manager's directory. */
