@@ -18,6 +18,7 @@ import ctypes
 import json
 import math
 import os
+import signal
 import tempfile
 import threading
 
@@ -55,6 +56,7 @@ class Run:
         self._ptr = ctypes.c_void_p()
         self._lock = threading.RLock()
         self._events = []
+        self._switches = []
         self._n_fallbacks = self._n_rollbacks = 0
         self._stop_asked = False
         self._tmpdir = None
@@ -150,13 +152,15 @@ class Run:
         me = self
 
         def on_precision(_s, _run, frm, to, reason):
-            if _wider(to, frm):
-                me._n_fallbacks += 1
+            me._switches.append({"from": _capi.PRECISIONS[frm], "to": _capi.PRECISIONS[to],
+                                 "reason": _capi.cstr(reason)})
 
         def on_guard(_s, _run, evp):
             ev = _event_dict(evp.contents)
-            if ev["taken"] and "rollback" in ev["taken"]:
+            if "rollback" in ev["taken"]:
                 me._n_rollbacks += 1
+            if ev["from"] != ev["to"] and ("fallback" in ev["taken"] or ev["kind"] == "scaler"):
+                me._n_fallbacks += 1
             me._events.append(ev)
             del me._events[:-_EVENTS_KEPT]
 
@@ -228,20 +232,33 @@ class Run:
         self._stop_asked = False
         self._cb_error = None
 
+        done = threading.Event()
+
         def work():
-            box["s"] = L.mxp_run_train(ptr, ep, bs, ctypes.byref(err))
+            try:
+                if threading.current_thread() is not threading.main_thread():
+                    # SIGINT goes to the main thread, which waits below
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                box["s"] = L.mxp_run_train(ptr, ep, bs, ctypes.byref(err))
+            finally:
+                done.set()
 
         interrupted = False
         with self._lock:
             if threading.current_thread() is threading.main_thread():
                 t = threading.Thread(target=work, name="mixprec-train", daemon=True)
                 t.start()
-                while t.is_alive():
+                # An Event, not Thread.join: an interrupted join marks a live
+                # thread stopped on Python 3.11 (its bpo-45274 handling). The
+                # timeout lets a SIGINT that a library thread took be seen
+                # here within 0.2 s.
+                while not done.is_set():
                     try:
-                        t.join()
+                        done.wait(0.2)
                     except KeyboardInterrupt:
                         interrupted = True
                         self.stop()
+                t.join()
             else:
                 work()
             if self._bar is not None:
@@ -321,9 +338,10 @@ class Run:
             "optimizer_steps": info.optimizer_steps,
             "precision": prec,
             "emulated": bool(info.emulated),
-            "fallbacks": d.get("fallbacks", d.get("precision_fallbacks", self._n_fallbacks)),
-            "rollbacks": d.get("rollbacks", self._n_rollbacks),
+            "fallbacks": self._n_fallbacks,
+            "rollbacks": self._n_rollbacks,
             "guard_events": list(self._events),
+            "precision_switches": list(self._switches),
             "epoch": info.epoch,
             "last_loss": _nan_to_none(info.last_loss),
             "epoch_mean_loss": _nan_to_none(info.epoch_mean_loss),
@@ -419,11 +437,6 @@ class Run:
         L = _lib.lib()
         spec = L.mxp_model_get_spec(self._model()).contents
         return to_sequential(spec, self.state_dict())
-
-
-def _wider(to, frm):
-    order = {"fp8": 0, "fp16": 1, "mixed_fp16": 2, "bf16": 2, "mixed_bf16": 3, "fp32": 4}
-    return order[_capi.PRECISIONS[to]] > order[_capi.PRECISIONS[frm]]
 
 
 def _event_dict(e):

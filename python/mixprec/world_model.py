@@ -10,7 +10,9 @@ The world model workload (model.workload=world_model) on the built-in
 pendulum physics, or on the caller's obs/actions/rewards arrays. The run is
 made at the first train() (so the environment the caller sets after
 construction still counts, as in the seeds) and kept across calls: a second
-train() continues from the weights of the first. Without output.dir in
+train() continues from the weights of the first. Unless the config sets
+training.batch_size, the first train()'s batch_size becomes it (the run
+plans memory for it: later calls may use it or smaller). Without output.dir in
 the config the run writes into a fresh temporary directory
 (model.output_dir), so two models in one process never collide.
 """
@@ -31,7 +33,7 @@ class WorldModel:
         self.training_history = []
         self.output_dir = None
 
-    def _make_run(self):
+    def _make_run(self, batch_size):
         c = self._config_arg
         if c is None:
             c = Config(**self._sections)
@@ -40,6 +42,10 @@ class WorldModel:
         elif self._sections:
             c = c.with_overrides(**self._sections)
         extra = {"model.workload": "world_model"}
+        if batch_size and c.source("training.batch_size") == "default":
+            # the run plans its memory for the configured batch, the largest
+            # a train() call may ask for: the first call's, as the seeds use it
+            extra["training.batch_size"] = int(batch_size)
         if c.source("output.dir") == "default":
             extra["output.dir"] = tempfile.mkdtemp(prefix="mixprec-world-model-")
         c = c.with_overrides(**extra)
@@ -50,14 +56,16 @@ class WorldModel:
     def run(self):
         """The underlying mixprec.Run (made on first use)."""
         if self._run is None:
-            self._run = self._make_run()
+            self._run = self._make_run(None)
         return self._run
 
     def train(self, num_epochs=1, batch_size=16):
         """Train num_epochs epochs at batch_size; returns and keeps the
         statistics in self._fp16_stats; appends {"epoch", "loss",
         "val_loss", ...} to self.training_history."""
-        st = self.run.train(num_epochs, batch_size)
+        if self._run is None:
+            self._run = self._make_run(batch_size)
+        st = self._run.train(num_epochs, batch_size)
         self._fp16_stats = st
         ev = self._run.evaluate()
         self.training_history.append({"epoch": st["epoch"], "step": st["total_steps"],

@@ -1,0 +1,219 @@
+"""Run on the built-in world model: seed 001's usage, stats against the
+CLI's summary.json, stop, bit-exact resume, guard events against the CLI's
+events.jsonl, Ctrl-C, errors."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+import mixprec
+from .util import TmpDirCase, need_cli, run_cli
+
+# A small world model: 16 trajectories x 50 steps, hidden 32 x 2.
+SMALL = {"data.trajectories": 16, "data.episode_length": 50, "model.hidden": 32,
+         "model.depth": 2, "training.epochs": 2}
+STAT_NAMES = ("fp16_enabled_runtime", "overflow_rate", "current_scale", "skipped_steps",
+              "total_steps", "precision", "fallbacks", "rollbacks", "guard_events")
+
+
+def small(tmp, **extra):
+    d = dict(SMALL)
+    d["output.dir"] = tmp
+    d.update(extra)
+    return d
+
+
+def cli_args(d):
+    return ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in d.items()]
+
+
+class SeedUsageTest(TmpDirCase):
+    def test_seed_001_quick_start(self):
+        os.environ["ENABLE_FP16_TRAINING"] = "true"
+        model = mixprec.WorldModel(**{k: v for k, v in SMALL.items()})
+        model.train(num_epochs=1, batch_size=16)
+        self.assertTrue(model._fp16_stats)
+        self.assertIs(model._fp16_stats["fp16_enabled_runtime"], True)
+        self.assertEqual(model._fp16_stats["precision"], "mixed_fp16")
+        rate = model._fp16_stats["overflow_rate"]
+        self.assertTrue(0.0 <= rate <= 1.0)
+        "%.2f%%" % (rate * 100)
+        for k in STAT_NAMES:
+            self.assertIn(k, model._fp16_stats)
+        self.assertTrue(np.isfinite(model.training_history[-1]["loss"]))
+
+    def test_seed_000_fp32_rollback_check(self):
+        os.environ["ENABLE_FP16_TRAINING"] = "false"
+        model = mixprec.WorldModel(**SMALL)
+        model.train(num_epochs=1, batch_size=16)
+        assert model._fp16_stats is None or model._fp16_stats.get("fp16_enabled_runtime") == False  # noqa: E712
+        self.assertEqual(model._fp16_stats["precision"], "fp32")
+
+
+class RunTest(TmpDirCase):
+    def test_stats_agree_with_cli_summary(self):
+        need_cli(self)
+        for prec in ("fp32", "mixed_fp16"):
+            with self.subTest(precision=prec):
+                a = small(self.path("cli-" + prec), **{"training.precision": prec})
+                run_cli("train", "--quiet", *cli_args(a))
+                with open(os.path.join(a["output.dir"], "summary.json")) as f:
+                    summ = json.load(f)
+                b = small(self.path("py-" + prec), **{"training.precision": prec})
+                run = mixprec.Run(mixprec.Config(**b))
+                st = run.train()
+                for k in STAT_NAMES:
+                    self.assertIn(k, st)
+                self.assertEqual(st["precision"], summ["precision"])
+                self.assertEqual(st["fp16_enabled_runtime"], summ["fp16_enabled_runtime"])
+                self.assertEqual(st["total_steps"], summ["training_steps"])
+                self.assertEqual(st["optimizer_steps"], summ["optimizer_steps"])
+                self.assertEqual(st["skipped_steps"], summ["skipped_steps"])
+                self.assertEqual(st["overflow_rate"], summ["overflow_rate"])
+                self.assertEqual(st["current_scale"], summ["current_scale"])
+                self.assertEqual(st["fallbacks"], summ["guard"]["fallbacks"])
+                self.assertEqual(st["rollbacks"], summ["guard"]["rollbacks"])
+                # same computation, same numbers: the binding adds nothing numerical
+                self.assertAlmostEqual(st["epoch_mean_loss"], summ["final_train_loss"],
+                                       delta=1e-6 * abs(summ["final_train_loss"]))
+                self.assertAlmostEqual(run.evaluate()["loss"], summ["val_loss"],
+                                       delta=1e-6 * abs(summ["val_loss"]))
+                run.close()
+
+    def test_train_arguments_are_honoured(self):
+        b64 = {"training.batch_size": 64}
+        run = mixprec.Run(mixprec.Config(**small(self.path("o"), **b64)))
+        steps = []
+        run2 = mixprec.Run(mixprec.Config(**small(self.path("o2"), **b64)),
+                           progress=lambda p: steps.append(p), progress_every=1)
+        st1 = run.train(num_epochs=1, batch_size=64)
+        st2 = run2.train(num_epochs=1, batch_size=32)
+        self.assertGreater(st1["total_steps"], 0)
+        # half the batch size: twice the steps (drop-last: within one)
+        self.assertLessEqual(abs(st2["total_steps"] - 2 * st1["total_steps"]), 1)
+        self.assertEqual(len(steps), st2["total_steps"])
+        self.assertEqual([p["step"] for p in steps], list(range(1, len(steps) + 1)))
+        for p in steps:
+            self.assertEqual(set(p), {"step", "total_steps", "epoch", "total_epochs", "loss",
+                                      "scale", "skipped", "precision"})
+        self.assertEqual(steps[-1]["loss"], st2["last_loss"])
+        st3 = run.train(num_epochs=2)  # another call: continues, config's batch
+        self.assertEqual(st3["total_steps"], 3 * st1["total_steps"])
+        with self.assertRaises(mixprec.Error) as cm:  # beyond the planned batch
+            run.train(num_epochs=1, batch_size=128)
+        self.assertIn("batch_size=128", str(cm.exception))
+
+    def test_stop_then_resume_is_bit_exact(self):
+        straight = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        st_a = straight.train()
+        total = st_a["total_steps"]
+        k = total // 3
+
+        out_b = self.path("b")
+        run = mixprec.Run(mixprec.Config(**small(out_b)),
+                          progress=lambda p: p["step"] == k and run.stop(), progress_every=1)
+        st = run.train()
+        self.assertTrue(st["stopped"])
+        self.assertEqual(st["total_steps"], k)
+        self.assertGreaterEqual(st["checkpoints_written"], 1)
+        run.close()
+        resumed = mixprec.Run.resume(out_b)
+        st_b = resumed.train()
+        self.assertTrue(st_b["resumed"])
+        self.assertEqual(st_b["total_steps"], total)
+        self.assertEqual(st_b["last_loss"], st_a["last_loss"])
+        sa, sb = straight.state_dict(), resumed.state_dict()
+        self.assertEqual(sorted(sa), sorted(sb))
+        for n in sa:
+            np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
+
+    def test_save_and_resume_from_file(self):
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        run.train(num_epochs=1)
+        p = run.save(self.path("one.safetensors"))
+        self.assertTrue(os.path.getsize(p) > 0)
+        back = mixprec.Run.resume(p, config={"output.dir": self.path("c")})
+        for n, v in run.state_dict().items():
+            np.testing.assert_array_equal(back.state_dict()[n], v, err_msg=n)
+
+    def test_nan_fault_gives_the_cli_guard_events(self):
+        need_cli(self)
+        fault = {"training.precision": "mixed_fp16", "fault.kind": "nan", "fault.layer": 2,
+                 "fault.step": 31, "fault.count": 10}
+        a = small(self.path("cli"), **fault)
+        run_cli("train", "--quiet", *cli_args(a))
+        cli_ev = []
+        with open(os.path.join(a["output.dir"], "events.jsonl")) as f:
+            for line in f:
+                e = json.loads(line)
+                if e["kind"] == "guard":
+                    cli_ev.append(e)
+        self.assertTrue(cli_ev, "the CLI run had no guard event")
+        run = mixprec.Run(mixprec.Config(**small(self.path("py"), **fault)))
+        st = run.train()
+        py_ev = st["guard_events"]
+        self.assertEqual(len(py_ev), len(cli_ev))
+        for p, c in zip(py_ev, cli_ev):
+            self.assertEqual(p["step"], c["step"])
+            self.assertEqual(p["rule"], c["detail"]["rule"])
+            self.assertEqual(p["severity"], c["severity"])
+            self.assertEqual(p["taken"], c["detail"]["action"])
+            self.assertEqual(p["from"], c["detail"]["precision_from"])
+            self.assertEqual(p["to"], c["detail"]["precision_to"])
+            self.assertEqual(p["detail"], c["message"])
+            if c["detail"]["site"]:
+                self.assertEqual(p["site"], c["detail"]["site"])
+        self.assertEqual(st["precision"], "mixed_bf16")
+        self.assertGreaterEqual(st["fallbacks"], 1)
+        self.assertGreaterEqual(st["rollbacks"], 1)
+
+    def test_errors_carry_the_library_message(self):
+        with self.assertRaises(mixprec.ConfigError):
+            mixprec.Run({"training": {"batch_size": 0}})
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        run.train(num_epochs=1)
+        run.close()
+        with self.assertRaises(mixprec.Error) as cm:  # another run's checkpoints
+            mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        self.assertIn(self.path("a"), str(cm.exception))
+        with self.assertRaises(mixprec.Error):
+            mixprec.Run.resume(self.path("nowhere"))
+        with self.assertRaises(mixprec.Error) as cm:
+            run.train()
+        self.assertIn("closed", str(cm.exception))
+
+    def test_ctrl_c_stops_at_a_step_boundary(self):
+        out = self.path("int")
+        code = (
+            "import sys, mixprec\n"
+            "cfg = mixprec.Config(**%r)\n"
+            "run = mixprec.Run(cfg, progress=lambda p: print('step', p['step'], flush=True),"
+            " progress_every=5)\n"
+            "try:\n"
+            "    run.train(num_epochs=5000)\n"
+            "except KeyboardInterrupt:\n"
+            "    st = run.stats\n"
+            "    print('interrupted', st['stopped'], st['checkpoints_written'], flush=True)\n"
+            "    sys.exit(3)\n"
+            "print('finished', flush=True)\n") % (small(out),)
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        first = p.stdout.readline()
+        if not first.startswith("step"):
+            p.kill()
+            self.fail("no progress line: %r %s" % (first, p.communicate()[1]))
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=600)
+        self.assertEqual(p.returncode, 3, rest + err)
+        self.assertIn("interrupted True", rest)
+        self.assertNotIn("interrupted True 0", rest)  # a checkpoint was written
+        back = mixprec.Run.resume(out)
+        self.assertTrue(back.stats["resumed"])
+
+
+if __name__ == "__main__":
+    unittest.main()
