@@ -3,7 +3,7 @@
 # or through sudo). Skips apt entirely when everything is already present.
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libyaml-dev libjansson-dev libsqlite3-dev libmicrohttpd-dev
-      zlib1g-dev python3 python3-numpy libopenmpi-dev openmpi-bin)
+      zlib1g-dev libzip-dev python3 python3-numpy libopenmpi-dev openmpi-bin)
 # workload data: Fashion-MNIST IDX files (classifier), the Jargon File (gpt)
 pkgs+=(dataset-fashion-mnist jargon-text)
 # optional MuJoCo environments (data.env=ant|humanoid): library and sample models

@@ -197,6 +197,10 @@ typedef struct mxp_ckpt_save_args {
     /* The run (run.h) the checkpoint belongs to; each may be NULL (not
      * recorded): metadata "run_id", "workload", "data_signature". */
     const char *run_id, *workload, *data_signature;
+    /* Workload metadata (run.h's checkpoint_meta: the user-data
+     * standardisation statistics, the GPT vocabulary), JSON object text,
+     * metadata "workload_meta"; NULL: not recorded. */
+    const char *workload_meta;
 } mxp_ckpt_save_args;
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
@@ -226,6 +230,15 @@ mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_in
 mxp_status mxp_ckpt_load(const char *path, mxp_trainer *t, mxp_ckpt_info *info, mxp_error *err);
 mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
                               mxp_error *err);
+
+/* Initial weights from outside (model.init_from): a safetensors file with
+ * exactly the model's tensors, named as PyTorch nn.Sequential's state_dict
+ * (layers.<i>.weight [out, in], layers.<i>.bias [out]), F32, BF16 or F16,
+ * finite. Written into the master weights (pure modes: rounded RNE into
+ * the working weights), then the working copy is recast. Errors
+ * (MXP_ERR_FORMAT / MXP_ERR_NONFINITE / the reader's) name the file and the
+ * missing, extra or mis-shaped tensor; on error the weights are unchanged. */
+mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
 
 /* ---- checkpoint directories -------------------------------------------
  * Checkpoints are DIR/ckpt-<step, 12 digits>.safetensors; a checkpoint is
@@ -303,6 +316,10 @@ mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, cons
 mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
                                     const char *workload, const char *data_signature,
                                     mxp_error *err);
+/* Record the workload's metadata (mxp_ckpt_save_args.workload_meta) in the
+ * next checkpoints (copied; NULL: not recorded). */
+mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                              mxp_error *err);
 /* Path of the last checkpoint this manager wrote ("" before the first). */
 const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
 /* mxp_ckpt_rollback on the manager's directory. */

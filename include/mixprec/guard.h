@@ -365,6 +365,12 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
                                 const mxp_guard_position *next, mxp_guard_decision *d,
                                 mxp_error *err);
 
+/* A resumed run: continue counting step attempts at `attempts` (the
+ * checkpoint's), so fault-injection windows and the guard's schedules keep
+ * their place and are not re-armed; a scale_weights fault whose step has
+ * passed is not applied again (the checkpoint holds its effect). */
+void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts);
+
 /* Run the canary now: *div gets |loss_work - loss_fp32| / |loss_fp32|. */
 mxp_status mxp_guard_canary(mxp_guard *g, double *div, double *loss_work,
                             double *loss_fp32, mxp_error *err);

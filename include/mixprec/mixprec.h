@@ -13,6 +13,8 @@
 #include <mixprec/model.h>
 #include <mixprec/train.h>
 #include <mixprec/data.h>
+#include <mixprec/dataset.h>
+#include <mixprec/predict.h>
 #include <mixprec/config.h>
 #include <mixprec/guard.h>
 #include <mixprec/ckpt.h>

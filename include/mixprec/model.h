@@ -76,6 +76,18 @@ mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
                                   bool layernorm, mxp_loss_kind loss,
                                   int64_t max_batch);
 
+/* An MLP spec from a layer list (config key model.layers), e.g.
+ * "[linear:512, gelu, layernorm, linear:512, gelu, linear]": items
+ * linear:WIDTH, relu, gelu, tanh, layernorm, brackets optional; it must end
+ * with a bare 'linear' whose width is out_dim (out_dim 0: syntax check
+ * only). MXP_ERR_CONFIG naming model.layers, the item and what is accepted
+ * for an empty list, an unknown item, a bad width, a width-less linear
+ * before the end, a list not ending in linear, more than 64 layers. *out
+ * is set only on success. */
+mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_dim,
+                                 mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
+                                 mxp_error *err);
+
 /* A GPT-2 style character model: embedding(C) -> n_layer x block ->
  * layernorm -> lm_head (tied), XENT loss, for batches of up to
  * max_seqs sequences of context tokens (max_batch = max_seqs * context). */

@@ -98,6 +98,11 @@ typedef struct mxp_workload_provider {
     mxp_status (*auto_precision)(void *self, mxp_trainer *t, const mxp_guard_config *g,
                                  mxp_error *err);
     void (*destroy)(void *self); /* optional */
+    /* Metadata every checkpoint must carry to use the model without the
+     * training data (a JSON object text, metadata "workload_meta": the
+     * user-data standardisation statistics, the GPT vocabulary); valid
+     * until destroy. Optional (helper "data"). */
+    const char *(*checkpoint_meta)(void *self);
 } mxp_workload_provider;
 
 /* The built-in provider that cfg->workload names (model.workload:
@@ -136,13 +141,26 @@ typedef struct mxp_run_observer {
 
 /* ==== the run ============================================================ */
 
-struct mxp_dataset; /* in-memory user arrays (helper "data"); NULL for now */
+struct mxp_dataset; /* in-memory user arrays (dataset.h) */
+
+/* The provider of cfg->workload (world_model, classifier, regressor) on
+ * the user's arrays `data` (dataset.h; checked with mxp_dataset_check and
+ * copied: data may be freed after this call). model.layers (else
+ * model.hidden/depth/activation/layernorm) shapes the MLP;
+ * data.val_fraction splits episodes (world model) or rows (supervised,
+ * unless x_val/y_val are given); the world model standardises with the
+ * training split's statistics, saved in every checkpoint (workload_meta,
+ * docs/data.md). mxp_workload_provider_builtin calls it for data.path. */
+mxp_status mxp_workload_provider_dataset(const mxp_config *cfg, const struct mxp_dataset *data,
+                                         mxp_workload_provider *out, mxp_error *err);
 
 typedef struct mxp_run_options {
     /* NULL: the built-in provider of cfg->workload. Else copied; the run
      * calls its destroy at mxp_run_destroy (also when create fails). */
     const mxp_workload_provider *provider;
-    /* In-memory user arrays instead of cfg's data (data.h); NULL: none. */
+    /* In-memory user arrays instead of cfg's data (dataset.h,
+     * mxp_workload_provider_dataset; borrowed for the create call only);
+     * NULL: none. */
     const struct mxp_dataset *data;
     /* Data parallelism (dist.h); NULL: one process. Borrowed. */
     mxp_comm *comm;

@@ -266,6 +266,7 @@ struct mxp_ckpt_manager {
     bool healthy;
     char *guard_state;
     char *run_id, *workload, *data_signature; /* the run's (run.h), or NULL */
+    char *workload_meta;                      /* the provider's (run.h), or NULL */
     char last_path[MXP_CKPT_PATH_MAX];
 };
 
@@ -333,6 +334,7 @@ void mxp_ckpt_manager_destroy(mxp_ckpt_manager *m) {
     mxp_free(m->run_id);
     mxp_free(m->workload);
     mxp_free(m->data_signature);
+    mxp_free(m->workload_meta);
     mxp_free(m);
 }
 
@@ -352,6 +354,14 @@ mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
     if (!set_str(&m->run_id, run_id) || !set_str(&m->workload, workload) ||
         !set_str(&m->data_signature, data_signature))
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint run metadata");
+    return MXP_OK;
+}
+
+mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                              mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_manager_set_workload_meta");
+    if (!set_str(&m->workload_meta, json))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint workload metadata");
     return MXP_OK;
 }
 
@@ -381,7 +391,8 @@ mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, cons
     if (s != MXP_OK) return s;
     mxp_ckpt_save_args a = {.trainer = t, .config = cfg, .pos = pos, .healthy = m->healthy,
                             .guard_state = m->guard_state, .run_id = m->run_id,
-                            .workload = m->workload, .data_signature = m->data_signature};
+                            .workload = m->workload, .data_signature = m->data_signature,
+                            .workload_meta = m->workload_meta};
     bool healthy = false;
     if ((s = mxp_ckpt_save(path, &a, &healthy, err)) != MXP_OK) return s;
     m->last_save = mxp_time_now();

@@ -311,6 +311,13 @@ mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_guard_position *pos,
     return MXP_OK;
 }
 
+void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts) {
+    if (!g || attempts < 0) return;
+    g->attempts = attempts;
+    const mxp_fault_config *f = &g->cfg.fault;
+    if (f->kind == MXP_FAULT_SCALE_WEIGHTS && attempts >= f->step) g->weights_scaled = true;
+}
+
 /* ---- after the step: samples ------------------------------------------------ */
 
 /* Headroom (every step: the absmax is free) and, on full-scan steps, the

@@ -11,6 +11,7 @@
  */
 #include <mixprec/classifier.h>
 
+#include "models/user_data.h"
 #include "models/workload.h"
 #include "run/run_internal.h"
 
@@ -165,12 +166,9 @@ static void gather_image(const mxp_image_split *sp, int64_t in_dim, int64_t i, f
 }
 
 static mxp_status cl_spec(void *self, mxp_model_spec *out, mxp_error *err) {
-    (void)err;
     cl_data *d = self;
-    const mxp_config *c = &d->cfg;
-    *out = mxp_model_spec_mlp(d->in_dim, c->hidden, (int)c->depth, MXP_FMNIST_CLASSES,
-                              c->activation, c->layernorm, MXP_LOSS_XENT, d->max_batch);
-    return MXP_OK;
+    return ud_model_spec(&d->cfg, d->in_dim, MXP_FMNIST_CLASSES, MXP_LOSS_XENT, d->max_batch,
+                         out, err);
 }
 
 static int64_t cl_num_train(void *self) { return mxp_fmnist_train(((cl_data *)self)->data).n; }

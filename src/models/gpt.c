@@ -39,6 +39,8 @@ typedef struct gpt_data {
     float *bx;     /* [accum, B*T] */
     int32_t *by;   /* [accum, B*T] */
     float *logits; /* [T, V]: sampling predicts one sequence */
+    bool sample_only; /* built from a checkpoint's vocabulary, without text */
+    char meta[640];   /* checkpoint metadata: {"vocab_hex": "<2 hex digits per byte>"} */
 } gpt_data;
 
 static void gpt_destroy(void *self) {
@@ -160,11 +162,40 @@ static mxp_status gpt_spec(void *self, mxp_model_spec *out, mxp_error *err) {
 
 static int64_t gpt_num_train(void *self) { return ((gpt_data *)self)->n_win_train; }
 
+static const char *gpt_meta(void *self) { return ((gpt_data *)self)->meta; }
+
+/* The vocabulary as checkpoint metadata, so sampling needs no text. */
+static void make_meta(gpt_data *g) {
+    size_t k = (size_t)snprintf(g->meta, sizeof g->meta, "{\"vocab_hex\":\"");
+    for (int i = 0; i < g->vocab; i++)
+        k += (size_t)snprintf(g->meta + k, sizeof g->meta - k, "%02x", g->byte_of[i]);
+    snprintf(g->meta + k, sizeof g->meta - k, "\"}");
+}
+
+/* Vocabulary from hex text (ascending distinct bytes, 2..256 of them). */
+static bool vocab_from_hex(gpt_data *g, const char *hex) {
+    size_t n = strlen(hex);
+    if (n % 2 || n < 4 || n > 512) return false;
+    for (int c = 0; c < 256; c++) g->id_of[c] = -1;
+    g->vocab = 0;
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned v;
+        if (sscanf(hex + i, "%2x", &v) != 1 || (g->vocab && v <= g->byte_of[g->vocab - 1]))
+            return false;
+        g->id_of[v] = (int16_t)g->vocab;
+        g->byte_of[g->vocab++] = (uint8_t)v;
+    }
+    return true;
+}
+
 /* n windows idx[] into slot: B = n * context rows. */
 static mxp_status gpt_fill(void *self, int slot, const uint32_t *idx, int64_t n, mxp_batch *out,
                            mxp_error *err) {
-    (void)err;
     gpt_data *g = self;
+    if (g->sample_only)
+        return mxp_error_set(err, MXP_ERR_STATE,
+                             "this GPT was built from a checkpoint's vocabulary for sampling; "
+                             "training needs data.text_file (mxp_gpt_create)");
     const int64_t rows = g->B * g->T;
     float *bx = g->bx + (size_t)slot * (size_t)rows;
     int32_t *by = g->by + (size_t)slot * (size_t)rows;
@@ -191,6 +222,9 @@ static mxp_status gpt_canary(void *self, int64_t rows, mxp_batch *out, mxp_error
 /* Mean held-out cross-entropy per byte (nats) and bits per character. */
 static mxp_status gpt_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     gpt_data *g = self;
+    if (g->n_win_val < 1)
+        return mxp_error_set(err, MXP_ERR_STATE, "GPT evaluate: no held-out text (built from a "
+                             "checkpoint's vocabulary for sampling)");
     double total = 0;
     int64_t count = 0;
     for (int64_t w = 0; w < g->n_win_val; w += g->B) {
@@ -218,7 +252,9 @@ static void gpt_signature(void *self, char *buf, size_t n) {
              (long long)g->n_win_train, (long long)g->n_win_val);
 }
 
-mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err) {
+/* vocab_hex NULL: read data.text_file; else the sampling-only GPT. */
+static mxp_status provider_create(const mxp_config *cfg, const char *vocab_hex,
+                                  mxp_workload_provider *out, mxp_error *err) {
     const mxp_workload_settings *w = &cfg->wl;
     if (w->gpt_embd % w->gpt_heads != 0)
         return mxp_error_set(err, MXP_ERR_CONFIG,
@@ -242,11 +278,22 @@ mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_e
     g->cfg = *cfg;
     g->T = w->gpt_context;
     g->B = cfg->batch_size;
-    mxp_status s = load_text(g, err);
+    mxp_status s = MXP_OK;
+    if (vocab_hex) {
+        g->sample_only = true;
+        g->n_win_train = g->B * cfg->grad_accum_steps; /* never gathered: gpt_fill refuses */
+        if (!vocab_from_hex(g, vocab_hex))
+            s = mxp_error_set(err, MXP_ERR_FORMAT,
+                              "checkpoint metadata 'workload_meta': vocab_hex is not 2..256 "
+                              "ascending bytes in hex");
+    } else {
+        s = load_text(g, err);
+    }
     if (s != MXP_OK) {
         gpt_destroy(g);
         return s;
     }
+    make_meta(g);
     const size_t rows = (size_t)(g->B * g->T), accum = (size_t)cfg->grad_accum_steps;
     g->bx = mxp_calloc(accum * rows, sizeof(float));
     g->by = mxp_calloc(accum * rows, sizeof(int32_t));
@@ -265,8 +312,13 @@ mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_e
                                    .canary_batch = gpt_canary,
                                    .evaluate = gpt_evaluate,
                                    .data_signature = gpt_signature,
-                                   .destroy = gpt_destroy};
+                                   .destroy = gpt_destroy,
+                                   .checkpoint_meta = gpt_meta};
     return MXP_OK;
+}
+
+mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err) {
+    return provider_create(cfg, NULL, out, err);
 }
 
 /* ---- gpt.h: a run of the provider -------------------------------------------- */
@@ -276,11 +328,12 @@ struct mxp_gpt {
     gpt_data *d; /* the run's provider */
 };
 
-mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) {
+static mxp_status gpt_create(const mxp_config *cfg, const char *vocab_hex, mxp_gpt **out,
+                             mxp_error *err) {
     if (!cfg || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_create: NULL");
     *out = NULL;
     mxp_workload_provider p;
-    mxp_status s = gpt_provider(cfg, &p, err);
+    mxp_status s = provider_create(cfg, vocab_hex, &p, err);
     if (s != MXP_OK) return s;
     mxp_gpt *g = mxp_calloc(1, sizeof *g);
     if (!g) {
@@ -386,6 +439,31 @@ mxp_status mxp_gpt_sample(mxp_gpt *gw, const char *prompt, int64_t n, float temp
     out[s == MXP_OK ? n : 0] = '\0';
     mxp_free(hist);
     return s;
+}
+
+mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) {
+    return gpt_create(cfg, NULL, out, err);
+}
+
+mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_file *f,
+                                         mxp_gpt **out, mxp_error *err) {
+    const char *meta = f ? mxp_st_file_meta(f, "workload_meta") : NULL;
+    if (!meta) return gpt_create(cfg, NULL, out, err); /* older checkpoints: the text */
+    char hex[520];
+    const char *p = strstr(meta, "\"vocab_hex\":\"");
+    size_t n = 0;
+    if (p) {
+        p += 13;
+        while (p[n] && p[n] != '"' && n + 1 < sizeof hex) n++;
+        memcpy(hex, p, n);
+    }
+    hex[n] = '\0';
+    if (!p || p[n] != '"')
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata 'workload_meta' has no vocab_hex (not a GPT "
+                             "checkpoint?)",
+                             mxp_st_file_label(f));
+    return gpt_create(cfg, hex, out, err);
 }
 
 int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return g->d->vocab; }

@@ -2,10 +2,25 @@
  * that model.workload names. */
 #include "models/workload.h"
 
+#include <string.h>
+
+#include "models/user_data.h"
+
+/* data.path: the user's file through the dataset provider. */
+static mxp_status from_file(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err) {
+    mxp_dataset *d = NULL;
+    mxp_status s = mxp_dataset_read(cfg->wl.data_path, &d, err);
+    if (s == MXP_OK) s = ud_provider_create(cfg, d, NULL, false, out, err);
+    mxp_dataset_destroy(d);
+    return s;
+}
+
 mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_provider *out,
                                          mxp_error *err) {
     if (!cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_workload_provider_builtin: NULL");
+    if (strcmp(cfg->wl.data_path, "none") != 0 && cfg->workload != MXP_WORKLOAD_GPT)
+        return from_file(cfg, out, err);
     switch (cfg->workload) {
     case MXP_WORKLOAD_WORLD_MODEL: return world_model_provider(cfg, out, err);
     case MXP_WORKLOAD_CLASSIFIER: return classifier_provider(cfg, out, err);

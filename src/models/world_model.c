@@ -9,6 +9,7 @@
  */
 #include <mixprec/world_model.h>
 
+#include "models/user_data.h"
 #include "models/workload.h"
 #include "run/run_internal.h"
 
@@ -36,12 +37,8 @@ static void wm_destroy(void *self) {
 }
 
 static mxp_status wm_spec(void *self, mxp_model_spec *out, mxp_error *err) {
-    (void)err;
     wm_data *d = self;
-    const mxp_config *c = &d->cfg;
-    *out = mxp_model_spec_mlp(d->in_dim, c->hidden, (int)c->depth, d->out_dim, c->activation,
-                              c->layernorm, MXP_LOSS_MSE, d->max_batch);
-    return MXP_OK;
+    return ud_model_spec(&d->cfg, d->in_dim, d->out_dim, MXP_LOSS_MSE, d->max_batch, out, err);
 }
 
 static int64_t wm_num_train(void *self) {

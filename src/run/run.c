@@ -56,6 +56,9 @@ static mxp_status model_create(mxp_run *r, mxp_error *err) {
     if (!mxp_fp32_layers_none(&cfg->fp32_layers) &&
         (s = mxp_model_set_fp32_layers(r->model, &cfg->fp32_layers, err)))
         return s;
+    if (strcmp(cfg->init_from, "none") != 0 &&
+        (s = mxp_ckpt_init_weights(r->model, cfg->init_from, err)) != MXP_OK)
+        return s;
     mxp_trainer_config tc = cfg->trainer;
     tc.grad_accum_steps = (int)cfg->grad_accum_steps;
     tc.seed = cfg->seed;
@@ -93,13 +96,12 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     mxp_status s = MXP_OK;
     if (o.provider)
         wl = *o.provider;
-    else if ((s = mxp_workload_provider_builtin(cfg, &wl, err)) != MXP_OK)
-        return s;
-    if (o.data)
-        s = mxp_error_set(err, MXP_ERR_UNSUPPORTED,
-                          "mxp_run_options.data: in-memory datasets are not supported yet; "
-                          "accepted: NULL (the provider's data)");
-    else if (!wl.model_spec || !wl.num_train || !wl.fill_batch)
+    else if (o.data)
+        s = mxp_workload_provider_dataset(cfg, o.data, &wl, err);
+    else
+        s = mxp_workload_provider_builtin(cfg, &wl, err);
+    if (s != MXP_OK) return s;
+    if (!wl.model_spec || !wl.num_train || !wl.fill_batch)
         s = mxp_error_set(err, MXP_ERR_INVALID_ARG,
                           "workload provider '%s': model_spec, num_train and fill_batch are "
                           "required", wl.name ? wl.name : "?");
@@ -173,26 +175,31 @@ static void shuffle(mxp_run *r, int64_t epoch) {
 
 /* The one precision-switch point: a pending request (operator signal via
  * the control API, HTTP, a front end) applied at this step boundary. The
- * trainer resets the scaler; one observer event records it. */
-static mxp_status apply_precision_request(mxp_run *r, mxp_error *err) {
-    if (r->pending_prec < 0) return MXP_OK;
+ * trainer resets the scaler; one observer event records it. A switch the
+ * trainer refuses (a mode this machine cannot run) is logged and training
+ * goes on in the current mode. */
+static void apply_precision_request(mxp_run *r) {
+    if (r->pending_prec < 0) return;
     mxp_precision to = (mxp_precision)r->pending_prec;
     r->pending_prec = -1;
     mxp_precision from = mxp_model_policy(r->model)->mode;
     if (to == from) {
         mxp_log(MXP_LOG_INFO, "%s: already computing in %s", r->pending_reason,
                 mxp_precision_name(to));
-        return MXP_OK;
+        return;
     }
-    mxp_status s = mxp_trainer_set_precision(r->trainer, to, err);
-    if (s != MXP_OK) return s;
+    mxp_error e = {0};
+    if (mxp_trainer_set_precision(r->trainer, to, &e) != MXP_OK) {
+        mxp_log(MXP_LOG_ERROR, "%s: switching to %s failed: %s", r->pending_reason,
+                mxp_precision_name(to), e.msg);
+        return;
+    }
     mxp_log(MXP_LOG_WARN, "precision switched from %s to %s after step %lld (%s)",
             mxp_precision_name(from), mxp_precision_name(to), (long long)r->pos.run_step,
             r->pending_reason);
     if (to == MXP_PRECISION_FP32) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
-    if (r->obs.precision_changed) r->obs.precision_changed(r->obs.self, r, from, to,
-                                                           r->pending_reason);
-    return MXP_OK;
+    if (r->obs.precision_changed)
+        r->obs.precision_changed(r->obs.self, r, from, to, r->pending_reason);
 }
 
 /* Gather micro-batches of step s of the current epoch at micro-batch size
@@ -241,19 +248,21 @@ static mxp_status one_step(mxp_run *r, int64_t epoch, int64_t steps_per_epoch, b
     mxp_data_position_advance(p, steps_per_epoch);
     *stop = false;
     if (r->guard && (s = mxp_guard_step_end(r->guard, &res, p, stop, err)) != MXP_OK) return s;
-    r->samples_trained += p->batch_size * c->grad_accum_steps / r->dp_size;
+    r->samples_trained += p->batch_size * c->grad_accum_steps; /* all ranks */
     record_loss(r, epoch, &res);
     mxp_run_progress pr = {p->run_step, p->run_total, epoch, p->run_first_epoch + p->run_epochs,
                            &res};
     if (r->progress) r->progress(r->progress_user, &pr);
     if (r->obs.step) r->obs.step(r->obs.self, r, &pr);
-    return apply_precision_request(r, err);
+    apply_precision_request(r);
+    return MXP_OK;
 }
 
 mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *err) {
     if (!r) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_train: NULL run");
-    if (epochs == 0) epochs = r->cfg.epochs;
+    if (epochs == 0) epochs = r->resume_epochs > 0 ? r->resume_epochs : r->cfg.epochs;
     if (batch == 0) batch = r->cfg.batch_size;
+    r->resume_epochs = 0;
     if (epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "epochs=%lld; accepted: >= 1 (0: config)",
                              (long long)epochs);
@@ -423,6 +432,10 @@ void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
     r->own_ckpt = false;
     r->ckpt = m;
     mxp_guard_set_checkpoints(r->guard, m); /* rollback may use the checkpoints */
+    if (m && r->wl.checkpoint_meta) {
+        mxp_error ignore; /* out of memory only: the next save reports it */
+        (void)mxp_ckpt_manager_set_workload_meta(m, r->wl.checkpoint_meta(r->wl.self), &ignore);
+    }
 }
 
 mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, mxp_error *err) {

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -42,6 +43,20 @@ static void json_str_get(const char *json, const char *key, char *out, size_t n)
     if (*p++ != '"') return;
     size_t i = 0;
     while (*p && *p != '"' && i + 1 < n) out[i++] = *p++;
+    out[i] = '\0';
+}
+
+/* The number text of "key" in a JSON object ("" when absent). */
+static void json_num_get(const char *json, const char *key, char *out, size_t n) {
+    out[0] = '\0';
+    if (!json) return;
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p) return;
+    p += strlen(pat);
+    size_t i = 0;
+    while ((*p == '-' || (*p >= '0' && *p <= '9')) && i + 1 < n) out[i++] = *p++;
     out[i] = '\0';
 }
 
@@ -124,8 +139,11 @@ mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err) {
         new_run_id(r);
         if ((s = write_run_json(r, err)) != MXP_OK) return s;
     }
-    return mxp_ckpt_manager_set_run(r->ckpt, r->run_id[0] ? r->run_id : NULL, r->wl.name,
-                                    r->data_sig, err);
+    mxp_status s2 = mxp_ckpt_manager_set_run(r->ckpt, r->run_id[0] ? r->run_id : NULL,
+                                             r->wl.name, r->data_sig, err);
+    if (s2 == MXP_OK && r->wl.checkpoint_meta)
+        s2 = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self), err);
+    return s2;
 }
 
 mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err) {
@@ -196,6 +214,12 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
         if (s != MXP_OK) s = MXP_ERR_CONFIG;
     }
     if (s == MXP_OK) s = mxp_ckpt_load_file(f, r->trainer, &info, err);
+    /* the guard counts on from the checkpoint's step attempts (a fault
+     * window already passed is not re-armed) */
+    char attempts[32];
+    json_num_get(mxp_st_file_meta(f, "guard_state"), "steps", attempts, sizeof attempts);
+    if (s == MXP_OK && r->guard)
+        mxp_guard_set_attempts(r->guard, attempts[0] ? strtoll(attempts, NULL, 10) : info.step);
     char id[RUN_ID_LEN] = "";
     const char *mid = mxp_st_file_meta(f, "run_id");
     if (mid) snprintf(id, sizeof id, "%s", mid);
@@ -203,13 +227,27 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     if (s != MXP_OK) return s;
     r->pos = info.pos;
     r->resumed = true;
-    r->finished_before_resume =
+    /* a finished run is complete unless the config asks for more epochs,
+     * which a new train() call then adds */
+    const bool ended =
         mxp_data_position_done(&info.pos) || (info.pos.run_total == 0 && info.step > 0);
+    if (!ended) {
+        r->resume_epochs = info.pos.run_epochs; /* the interrupted call */
+    } else if (r->cfg.epochs > info.pos.epoch) {
+        mxp_data_position_end(&r->pos);
+        r->resume_epochs = r->cfg.epochs - info.pos.epoch;
+    } else {
+        r->finished_before_resume = true;
+    }
     if (!id[0]) read_run_json(r->cfg.output_dir, id, sizeof id);
     if (!id[0]) new_run_id(r);
     else snprintf(r->run_id, sizeof r->run_id, "%s", id);
     if (r->ckpt &&
         (s = mxp_ckpt_manager_set_run(r->ckpt, r->run_id, r->wl.name, r->data_sig, err)) != MXP_OK)
+        return s;
+    if (r->ckpt && r->wl.checkpoint_meta &&
+        (s = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self),
+                                                err)) != MXP_OK)
         return s;
     mxp_log(MXP_LOG_INFO, "resumed run %s from %s: step %lld, epoch %lld, step %lld of %lld%s",
             r->run_id, file, (long long)info.step, (long long)info.pos.epoch + 1,
@@ -223,7 +261,10 @@ mxp_status mxp_run_save(mxp_run *r, const char *path, mxp_error *err) {
     char gs[8192];
     mxp_ckpt_save_args a = {.trainer = r->trainer, .config = &r->cfg, .pos = &r->pos,
                             .healthy = true, .run_id = r->run_id[0] ? r->run_id : NULL,
-                            .workload = r->wl.name, .data_signature = r->data_sig};
+                            .workload = r->wl.name, .data_signature = r->data_sig,
+                            .workload_meta = r->wl.checkpoint_meta
+                                                 ? r->wl.checkpoint_meta(r->wl.self)
+                                                 : NULL};
     if (r->guard && mxp_guard_status_json(r->guard, gs, sizeof gs) > 0) a.guard_state = gs;
     return mxp_ckpt_save(path, &a, NULL, err);
 }

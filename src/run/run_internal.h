@@ -41,6 +41,7 @@ struct mxp_run {
     double wall_s;
     int64_t samples_trained, ckpts_written;
     bool resumed, finished_before_resume;
+    int64_t resume_epochs;                     /* epochs of the next train(0, ..) after a resume */
     char run_id[RUN_ID_LEN];
     char data_sig[RUN_SIG_LEN];
 };

@@ -1,9 +1,10 @@
 /* tools/mixprec/main.c: the `mixprec` command: verb dispatch and help. */
 #include "bench.h"
 #include "cli.h"
+#include "data_cli.h"
 #include "doctor.h"
 #include "obs_glue.h"
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,8 @@ static void usage(FILE *f) {
           "  config show  print the resolved configuration and each value's source\n"
           "  ckpt         checkpoints: verify, inspect, export, diff, keep, list\n"
           "  sample       generate text from a GPT checkpoint (model.workload=gpt)\n"
+          "  eval         loss/accuracy of a model trained on user data (data.path)\n"
+          "  predict      run a model trained on user data on inputs from a file\n"
           "  bench        `bench kernels`: kernel GFLOP/s and GB/s against the CPU peak;\n"
           "               `bench train`: every precision mode on the workloads vs fp32\n"
           "  doctor       CPU features, native vs emulated precisions, preflight advisor\n"
@@ -42,6 +45,8 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "config") == 0) return cmd_config(argc - 1, argv + 1);
     if (strcmp(verb, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
     if (strcmp(verb, "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    if (strcmp(verb, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(verb, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
     if (strcmp(verb, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(verb, "report") == 0) return cmd_report(argc - 1, argv + 1);
     if (strcmp(verb, "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
