@@ -135,9 +135,16 @@ typedef struct mxp_run_observer {
                               const char *reason);
     /* A guard event (rule firing, rollback, fallback): guard.h. */
     void (*guard_event)(void *self, mxp_run *run, const mxp_guard_event *ev);
-    /* The run ends: ok false = failed (msg), stopped = ended on a stop. */
+    /* The run ends (mxp_run_destroy, after at least one train() call):
+     * ok false = the last train() failed (msg), stopped = ended on a stop. */
     void (*end)(void *self, mxp_run *run, bool ok, bool stopped, const char *msg);
+    /* Release self (mxp_run_destroy calls it last; NULL: self is borrowed). */
+    void (*destroy)(void *self);
 } mxp_run_observer;
+
+/* The observer of obs.h: mxp_obs_run_observer(obs, &observer, &err) feeds
+ * an mxp_obs (metrics, SQLite store, JSONL events, HTTP, operator precision
+ * requests) from a run, in one call. */
 
 /* ==== the run ============================================================ */
 

@@ -27,6 +27,9 @@ mxp_run_options mxp_run_options_default(void) {
 
 void mxp_run_destroy(mxp_run *r) {
     if (!r) return;
+    if (r->began && r->obs.end)
+        r->obs.end(r->obs.self, r, !r->failed, r->stopped, r->failed ? r->fail_msg : NULL);
+    if (r->obs.destroy) r->obs.destroy(r->obs.self);
     mxp_guard_destroy(r->guard); /* detaches from the model first */
     mxp_trainer_destroy(r->trainer);
     mxp_model_destroy(r->model);
@@ -314,7 +317,11 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         }
     }
     r->wall_s += mxp_time_now() - t0;
-    if (st != MXP_OK) return st;
+    r->failed = st != MXP_OK;
+    if (st != MXP_OK) {
+        snprintf(r->fail_msg, sizeof r->fail_msg, "%s", err ? err->msg : "training failed");
+        return st;
+    }
     if (!r->stopped) {
         mxp_data_position_end(p);
         if (r->epoch_n > 0) r->epoch_mean = r->epoch_sum / (double)r->epoch_n;

@@ -32,6 +32,8 @@ struct mxp_run {
     volatile sig_atomic_t stop_req;           /* mxp_run_request_stop */
     const volatile sig_atomic_t *stop_flag;   /* an outside flag (older APIs), or NULL */
     bool stopped;
+    bool failed;                               /* the last train() returned an error */
+    char fail_msg[MXP_ERROR_MSG_MAX];
     bool began;                                /* observer's begin called */
     int pending_prec;                          /* -1: no switch requested */
     char pending_reason[64];

@@ -14,6 +14,7 @@
 #include "doctor.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <errno.h>
 #include <math.h>
@@ -39,13 +40,15 @@ static void help(FILE *f) {
           "  --resume PATH   continue a run from its newest verified checkpoint: PATH is\n"
           "                  a run directory, its checkpoints/ directory or a checkpoint\n"
           "                  file; the checkpoint's config is the base, then --config,\n"
-          "                  environment and key=value (docs/checkpoints.md)\n"
+          "                  environment and key=value (docs/checkpoints.md). A finished\n"
+          "                  run trains nothing and writes nothing\n"
           "  key=value       override any key, e.g. training.precision=mixed_bf16 or\n"
           "                  training.mixed_precision.enabled=true\n"
           "                  training.mixed_precision.dtype=bfloat16\n"
           "\n"
           "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
-          "default runs/latest). Exit codes: 0 ok, 1 training failed, 2 usage or\n"
+          "default runs/latest). A directory holding another run's checkpoints is\n"
+          "refused: --resume it, or choose a new output.dir (docs/run.md). Exit codes: 0 ok, 1 training failed, 2 usage or\n"
           "config error (nothing written), 3 outputs could not be written, 4 a\n"
           "guard rule with action stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
@@ -83,8 +86,87 @@ static int fail_code(const mxp_error *err) {
                : CLI_EXIT_FAIL;
 }
 
+/* ---- history.csv of a resumed run ---------------------------------------------
+ * The trainer's history holds the steps this process ran; a resumed run's
+ * history.csv keeps the rows of the steps before the checkpoint and gets
+ * the new ones appended, so it reads as the uninterrupted run's. */
+
+/* The rows of OUTPUT_DIR/history.csv with step <= upto (malloc'd text,
+ * header dropped; "" when there is none), or NULL when out of memory. */
+static char *history_prefix(const char *dir, int64_t upto) {
+    char path[MXP_CONFIG_STR_MAX + 32], line[512];
+    snprintf(path, sizeof path, "%s/history.csv", dir);
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *end;
+        long long step = strtoll(line, &end, 10);
+        if (end == line || *end != ',' || step > upto) continue;
+        size_t n = strlen(line);
+        if (len + n + 1 > cap) {
+            char *g = realloc(out, cap = 2 * (len + n + 1));
+            if (!g) break;
+            out = g;
+        }
+        memcpy(out + len, line, n + 1);
+        len += n;
+    }
+    if (f) fclose(f);
+    return out;
+}
+
+/* Rewrite OUTPUT_DIR/history.csv as its header, `kept`, then its rows;
+ * *last_epoch_loss gets the mean loss of the applied steps of the last
+ * epoch over all rows (NaN when none). */
+static int history_merge(const char *dir, const char *kept, double *last_epoch_loss) {
+    char path[MXP_CONFIG_STR_MAX + 32], tmp[MXP_CONFIG_STR_MAX + 48], line[512];
+    snprintf(path, sizeof path, "%s/history.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    bool ok = in && out && fgets(line, sizeof line, in) && fputs(line, out) >= 0 &&
+              fputs(kept, out) >= 0;
+    while (ok && fgets(line, sizeof line, in)) ok = fputs(line, out) >= 0;
+    if (in) fclose(in);
+    ok = out && fclose(out) == 0 && ok && rename(tmp, path) == 0;
+    if (!ok) {
+        remove(tmp);
+        cli_error("cannot rewrite '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    /* step,epoch,loss,scale,grad_norm,skipped,precision */
+    in = fopen(path, "r");
+    long long epoch = -1, e;
+    double sum = 0, loss, scale, gn;
+    int64_t n = 0;
+    int skipped;
+    while (in && fgets(line, sizeof line, in))
+        if (sscanf(line, "%*d,%lld,%lf,%lf,%lf,%d", &e, &loss, &scale, &gn, &skipped) == 5) {
+            if (e != epoch) sum = 0, n = 0, epoch = e;
+            if (!skipped) sum += loss, n++;
+        }
+    if (in) fclose(in);
+    *last_epoch_loss = n ? sum / (double)n : NAN;
+    return CLI_EXIT_OK;
+}
+
 static void write_summary_any(FILE *f, const mxp_config *cfg, const void *s) {
     train_summary_json(f, cfg, s);
+}
+
+/* OUTPUT_DIR/summary.json alone (after history_merge). */
+static int write_summary_file(const mxp_config *cfg, const train_summary *s) {
+    char path[MXP_CONFIG_STR_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
+    FILE *f = fopen(path, "w");
+    if (f) train_summary_json(f, cfg, s);
+    if (!f || fclose(f) != 0) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    return CLI_EXIT_OK;
 }
 
 /* The GPT's weights for `mixprec sample`: OUTPUT_DIR/model.safetensors. */
@@ -125,6 +207,8 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
                          info.samples_per_epoch / wl->rows_per_sample};
     int rc = primary ? obs_glue_open(cfg, &orun, &ps->obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) return rc;
+    char *kept = info.resumed && primary ? history_prefix(cfg->output_dir, info.training_steps)
+                                         : NULL;
     install_stop_signals(run);
     mxp_status st = mxp_run_train(run, 0, 0, &err); /* the config's, or the resumed call's */
     g_run = NULL;
@@ -134,9 +218,17 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
     if (st != MXP_OK) {
         cli_error("training failed: %s", err.msg);
         obs_glue_close(ps->obs, false, false, err.msg, NAN);
+        free(kept);
         return CLI_EXIT_FAIL;
     }
     train_summary_fill(&s, run, comm, ps->base.loss_n ? ps->base.last_epoch_loss : NAN);
+    rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), write_summary_any, &s)
+                 : CLI_EXIT_OK;
+    if (kept && rc == CLI_EXIT_OK) { /* the whole run's history and last epoch's loss */
+        rc = history_merge(cfg->output_dir, kept, &s.train_loss);
+        if (rc == CLI_EXIT_OK) rc = write_summary_file(cfg, &s);
+    }
+    free(kept);
     if (s.info.stopped && !mxp_guard_stopped(mxp_run_guard(run)))
         mxp_log(MXP_LOG_WARN, "stopped by signal after step %lld%s%s; resume with --resume %s",
                 (long long)s.stats.training_steps,
@@ -146,8 +238,6 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
         train_summary_json(stdout, cfg, &s);
     else if (primary)
         train_summary_print(stdout, &s);
-    rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), write_summary_any, &s)
-                 : CLI_EXIT_OK;
     if (rc == CLI_EXIT_OK && primary && cfg->workload == MXP_WORKLOAD_GPT)
         rc = save_model(run, cfg, json);
     const bool guard_stop = mxp_guard_stopped(mxp_run_guard(run));
