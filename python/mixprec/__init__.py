@@ -12,10 +12,11 @@ or the build tree (mixprec._lib).
 from .errors import ConfigError, Error, GuardStop, LibraryNotFound
 from .config import Config
 from .run import Run
+from .predict import Predictor
 from .world_model import WorldModel
 from ._lib import set_log_level
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound", "Run",
+__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound", "Predictor", "Run",
            "WorldModel", "set_log_level"]

@@ -52,12 +52,13 @@ OBS_STEP_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, POINTER(RunProgress))
 OBS_PRECISION_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_int, c_int, c_char_p)
 OBS_GUARD_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, POINTER(GuardEvent))
 OBS_END_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_bool, c_bool, c_char_p)
+OBS_DESTROY_FN = ctypes.CFUNCTYPE(None, c_void_p)
 
 
 class RunObserver(Structure):
     _fields_ = [("self", c_void_p), ("begin", OBS_BEGIN_FN), ("step", OBS_STEP_FN),
                 ("precision_changed", OBS_PRECISION_FN), ("guard_event", OBS_GUARD_FN),
-                ("end", OBS_END_FN)]
+                ("end", OBS_END_FN), ("destroy", OBS_DESTROY_FN)]
 
 
 class RunOptions(Structure):

@@ -27,6 +27,7 @@ class Dataset:
                  ctypes.c_int, ctypes.POINTER(ctypes.c_int64), P, E)
         self._L = L
         self.ptr = P()
+        _lib.track(self)
         err = _lib.CError()
         _lib.check(L.mxp_dataset_create(ctypes.byref(self.ptr), ctypes.byref(err)), err)
         try:

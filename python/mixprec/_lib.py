@@ -11,12 +11,15 @@ Everything else in the package talks to the library through `lib()`, which
 loads once and declares argtypes/restype for the functions it wraps. The
 calls go through ctypes.CDLL, so the GIL is released for their duration.
 """
+import atexit
 import ctypes
+import itertools
 import logging
 import os
 import shutil
 import subprocess
 import threading
+import weakref
 
 from .errors import Error, LibraryNotFound, error_from
 
@@ -132,6 +135,30 @@ _log_cb = _LOG_FN(_on_log)
 def _install_logger(L):
     _fn(L, "mxp_log_set_callback", None, _LOG_FN, c_void_p)
     L.mxp_log_set_callback(_log_cb, None)
+    atexit.register(_shutdown)
+
+
+# Objects owning library handles (runs, predictors, datasets) register here;
+# at exit they are closed in reverse order of creation while the interpreter
+# still works, and the log callback is removed before it goes away.
+_live = weakref.WeakValueDictionary()
+_live_n = itertools.count()
+
+
+def track(obj):
+    _live[next(_live_n)] = obj
+
+
+def _shutdown():
+    for k in sorted(list(_live.keys()), reverse=True):
+        o = _live.get(k)
+        if o is not None:
+            try:
+                o.close()
+            except Exception:
+                pass
+    if _lib is not None:
+        _lib.mxp_log_set_callback(_LOG_FN(), None)
 
 
 def set_log_level(level):

@@ -11,7 +11,9 @@ overrides; the kill switch ENABLE_FP16_TRAINING=false (or
 MIXPREC_FORCE_FP32=1) wins over all of them. The environment is read when
 the Config is made (and again by with_overrides), as the CLI reads it at
 start. A bad key or value raises ConfigError with the library's message,
-at construction.
+at construction; a rule across keys (e.g. the regressor needs data) is
+checked at construction too and raised when the config is used
+(Config.check(), a Run), since the Run's data= may satisfy it.
 """
 import ctypes
 import math
@@ -68,12 +70,25 @@ class Builder:
             for k, v in overrides:
                 kv = ("%s=%s" % (k, v)).encode()
                 _lib.check(L.mxp_config_apply_override(self.ptr, kv, ctypes.byref(err)), err)
-            buf = ctypes.create_string_buffer(_CONFIG_BUF)
-            _lib.check(L.mxp_config_resolve(self.ptr, buf, ctypes.byref(err)), err)
-            self.resolved = buf  # the mxp_config the Run is created from
         except BaseException:
             self.close()
             raise
+        # Rules across keys: checked now, raised when the resolved config is
+        # used (a Run may add what is missing, e.g. data for the regressor).
+        self._resolved, self.error = None, None
+        buf = ctypes.create_string_buffer(_CONFIG_BUF)
+        try:
+            _lib.check(L.mxp_config_resolve(self.ptr, buf, ctypes.byref(err)), err)
+            self._resolved = buf
+        except ConfigError as e:
+            self.error = e
+
+    @property
+    def resolved(self):
+        """The mxp_config the Run is created from; raises the resolve error."""
+        if self.error is not None:
+            raise self.error
+        return self._resolved
 
     def close(self):
         if self.ptr:
@@ -138,6 +153,11 @@ class Config:
         if hasattr(self, "checkpoint"):
             c.checkpoint = self.checkpoint
         return c
+
+    def check(self):
+        """Raise the ConfigError of a rule across keys, if any; else self."""
+        self._b.resolved
+        return self
 
     @property
     def yaml_path(self):

@@ -72,7 +72,13 @@ class Run:
         if init is not None:
             extra["model.init_from"] = self._init_path(init)
         if data is not None and not isinstance(data, dict):
-            extra["data.file"] = os.fspath(data)
+            extra["data.path"] = os.fspath(data)
+        elif isinstance(data, dict) and config["model.workload"] == "regressor" and \
+                config.source("data.path") == "default":
+            # the config check wants data.path for the regressor even when the
+            # arrays come from memory (mxp_run_options.data wins over it); a
+            # resume passes data= again
+            extra["data.path"] = "(memory)"
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -90,9 +96,15 @@ class Run:
         if _resume is not None:
             opt.resume = os.fsencode(_resume)
         self._opt = opt
+        _lib.track(self)
         err = _lib.CError()
-        _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
-                                    ctypes.byref(self._ptr), ctypes.byref(err)), err)
+        try:
+            _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
+                                        ctypes.byref(self._ptr), ctypes.byref(err)), err)
+        finally:
+            if self._dataset is not None:  # borrowed for the create call only
+                self._dataset.close()
+                self._dataset = None
 
     # ---- construction helpers -------------------------------------------
 
@@ -362,11 +374,26 @@ class Run:
             raise Error("the run has no model", "bad_state")
         return m
 
-    def predict(self, x):
-        """Forward pass of the current model on x ([B, in_dim], or one row
-        [in_dim]): FP32 outputs [B, out_dim] (logits for a classifier), in
-        the run's current precision, exactly as `mixprec predict` computes
-        them on the same checkpoint."""
+    def predict(self, x=None, **arrays):
+        """The current model's outputs, as `mixprec predict` computes them
+        on a checkpoint of this state. x [B, D] (or one row [D]) -> FP32
+        [B, K] (logits for a classifier) straight through the model, in the
+        run's current precision; the model's input units (the user-data
+        world model trains standardised: pass obs=, actions= instead, to get
+        {"next_obs", "reward"} in the data's units through a checkpoint of
+        this state and mixprec.Predictor)."""
+        if arrays:
+            if x is not None:
+                arrays["x"] = x
+            from .predict import Predictor
+            d = tempfile.mkdtemp(prefix="mixprec-predict-")
+            try:
+                p = self.save(os.path.join(d, "now.safetensors"))
+                with Predictor(p) as pr:
+                    return pr.predict(**arrays)
+            finally:
+                import shutil
+                shutil.rmtree(d, ignore_errors=True)
         L = _lib.lib()
         with self._lock:
             m = self._model()
