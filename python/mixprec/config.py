@@ -16,6 +16,7 @@ checked at construction too and raised when the config is used
 (Config.check(), a Run), since the Run's data= may satisfy it.
 """
 import ctypes
+import json
 import math
 import os
 
@@ -189,7 +190,13 @@ class Config:
             raise KeyError(key)
         buf = ctypes.create_string_buffer(1024)
         src = L.mxp_config_key_value(self._b.ptr, i, buf, len(buf))
-        return buf.value.decode(), L.mxp_config_source_name(src).decode()
+        v = buf.value.decode()
+        if len(v) >= 2 and v[0] == v[-1] == '"':  # a quoted string: its text
+            try:
+                v = json.loads(v)
+            except ValueError:
+                pass
+        return v, L.mxp_config_source_name(src).decode()
 
     def __getitem__(self, key):
         """The resolved value of a dotted key as the library writes it

@@ -29,6 +29,7 @@ from .config import Config
 from .errors import Error, GuardStop
 
 _EVENTS_KEPT = 64
+_MEMORY = "(memory)"  # data.path of a regressor run on arrays (see Run.__init__)
 
 
 def _nan_to_none(v):
@@ -78,7 +79,7 @@ class Run:
             # the config check wants data.path for the regressor even when the
             # arrays come from memory (mxp_run_options.data wins over it); a
             # resume passes data= again
-            extra["data.path"] = "(memory)"
+            extra["data.path"] = _MEMORY
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -126,6 +127,10 @@ class Run:
         never interrupted. Pass `data` again when the run trained on
         arrays."""
         cfg = Config.from_checkpoint(path, **(config or {}))
+        if data is None and cfg["data.path"] == _MEMORY:
+            raise Error("resume %s: the run trained on arrays from memory; pass the same "
+                        "arrays again: Run.resume(path, data={...})" % os.fspath(path),
+                        "invalid_arg")
         return cls(cfg, data=data, _resume=cfg.checkpoint, **kw)
 
     def close(self):

@@ -199,17 +199,22 @@ class DataTest(TmpDirCase):
                                            rtol=1e-5, atol=1e-5)
 
     def test_resume_with_arrays_is_bit_exact(self):
-        x, y = classification_data(seed=4)
+        x, y = regression_data(seed=4)
         data = {"x": x, "y": y}
-        straight = mixprec.Run(self.cfg("classifier", "s", **{"training.epochs": 3}), data=data,
-                               model=LAYERS)
+        straight = mixprec.Run(self.cfg("regressor", "s", **{"training.epochs": 3}),
+                               data=data, model=LAYERS)
         total = straight.train()["total_steps"]
         k = total // 2
-        run = mixprec.Run(self.cfg("classifier", "t", **{"training.epochs": 3}), data=data,
+        run = mixprec.Run(self.cfg("regressor", "t", **{"training.epochs": 3}), data=data,
                           model=LAYERS, progress=lambda p: p["step"] == k and run.stop(),
                           progress_every=1)
         self.assertEqual(run.train()["total_steps"], k)
         run.close()
+        with self.assertRaises(mixprec.Error) as cm:  # arrays are not in the checkpoint
+            mixprec.Run.resume(self.path("t"))
+        self.assertIn("data=", str(cm.exception))
+        self.assertEqual(mixprec.Config.from_checkpoint(self.path("t"))["model.layers"],
+                         ",".join(LAYERS))
         back = mixprec.Run.resume(self.path("t"), data=data)
         st = back.train()
         self.assertEqual(st["total_steps"], total)
