@@ -169,8 +169,8 @@ int main(void) {
     expect_fail("wm_extra.npz", WM, F, "unexpected array 'reward'");
     expect_fail("wm_lengths.npz", WM, F, "lengths[1] = 0");
     expect_fail("wm_lendtype.npz", WM, F, "array 'lengths' has dtype float64");
-    expect_fail("wm_nan.npz", -1, MXP_ERR_NONFINITE, "array 'obs' holds NaN or Inf");
-    expect_fail("wm_inf.npz", -1, MXP_ERR_NONFINITE, "array 'rewards' holds NaN or Inf");
+    expect_fail("wm_nan.npz", -1, F, "array 'obs' holds NaN or Inf");
+    expect_fail("wm_inf.npz", -1, F, "array 'rewards' holds NaN or Inf");
     expect_fail("empty.npz", -1, F, "array 'obs' is empty");
     expect_fail("f16.npz", -1, F, "has dtype '<f2'");
     expect_fail("u8.npz", -1, F, "has dtype '|u1'");
@@ -188,7 +188,7 @@ int main(void) {
     expect_fail("st_trunc.safetensors", -1, F, "truncated");
     expect_fail("st_hlen.safetensors", -1, F, "header length");
     expect_fail("st_bf16.safetensors", -1, F, "has dtype 'BF16'");
-    expect_fail("st_nan.safetensors", -1, MXP_ERR_NONFINITE, "array 'x' holds NaN or Inf");
+    expect_fail("st_nan.safetensors", -1, F, "array 'x' holds NaN or Inf");
     expect_fail("garbage.bin", -1, F, "neither safetensors nor .npz");
     expect_fail("no_such_file.npz", -1, MXP_ERR_IO, "cannot open");
     test_rm_rf(g_dir);

@@ -118,7 +118,7 @@ static void test_init_errors(void) {
         {"shape.safetensors", "tensor 'layers.3.weight' has shape [5, 4]; the model needs [4, 5]",
          MXP_ERR_FORMAT},
         {"nan.safetensors", "tensor 'layers.0.bias' holds NaN or Inf at flat index 1",
-         MXP_ERR_NONFINITE},
+         MXP_ERR_FORMAT},
         {"x.bin", "x.bin", MXP_ERR_FORMAT},
         {"no_such.safetensors", "no_such.safetensors", MXP_ERR_IO},
     };

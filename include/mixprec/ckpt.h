@@ -234,9 +234,10 @@ mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_inf
 /* Initial weights from outside (model.init_from): a safetensors file with
  * exactly the model's tensors, named as PyTorch nn.Sequential's state_dict
  * (layers.<i>.weight [out, in], layers.<i>.bias [out]), F32, BF16 or F16,
- * finite. Written into the master weights (pure modes: rounded RNE into
+ * finite; an export's statistics tensors (x_mean, x_std, y_mean, y_std)
+ * are skipped. Written into the master weights (pure modes: rounded RNE into
  * the working weights), then the working copy is recast. Errors
- * (MXP_ERR_FORMAT / MXP_ERR_NONFINITE / the reader's) name the file and the
+ * (MXP_ERR_FORMAT, NaN/Inf included, or the reader's) name the file and the
  * missing, extra or mis-shaped tensor; on error the weights are unchanged. */
 mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
 

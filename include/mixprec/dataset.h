@@ -82,8 +82,8 @@ mxp_status mxp_dataset_add(mxp_dataset *d, const char *name, mxp_array_dtype dty
                            const int64_t *shape, const void *data, mxp_error *err);
 /* Read a safetensors or .npz file (see above). MXP_ERR_IO when it cannot be
  * read; MXP_ERR_FORMAT when it is malformed, truncated, big-endian, Fortran
- * order, of an unsupported dtype, or holds no array; MXP_ERR_NONFINITE for
- * NaN/Inf. *out is set only on success. */
+ * order, of an unsupported dtype, holds NaN/Inf or no array (a bad file is
+ * a usage error: `mixprec train` exits 2). *out is set only on success. */
 mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err);
 
 /* The file path it was read from, or "memory". */

@@ -4,7 +4,9 @@
  * tensors are named as PyTorch nn.Sequential's state_dict
  * (layers.<i>.weight [out, in], layers.<i>.bias [out]), F32, BF16 or F16 (a
  * torch.save_file of a model's state_dict, or `mixprec ckpt export --torch`).
- * Every tensor of the model must be there with its shape, and no other;
+ * Every tensor of the model must be there with its shape, and no other
+ * (the standardisation statistics of an export, x_mean x_std y_mean y_std,
+ * are skipped: a new run computes its own from its data);
  * everything is checked before the first weight is written, so a failure
  * leaves the model's weights as they were.
  */
@@ -50,7 +52,7 @@ static mxp_status check_file(const mxp_st_file *f, const mxp_model *m, mxp_dtype
         for (size_t k = 0; k < t->numel; k++) {
             float v = mxp_st_tensor_get(t, k);
             if (!isfinite(v))
-                return mxp_error_set(err, MXP_ERR_NONFINITE,
+                return mxp_error_set(err, MXP_ERR_FORMAT,
                                      "%s: tensor '%s' holds NaN or Inf at flat index %zu", L,
                                      ti->name, k);
             if (fabsf(v) > lim)
@@ -60,9 +62,11 @@ static mxp_status check_file(const mxp_st_file *f, const mxp_model *m, mxp_dtype
                                      L, ti->name, (double)v, k, mxp_dtype_name(target));
         }
     }
+    static const char *const kStats[] = {"x_mean", "x_std", "y_mean", "y_std"};
     for (int i = 0; i < mxp_st_file_num_tensors(f); i++) {
         const char *name = mxp_st_file_tensor(f, i)->name;
         bool known = false;
+        for (int k = 0; k < 4 && !known; k++) known = !strcmp(name, kStats[k]);
         for (int k = 0; k < nt && !known; k++) known = !strcmp(mxp_model_tensor(m, k)->name, name);
         if (!known)
             return mxp_error_set(err, MXP_ERR_FORMAT,

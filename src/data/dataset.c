@@ -176,7 +176,7 @@ static mxp_status check_add(const mxp_dataset *d, mxp_status code, const char *n
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s: array '%s': data is NULL", L, name);
     int64_t bad = first_nonfinite(dtype, data, *numel);
     if (bad >= 0)
-        return mxp_error_set(err, MXP_ERR_NONFINITE,
+        return mxp_error_set(err, code == MXP_ERR_FORMAT ? MXP_ERR_FORMAT : MXP_ERR_NONFINITE,
                              "%s: array '%s' holds NaN or Inf (first at flat index %lld); "
                              "accepted: finite values only",
                              L, name, (long long)bad);
