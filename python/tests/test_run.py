@@ -171,6 +171,50 @@ class RunTest(TmpDirCase):
         self.assertGreaterEqual(st["fallbacks"], 1)
         self.assertGreaterEqual(st["rollbacks"], 1)
 
+    def test_guard_stop_raises_like_the_cli_exit_4(self):
+        need_cli(self)
+        fault = {"training.precision": "mixed_fp16", "fault.kind": "nan", "fault.layer": 2,
+                 "fault.step": 31, "fault.count": 10, "guard.nonfinite_loss.action": "stop"}
+        r = run_cli("train", "--quiet", *cli_args(small(self.path("cli"), **fault)),
+                    check=False)
+        self.assertEqual(r.returncode, 4, r.stderr[-2000:])
+        run = mixprec.Run(mixprec.Config(**small(self.path("py"), **fault)))
+        with self.assertRaises(mixprec.GuardStop) as cm:
+            run.train()
+        self.assertIn("nonfinite_loss", str(cm.exception))
+        st = run.stats
+        self.assertTrue(st["stopped"])
+        self.assertEqual(st["guard_events"][-1]["taken"], "stop")
+        self.assertEqual(st["guard_events"][-1]["site"]["layer"], 2)
+
+    def test_request_fp32_and_callback_errors(self):
+        seen = []
+
+        def cb(p):
+            seen.append(p["precision"])
+            if p["step"] == 10:
+                run.request_fp32()
+
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"),
+                                                 **{"training.precision": "mixed_fp16"})),
+                          progress=cb, progress_every=1)
+        st = run.train(num_epochs=1)
+        self.assertEqual(st["precision"], "fp32")
+        self.assertFalse(st["fp16_enabled_runtime"])
+        self.assertEqual(st["precision_switches"],
+                         [{"from": "mixed_fp16", "to": "fp32", "reason": "python"}])
+        self.assertEqual(seen[9], "mixed_fp16")
+        self.assertEqual(seen[-1], "fp32")
+
+        def bad(p):
+            raise ZeroDivisionError("from the callback")
+        run2 = mixprec.Run(mixprec.Config(**small(self.path("b"))), progress=bad,
+                           progress_every=3)
+        with self.assertRaises(ZeroDivisionError):
+            run2.train()
+        self.assertTrue(run2.stats["stopped"])
+        self.assertEqual(run2.stats["total_steps"], 3)
+
     def test_errors_carry_the_library_message(self):
         with self.assertRaises(mixprec.ConfigError):
             mixprec.Run({"training": {"batch_size": 0}})
