@@ -59,7 +59,6 @@ class Run:
         self._events = []
         self._switches = []
         self._n_fallbacks = self._n_rollbacks = 0
-        self._stop_asked = False
         self._tmpdir = None
         self._dataset = None
         L = _capi.declare()
@@ -176,6 +175,8 @@ class Run:
             ev = _event_dict(evp.contents)
             if "rollback" in ev["taken"]:
                 me._n_rollbacks += 1
+            if "stop" in ev["taken"].split("+"):
+                me._guard_stop = ev
             if ev["from"] != ev["to"] and ("fallback" in ev["taken"] or ev["kind"] == "scaler"):
                 me._n_fallbacks += 1
             me._events.append(ev)
@@ -246,8 +247,8 @@ class Run:
                         % (num_epochs, batch_size), "invalid_arg")
         err = _lib.CError()
         box = {}
-        self._stop_asked = False
         self._cb_error = None
+        self._guard_stop = None
 
         done = threading.Event()
 
@@ -264,13 +265,19 @@ class Run:
         with self._lock:
             if threading.current_thread() is threading.main_thread():
                 t = threading.Thread(target=work, name="mixprec-train", daemon=True)
-                t.start()
+                try:
+                    t.start()  # a SIGINT may land while it waits for the thread
+                except KeyboardInterrupt:
+                    interrupted = True
                 # An Event, not Thread.join: an interrupted join marks a live
                 # thread stopped on Python 3.11 (its bpo-45274 handling). The
                 # timeout lets a SIGINT that a library thread took be seen
-                # here within 0.2 s.
+                # here within 0.2 s; the stop is asked again on every wake-up
+                # so that one asked before train() began is not lost.
                 while not done.is_set():
                     try:
+                        if interrupted:
+                            self.stop()
                         done.wait(0.2)
                     except KeyboardInterrupt:
                         interrupted = True
@@ -287,16 +294,15 @@ class Run:
         if self._cb_error is not None:
             raise self._cb_error
         st = self.stats
-        if st["stopped"] and not self._stop_asked:
-            last = next((e for e in reversed(self._events) if "stop" in e["taken"]), None)
-            raise GuardStop("a guard rule with action stop ended the run%s" %
-                            (": " + last["detail"] if last else ""), "guard_stop")
+        if st["stopped"] and self._guard_stop is not None:
+            raise GuardStop("a guard rule with action stop ended the run: " +
+                            self._guard_stop["detail"], "guard_stop")
         return st
 
     def stop(self):
         """Ask the run to stop after the step in progress (safe from any
-        thread and from a progress callback); train() then returns."""
-        self._stop_asked = True
+        thread and from a progress callback); train() then returns. The
+        request stays: to go on, continue with Run.resume(output dir)."""
         if self._ptr:
             _lib.lib().mxp_run_request_stop(self._ptr)
 
