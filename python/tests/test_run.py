@@ -1,11 +1,16 @@
 """Run on the built-in world model: seed 001's usage, stats against the
 CLI's summary.json, stop, bit-exact resume, guard events against the CLI's
 events.jsonl, Ctrl-C, errors."""
+import contextlib
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import unittest
 
 import numpy as np
@@ -214,6 +219,50 @@ class RunTest(TmpDirCase):
             run2.train()
         self.assertTrue(run2.stats["stopped"])
         self.assertEqual(run2.stats["total_steps"], 3)
+
+    def test_gil_is_released_while_training(self):
+        # If the GIL were held in the library, this thread would stall for
+        # the whole training call (wall_s); it keeps running instead. No log
+        # lines meanwhile: a Python log callback would let it run either way.
+        mixprec.set_log_level(logging.ERROR)
+        self.addCleanup(mixprec.set_log_level, logging.INFO)
+        run = mixprec.Run(mixprec.Config(**small(self.path("g"), **{"training.epochs": 400})))
+        done = threading.Event()
+        box = {}
+
+        def train():
+            try:
+                box["st"] = run.train()
+            finally:
+                done.set()
+        t = threading.Thread(target=train)
+        last = time.perf_counter()
+        gap = 0.0
+        t.start()
+        while not done.is_set():
+            now = time.perf_counter()
+            gap = max(gap, now - last)
+            last = now
+        t.join()
+        wall = box["st"]["wall_s"]
+        self.assertGreater(wall, 0.2)
+        self.assertLess(gap, 0.5 * wall)
+
+    def test_progress_bar(self):
+        buf = io.StringIO()
+        run = mixprec.Run(mixprec.Config(**small(self.path("t"))), progress=True,
+                          progress_every=10)
+        try:
+            import tqdm  # noqa: F401
+        except ImportError:
+            with self.assertLogs("mixprec", level="INFO") as logs:
+                run.train(num_epochs=1)
+            self.assertTrue(any("loss" in m and "step" in m for m in logs.output))
+            return
+        with contextlib.redirect_stderr(buf):
+            st = run.train(num_epochs=1)
+        self.assertIn("%d/%d" % (st["total_steps"], st["total_steps"]), buf.getvalue())
+        self.assertIn("loss=", buf.getvalue())
 
     def test_errors_carry_the_library_message(self):
         with self.assertRaises(mixprec.ConfigError):
