@@ -54,6 +54,16 @@ rc=$?
 "$bin" eval runs/wm --data spring.npz >eval.txt 2>&1 || fail "eval --data: $(cat eval.txt)"
 grep -q "fp32" eval.txt || fail "eval text lacks the fp32 row: $(cat eval.txt)"
 
+# ---- resume: the newest checkpoint still carries the statistics ---------------
+"$bin" train --resume runs/wm data.path=spring.npz training.epochs=9 --quiet >/dev/null 2>res.err ||
+  fail "resume with one more epoch: $(cat res.err)"
+"$bin" eval runs/wm --json >eval2.json 2>eval2.err || fail "eval after resume: $(cat eval2.err)"
+/usr/bin/python3 -c "
+import json, sys
+a, b = json.load(open('eval.json')), json.load(open('eval2.json'))
+sys.exit(0 if b['checkpoint'] > a['checkpoint'] else 1)" ||
+  fail "eval after resume did not use a newer checkpoint: $(cat eval.json eval2.json)"
+
 # ---- init_from: an export of the same shape starts a new run ------------------
 "$bin" train --config wm.yaml data.path=spring.npz model.init_from=export.safetensors \
   training.epochs=1 output.dir=runs/init --quiet >/dev/null 2>init.err ||
@@ -81,6 +91,10 @@ expect_bad "big-endian" "big-endian" model.workload=classifier data.path=cases/b
 expect_bad "fortran" "Fortran order" model.workload=classifier data.path=cases/fortran.npz
 expect_bad "no such file" "cannot open" data.path=cases/nope.npz
 expect_bad "regressor without data" "needs data.path" model.workload=regressor
+expect_bad "gpt with data.path" "model.workload=gpt reads data.text_file" model.workload=gpt \
+  data.path=spring.npz
+expect_bad "gpt with model.layers" "not used by model.workload=gpt" model.workload=gpt \
+  "model.layers=[linear:8, linear]"
 expect_bad "bad layer list" "item 1 'swish' is unknown" "model.layers=[linear:8, swish, linear]"
 expect_bad "layer list end" "must end with 'linear'" "model.layers=[linear:8, gelu]"
 expect_bad "init_from shape" "has shape [64, 3]; the model needs [8, 3]" data.path=spring.npz \

@@ -10,11 +10,15 @@
  *   - run directories never mix: a new run into a directory holding
  *     another run's checkpoints is refused (MXP_ERR_STATE, the message
  *     names --resume and output.dir) and nothing on disk changes; resuming
- *     a finished run trains nothing and changes nothing; a checkpoint of
- *     another workload or of other data is refused (MXP_ERR_CONFIG);
+ *     a finished run trains nothing and changes nothing; another run's
+ *     checkpoint is not resumed into this run's directory (MXP_ERR_STATE);
+ *     a checkpoint of another workload or of other data is refused
+ *     (MXP_ERR_CONFIG);
  *   - a fault-injection window that passed before the checkpoint is not
  *     re-armed by the resume (the same bit-exact comparison, with faults);
- *   - the stats JSON holds the fields it says (checked by a tiny scan).
+ *   - the stats JSON holds the fields it says (checked by a tiny scan);
+ *   - mxp_obs_run_observer: the run's SQLite store, read back through the
+ *     store reader, holds every step with the losses the run reported.
  *
  * The classifier reads a tiny IDX dataset written here and the GPT a small
  * text written here, so the test needs no installed data.
@@ -284,6 +288,17 @@ static void test_run_dirs(void) {
     listing(dir, after, sizeof after);
     CHECK_MSG(strcmp(before, after) == 0, "resuming a finished run changed the directory");
 
+    /* another run's checkpoint resumed into this run's directory: refused */
+    char other_run[256];
+    snprintf(other_run, sizeof other_run, "%s/wm-fp32-resumed", g_dir);
+    err = (mxp_error){0};
+    s = open_run(&cfg, NULL, other_run, &run, &err);
+    CHECK_MSG(s == MXP_ERR_STATE && run == NULL && strstr(err.msg, "mix"), "mixing runs: %d %s",
+              (int)s, err.msg);
+    after[0] = '\0';
+    listing(dir, after, sizeof after);
+    CHECK_MSG(strcmp(before, after) == 0, "the refused resume changed the directory");
+
     /* a checkpoint of another workload, and of other data: refused */
     char gdir[256];
     snprintf(gdir, sizeof gdir, "%s/gpt-fp32-straight", g_dir);
@@ -299,6 +314,55 @@ static void test_run_dirs(void) {
     s = open_run(&other, NULL, dir, &run, &err);
     CHECK_MSG(s == MXP_ERR_CONFIG && strstr(err.msg, "data"), "other data: %d %s", (int)s,
               err.msg);
+}
+
+/* ---- the obs observer ------------------------------------------------------- */
+
+typedef struct store_seen {
+    int64_t steps;
+    double loss[MAX_STEPS];
+} store_seen;
+
+static void on_store_step(void *user, const mxp_obs_step_row *row) {
+    store_seen *s = user;
+    if (s->steps < MAX_STEPS) s->loss[s->steps] = row->loss;
+    s->steps++;
+}
+
+/* mxp_obs_run_observer: the SQLite store (read back by its own reader)
+ * holds every step of the run with the losses the progress callback saw,
+ * and the run ends "finished". */
+static void test_observer(void) {
+    mxp_error err = {0};
+    mxp_config cfg;
+    CHECK_OK(make_cfg(MXP_WORKLOAD_GPT, MXP_PRECISION_FP32, "observed", NULL, &cfg, &err), &err);
+    CHECK(mxp_mkdirs(cfg.output_dir) == 0);
+    mxp_obs *obs = NULL;
+    mxp_run_observer ob;
+    CHECK_OK(mxp_obs_create(&cfg.obs, cfg.output_dir, NULL, &obs, &err), &err);
+    CHECK_OK(mxp_obs_run_observer(obs, &ob, &err), &err);
+    static rec r;
+    memset(&r, 0, sizeof r);
+    mxp_run_options o = mxp_run_options_default();
+    o.observer = &ob;
+    o.progress = on_progress;
+    o.progress_user = &r;
+    mxp_run *run = NULL;
+    CHECK_OK(mxp_run_create(&cfg, &o, &run, &err), &err);
+    if (run) CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_destroy(run);
+    mxp_obs_destroy(obs);
+    char db[300];
+    snprintf(db, sizeof db, "%s/metrics.db", cfg.output_dir);
+    static store_seen seen;
+    memset(&seen, 0, sizeof seen);
+    mxp_obs_run_summary sum;
+    CHECK_OK(mxp_obs_store_read(db, NULL, &sum, on_store_step, NULL, &seen, &err), &err);
+    CHECK_MSG(seen.steps == r.n && r.n > 0, "store %lld steps, run %lld", (long long)seen.steps,
+              (long long)r.n);
+    for (int64_t i = 0; i < r.n && i < seen.steps; i++)
+        CHECK_CLOSE(seen.loss[i], r.loss[i], 0, 1e-12);
+    CHECK_MSG(strcmp(sum.state, "finished") == 0, "store state %s", sum.state);
 }
 
 int main(void) {
@@ -320,6 +384,7 @@ int main(void) {
      * window does not re-arm it (the guard counts on from the checkpoint) */
     check_resume(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "fault.kind=nan", "-fault");
     test_run_dirs();
+    test_observer();
     test_rm_rf(g_dir);
     return test_finish("test_run");
 }

@@ -9,7 +9,9 @@
 #  - a GPT and a classifier run resumed from a mid-run checkpoint (the
 #    newer ones deleted) end with the uninterrupted run's history.csv, byte
 #    for byte, and the same held-out loss (the oracle: the straight run);
-#  - a checkpoint of another workload is refused with exit 2.
+#  - a checkpoint of another workload is refused with exit 2;
+#  - data parallel for any workload: mpirun -np 2 of the GPT at batch 4
+#    gives the losses of one process at batch 8 (relative 1e-6).
 set -u
 bin=$(realpath "$1")
 work=$(mktemp -d)
@@ -77,6 +79,30 @@ done
   output.dir=X >X.out 2>X.err
 rc=$?
 [ $rc -eq 2 ] || fail "GPT checkpoint into the world model: exit $rc: $(tail -2 X.err)"
+
+# data parallel, any workload: 2 ranks x 4 GPT windows == 1 process x 8
+# (the run slices every global micro-batch by rank), up to all-reduce rounding
+if command -v mpirun >/dev/null 2>&1; then
+  printf 'the quick brown fox jumps over the lazy dog.\n%.0s' $(seq 200) >dp.txt
+  dp="model.workload=gpt data.text_file=$work/dp.txt gpt.layers=1 gpt.embd=16 gpt.heads=2
+      gpt.context=8 training.epochs=1 data.train_subset=64 data.test_subset=8"
+  "$bin" train --quiet $dp training.batch_size=8 output.dir=D1 >/dev/null 2>D1.err ||
+    fail "gpt 1 process: $(tail -2 D1.err)"
+  env "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0" MIXPREC_NUM_THREADS=1 \
+    mpirun --oversubscribe --allow-run-as-root -np 2 \
+    "$bin" train --quiet $dp training.batch_size=4 output.dir=D2 >/dev/null 2>D2.err ||
+    fail "gpt 2 ranks: $(tail -2 D2.err)"
+  /usr/bin/python3 - D1/history.csv D2/history.csv <<'EOF' || fail "gpt 2 ranks x 4 != 1 x 8"
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+assert len(a) == len(b) > 0, (len(a), len(b))
+worst = max(abs(float(x["loss"]) - float(y["loss"])) / abs(float(x["loss"])) for x, y in zip(a, b))
+assert worst <= 1e-6, worst
+print(f"gpt 2 ranks x 4 vs 1 x 8: worst relative loss difference {worst:.3g}")
+EOF
+else
+  echo "note: no mpirun, data-parallel GPT skipped"
+fi
 
 [ $fails -eq 0 ] && echo "test_run_cli: ok"
 exit $((fails > 0))

@@ -177,6 +177,43 @@ static void test_supervised(bool cls) {
                 path_of(cls ? "pred_x.safetensors" : "pred_r.npz"), NULL);
 }
 
+/* x_val/y_val are the held-out split; without them data.val_fraction
+ * splits the rows (batch 1: samples per epoch = training rows). */
+static void test_split(void) {
+    mxp_error err = {0};
+    float x[60 * 3];
+    int64_t y[60];
+    for (int i = 0; i < 60 * 3; i++) x[i] = (float)((i * 7) % 11) * 0.1f;
+    for (int i = 0; i < 60; i++) y[i] = i % 4;
+    const int64_t xs[2] = {50, 3}, ys[1] = {50}, xvs[2] = {10, 3}, yvs[1] = {10};
+    for (int with_val = 0; with_val < 2; with_val++) {
+        mxp_dataset *d = NULL;
+        CHECK_OK(mxp_dataset_create(&d, &err), &err);
+        if (!d) return;
+        CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, xs, x, &err), &err);
+        CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_I64, 1, ys, y, &err), &err);
+        if (with_val) {
+            CHECK_OK(mxp_dataset_add(d, "x_val", MXP_ARRAY_F32, 2, xvs, x + 150, &err), &err);
+            CHECK_OK(mxp_dataset_add(d, "y_val", MXP_ARRAY_I64, 1, yvs, y + 50, &err), &err);
+        }
+        const char *kv[] = {"model.workload=classifier", "training.batch_size=1",
+                            "training.epochs=1", "data.val_fraction=0.2",
+                            "checkpoint.enabled=false", "model.layers=[linear:8, relu, linear]"};
+        mxp_config cfg;
+        mxp_run_options o = mxp_run_options_default();
+        o.data = d;
+        mxp_run *run = NULL;
+        if (make_config(kv, 6, &cfg)) CHECK_OK(mxp_run_create(&cfg, &o, &run, &err), &err);
+        mxp_dataset_destroy(d);
+        if (!run) return;
+        mxp_run_info info;
+        mxp_run_stats(run, &info);
+        CHECK_MSG(info.samples_per_epoch == (with_val ? 50 : 40),
+                  "with_val=%d: %lld training rows", with_val, (long long)info.samples_per_epoch);
+        mxp_run_destroy(run);
+    }
+}
+
 int main(void) {
     if (access("/usr/bin/python3", X_OK) != 0) {
         printf("test_user_run: SKIP (no /usr/bin/python3)\n");
@@ -192,6 +229,7 @@ int main(void) {
         test_rm_rf(g_dir);
         return 77;
     }
+    test_split();
     test_world_model();
     test_supervised(true);
     test_supervised(false);

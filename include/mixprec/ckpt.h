@@ -132,32 +132,8 @@ void mxp_st_set_io_fault(mxp_io_fault kind, uint64_t after_bytes, int errno_valu
 #define MXP_CKPT_FORMAT_VERSION 1
 #define MXP_CKPT_PATH_MAX 1024
 
-/* Where the data loader is: enough to reproduce the same batches after a
- * resume, and the learning-rate schedule of the train() call in progress. */
-typedef struct mxp_data_position {
-    int64_t epoch;           /* epoch in progress (== epochs done when step_in_epoch is 0) */
-    int64_t step_in_epoch;   /* optimizer steps finished in that epoch */
-    int64_t batch_size;      /* micro-batch size of the call (steps per epoch depend on it) */
-    int64_t run_first_epoch; /* the train() call in progress: first epoch, */
-    int64_t run_epochs;      /*   epochs asked for, */
-    int64_t run_step;        /*   steps done (the LR schedule's position) */
-    int64_t run_total;       /*   and its total steps; 0 = no call in progress */
-} mxp_data_position;
+/* The data position a checkpoint records: mxp_data_position (train.h). */
 
-/* Start (or continue) a train() call of num_epochs at batch_size with
- * steps_per_epoch steps each. A call in progress (run_total > 0, run_step <
- * run_total) continues when num_epochs and batch_size match it (else
- * MXP_ERR_INVALID_ARG naming both); otherwise a new call starts at the
- * current epoch. Also checks step_in_epoch < steps_per_epoch. */
-mxp_status mxp_data_position_begin(mxp_data_position *p, int64_t num_epochs, int64_t batch_size,
-                                   int64_t steps_per_epoch, mxp_error *err);
-/* One optimizer step done: advance run_step and step_in_epoch (rolling
- * over into the next epoch). */
-void mxp_data_position_advance(mxp_data_position *p, int64_t steps_per_epoch);
-/* True when the call in progress has done all its steps. */
-bool mxp_data_position_done(const mxp_data_position *p);
-/* The call finished: clear the run_* fields (epoch stays). */
-void mxp_data_position_end(mxp_data_position *p);
 
 /* What a checkpoint's metadata says. */
 typedef struct mxp_ckpt_info {

@@ -400,7 +400,8 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("data.episode_length", MXP_STORE_I64, data.episode_len, 200, 1, I32MAX,
             "steps per episode, >= 1 (200)"),
     KEY_FLT("data.val_fraction", MXP_STORE_F64, data.val_fraction, 0.1, 0.0, true, 1.0, true,
-            false, "share of trajectories held out for validation, in (0, 1) (0.1)"),
+            false, "share of trajectories (data.path: episodes, or rows without x_val/y_val) "
+            "held out for validation, in (0, 1) (0.1)"),
     /* workloads (docs/workloads.md) */
     KEY_ENUM("model.workload", workload, MXP_WORKLOAD_WORLD_MODEL, kWorkloadChoices,
              "what train trains: world_model|classifier|gpt|regressor (world_model)"),

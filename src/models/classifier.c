@@ -242,32 +242,18 @@ static void cl_signature(void *self, char *buf, size_t n) {
              (long long)tr.cols, MXP_FMNIST_CLASSES, (long long)tr.n, (long long)te.n);
 }
 
-/* The provider over data (borrowed, or owned when `owned`). */
+/* The provider over data (borrowed, or owned when `owned`: released on
+ * failure too). */
 static mxp_status provider_on(const mxp_config *cfg, const mxp_fmnist *data, mxp_fmnist *owned,
                               mxp_workload_provider *out, mxp_error *err) {
-    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1) {
+    mxp_status s = workload_check_mlp(cfg, err);
+    cl_data *d = s == MXP_OK ? mxp_calloc(1, sizeof *d) : NULL;
+    if (s == MXP_OK && !d) s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
+    if (s != MXP_OK) {
         mxp_fmnist_destroy(owned);
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
-                             "accepted: all >= 1",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)cfg->depth, (long long)cfg->hidden);
+        return s;
     }
     mxp_image_split tr = mxp_fmnist_train(data);
-    if (tr.n < cfg->batch_size * cfg->grad_accum_steps) {
-        mxp_fmnist_destroy(owned);
-        return mxp_error_set(err, MXP_ERR_CONFIG,
-                             "training.batch_size=%lld x training.grad_accum_steps=%lld exceeds "
-                             "the %lld training images (data.train_subset); accepted: at most "
-                             "%lld images per step",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)tr.n, (long long)tr.n);
-    }
-    cl_data *d = mxp_calloc(1, sizeof *d);
-    if (!d) {
-        mxp_fmnist_destroy(owned);
-        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
-    }
     d->cfg = *cfg;
     d->data = data;
     d->owned = owned;
@@ -309,29 +295,19 @@ mxp_status classifier_provider(const mxp_config *cfg, mxp_workload_provider *out
     return s != MXP_OK ? s : provider_on(cfg, d, d, out, err);
 }
 
-/* ---- classifier.h: a run of the provider ------------------------------------ */
+/* ---- classifier.h: a run of the provider ------------------------------------
+ * An mxp_classifier is its mxp_run (the opaque handle converted). */
 
-struct mxp_classifier {
-    mxp_run *run;
-};
+static mxp_run *R(const mxp_classifier *cl) { return (mxp_run *)(uintptr_t)cl; }
 
+/* The run of provider p (released by the run, also on failure). */
 static mxp_status wrap(const mxp_config *cfg, mxp_status s, mxp_workload_provider *p,
                        mxp_classifier **out, mxp_error *err) {
     if (s != MXP_OK) return s;
-    mxp_classifier *cl = mxp_calloc(1, sizeof *cl);
-    if (!cl) {
-        cl_destroy(p->self);
-        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
-    }
     mxp_run_options o = mxp_run_options_default();
     o.provider = p;
     o.checkpoints = false;
-    if ((s = mxp_run_create(cfg, &o, &cl->run, err)) != MXP_OK) {
-        mxp_free(cl);
-        return s;
-    }
-    *out = cl;
-    return MXP_OK;
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
 }
 
 mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
@@ -351,19 +327,15 @@ mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out, mx
     return wrap(cfg, classifier_provider(cfg, &p, err), &p, out, err);
 }
 
-void mxp_classifier_destroy(mxp_classifier *cl) {
-    if (!cl) return;
-    mxp_run_destroy(cl->run);
-    mxp_free(cl);
-}
+void mxp_classifier_destroy(mxp_classifier *cl) { mxp_run_destroy(R(cl)); }
 
 void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user) {
-    run_set_progress(cl->run, fn, user);
+    run_set_progress(R(cl), fn, user);
 }
 
 int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl) {
-    int64_t per_step = cl->run->max_batch * cl->run->cfg.grad_accum_steps;
-    return (cl->run->n_train / per_step) * per_step;
+    int64_t per_step = R(cl)->max_batch * R(cl)->cfg.grad_accum_steps;
+    return (R(cl)->n_train / per_step) * per_step;
 }
 
 mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err) {
@@ -371,21 +343,21 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
     if (num_epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
                              (long long)num_epochs);
-    return mxp_run_train(cl->run, num_epochs, 0, err);
+    return mxp_run_train(R(cl), num_epochs, 0, err);
 }
 
 mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,
                                    mxp_error *err) {
     if (!cl) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_classifier_evaluate: NULL");
     mxp_run_eval ev;
-    mxp_status s = mxp_run_evaluate(cl->run, &ev, err);
+    mxp_status s = mxp_run_evaluate(R(cl), &ev, err);
     if (s != MXP_OK) return s;
     if (loss) *loss = ev.loss;
     if (accuracy) *accuracy = ev.accuracy;
     return MXP_OK;
 }
 
-mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return cl->run->trainer; }
-mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return cl->run->guard; }
-bool mxp_classifier_stopped(const mxp_classifier *cl) { return cl->run->stopped; }
-mxp_model *mxp_classifier_model(mxp_classifier *cl) { return cl->run->model; }
+mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return R(cl)->trainer; }
+mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return R(cl)->guard; }
+bool mxp_classifier_stopped(const mxp_classifier *cl) { return R(cl)->stopped; }
+mxp_model *mxp_classifier_model(mxp_classifier *cl) { return R(cl)->model; }

@@ -321,12 +321,11 @@ mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_e
     return provider_create(cfg, NULL, out, err);
 }
 
-/* ---- gpt.h: a run of the provider -------------------------------------------- */
+/* ---- gpt.h: a run of the provider ---------------------------------------------
+ * An mxp_gpt is its mxp_run (the opaque handle converted). */
 
-struct mxp_gpt {
-    mxp_run *run;
-    gpt_data *d; /* the run's provider */
-};
+static mxp_run *R(const mxp_gpt *g) { return (mxp_run *)(uintptr_t)g; }
+static gpt_data *D(const mxp_gpt *g) { return R(g)->wl.self; }
 
 static mxp_status gpt_create(const mxp_config *cfg, const char *vocab_hex, mxp_gpt **out,
                              mxp_error *err) {
@@ -335,36 +334,21 @@ static mxp_status gpt_create(const mxp_config *cfg, const char *vocab_hex, mxp_g
     mxp_workload_provider p;
     mxp_status s = provider_create(cfg, vocab_hex, &p, err);
     if (s != MXP_OK) return s;
-    mxp_gpt *g = mxp_calloc(1, sizeof *g);
-    if (!g) {
-        gpt_destroy(p.self);
-        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt workload");
-    }
     mxp_run_options o = mxp_run_options_default();
     o.provider = &p;
     o.checkpoints = false;
-    if ((s = mxp_run_create(cfg, &o, &g->run, err)) != MXP_OK) {
-        mxp_free(g);
-        return s;
-    }
-    g->d = p.self;
-    *out = g;
-    return MXP_OK;
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
 }
 
-void mxp_gpt_destroy(mxp_gpt *g) {
-    if (!g) return;
-    mxp_run_destroy(g->run);
-    mxp_free(g);
-}
+void mxp_gpt_destroy(mxp_gpt *g) { mxp_run_destroy(R(g)); }
 
 void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user) {
-    run_set_progress(g->run, fn, user);
+    run_set_progress(R(g), fn, user);
 }
 
 int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g) {
-    const int64_t per = g->d->B * g->d->cfg.grad_accum_steps;
-    return (g->d->n_win_train / per) * per * g->d->T;
+    const int64_t per = D(g)->B * D(g)->cfg.grad_accum_steps;
+    return (D(g)->n_win_train / per) * per * D(g)->T;
 }
 
 mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
@@ -372,13 +356,13 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
     if (num_epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
                              (long long)num_epochs);
-    return mxp_run_train(g->run, num_epochs, 0, err);
+    return mxp_run_train(R(g), num_epochs, 0, err);
 }
 
 mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err) {
     if (!g || !val_loss) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_evaluate: NULL");
     mxp_run_eval ev;
-    mxp_status s = mxp_run_evaluate(g->run, &ev, err);
+    mxp_status s = mxp_run_evaluate(R(g), &ev, err);
     if (s == MXP_OK) *val_loss = ev.loss;
     return s;
 }
@@ -386,8 +370,8 @@ mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err) {
 mxp_status mxp_gpt_sample(mxp_gpt *gw, const char *prompt, int64_t n, float temperature,
                           uint64_t seed, char *out, mxp_error *err) {
     if (!gw || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_sample: NULL");
-    gpt_data *g = gw->d;
-    mxp_model *model = gw->run->model;
+    gpt_data *g = D(gw);
+    mxp_model *model = R(gw)->model;
     if (n < 0 || !(temperature > 0.0f) || !isfinite(temperature))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "n=%lld temperature=%g; accepted: n >= 0, temperature finite > 0",
@@ -466,10 +450,10 @@ mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_fil
     return gpt_create(cfg, hex, out, err);
 }
 
-int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return g->d->vocab; }
-int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return g->d->n_train; }
-int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return g->d->n_text - g->d->n_train; }
-mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return g->run->trainer; }
-mxp_model *mxp_gpt_model(mxp_gpt *g) { return g->run->model; }
-mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return g->run->guard; }
-bool mxp_gpt_stopped(const mxp_gpt *g) { return g->run->stopped; }
+int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return D(g)->vocab; }
+int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return D(g)->n_train; }
+int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return D(g)->n_text - D(g)->n_train; }
+mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return R(g)->trainer; }
+mxp_model *mxp_gpt_model(mxp_gpt *g) { return R(g)->model; }
+mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return R(g)->guard; }
+bool mxp_gpt_stopped(const mxp_gpt *g) { return R(g)->stopped; }

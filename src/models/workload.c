@@ -1,5 +1,5 @@
 /* models/workload.c: mxp_workload_provider_builtin (run.h): the provider
- * that model.workload names. */
+ * that model.workload names; the MLP workloads' config check. */
 #include "models/workload.h"
 
 #include <string.h>
@@ -30,4 +30,17 @@ mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_pro
                              "model.workload=%d; accepted: world_model, classifier, gpt",
                              (int)cfg->workload);
     }
+}
+
+mxp_status workload_check_mlp(const mxp_config *cfg, mxp_error *err) {
+    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
+                             "accepted: all >= 1",
+                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
+                             (long long)cfg->depth, (long long)cfg->hidden);
+    if (cfg->depth > (MXP_MODEL_MAX_LAYERS - 1) / 3)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model depth %lld; accepted: 1..%d",
+                             (long long)cfg->depth, (MXP_MODEL_MAX_LAYERS - 1) / 3);
+    return MXP_OK;
 }

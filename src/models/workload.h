@@ -15,4 +15,8 @@ mxp_status classifier_provider(const mxp_config *cfg, mxp_workload_provider *out
                                mxp_error *err);
 mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err);
 
+/* The MLP workloads' config: batch size, accumulation, model.depth and
+ * model.hidden >= 1, depth within the model's layer limit. */
+mxp_status workload_check_mlp(const mxp_config *cfg, mxp_error *err);
+
 #endif

@@ -112,22 +112,15 @@ static mxp_status wm_auto(void *self, mxp_trainer *t, const mxp_guard_config *g,
 
 mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *out,
                                 mxp_error *err) {
-    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
-                             "accepted: all >= 1",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)cfg->depth, (long long)cfg->hidden);
-    if (cfg->depth > (MXP_MODEL_MAX_LAYERS - 1) / 3)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model depth %lld; accepted: 1..%d",
-                             (long long)cfg->depth, (MXP_MODEL_MAX_LAYERS - 1) / 3);
+    mxp_status s = workload_check_mlp(cfg, err);
+    if (s != MXP_OK) return s;
     wm_data *d = mxp_calloc(1, sizeof *d);
     if (!d) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
     d->cfg = *cfg;
     d->max_batch = cfg->batch_size;
     mxp_replay_config rc = cfg->data;
     rc.seed = cfg->seed;
-    mxp_status s = mxp_replay_create(&rc, &d->replay, err);
+    s = mxp_replay_create(&rc, &d->replay, err);
     if (s != MXP_OK) goto fail;
     d->in_dim = mxp_replay_in_dim(d->replay);
     d->out_dim = mxp_replay_out_dim(d->replay);
@@ -170,43 +163,30 @@ fail:
     return s;
 }
 
-/* ---- world_model.h: a run of the provider ------------------------------------ */
+/* ---- world_model.h: a run of the provider ------------------------------------
+ * An mxp_world_model is its mxp_run (the opaque handle converted). */
 
-struct mxp_world_model {
-    mxp_run *run;
-    wm_data *data; /* the run's provider */
-};
+static mxp_run *R(const mxp_world_model *wm) { return (mxp_run *)(uintptr_t)wm; }
+static wm_data *D(const mxp_world_model *wm) { return R(wm)->wl.self; }
 
 mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
                                   mxp_error *err) {
     if (!cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_create: NULL argument");
     *out = NULL;
-    mxp_world_model *wm = mxp_calloc(1, sizeof *wm);
-    if (!wm) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
     mxp_workload_provider p;
     mxp_status s = world_model_provider(cfg, &p, err);
+    if (s != MXP_OK) return s;
     mxp_run_options o = mxp_run_options_default();
     o.provider = &p;
     o.checkpoints = false; /* mxp_world_model_set_checkpointer */
-    if (s == MXP_OK) s = mxp_run_create(cfg, &o, &wm->run, err);
-    if (s != MXP_OK) {
-        mxp_free(wm);
-        return s;
-    }
-    wm->data = p.self;
-    *out = wm;
-    return MXP_OK;
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
 }
 
-void mxp_world_model_destroy(mxp_world_model *wm) {
-    if (!wm) return;
-    mxp_run_destroy(wm->run);
-    mxp_free(wm);
-}
+void mxp_world_model_destroy(mxp_world_model *wm) { mxp_run_destroy(R(wm)); }
 
 void mxp_world_model_set_progress(mxp_world_model *wm, mxp_progress_fn fn, void *user) {
-    run_set_progress(wm->run, fn, user);
+    run_set_progress(R(wm), fn, user);
 }
 
 mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_t batch_size,
@@ -218,60 +198,59 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
     if (batch_size < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "batch_size=%lld; accepted: 1..%lld (the configured batch size)",
-                             (long long)batch_size, (long long)wm->data->max_batch);
-    return mxp_run_train(wm->run, num_epochs, batch_size, err);
+                             (long long)batch_size, (long long)D(wm)->max_batch);
+    return mxp_run_train(R(wm), num_epochs, batch_size, err);
 }
 
 mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp_error *err) {
     if (!wm || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_validation_loss: NULL");
     mxp_run_eval ev;
-    mxp_status s = mxp_run_evaluate(wm->run, &ev, err);
+    mxp_status s = mxp_run_evaluate(R(wm), &ev, err);
     if (s == MXP_OK) *out = ev.loss;
     return s;
 }
 
 int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
-    int64_t per_step = batch_size * wm->run->dp_size * wm->run->cfg.grad_accum_steps;
-    return (wm->run->n_train / per_step) * per_step;
+    int64_t per_step = batch_size * R(wm)->dp_size * R(wm)->cfg.grad_accum_steps;
+    return (R(wm)->n_train / per_step) * per_step;
 }
 
 mxp_status mxp_world_model_set_comm(mxp_world_model *wm, mxp_comm *comm,
                                     const mxp_dist_config *dc, mxp_error *err) {
     if (!wm) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_set_comm: NULL");
-    return run_set_comm(wm->run, comm, dc, err);
+    return run_set_comm(R(wm), comm, dc, err);
 }
 
-mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return wm->run->trainer; }
-mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return wm->run->guard; }
-mxp_model *mxp_world_model_model(mxp_world_model *wm) { return wm->run->model; }
-const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return wm->data->replay; }
+mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return R(wm)->trainer; }
+mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return R(wm)->guard; }
+mxp_model *mxp_world_model_model(mxp_world_model *wm) { return R(wm)->model; }
+const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return D(wm)->replay; }
 
 void mxp_world_model_set_checkpointer(mxp_world_model *wm, mxp_ckpt_manager *m) {
-    run_set_checkpointer(wm->run, m);
+    run_set_checkpointer(R(wm), m);
 }
-mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return wm->run->ckpt; }
+mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return R(wm)->ckpt; }
 void mxp_world_model_set_stop_flag(mxp_world_model *wm, const volatile sig_atomic_t *flag) {
-    run_set_stop_flag(wm->run, flag);
+    run_set_stop_flag(R(wm), flag);
 }
-bool mxp_world_model_stopped(const mxp_world_model *wm) { return wm->run->stopped; }
+bool mxp_world_model_stopped(const mxp_world_model *wm) { return R(wm)->stopped; }
 void mxp_world_model_position(const mxp_world_model *wm, mxp_data_position *out) {
-    *out = wm->run->pos;
+    *out = R(wm)->pos;
 }
 void mxp_world_model_set_position(mxp_world_model *wm, const mxp_data_position *p) {
-    run_set_position(wm->run, p);
+    run_set_position(R(wm), p);
 }
-const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &wm->run->cfg; }
+const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &R(wm)->cfg; }
 
 mxp_status mxp_world_model_load_checkpoint(mxp_world_model *wm, const char *path,
                                            mxp_ckpt_info *info, mxp_error *err) {
-    return run_load_file(wm->run, path, info, err);
+    return run_load_file(R(wm), path, info, err);
 }
 
 mxp_status mxp_world_model_rollback(mxp_world_model *wm, const char *reason,
                                     mxp_ckpt_rollback_result *res, mxp_error *err) {
-    if (!wm->run->ckpt)
+    if (!R(wm)->ckpt)
         return mxp_error_set(err, MXP_ERR_STATE, "rollback: no checkpoint manager attached");
-    return mxp_ckpt_manager_rollback(wm->run->ckpt, wm->run->trainer, reason, &wm->run->pos,
-                                     res, err);
+    return mxp_ckpt_manager_rollback(R(wm)->ckpt, R(wm)->trainer, reason, &R(wm)->pos, res, err);
 }

@@ -192,7 +192,7 @@ static void apply_precision_request(mxp_run *r) {
         return;
     }
     mxp_error e = {0};
-    if (mxp_trainer_set_precision(r->trainer, to, &e) != MXP_OK) {
+    if (mxp_trainer_switch_precision(r->trainer, to, &e) != MXP_OK) {
         mxp_log(MXP_LOG_ERROR, "%s: switching to %s failed: %s", r->pending_reason,
                 mxp_precision_name(to), e.msg);
         return;

@@ -242,13 +242,24 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     if (!id[0]) read_run_json(r->cfg.output_dir, id, sizeof id);
     if (!id[0]) new_run_id(r);
     else snprintf(r->run_id, sizeof r->run_id, "%s", id);
-    if (r->ckpt &&
-        (s = mxp_ckpt_manager_set_run(r->ckpt, r->run_id, r->wl.name, r->data_sig, err)) != MXP_OK)
-        return s;
-    if (r->ckpt && r->wl.checkpoint_meta &&
-        (s = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self),
-                                                err)) != MXP_OK)
-        return s;
+    if (r->ckpt) { /* continuing into this directory: it belongs to the run */
+        char here[RUN_ID_LEN];
+        read_run_json(r->cfg.output_dir, here, sizeof here);
+        if (here[0] && strcmp(here, r->run_id) != 0)
+            return mxp_error_set(err, MXP_ERR_STATE,
+                                 "output.dir '%s' belongs to run %s; resuming run %s there would "
+                                 "mix the two; accepted: --resume into a new output.dir",
+                                 r->cfg.output_dir, here, r->run_id);
+        if (!r->finished_before_resume && strcmp(here, r->run_id) != 0 &&
+            (s = write_run_json(r, err)) != MXP_OK)
+            return s;
+        s = mxp_ckpt_manager_set_run(r->ckpt, r->run_id, r->wl.name, r->data_sig, err);
+        if (s != MXP_OK) return s;
+        if (r->wl.checkpoint_meta &&
+            (s = mxp_ckpt_manager_set_workload_meta(r->ckpt, r->wl.checkpoint_meta(r->wl.self),
+                                                    err)) != MXP_OK)
+            return s;
+    }
     mxp_log(MXP_LOG_INFO, "resumed run %s from %s: step %lld, epoch %lld, step %lld of %lld%s",
             r->run_id, file, (long long)info.step, (long long)info.pos.epoch + 1,
             (long long)info.pos.run_step, (long long)info.pos.run_total,

@@ -48,9 +48,10 @@ static void help(FILE *f) {
           "\n"
           "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
           "default runs/latest). A directory holding another run's checkpoints is\n"
-          "refused: --resume it, or choose a new output.dir (docs/run.md). Exit codes: 0 ok, 1 training failed, 2 usage or\n"
-          "config error (nothing written), 3 outputs could not be written, 4 a\n"
-          "guard rule with action stop ended the run (outputs still written).\n"
+          "refused: --resume it, or choose a new output.dir (docs/run.md).\n"
+          "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
+          "written), 3 outputs could not be written, 4 a guard rule with action\n"
+          "stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
           "SIGTERM/SIGINT finish the current step, write a checkpoint and the outputs,\n"
           "and exit 0; a second signal exits at once. Checkpoints: checkpoint.* keys.\n",
@@ -292,13 +293,6 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         mxp_log(MXP_LOG_WARN, "training.flush_denormals=true: no flush-to-zero mode on this "
                               "platform; ignored");
     if (obs_glue_apply_config(&cfg)) quiet = true; /* JSON logs: progress goes through the log */
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL && mxp_comm_size(comm) > 1) {
-        cli_error("model.workload=%s on %d ranks: data-parallel training supports "
-                  "model.workload=world_model; accepted: world_model, or one process",
-                  cfg.workload == MXP_WORKLOAD_CLASSIFIER ? "classifier" : "gpt",
-                  mxp_comm_size(comm));
-        return CLI_EXIT_USAGE;
-    }
 
     obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                      .cur_epoch = -1}};
