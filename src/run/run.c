@@ -159,6 +159,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
         (s = run_ckpt_open(r, o.resume != NULL, err)) != MXP_OK)
         goto fail;
     if (o.resume && (s = mxp_run_resume(r, o.resume, err)) != MXP_OK) goto fail;
+    if (!r->run_id[0]) run_new_id(r); /* a run without checkpoints has an id too */
     *out = r;
     return MXP_OK;
 fail:

@@ -62,7 +62,7 @@ static void json_num_get(const char *json, const char *key, char *out, size_t n)
 
 /* A fresh run id: 128 bits from the clock, the process id and the address
  * of the run, mixed through the counter-based RNG. */
-static void new_run_id(mxp_run *r) {
+void run_new_id(mxp_run *r) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
@@ -136,7 +136,7 @@ mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err) {
     r->own_ckpt = true;
     mxp_guard_set_checkpoints(r->guard, r->ckpt); /* rollback may use the checkpoints */
     if (!resuming) {
-        new_run_id(r);
+        run_new_id(r);
         if ((s = write_run_json(r, err)) != MXP_OK) return s;
     }
     mxp_status s2 = mxp_ckpt_manager_set_run(r->ckpt, r->run_id[0] ? r->run_id : NULL,
@@ -240,7 +240,7 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
         r->finished_before_resume = true;
     }
     if (!id[0]) read_run_json(r->cfg.output_dir, id, sizeof id);
-    if (!id[0]) new_run_id(r);
+    if (!id[0]) run_new_id(r);
     else snprintf(r->run_id, sizeof r->run_id, "%s", id);
     if (r->ckpt) { /* continuing into this directory: it belongs to the run */
         char here[RUN_ID_LEN];

@@ -52,6 +52,8 @@ struct mxp_run {
  * that holds another run's checkpoints, create the manager, record the run
  * id. Nothing is written when it fails. */
 mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err);
+/* A fresh run id into r->run_id. */
+void run_new_id(mxp_run *r);
 /* After each step: the manager's policy, forced at stop / end. */
 mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err);
 
