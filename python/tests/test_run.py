@@ -59,6 +59,18 @@ class SeedUsageTest(TmpDirCase):
         self.assertEqual(model._fp16_stats["precision"], "fp32")
 
 
+    def test_world_model_checkpoint_round_trip(self):
+        model = mixprec.WorldModel(**SMALL)
+        model.train(num_epochs=1, batch_size=16)
+        self.assertTrue(os.path.isdir(os.path.join(model.output_dir, "checkpoints")))
+        saved = model.save_checkpoint(self.path("wm.safetensors"))
+        other = mixprec.WorldModel().load_checkpoint(saved)
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(other.state_dict()[k], v, err_msg=k)
+        x = np.zeros((3, model.state_dict()["0.weight"].shape[1]), np.float32)
+        np.testing.assert_array_equal(other.predict(x), model.predict(x))
+
+
 class RunTest(TmpDirCase):
     def test_stats_agree_with_cli_summary(self):
         need_cli(self)
