@@ -66,6 +66,10 @@ def config_overrides(path):
     L = _lib.lib()
     out = [(k, v) for k, v in json.loads(meta["config"]).items()
            if L.mxp_config_key_find(k.encode()) >= 0]
+    # The checkpoint holds the weights: a model.init_from file that is gone
+    # (Run(init=state_dict) wrote it to a temporary folder) is not needed.
+    out = [(k, "none" if k == "model.init_from" and v != "none" and not os.path.exists(v)
+            else v) for k, v in out]
     prec = meta.get("precision")
     if prec:
         out.append(("training.precision", prec))

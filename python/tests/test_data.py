@@ -181,6 +181,13 @@ class DataTest(TmpDirCase):
                            init=p)
         for k in sd:
             np.testing.assert_array_equal(run2.state_dict()[k], sd[k], err_msg=k)
+        run.train(num_epochs=1)
+        trained = run.state_dict()
+        run.close()  # removes the temporary init file; resume does not need it
+        back = mixprec.Run.resume(self.path("i"), data={"x": x, "y": y})
+        self.assertTrue(back.stats["resumed"])
+        for k, v in trained.items():
+            np.testing.assert_array_equal(back.state_dict()[k], v, err_msg=k)
         bad = dict(sd)
         bad["0.weight"] = bad["0.weight"][:, :4]
         with self.assertRaises(mixprec.Error) as cm:
