@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from . import _capi, _ckpt, _data, _lib
+from . import _capi, _ckpt, _data, _lib, _obs
 from .config import Config
 from .errors import Error, GuardStop
 
@@ -49,11 +49,14 @@ class Run:
     from. progress: a function called every `progress_every` steps with a
     dict (step, total_steps, epoch, loss, scale, precision, skipped), or
     True for a tqdm bar when tqdm imports. checkpoints: write checkpoints
-    under the config's checkpoint.* policy (the CLI's default).
+    under the config's checkpoint.* policy (the CLI's default). store:
+    feed the library's observability (obs.*: metrics.db and events.jsonl in
+    output.dir when obs.store.enabled, the HTTP API when obs.http.enabled),
+    as the CLI does.
     """
 
     def __init__(self, config=None, data=None, model=None, init=None, *, progress=None,
-                 progress_every=100, checkpoints=True, _resume=None):
+                 progress_every=100, checkpoints=True, store=True, _resume=None):
         self._ptr = ctypes.c_void_p()
         self._lock = threading.RLock()
         self._events = []
@@ -86,7 +89,8 @@ class Run:
         self._progress_every = max(1, int(progress_every))
         self._bar = None
         opt = L.mxp_run_options_default()
-        self._cb = self._make_callbacks()
+        self._obs = _obs.Obs(self.config) if store else None
+        self._cb = self._make_callbacks(self._obs.observer if self._obs else None)
         opt.observer = ctypes.pointer(self._cb["observer"])
         opt.checkpoints = bool(checkpoints)
         if progress is not None:
@@ -101,6 +105,9 @@ class Run:
         try:
             _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
                                         ctypes.byref(self._ptr), ctypes.byref(err)), err)
+        except BaseException:
+            self.close()
+            raise
         finally:
             if self._dataset is not None:  # borrowed for the create call only
                 self._dataset.close()
@@ -135,8 +142,11 @@ class Run:
     def close(self):
         """Free the run (also done when it is garbage collected)."""
         if getattr(self, "_ptr", None):
-            _lib.lib().mxp_run_destroy(self._ptr)
+            _lib.lib().mxp_run_destroy(self._ptr)  # ends the run in the store
             self._ptr = ctypes.c_void_p()
+        if getattr(self, "_obs", None) is not None:
+            self._obs.close()
+            self._obs = None
         if getattr(self, "_dataset", None) is not None:
             self._dataset.close()
             self._dataset = None
@@ -164,14 +174,20 @@ class Run:
 
     # ---- callbacks ------------------------------------------------------
 
-    def _make_callbacks(self):
+    def _make_callbacks(self, base):
+        """The run's observer: `base` (the store's, C functions) with the
+        precision and guard-event hooks wrapped to record them here too."""
         me = self
 
         def on_precision(_s, _run, frm, to, reason):
+            if base is not None and base.precision_changed:
+                base.precision_changed(_s, _run, frm, to, reason)
             me._switches.append({"from": _capi.PRECISIONS[frm], "to": _capi.PRECISIONS[to],
                                  "reason": _capi.cstr(reason)})
 
         def on_guard(_s, _run, evp):
+            if base is not None and base.guard_event:
+                base.guard_event(_s, _run, evp)
             ev = _event_dict(evp.contents)
             if "rollback" in ev["taken"]:
                 me._n_rollbacks += 1
@@ -200,6 +216,9 @@ class Run:
                 me.stop()
 
         obs = _capi.RunObserver()
+        if base is not None:
+            # self, begin, step, end, destroy: the store's C functions
+            ctypes.memmove(ctypes.byref(obs), ctypes.byref(base), ctypes.sizeof(obs))
         obs.precision_changed = _capi.OBS_PRECISION_FN(on_precision)
         obs.guard_event = _capi.OBS_GUARD_FN(on_guard)
         return {"observer": obs, "progress": _capi.PROGRESS_FN(on_progress),

@@ -36,6 +36,10 @@ int main(void) {
     F(mxp_model_spec, layernorm_eps); F(mxp_model_spec, seq_len); F(mxp_model_spec, embed_scale);
     S(mxp_tensor_info); F(mxp_tensor_info, ndim); F(mxp_tensor_info, shape);
     S(mxp_array); F(mxp_array, shape); F(mxp_array, numel); F(mxp_array, data);
+    S(mxp_obs_settings); F(mxp_obs_settings, http_port); F(mxp_obs_settings, token_file);
+    F(mxp_obs_settings, http_linger_s); F(mxp_obs_settings, store_enabled);
+    F(mxp_obs_settings, store_events); F(mxp_obs_settings, flush_seconds);
+    F(mxp_obs_settings, fp32_baseline_loss);
     printf("mxp_config %zu\n", sizeof(mxp_config));
     return 0;
 }

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import unittest
 
-from mixprec import _capi, _lib, config, predict
+from mixprec import _capi, _lib, _obs, config, predict
 from .util import TmpDirCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -19,7 +19,7 @@ MIRRORS = {"mxp_error": _lib.CError, "mxp_nonfinite_site": _capi.NonfiniteSite,
            "mxp_run_options": _capi.RunOptions, "mxp_run_eval": _capi.RunEval,
            "mxp_run_info": _capi.RunInfo, "mxp_layer_spec": _capi.LayerSpec,
            "mxp_model_spec": _capi.ModelSpec, "mxp_tensor_info": _capi.TensorInfo,
-           "mxp_array": predict._Array}
+           "mxp_array": predict._Array, "mxp_obs_settings": _obs.ObsSettings}
 RENAMED = {"from": "from_"}
 
 

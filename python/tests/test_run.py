@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -149,8 +150,9 @@ class RunTest(TmpDirCase):
             np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
 
     def test_save_and_resume_from_file(self):
-        run = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
         run.train(num_epochs=1)
+        self.assertFalse(os.path.exists(self.path("a", "metrics.db")))
         p = run.save(self.path("one.safetensors"))
         self.assertTrue(os.path.getsize(p) > 0)
         back = mixprec.Run.resume(p, config={"output.dir": self.path("c")})
@@ -172,7 +174,18 @@ class RunTest(TmpDirCase):
         self.assertTrue(cli_ev, "the CLI run had no guard event")
         run = mixprec.Run(mixprec.Config(**small(self.path("py"), **fault)))
         st = run.train()
+        run.close()  # ends the run in the store
         py_ev = st["guard_events"]
+        # the Python run's own event log (the library's store) says the same
+        with open(self.path("py", "events.jsonl")) as f:
+            store_ev = [json.loads(line) for line in f]
+        self.assertEqual([(e["step"], e["message"]) for e in store_ev if e["kind"] == "guard"],
+                         [(e["step"], e["message"]) for e in cli_ev])
+        self.assertEqual(store_ev[-1]["kind"], "run_end")
+        db = sqlite3.connect(self.path("py", "metrics.db"))
+        n, = db.execute("SELECT count(*) FROM fp16_stats").fetchone()
+        db.close()
+        self.assertGreater(n, 0)
         self.assertEqual(len(py_ev), len(cli_ev))
         for p, c in zip(py_ev, cli_ev):
             self.assertEqual(p["step"], c["step"])
