@@ -5,7 +5,7 @@ through mixprec.Run, interleaved (CLI, Python, CLI, Python, ...), medians.
 
 Needs a build in build/ (or $MIXPREC_LIB and $MIXPREC_CLI). Both sides run
 the same config (default world model unless key=value overrides; checkpoints
-and the run store off, as the Python run has no store) as a fresh process;
+and the run store off on both sides) as a fresh process;
 it reports per side the median process wall time and the median of the
 run's own training wall time (CLI: summary.json wall_time_s; Python:
 stats["wall_s"]), and checks the two give the same final loss. Timing only:
