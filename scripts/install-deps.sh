@@ -11,6 +11,9 @@ pkgs+=(libmujoco-dev libmujoco-samples)
 # observability tests and `mixprec report`: promtool + Prometheus server,
 # the sqlite3 CLI, headless Chromium, gnuplot (pngcairo) and its font, curl
 pkgs+=(prometheus sqlite3 chromium gnuplot-nox fonts-dejavu-core curl)
+# the Python package (python/, docs/python.md): its offline pip-install test
+# and the PyTorch oracle of its tests (state_dict into nn.Sequential, predict)
+pkgs+=(python3-pip python3-venv python3-torch)
 # checkpoint-loader fuzzing (tests/fuzz/run_fuzz.sh): clang + the libFuzzer runtime
 pkgs+=(clang libclang-rt-14-dev)
 missing=()
