@@ -321,11 +321,11 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
         if (st != MXP_OK) return st;
         if (stop) {
             cl->stopped = true;
-            return MXP_OK;
+            return workload_end(&loop, err);
         }
     }
     mxp_data_position_end(p);
-    return MXP_OK;
+    return workload_end(&loop, err);
 }
 
 mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,

@@ -278,11 +278,11 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
         if (st != MXP_OK) return st;
         if (stop) {
             g->stopped = true;
-            return MXP_OK;
+            return workload_end(&loop, err);
         }
     }
     mxp_data_position_end(p);
-    return MXP_OK;
+    return workload_end(&loop, err);
 }
 
 mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err) {

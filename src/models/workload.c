@@ -42,3 +42,10 @@ mxp_status workload_step(const workload_loop *w, const mxp_batch *micro, int n_m
     }
     return MXP_OK;
 }
+
+mxp_status workload_end(const workload_loop *w, mxp_error *err) {
+    mxp_error e = {0};
+    if (mxp_trainer_check_state(w->trainer, &e) == MXP_OK) return MXP_OK;
+    return mxp_error_set(err, e.status, "training ended with unusable weights or optimizer "
+                         "state (checkpoints written with it are marked unhealthy): %s", e.msg);
+}

@@ -37,4 +37,10 @@ mxp_status workload_step(const workload_loop *w, const mxp_batch *micro, int n_m
                          mxp_data_position *p, int64_t epoch, mxp_step_result *res, bool *stop,
                          mxp_error *err);
 
+/* The end of a train() call, done or stopped: MXP_ERR_NONFINITE when the
+ * weights or the optimizer state are not finite (mxp_trainer_check_state),
+ * so a run that ends with broken weights never reports success (issue 15,
+ * item 1); MXP_OK otherwise. */
+mxp_status workload_end(const workload_loop *w, mxp_error *err);
+
 #endif

@@ -223,11 +223,11 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
         }
         if (stop) {
             wm->stopped = true;
-            return MXP_OK;
+            return workload_end(&loop, err);
         }
     }
     mxp_data_position_end(p);
-    return MXP_OK;
+    return workload_end(&loop, err);
 }
 
 mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp_error *err) {
