@@ -594,6 +594,7 @@ int cli_ckpt_begin(mxp_world_model *wm, const mxp_config *cfg, const char *ckpt,
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL); /* what mpirun forwards to every rank: a graceful stop */
     mxp_world_model_set_stop_flag(wm, &g_stop);
     return CLI_EXIT_OK;
 }

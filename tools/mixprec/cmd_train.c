@@ -44,8 +44,9 @@ static void help(FILE *f) {
           "config error (nothing written), 3 outputs could not be written, 4 a\n"
           "guard rule with action stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
-          "SIGTERM/SIGINT finish the current step, write a checkpoint and the outputs,\n"
-          "and exit 0; a second signal exits at once. Checkpoints: checkpoint.* keys.\n",
+          "SIGTERM/SIGINT/SIGUSR2 finish the current step, write a checkpoint and the\n"
+          "outputs, and exit 0; a second signal exits at once. Under mpirun send SIGUSR2\n"
+          "to mpirun (forwarded to every rank). Checkpoints: checkpoint.* keys.\n",
           f);
 }
 
