@@ -21,9 +21,11 @@
  * own limit is twice that, for connections that are busy being answered.
  * Answers: 404 unknown path, 405 (with Allow) wrong method, 400 malformed
  * query or body, HTTP/1.1 without Host, or a repeated Content-Length; 401
- * missing/wrong bearer token (constant-time compare, a NUL inside the
- * header is wrong); 403 control API disabled, 409 run not running, 413
- * body too large.
+ * missing/wrong bearer token (constant-time compare); 403 control API
+ * disabled, 409 run not running, 413 body too large. Known limitation:
+ * libmicrohttpd 0.9.75 ends header values at an embedded NUL before we see
+ * them, so "Bearer <token>\0garbage" still matches (the length check in
+ * authorized() catches it with a library that reports the full length).
  * Reference: https://www.gnu.org/software/libmicrohttpd/manual/
  */
 #include <arpa/inet.h>
@@ -205,7 +207,7 @@ static bool authorized(const mxp_obs_server *s, struct MHD_Connection *c) {
     size_t hn = 0;
     if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "Authorization", 13, &h, &hn) !=
             MHD_YES ||
-        !h || strlen(h) != hn) /* "Bearer <token>\0garbage" is not the token */
+        !h || strlen(h) != hn) /* a NUL inside the value (when MHD reports it) */
         return false;
     if (strncasecmp(h, "Bearer ", 7) != 0) return false;
     const char *tok = h + 7;
