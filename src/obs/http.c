@@ -464,7 +464,10 @@ static void enforce_deadlines(mxp_obs_server *s) {
 static void *serve_main(void *arg) {
     mxp_obs_server *s = arg;
     while (!atomic_load(&s->quit)) {
-        MHD_run_wait(s->d, POLL_MS);
+        if (MHD_run_wait(s->d, POLL_MS) != MHD_YES) { /* never spin on an error */
+            struct timespec ts = {0, POLL_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         enforce_deadlines(s);
     }
     return NULL;
