@@ -14,6 +14,11 @@ usage:
                                             output; every tensor must agree exactly
   ckpt_reader.py --check-export SRC OUT     OUT (from `mixprec ckpt export`) must hold
                                             SRC's weights rounded to OUT's dtype
+  ckpt_reader.py --edit SRC DST [KEY=VALUE | TENSOR[I]=X ...]
+                                            write DST: SRC with metadata values
+                                            replaced and F32 elements set, every
+                                            checksum recomputed (a crafted file
+                                            that passes the integrity checks)
   ckpt_reader.py --selftest                 CRC32C and dtype-decoding vectors
 Exit status 0 when every check passes, 1 otherwise (the message says why).
 """
@@ -267,6 +272,51 @@ def selftest():
         [0x3F80, 0x3F80, 0x3F82]  # ties to even
 
 
+def _canon_crc(meta, tensors, order):
+    canon = bytearray()
+    for name in order:
+        t = tensors[name]
+        canon += name.encode() + b"\0" + t["dtype"].encode() + b"\0"
+        canon += "".join("%d," % d for d in t["shape"]).encode()
+        canon += (";%d,%d" % (t["begin"], t["end"])).encode() + b"\0"
+    for k in sorted(meta, key=lambda s: s.encode()):
+        if k != "header_crc32c":
+            canon += k.encode() + b"\0" + meta[k].encode() + b"\0"
+    return "%08x" % crc32c(bytes(canon))
+
+
+def edit(src, dst, edits):
+    """Rewrite src into dst with metadata values replaced (KEY=VALUE) and
+    F32 tensor elements set (NAME[I]=X), checksums recomputed."""
+    meta, tensors, order = read(src)
+    for e in edits:
+        key, _, value = e.partition("=")
+        if key.endswith("]") and "[" in key:
+            name, _, idx = key[:-1].rpartition("[")
+            t = tensors[name]
+            if t["dtype"] != "F32":
+                raise FormatError("%s: only F32 elements can be set" % name)
+            raw = bytearray(t["raw"])
+            struct.pack_into("<f", raw, 4 * int(idx), float(value))
+            t["raw"] = bytes(raw)
+        else:
+            meta[key] = value
+    sums = json.loads(meta["checksums"])
+    for name in order:
+        sums[name] = "%08x" % crc32c(tensors[name]["raw"])
+    meta["checksums"] = json.dumps(sums, separators=(",", ":"), sort_keys=True)
+    meta["header_crc32c"] = _canon_crc(meta, tensors, order)
+    header = {"__metadata__": meta}
+    for name in order:
+        t = tensors[name]
+        header[name] = {"dtype": t["dtype"], "shape": t["shape"],
+                        "data_offsets": [t["begin"], t["end"]]}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(tensors[n]["raw"] for n in order))
+
+
 def main(argv):
     try:
         if argv[1:] == ["--selftest"]:
@@ -278,6 +328,9 @@ def main(argv):
         elif len(argv) == 4 and argv[1] == "--check-export":
             n = check_export(argv[2], argv[3])
             print("%s: %d weight tensors are the rounding of %s" % (argv[3], n, argv[2]))
+        elif len(argv) >= 4 and argv[1] == "--edit":
+            edit(argv[2], argv[3], argv[4:])
+            summary(argv[3])  # the result must pass this reader's own checks
         elif len(argv) == 2:
             meta, _, tensors = summary(argv[1])
             json.dump({"metadata": meta, "tensors": tensors}, sys.stdout)

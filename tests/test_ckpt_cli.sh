@@ -12,6 +12,13 @@
 #    exit 0, and --resume RUN_DIR then ends with the uninterrupted run's
 #    history; a second SIGTERM kills at once without damaging checkpoints;
 #  - a truncated or bit-flipped checkpoint fails verify with a clear message;
+#  - issue 15, items 1, 3, 4: files crafted by the independent reader with
+#    every checksum valid but values out of range (a negative AdamW v,
+#    epoch 10^12, step_in_epoch beyond the epoch, a run_step that does not
+#    match, a batch that contradicts the stored config) fail verify naming
+#    the value, and --resume refuses them; a stored config naming a
+#    4096-wide, 8-deep model fails verify by parameter count with a small
+#    peak RSS (no model is built); a FIFO given to verify fails at once;
 #  - disk full / read-only filesystem during a save (a 256 KiB tmpfs, when
 #    this user may mount one): an error, and the previous checkpoints
 #    survive and verify.
@@ -93,6 +100,66 @@ grep -q "flip.safetensors.*checksum mismatch" v.txt || fail "flip: $(cat v.txt)"
 "$bin" train --quiet --resume trunc.safetensors output.dir=T >/dev/null 2>t.err
 [ $? -eq 2 ] || fail "resume from a truncated file did not exit 2"
 [ ! -e T ] || fail "resume from a truncated file wrote outputs"
+
+# ---- out-of-range values with valid checksums (issue 15) -----------------------
+craft() { # OUT EDIT...: f20 rewritten by the independent reader
+  local out=$1
+  shift
+  $py "$reader" --edit "$f20" "$out" "$@" >/dev/null 2>ed.err || fail "craft $out: $(cat ed.err)"
+}
+expect_bad() { # FILE PATTERN: verify exits 1 and names the problem
+  "$bin" ckpt verify "$1" >v.txt 2>&1
+  local rc=$?
+  [ $rc -eq 1 ] || fail "$1: verify exit $rc: $(cat v.txt)"
+  grep -q -- "$2" v.txt || fail "$1: '$2' not in: $(cat v.txt)"
+}
+meta() { # KEY: a metadata value of f20
+  $py "$reader" "$f20" | $py -c 'import json,sys; print(json.load(sys.stdin)["metadata"][sys.argv[1]])' "$1"
+}
+pos_with() { # PYTHON-STATEMENT over p (the data position dict) -> data_position=JSON
+  $py -c 'import json,sys
+p = json.loads(sys.argv[1]); exec(sys.argv[2])
+print("data_position=" + json.dumps(p, separators=(",", ":")))' "$(meta data_position)" "$1"
+}
+craft same.safetensors
+"$bin" ckpt verify same.safetensors >v.txt 2>&1 || fail "an unchanged rewrite fails: $(cat v.txt)"
+craft negv.safetensors 'optim.v.layers.0.weight[3]=-0.001'
+expect_bad negv.safetensors "optim.v.layers.0.weight.*negative"
+"$bin" train --quiet --resume negv.safetensors output.dir=NV >/dev/null 2>nv.err
+[ $? -ne 0 ] && grep -q "negative" nv.err || fail "resume from a negative v: $(tail -2 nv.err)"
+[ ! -e NV/summary.json ] || fail "a run resumed from a negative v"
+craft epoch.safetensors epoch=1000000000000
+expect_bad epoch.safetensors "epoch=1000000000000 exceeds step=20"
+craft posep.safetensors "$(pos_with 'p["epoch"] = 10**12')"
+expect_bad posep.safetensors "data_position.epoch=1000000000000 exceeds"
+craft sie.safetensors "$(pos_with 'p["step_in_epoch"] = p["run_total"] // p["run_epochs"]')"
+expect_bad sie.safetensors "step_in_epoch=.* beyond the epoch"
+"$bin" train --quiet --resume sie.safetensors output.dir=SIE >/dev/null 2>sie.err
+[ $? -ne 0 ] || fail "resume with step_in_epoch beyond the epoch trained"
+craft rstep.safetensors "$(pos_with 'p["run_step"] = p["run_step"] - 1')"
+expect_bad rstep.safetensors "do not match run_step"
+craft batch.safetensors "$(pos_with 'p["batch_size"] = p["batch_size"] + 8')"
+expect_bad batch.safetensors "batch_size=24 contradicts the stored config's training.batch_size=16"
+craft batch2.safetensors "$(pos_with 'p["batch_size"] = 2 * p["batch_size"]')" # 2 ranks
+"$bin" ckpt verify batch2.safetensors >v.txt 2>&1 || fail "a 2-rank batch refused: $(cat v.txt)"
+# a stored config naming a far bigger model: refused by parameter count,
+# without building it (that took 1.1 GB)
+cfg=$($py -c 'import json,sys
+c = json.loads(sys.argv[1]); c["model.hidden"] = "4096"; c["model.depth"] = "8"
+print("config=" + json.dumps(c, separators=(",", ":")))' "$(meta config)")
+craft huge.safetensors "$cfg"
+$py - "$bin" huge.safetensors <<'EOF' || fail "verify of a huge stored config"
+import resource, subprocess, sys
+r = subprocess.run([sys.argv[1], "ckpt", "verify", sys.argv[2]], capture_output=True, text=True)
+rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print("verify of a 4096x8 stored config: exit %d, peak RSS %.1f MB" % (r.returncode, rss_mb))
+assert r.returncode == 1 and "parameters" in r.stdout, r.stdout + r.stderr
+assert rss_mb < 200, rss_mb
+EOF
+mkfifo fifo.safetensors
+timeout 20 "$bin" ckpt verify fifo.safetensors >v.txt 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "FIFO" v.txt || fail "verify of a FIFO: exit $rc: $(cat v.txt)"
 
 # ---- graceful stop ------------------------------------------------------------
 # wide enough that the run is still going when SIGTERM arrives even with the

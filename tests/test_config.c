@@ -14,6 +14,10 @@
 
 #include <mixprec/config.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -541,6 +545,56 @@ static void test_yaml_errors(void) {
     CHECK(strcmp(c.output_dir, "my runs/a") == 0 && c.layernorm);
 }
 
+/* Issue 15, item 4: nesting is refused before libyaml builds a document
+ * (100,000 flow levels took over 20 s there); a FIFO as the config file is
+ * refused at once instead of blocking in open() (a child process with an
+ * alarm bounds the wait: a hang is a failure, not a stuck suite);
+ * model.hidden has an upper bound. */
+static void test_yaml_limits(void) {
+    mxp_error err;
+    mxp_config c;
+    const size_t depth = 100000;
+    char *deep = malloc(2 * depth + 16);
+    if (!deep) exit(2);
+    size_t at = (size_t)sprintf(deep, "a: ");
+    for (size_t i = 0; i < depth; i++) deep[at++] = '[';
+    for (size_t i = 0; i < depth; i++) deep[at++] = ']';
+    deep[at++] = '\n';
+    deep[at] = '\0';
+    CHECK_REJECT(build(deep, NULL, NULL, &c, &err), err, "nested deeper than 32", ":1:");
+    free(deep);
+    char blocks[2048] = "";
+    at = 0;
+    for (int i = 0; i < 40; i++)
+        at += (size_t)snprintf(blocks + at, sizeof blocks - at, "%*sk%d:\n", i, "", i);
+    CHECK_REJECT(build(blocks, NULL, NULL, &c, &err), err, "nested deeper than 32");
+    /* shallow nesting still reaches the key checks */
+    CHECK_REJECT(build("training: {mixed_precision: {enabled: [1]}}\n", NULL, NULL, &c, &err),
+                 err, "expected a scalar");
+    /* a FIFO: refused, in a child that an alarm kills if open() blocks */
+    char fifo[] = "/tmp/mxp_test_fifo_XXXXXX";
+    int tfd = mkstemp(fifo);
+    CHECK(tfd >= 0);
+    if (tfd >= 0) close(tfd);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        mxp_config_builder *b = new_builder();
+        mxp_error e = {0};
+        mxp_status st = mxp_config_apply_file(b, fifo, &e);
+        _exit(st == MXP_ERR_IO && strstr(e.msg, "FIFO") && strstr(e.msg, fifo) ? 0 : 1);
+    }
+    int ws = 0;
+    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+    CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "config file FIFO: %s",
+              WIFSIGNALED(ws) ? "open() blocked (killed by the alarm)" : "not refused as a FIFO");
+    unlink(fifo);
+    CHECK_REJECT(override1("model.hidden=16385", &err), err, "model.hidden", "16384");
+    CHECK_OK(override1("model.hidden=16384", &err), &err);
+}
+
 static void test_print(void) {
     mxp_error err;
     mxp_config_builder *b = new_builder();
@@ -591,6 +645,7 @@ int main(void) {
     test_bad_values();
     test_cross_field();
     test_yaml_errors();
+    test_yaml_limits();
     test_print();
     for (int i = 0; i < g_npaths; i++) unlink(g_paths[i]);
     return test_finish("test_config");

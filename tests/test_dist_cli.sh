@@ -12,7 +12,10 @@
 #    (2 x 16 <-> 1 x 32);
 #  - a bad dist.* value exits 2 naming the key;
 #  - killing one rank (SIGKILL) makes the job fail fast with a message that
-#    names the rank, and every checkpoint file left on disk is complete.
+#    names the rank, and every checkpoint file left on disk is complete;
+#  - SIGUSR2 to mpirun, or SIGTERM to the ranks, stops the job gracefully:
+#    both ranks stop at a step boundary, outputs and a verifying checkpoint
+#    are written, mpirun exits 0 (issue 15, item 6).
 # Exits 77 (skipped) without mpirun or with a mixprec built without MPI.
 set -u
 bin=$(realpath "$1")
@@ -181,6 +184,33 @@ for f in files:
 print(f"{len(files)} checkpoint(s) on disk, all complete")
 EOF
 fi
+
+# graceful stop of the whole job (issue 15, item 6): SIGUSR2 to mpirun is
+# forwarded to every rank, which stop at a step boundary; rank 0 writes the
+# checkpoint and the outputs; every rank and mpirun exit 0. SIGTERM to the
+# ranks does the same. (SIGTERM to mpirun is Open MPI's abort: exit 1.)
+for how in usr2-to-mpirun term-to-ranks; do
+  "${MPI[@]}" "$bin" train output.dir=g-$how $big >g.out 2>g.err &
+  mp=$!
+  for _ in $(seq 1 600); do
+    compgen -G "g-$how/checkpoints/ckpt-*.safetensors" >/dev/null && break
+    sleep 0.1
+  done
+  if [ $how = usr2-to-mpirun ]; then
+    kill -USR2 $mp
+  else
+    kill -TERM $(pgrep -P $mp)
+  fi
+  wait $mp
+  rc=$?
+  mp=""
+  echo "graceful stop ($how): mpirun exited $rc"
+  [ $rc -eq 0 ] || fail "graceful stop ($how): mpirun exit $rc: $(tail -3 g.err)"
+  [ "$(grep -c 'stopped by signal after step' g.err)" -eq 2 ] ||
+    fail "graceful stop ($how): not every rank stopped at a step boundary: $(tail -4 g.err)"
+  [ -f g-$how/summary.json ] || fail "graceful stop ($how): no outputs"
+  "$bin" ckpt verify g-$how >/dev/null 2>&1 || fail "graceful stop ($how): a checkpoint fails verify"
+done
 
 echo "test_dist_cli: $fails failure(s)"
 [ $fails -eq 0 ]

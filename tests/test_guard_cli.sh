@@ -8,7 +8,11 @@
 #    summary names the rule; --json carries the guard object;
 #  - `kill -USR1` switches a running job to fp32 at a step boundary, with no
 #    lost or repeated step;
-#  - bad guard/fault keys are config errors (exit 2) naming the key.
+#  - bad guard/fault keys are config errors (exit 2) naming the key;
+#  - issue 15, item 1: weights scaled to Inf before the first step (pure
+#    fp16): the starting state is never a rollback point (no "rolled back"),
+#    the run exits 1 naming the non-finite tensor, records the run failed,
+#    and every checkpoint it wrote is marked unhealthy.
 set -u
 bin=$(realpath "$1")
 work=$(mktemp -d)
@@ -84,6 +88,26 @@ grep -q "guard.zero_grad.action" bad.err || fail "bad action: key not named: $(c
 "$bin" train $small fault.kind=nan fault.layer=40 output.dir=bad2 > /dev/null 2> bad2.err
 [ $? -eq 2 ] || fail "fault.layer beyond the model: expected exit 2"
 grep -q "fault.layer" bad2.err || fail "fault.layer not named: $(cat bad2.err)"
+
+# a run that ends with non-finite weights is a failure, never exit 0
+"$bin" train output.dir=inf training.epochs=1 data.trajectories=32 model.hidden=16 model.depth=2 \
+  checkpoint.every_steps=50 training.precision=fp16 fault.kind=scale_weights fault.value=1e30 \
+  fault.step=0 > inf.out 2> inf.err
+rc=$?
+[ $rc -eq 1 ] || fail "non-finite weights at the end: exit $rc, expected 1"
+grep -q "training failed: .*non-finite.*layers.0.weight" inf.err ||
+  fail "the failure does not name the non-finite tensor: $(tail -3 inf.err)"
+grep -q "is not a rollback point" inf.err || fail "no word that the start state was refused"
+! grep -q "rolled back to" inf.err || fail "rolled back to a non-finite state: $(grep 'rolled back' inf.err | head -2)"
+[ "$(sqlite3 inf/metrics.db 'SELECT state FROM runs' 2>/dev/null)" = failed ] ||
+  fail "run state in the store: $(sqlite3 inf/metrics.db 'SELECT state FROM runs' 2>&1)"
+nck=0
+for f in inf/checkpoints/ckpt-*.safetensors; do
+  [ -e "$f" ] || continue
+  nck=$((nck + 1))
+  "$bin" ckpt verify "$f" 2>&1 | grep -q "UNHEALTHY\|FAIL" || fail "$f is not marked unhealthy"
+done
+[ $nck -ge 1 ] || fail "no checkpoint written by the non-finite run"
 
 if [ $fails -ne 0 ]; then
   echo "test_guard_cli: $fails failures"

@@ -10,7 +10,11 @@
  * - the observer over a real tiny trainer with injected overflows: metric
  *   values equal the trainer's own stats, history paging, the ring bound,
  *   precision requests, fallback detection, guard-event counting;
- * - the store reader returns the rows written (values from the trainer).
+ * - the store reader returns the rows written (values from the trainer);
+ * - the store writer's durability bound (issue 15, item 5): with the
+ *   store's I/O held (a disk that does not answer), a producer thread can
+ *   queue exactly flush_steps rows and then waits; released, every row is
+ *   committed. Without back-pressure the producer ran on unbounded.
  */
 #include <mixprec/mixprec.h>
 
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "obs/obs_internal.h"
 #include "testutil.h"
 
 static bool quick(void) { return getenv("MIXPREC_TEST_QUICK") != NULL; }
@@ -471,6 +476,69 @@ static void test_history_ring(void) {
     fixture_free(&f);
 }
 
+/* ---- store writer back-pressure ------------------------------------------ */
+
+typedef struct producer {
+    mxp_obs_writer *w;
+    int64_t n;
+    atomic_llong added; /* rows whose add_step returned */
+} producer;
+
+static void *produce(void *arg) {
+    producer *p = arg;
+    mxp_train_stats st = {0};
+    for (int64_t i = 1; i <= p->n; i++) {
+        mxp_obs_step_row row = {.step = i, .timestamp = 1.7e9 + (double)i, .loss = 1.0 / i,
+                                .scale = 1, .precision = MXP_PRECISION_FP32};
+        st.training_steps = i;
+        mxp_obs_writer_add_step(p->w, &row, &st, row.loss);
+        atomic_store(&p->added, i);
+    }
+    return NULL;
+}
+
+static void count_row(void *user, const mxp_obs_step_row *r) {
+    int64_t *n = user;
+    *n += r->step == *n + 1;
+}
+
+static void test_writer_backpressure(const char *dir) {
+    char db[512], ev[512];
+    snprintf(db, sizeof db, "%s/bp.db", dir);
+    snprintf(ev, sizeof ev, "%s/bp.jsonl", dir);
+    mxp_error err = {0};
+    mxp_obs_store *store = NULL;
+    CHECK_OK(mxp_obs_store_open(db, ev, "bp-run", &store, &err), &err);
+    CHECK_OK(mxp_obs_store_run_begin(store, 1.7e9, MXP_PRECISION_FP32, NULL, &err), &err);
+    const int64_t F = 10;
+    producer p = {.n = 12 * F};
+    atomic_init(&p.added, 0);
+    CHECK_OK(mxp_obs_writer_start(store, F, 3600.0, &p.w, &err), &err);
+    mxp_obs_writer_lock_io(p.w); /* the disk stops answering */
+    pthread_t th;
+    pthread_create(&th, NULL, produce, &p);
+    /* the producer reaches the bound (bounded wait: 60 s) ... */
+    for (int i = 0; i < 60000 && atomic_load(&p.added) < F; i++) usleep(1000);
+    int64_t at_bound = atomic_load(&p.added);
+    usleep(200 * 1000);
+    /* ... and stays there while nothing can be committed */
+    int64_t later = atomic_load(&p.added);
+    CHECK(at_bound == F);
+    CHECK(later == F);
+    if (later != F) fprintf(stderr, "  producer queued %lld rows with the store blocked (bound %lld)\n",
+                            (long long)later, (long long)F);
+    mxp_obs_writer_unlock_io(p.w);
+    pthread_join(th, NULL);
+    CHECK(atomic_load(&p.added) == p.n);
+    CHECK_OK(mxp_obs_writer_flush(p.w, &err), &err);
+    mxp_obs_writer_stop(p.w);
+    mxp_obs_store_close(store);
+    mxp_obs_run_summary sum;
+    int64_t contiguous = 0;
+    CHECK_OK(mxp_obs_store_read(db, "bp-run", &sum, count_row, NULL, &contiguous, &err), &err);
+    CHECK(sum.steps == p.n && contiguous == p.n);
+}
+
 int main(void) {
     char dir[] = "/tmp/mixprec_test_obs_XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -480,6 +548,7 @@ int main(void) {
     test_token_compare();
     test_observer(dir);
     test_history_ring();
+    test_writer_backpressure(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", dir);

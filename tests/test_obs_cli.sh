@@ -16,7 +16,9 @@
 #     `mixprec report` writes four PNGs and report.md linking them.
 #  C. --log-format json: every stderr line is a JSON object; the kill
 #     switch and fp16_enabled lines appear verbatim.
-#  D. bad token file mode, bad --log-format, report without a store.
+#     The next run in the same directory marks the SIGKILLed run 'killed'.
+#  D. bad token file mode, a FIFO as token file, bad --log-format, report
+#     without a store.
 set -u
 bin=$1
 src=$2
@@ -190,6 +192,18 @@ sqlite3 $db "SELECT * FROM fp16_stats WHERE timestamp > datetime('now', '-24 hou
 [ "$(sqlite3 $db "SELECT count(*) FROM events WHERE kind='precision_change'")" = 1 ] ||
   fail "events table lacks the switch"
 [ "$(sqlite3 $db "SELECT state FROM runs")" = running ] || fail "killed run state"
+# the next run in the same store marks it killed (its pid is gone): issue 15, item 6
+idA=$(sqlite3 $db "SELECT run_id FROM runs")
+"$bin" train --quiet output.dir=runA training.epochs=1 $nock $tiny >A2.out 2>A2.err ||
+  fail "second run in runA: $(tail -2 A2.err)"
+[ "$(sqlite3 $db "SELECT state FROM runs WHERE run_id='$idA'")" = killed ] ||
+  fail "SIGKILLed run not marked killed: $(sqlite3 $db 'SELECT run_id, state, message FROM runs')"
+sqlite3 $db "SELECT message FROM runs WHERE run_id='$idA'" | grep -q "process $pidA ended" ||
+  fail "killed run message: $(sqlite3 $db "SELECT message FROM runs WHERE run_id='$idA'")"
+[ "$(sqlite3 $db "SELECT ended_at = (SELECT max(timestamp) FROM steps WHERE run_id='$idA')
+                  FROM runs WHERE run_id='$idA'")" = 1 ] || fail "killed run ended_at"
+[ "$(sqlite3 $db "SELECT count(*) FROM runs WHERE state='finished'")" = 1 ] ||
+  fail "the second run is not finished"
 python3 - runA/events.jsonl <<'EOF' || fail "events.jsonl"
 import json, sys
 kinds = [json.loads(l)["kind"] for l in open(sys.argv[1])]
@@ -262,6 +276,11 @@ python3 -c 'import json,sys
 [json.loads(l) for l in open(sys.argv[1])]' C2.err || fail "C2 logs not JSON"
 
 # ---- D ----------------------------------------------------------------------
+mkfifo tokfifo # a FIFO as the token file is refused at once (issue 15, item 4)
+timeout 20 "$bin" train --serve output.dir=runF obs.http.port=0 obs.http.token_file=tokfifo \
+  training.epochs=1 $tiny >F.out 2>F.err
+rc=$?
+[ $rc = 2 ] && grep -q "FIFO" F.err || fail "token file FIFO: exit $rc: $(tail -2 F.err)"
 chmod 644 token
 "$bin" train --serve output.dir=runD obs.http.port=0 obs.http.token_file=token training.epochs=1 \
   $tiny >D.out 2>D.err

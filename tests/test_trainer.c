@@ -10,6 +10,10 @@
  *   mixed_fp16 -> mixed_bf16 and turns loss scaling off.
  * - clipping by global norm after unscaling.
  * - stats API and history.
+ * - mxp_trainer_check_state (issue 15, item 1): a fresh trainer passes; one
+ *   Inf in the master, NaN in m, a negative v (also in a pure fp16 model's
+ *   16-bit weights) each fail naming the part, the tensor and the element,
+ *   which are placed by hand; -0.0 in v passes.
  */
 #include <mixprec/mixprec.h>
 
@@ -350,6 +354,55 @@ static void test_phase_times(void) {
     mxp_model_destroy(m);
 }
 
+static void expect_state(mxp_trainer *t, mxp_status want, const char *needle) {
+    mxp_error err = {0};
+    mxp_status s = mxp_trainer_check_state(t, &err);
+    CHECK_MSG(s == want, "check_state %d, expected %d: %s", (int)s, (int)want, err.msg);
+    if (needle) CHECK_MSG(strstr(err.msg, needle) != NULL, "'%s' not in: %s", needle, err.msg);
+}
+
+static void test_check_state(void) {
+    mxp_model_spec spec = mxp_model_spec_mlp(IN, 8, 1, 2, MXP_LAYER_RELU, false, MXP_LOSS_MSE, 4);
+    for (int pure = 0; pure < 2; pure++) {
+        mxp_model *m = make_model(&spec, pure ? MXP_PRECISION_FP16 : MXP_PRECISION_FP32, 5);
+        mxp_trainer_config tc = mxp_trainer_config_default();
+        mxp_trainer *t = NULL;
+        mxp_error err = {0};
+        CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+        expect_state(t, MXP_OK, NULL);
+        float *mo, *v;
+        size_t n;
+        int64_t steps;
+        mxp_trainer_optim_state(t, &mo, &v, &n, &steps);
+        /* layers.2.bias (the output layer's) starts at 8*8 + 8 + 8*2 */
+        const size_t at = 8 * IN + 8 + 2 * 8 + 1;
+        CHECK(n == at + 1);
+        v[3] = -0.0f;
+        expect_state(t, MXP_OK, NULL);
+        v[at] = -1e-30f;
+        expect_state(t, MXP_ERR_NONFINITE, "second moment hold 1 non-finite or negative value");
+        expect_state(t, MXP_ERR_NONFINITE, "'layers.2.bias' element 1 = -1e-30");
+        v[at] = 0.0f;
+        mo[10] = NAN;
+        expect_state(t, MXP_ERR_NONFINITE, "AdamW first moment hold 1 non-finite value");
+        expect_state(t, MXP_ERR_NONFINITE, "'layers.0.weight' element 10 = nan");
+        mo[10] = 0.0f;
+        expect_state(t, MXP_OK, NULL);
+        if (pure) { /* the FP16 working weights are the only copy */
+            mxp_dtype wt;
+            uint16_t *w = mxp_model_work(m, &wt);
+            CHECK(wt == MXP_DTYPE_F16 && !mxp_model_master(m));
+            w[8 * IN + 2] = 0x7c00; /* +Inf: layers.0.bias element 2 */
+        } else {
+            mxp_model_master(m)[8 * IN + 2] = INFINITY;
+        }
+        expect_state(t, MXP_ERR_NONFINITE, "weights hold 1 non-finite value");
+        expect_state(t, MXP_ERR_NONFINITE, "'layers.0.bias' element 2 = inf");
+        mxp_trainer_destroy(t);
+        mxp_model_destroy(m);
+    }
+}
+
 int main(void) {
     test_case_d();
     test_phase_times();
@@ -357,5 +410,6 @@ int main(void) {
     test_grad_accumulation();
     test_at_min_policies();
     test_clipping();
+    test_check_state();
     return test_finish("test_trainer");
 }

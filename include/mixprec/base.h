@@ -147,6 +147,15 @@ double mxp_time_now(void);
  * something else). */
 int mxp_mkdirs(const char *path);
 
+/* Open path read-only (O_CLOEXEC, plus `flags`, e.g. O_NOFOLLOW) only if it
+ * is a regular file, without ever blocking in open(): O_NONBLOCK makes the
+ * open of a FIFO (or a device) return at once, fstat then refuses anything
+ * that is not a regular file, and O_NONBLOCK is cleared on the descriptor
+ * returned in *fd. Errors (MXP_ERR_IO) name `what` ("config file"), the
+ * path, and the reason or the file's type ("is a FIFO"). */
+mxp_status mxp_open_regular(const char *path, int flags, const char *what, int *fd,
+                            mxp_error *err);
+
 /* ---- floating-point environment ----------------------------------------
  * Flush-to-zero + denormals-are-zero for FP32 compute, like PyTorch's
  * torch.set_flush_denormal: subnormal FP32 inputs of arithmetic read as 0

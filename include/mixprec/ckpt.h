@@ -191,6 +191,13 @@ mxp_status mxp_ckpt_save(const char *path, const mxp_ckpt_save_args *a, bool *he
  * errors name the tensor). */
 mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt_info *info,
                           mxp_error *err);
+/* Whether a model of spec could match the file before one is built: the
+ * spec's parameter count (mxp_model_spec_num_params, no allocation) must
+ * equal the elements of the file's weight tensors (MXP_ERR_FORMAT naming
+ * both). A model built after this check holds no more parameters than the
+ * file, so verifying against a stored config costs memory in proportion to
+ * the file, whatever sizes that config names (issue 15, item 4). */
+mxp_status mxp_ckpt_check_spec(const mxp_st_file *f, const mxp_model_spec *spec, mxp_error *err);
 /* mxp_st_file_read + mxp_ckpt_check. */
 mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_info *info,
                            mxp_error *err);

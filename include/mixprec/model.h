@@ -116,6 +116,11 @@ mxp_status mxp_model_create(const mxp_model_spec *spec,
 mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
                                       const mxp_precision_policy *policy, uint64_t seed,
                                       mxp_model **out, mxp_error *err);
+/* The parameter count P a model of spec would have, from the spec alone
+ * (validated as mxp_model_create does; nothing of size P is allocated), so
+ * a caller can check it against what a file holds before building a model
+ * that an untrusted config describes. */
+mxp_status mxp_model_spec_num_params(const mxp_model_spec *spec, size_t *n, mxp_error *err);
 /* True for a model from mxp_model_create_inference. */
 bool mxp_model_is_inference(const mxp_model *m);
 void mxp_model_destroy(mxp_model *m);

@@ -232,6 +232,14 @@ void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out);
  * changes on error. */
 mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err);
 const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t);
+/* Whether the state a run keeps is usable: every parameter (the FP32
+ * master, or the 16-bit weights of a pure mode) and every optimizer moment
+ * finite, and AdamW's second moment >= 0 (a mean of squares). MXP_OK, or
+ * MXP_ERR_NONFINITE naming the part, the tensor, the count of bad values
+ * and the first one. One pass over the slabs, no allocation. The guard
+ * checks it before a state becomes a rollback point, and every workload's
+ * train() at its end, so a run that ends with broken weights fails. */
+mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err);
 
 #ifdef __cplusplus
 }

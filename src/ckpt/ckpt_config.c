@@ -1,7 +1,7 @@
 /* ckpt/ckpt_config.c: the resolved config inside a checkpoint.
  *
  * Entry points: mxp_ckpt_config_text, mxp_ckpt_apply_config; internal
- * ckpt_config_to_json.
+ * ckpt_config_to_json, ckpt_config_int.
  *
  * The config is stored as one JSON object {"dotted.key": "value text"}, one
  * member per key of the config table (src/config/keys.c) read back from the
@@ -117,6 +117,18 @@ char *ckpt_config_to_json(const mxp_config *c) {
 }
 
 const char *mxp_ckpt_config_text(const mxp_st_file *f) { return mxp_st_file_meta(f, "config"); }
+
+bool ckpt_config_int(const mxp_st_file *f, const char *key, int64_t *out) {
+    const char *text = mxp_ckpt_config_text(f);
+    json_t *o = text ? json_loads(text, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    const char *v = o ? json_string_value(json_object_get(o, key)) : NULL;
+    char *end = NULL;
+    long long x = v && *v ? strtoll(v, &end, 10) : 0;
+    bool ok = v && *v && end && !*end;
+    if (ok) *out = x;
+    json_decref(o);
+    return ok;
+}
 
 mxp_status mxp_ckpt_apply_config(const mxp_st_file *f, mxp_config_builder *b, mxp_error *err) {
     if (!f || !b) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_apply_config: NULL");

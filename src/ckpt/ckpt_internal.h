@@ -51,6 +51,9 @@ char *ckpt_scaler_to_json(bool enabled, const mxp_scaler_state *st, const mxp_sc
 /* The resolved config as a JSON object text {"key": "value"} that
  * mxp_config_apply_override reproduces exactly (mxp_free). */
 char *ckpt_config_to_json(const mxp_config *c);
+/* An integer key of the stored config ("training.batch_size"); false when
+ * no config is recorded or the key is absent or not an integer. */
+bool ckpt_config_int(const mxp_st_file *f, const char *key, int64_t *out);
 
 /* Read only the header of a safetensors file and copy the __metadata__
  * value of key into buf (truncated to n). MXP_ERR_FORMAT when absent. */

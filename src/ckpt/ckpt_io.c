@@ -1,8 +1,8 @@
 /* ckpt/ckpt_io.c: save a trainer (model, optimizer, scaler, counters) as
  * a checkpoint, verify one, and load one into a trainer of any precision.
  *
- * Entry points: mxp_ckpt_save, mxp_ckpt_check, mxp_ckpt_verify,
- * mxp_ckpt_load, mxp_ckpt_load_file.
+ * Entry points: mxp_ckpt_save, mxp_ckpt_check, mxp_ckpt_check_spec,
+ * mxp_ckpt_verify, mxp_ckpt_load, mxp_ckpt_load_file.
  *
  * Tensors: the model's parameter tensors under their own names (FP32
  * master, or the 16-bit work weights in pure modes, exactly as trained),
@@ -212,6 +212,20 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t n) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
+/* AdamW's second moment is a running mean of squared gradients: a negative
+ * element (-0 aside) is corruption, and would train into NaN through
+ * sqrt(v) (issue 15, items 1 and 3). */
+static mxp_status check_second_moment(const char *L, const mxp_st_tensor *t, mxp_error *err) {
+    size_t neg = 0, first = 0;
+    for (size_t i = 0; i < t->numel; i++)
+        if (mxp_st_tensor_get(t, i) < 0.0f && neg++ == 0) first = i;
+    if (!neg) return MXP_OK;
+    return mxp_error_set(err, MXP_ERR_FORMAT,
+                         "%s: tensor '%.80s' holds %zu negative values (first: element %zu = %g); "
+                         "AdamW's second moment is a mean of squares: accepted >= 0",
+                         L, t->name, neg, first, (double)mxp_st_tensor_get(t, first));
+}
+
 mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt_info *info,
                           mxp_error *err) {
     if (!f) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_check: NULL file");
@@ -304,6 +318,9 @@ mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt
                                      "%s: unexpected tensor '%.80s': optimizer %s has no second "
                                      "moment",
                                      L, t->name, mxp_optim_kind_name(in.optimizer));
+            if (strncmp(t->name, OPT_V, strlen(OPT_V)) == 0 &&
+                (s = check_second_moment(L, t, err)) != MXP_OK)
+                return s;
             continue;
         }
         char mname[200];
@@ -317,6 +334,23 @@ mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt
         }
     }
     if (info) *info = in;
+    return MXP_OK;
+}
+
+mxp_status mxp_ckpt_check_spec(const mxp_st_file *f, const mxp_model_spec *spec, mxp_error *err) {
+    if (!f || !spec) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_check_spec: NULL");
+    size_t want = 0, have = 0;
+    mxp_status s = mxp_model_spec_num_params(spec, &want, err);
+    if (s != MXP_OK) return s;
+    const char *base;
+    for (int i = 0; i < mxp_st_file_num_tensors(f); i++) {
+        const mxp_st_tensor *t = mxp_st_file_tensor(f, i);
+        if (!is_moment(t->name, &base) && !is_state(t->name)) have += t->numel;
+    }
+    if (want != have)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: the model described has %zu parameters; the file's weight "
+                             "tensors hold %zu values", mxp_st_file_label(f), want, have);
     return MXP_OK;
 }
 

@@ -173,11 +173,68 @@ static bool get_scaler(meta_ctx *c, mxp_ckpt_info *o) {
     return true;
 }
 
+/* Ranges that only make sense together (issue 15, item 3): an epoch takes
+ * at least one step, so neither epoch counter exceeds the step count; a
+ * train() call in progress has whole epochs of run_total / run_epochs steps
+ * and its run_step is where epoch and step_in_epoch say; the position's
+ * batch (global: batch per rank x ranks) is a multiple of the stored
+ * config's training.batch_size, or no resume could continue it. */
+static mxp_status check_position(const mxp_st_file *f, const mxp_ckpt_info *o, mxp_error *err) {
+    const char *L = mxp_st_file_label(f);
+    const mxp_data_position *p = &o->pos;
+    if (o->epoch > o->step)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata epoch=%lld exceeds step=%lld; accepted: epoch <= step "
+                             "(every epoch takes at least one step)",
+                             L, (long long)o->epoch, (long long)o->step);
+    if (p->epoch > o->step)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata data_position.epoch=%lld exceeds step=%lld; accepted: "
+                             "epoch <= step", L, (long long)p->epoch, (long long)o->step);
+    if (p->run_total == 0) {
+        if (p->step_in_epoch != 0)
+            return mxp_error_set(err, MXP_ERR_FORMAT,
+                                 "%s: metadata data_position.step_in_epoch=%lld without a run in "
+                                 "progress (run_total 0); accepted: 0",
+                                 L, (long long)p->step_in_epoch);
+        return MXP_OK;
+    }
+    const int64_t spe = p->run_total / p->run_epochs;
+    if (p->run_total % p->run_epochs != 0)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata data_position.run_total=%lld is not a whole number of "
+                             "its %lld epochs", L, (long long)p->run_total,
+                             (long long)p->run_epochs);
+    if (p->step_in_epoch >= spe)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata data_position.step_in_epoch=%lld beyond the epoch; "
+                             "accepted: 0..%lld (run_total / run_epochs - 1)",
+                             L, (long long)p->step_in_epoch, (long long)spe - 1);
+    if (p->epoch < p->run_first_epoch || p->epoch - p->run_first_epoch > p->run_epochs ||
+        (p->epoch - p->run_first_epoch) * spe + p->step_in_epoch != p->run_step)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata data_position: epoch %lld, step_in_epoch %lld do not "
+                             "match run_step %lld of a run of %lld epochs from epoch %lld at %lld "
+                             "steps each", L, (long long)p->epoch, (long long)p->step_in_epoch,
+                             (long long)p->run_step, (long long)p->run_epochs,
+                             (long long)p->run_first_epoch, (long long)spe);
+    int64_t cfg_batch;
+    if (p->run_step < p->run_total && ckpt_config_int(f, "training.batch_size", &cfg_batch) &&
+        cfg_batch > 0 && p->batch_size % cfg_batch != 0)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata data_position.batch_size=%lld contradicts the stored "
+                             "config's training.batch_size=%lld; accepted: a multiple of it "
+                             "(batch per rank x ranks)", L, (long long)p->batch_size,
+                             (long long)cfg_batch);
+    return MXP_OK;
+}
+
 mxp_status mxp_ckpt_read_info(const mxp_st_file *f, mxp_ckpt_info *out, mxp_error *err) {
     if (!f || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_read_info: NULL");
     meta_ctx c = {f, err};
     mxp_ckpt_info o;
     memset(&o, 0, sizeof o);
+    mxp_status s;
     const char *L = mxp_st_file_label(f);
     const char *fmt = mxp_st_file_meta(f, "format");
     if (!fmt || strcmp(fmt, MXP_CKPT_FORMAT_NAME) != 0)
@@ -227,6 +284,7 @@ mxp_status mxp_ckpt_read_info(const mxp_st_file *f, mxp_ckpt_info *out, mxp_erro
     if (!ckpt_position_from_json(v, &o.pos, why, sizeof why))
         return mxp_error_set(err, MXP_ERR_FORMAT, "%s: metadata 'data_position' is invalid: %s", L,
                              why);
+    if ((s = check_position(f, &o, err)) != MXP_OK) return s;
     if (!(v = need(&c, "healthy"))) return MXP_ERR_FORMAT;
     if (strcmp(v, "true") && strcmp(v, "false"))
         return bad(&c, "healthy", v, "true, false"), MXP_ERR_FORMAT;

@@ -596,16 +596,14 @@ static bool read_at(int fd, unsigned char *dst, size_t n, off_t off) {
 mxp_status mxp_st_file_read(const char *path, mxp_st_file **out, mxp_error *err) {
     if (!path || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_st_file_read: NULL");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mxp_error_set(err, MXP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    mxp_status os = mxp_open_regular(path, 0, "checkpoint", &fd, err);
+    if (os != MXP_OK) return os;
     struct stat st = {0};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return mxp_error_set(err, MXP_ERR_IO, "%s: %s", path,
-                             S_ISDIR(st.st_mode) ? "is a directory, not a file"
-                             : e                 ? strerror(e)
-                                                 : "not a regular file");
+        return mxp_error_set(err, MXP_ERR_IO, "%s: %s", path, strerror(e));
     }
     size_t size = (size_t)st.st_size;
     unsigned char first8[8] = {0};
@@ -753,14 +751,14 @@ mxp_status mxp_st_file_verify(const mxp_st_file *f, mxp_error *err) {
 
 mxp_status ckpt_read_meta_value(const char *path, const char *key, char *buf, size_t n,
                                 mxp_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mxp_error_set(err, MXP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    mxp_status s = mxp_open_regular(path, 0, "checkpoint", &fd, err);
+    if (s != MXP_OK) return s;
     struct stat st = {0};
     unsigned char first8[8];
     size_t hl = 0;
-    mxp_status s = MXP_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        s = mxp_error_set(err, MXP_ERR_IO, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0)
+        s = mxp_error_set(err, MXP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!read_at(fd, first8, (size_t)st.st_size < 8 ? 0 : 8, 0))
         s = mxp_error_set(err, MXP_ERR_IO, "%s: cannot read", path);
     if (s == MXP_OK) s = check_prefix(path, first8, (size_t)st.st_size, &hl, err);

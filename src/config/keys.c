@@ -375,8 +375,8 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("dist.check_every", MXP_STORE_I64, dist.check_every, 0, 0, I32MAX,
             "verify weights/optimizer/scale are identical on all ranks every N steps "
             "(and on the first), >= 0; 0 = first step only (0)"),
-    KEY_INT("model.hidden", MXP_STORE_I64, hidden, 256, 1, I32MAX,
-            "hidden units per layer, >= 1 (256)"),
+    KEY_INT("model.hidden", MXP_STORE_I64, hidden, 256, 1, 16384,
+            "hidden units per layer, 1..16384 (256)"),
     KEY_INT("model.depth", MXP_STORE_I64, depth, 3, 1, (MXP_MODEL_MAX_LAYERS - 1) / 2,
             "hidden layers, >= 1 (3); the model holds at most 64 layers"),
     KEY_ENUM("model.activation", activation, MXP_LAYER_GELU, kActChoices,
@@ -472,7 +472,8 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("obs.http.max_connections", MXP_STORE_I64, obs.http_max_connections, 16, 1, 1024,
             "concurrent HTTP connections, 1..1024 (16)"),
     KEY_INT("obs.http.timeout_s", MXP_STORE_I64, obs.http_timeout_s, 10, 1, 3600,
-            "idle HTTP connection timeout in seconds, 1..3600 (10)"),
+            "seconds a client has for one whole HTTP exchange (request and answer), "
+            "1..3600 (10)"),
     KEY_FLT("obs.http.linger_s", MXP_STORE_F64, obs.http_linger_s, 0.0, 0.0, false, 86400.0,
             false, false, "keep serving this many seconds after the run ends, 0..86400 (0)"),
     KEY_BOOL("obs.store.enabled", MXP_STORE_BOOL, OFF(obs.store_enabled), true,

@@ -8,14 +8,17 @@
  * Errors name PATH:LINE:COLUMN (1-based): libyaml's problem text for
  * malformed YAML; the key, value and accepted values for bad values; the
  * key (with a suggestion) for unknown keys; duplicates within one file are
- * errors too. A missing or unreadable file is MXP_ERR_IO naming the path.
+ * errors too. A missing or unreadable file, or one that is not a regular
+ * file (a FIFO is refused before open() could block), is MXP_ERR_IO naming
+ * the path. Nesting deeper than MAX_DEPTH levels is refused before the
+ * document is built (check_nesting: libyaml is quadratic in flow depth).
  * Entry point: mxp_config_apply_file.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "config/config_internal.h"
@@ -190,9 +193,49 @@ static mxp_status parse_error(const yaml_parser_t *p, const char *path, mxp_erro
                          p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
 }
 
+/* Nesting of the whole stream, from parser events, before the document
+ * loader sees it: libyaml's scanner re-checks every open flow level for
+ * each token, so [[[[...]]]] 40,000 deep took seconds and 100,000 deep
+ * minutes (issue 15, item 4). Stops at the first level beyond MAX_DEPTH,
+ * after O(MAX_DEPTH) tokens, with an error naming the place; malformed YAML
+ * is reported as the loader would. f is rewound for the loader. */
+static mxp_status check_nesting(FILE *f, const char *path, mxp_error *err) {
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%.200s: out of memory reading YAML",
+                             path);
+    yaml_parser_set_input_file(&p, f);
+    mxp_status st = MXP_OK;
+    int depth = 0;
+    for (bool done = false; !done && st == MXP_OK;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            st = parse_error(&p, path, err);
+            break;
+        }
+        if (ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_SEQUENCE_START_EVENT) {
+            if (++depth > MAX_DEPTH + 1) /* + 1: the top-level mapping */
+                st = mxp_error_set(err, MXP_ERR_CONFIG,
+                                   "%.200s:%zu:%zu: YAML nested deeper than %d levels; "
+                                   "accepted: at most %d", path, ev.start_mark.line + 1,
+                                   ev.start_mark.column + 1, MAX_DEPTH, MAX_DEPTH);
+        } else if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT) {
+            depth--;
+        }
+        done = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    if (st == MXP_OK && fseek(f, 0, SEEK_SET) != 0)
+        st = mxp_error_set(err, MXP_ERR_IO, "%.200s: cannot rewind: %s", path, strerror(errno));
+    return st;
+}
+
 /* Load the first document of f and apply it to the staging values. */
 static mxp_status load(mxp_config_builder *b, FILE *f, const char *path, mxp_key_value *stage,
                        int *first_line, mxp_error *err) {
+    mxp_status cs = check_nesting(f, path, err);
+    if (cs != MXP_OK) return cs;
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser))
@@ -242,16 +285,15 @@ static mxp_status load(mxp_config_builder *b, FILE *f, const char *path, mxp_key
 mxp_status mxp_config_apply_file(mxp_config_builder *b, const char *path, mxp_error *err) {
     if (!b || !path)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "config file: builder or path is NULL");
-    struct stat sb;
-    if (stat(path, &sb) != 0)
+    int fd;
+    mxp_status os = mxp_open_regular(path, 0, "config file", &fd, err);
+    if (os != MXP_OK) return os;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
         return mxp_error_set(err, MXP_ERR_IO, "cannot open config file '%.200s': %s", path,
                              strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        return mxp_error_set(err, MXP_ERR_IO, "config file '%.200s' is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mxp_error_set(err, MXP_ERR_IO, "cannot open config file '%.200s': %s", path,
-                             strerror(errno));
+    }
     mxp_key_value *stage = mxp_config_stage_begin(b);
     int *first_line = mxp_calloc((size_t)b->n, sizeof *first_line);
     mxp_status st;

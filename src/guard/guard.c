@@ -26,7 +26,9 @@
  *           recovery action clears the windows. Finally a healthy step
  *           (not skipped, finite loss, no rule fired, no P0/P1 rule
  *           latched) may become the new rollback point every
- *           guard.rollback.snapshot_every steps.
+ *           guard.rollback.snapshot_every steps, and only when its weights
+ *           and optimizer moments are finite (mxp_trainer_check_state): a
+ *           rollback never restores a non-finite state.
  * The action never loses the run: when nothing is left to do (fp32 with no
  * fallback, rollback budget spent) the event says so and training goes on.
  */
@@ -193,6 +195,23 @@ static void site_text(const mxp_nonfinite_site *s, int64_t step, char *buf, size
                  (long long)s->count);
 }
 
+/* ---- rollback points ------------------------------------------------------- */
+
+/* Whether the trainer's state may become a rollback point: finite weights
+ * and moments, AdamW v >= 0 (mxp_trainer_check_state). A state that is not
+ * (weights scaled to Inf at start, a corrupted resume) is never saved, so a
+ * rollback can only go back to something that trains; the first refusal is
+ * logged. */
+static bool usable(mxp_guard *g) {
+    mxp_error e = {0};
+    if (mxp_trainer_check_state(g->t, &e) == MXP_OK) return true;
+    if (!g->unusable_logged)
+        mxp_log(MXP_LOG_WARN, "guard: the state after step %lld is not a rollback point: %s",
+                (long long)g->attempts, e.msg);
+    g->unusable_logged = true;
+    return false;
+}
+
 /* ---- before the step ------------------------------------------------------- */
 
 mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
@@ -205,7 +224,7 @@ mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
         g->initial = g->last_mode = mxp_model_policy(g->model)->mode;
         g->started = true;
     }
-    if (!g->have_healthy) {
+    if (!g->have_healthy && usable(g)) {
         if ((s = g->store.save(g->store.user, g->t, pos, g->attempts, err)) != MXP_OK) return s;
         g->have_healthy = true;
         g->last_save_attempt = g->attempts;
@@ -569,7 +588,7 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
     const bool healthy = !res->skipped && isfinite(res->loss) && !any && !d->rewind && !serious;
     guard_tell_health(g, !serious && g->nonfinite_streak == 0);
     g->healthy_streak = healthy ? g->healthy_streak + 1 : 0;
-    if (healthy && A - g->last_save_attempt >= g->cfg.snapshot_every) {
+    if (healthy && A - g->last_save_attempt >= g->cfg.snapshot_every && usable(g)) {
         if ((s = g->store.save(g->store.user, g->t, next, A, err)) != MXP_OK) return s;
         g->have_healthy = true;
         g->last_save_attempt = A;

@@ -122,6 +122,7 @@ struct mxp_guard {
     bool store_custom;
     guard_snapshot snap;
     bool have_healthy;       /* something was saved to the store */
+    bool unusable_logged;    /* a non-finite state was refused as a rollback point (logged) */
     int64_t last_save_attempt;
     int64_t rollbacks, rollbacks_since_save;
 

@@ -358,6 +358,20 @@ mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
     return model_create(spec, policy, seed, true, out, err);
 }
 
+mxp_status mxp_model_spec_num_params(const mxp_model_spec *spec, size_t *n, mxp_error *err) {
+    if (!n) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_model_spec_num_params: NULL n");
+    *n = 0;
+    mxp_status s = validate_spec(spec, err);
+    if (s) return s;
+    mxp_model *m = mxp_calloc(1, sizeof *m); /* the structure only: no slab */
+    if (!m) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "out of memory sizing the model");
+    m->spec = *spec;
+    m->k = mxp_kernels_get();
+    if ((s = build_structure(m, err)) == MXP_OK) *n = m->n_params;
+    mxp_free(m);
+    return s;
+}
+
 bool mxp_model_is_inference(const mxp_model *m) { return m && m->inference; }
 
 void mxp_model_destroy(mxp_model *m) {

@@ -1,19 +1,31 @@
-/* src/obs/http.c: the embedded HTTP server (libmicrohttpd, one internal
- * epoll/poll thread) serving the metrics, the training API and the
- * dashboard of an observer.
+/* src/obs/http.c: the embedded HTTP server (libmicrohttpd, driven by one
+ * thread of ours) serving the metrics, the training API and the dashboard
+ * of an observer.
  *
  * Entry points: mxp_obs_serve, mxp_obs_port, mxp_obs_stop_serving,
  * mxp_obs_token_equal (obs.h).
  *
- * Limits: at most obs.http.max_connections connections, idle connections
- * closed after obs.http.timeout_s, 16 KiB of request header memory per
- * connection (MHD answers 431/414 beyond), request bodies of at most 4 KiB
- * (413, decided from Content-Length before the body is read when it is
- * given). Handlers copy what they need under the observer's lock and
- * format afterwards; the training thread never waits on a client.
+ * Limits: 16 KiB of request header memory per connection (MHD answers
+ * 431/414 beyond), request bodies of at most 4 KiB (413, decided from
+ * Content-Length before the body is read when it is given). Handlers copy
+ * what they need under the observer's lock and format afterwards; the
+ * training thread never waits on a client.
+ * Slow clients (issue 15, item 2): every exchange has a deadline of
+ * obs.http.timeout_s from its first byte (connection start, or the end of
+ * the previous request on a keep-alive connection) to its last; a client
+ * that trickles a header line a second is cut at the deadline, not kept
+ * alive by its own trickle as an idle timeout would. At
+ * obs.http.max_connections, a new connection evicts the oldest one that
+ * has not yet delivered a complete request (slow senders, idle keep-alive),
+ * so holding every slot cannot starve /metrics or the control API; MHD's
+ * own limit is twice that, for connections that are busy being answered.
  * Answers: 404 unknown path, 405 (with Allow) wrong method, 400 malformed
- * query or body, 401 missing/wrong bearer token (constant-time compare),
- * 403 control API disabled, 409 run not running, 413 body too large.
+ * query or body, HTTP/1.1 without Host, or a repeated Content-Length; 401
+ * missing/wrong bearer token (constant-time compare); 403 control API
+ * disabled, 409 run not running, 413 body too large. Known limitation:
+ * libmicrohttpd 0.9.75 ends header values at an embedded NUL before we see
+ * them, so "Bearer <token>\0garbage" still matches (the length check in
+ * authorized() catches it with a library that reports the full length).
  * Reference: https://www.gnu.org/software/libmicrohttpd/manual/
  */
 #include <arpa/inet.h>
@@ -22,11 +34,14 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "obs/obs_internal.h"
@@ -35,6 +50,7 @@
 #define HEADER_MEMORY (16 * 1024)
 #define TOKEN_MAX MXP_OBS_TOKEN_MAX
 #define TOKEN_MIN 8
+#define POLL_MS 100 /* deadline granularity and stop latency */
 
 typedef enum route {
     R_NOT_FOUND,
@@ -48,6 +64,17 @@ typedef enum route {
     R_COUNT
 } route;
 
+/* One client connection (MHD's socket context); the list and every field
+ * belong to the server thread (all MHD callbacks run on it). */
+typedef struct conn {
+    struct conn *prev, *next;
+    int fd;
+    double deadline;  /* monotonic seconds: the exchange in progress ends by then */
+    double since;     /* when that exchange began (eviction picks the oldest) */
+    bool busy;        /* a complete request is being answered */
+    bool cut;         /* shut down; MHD closes it on its next pass */
+} conn;
+
 struct mxp_obs_server {
     struct MHD_Daemon *d;
     mxp_obs *o;
@@ -55,6 +82,12 @@ struct mxp_obs_server {
     bool control; /* a token is configured */
     char token[TOKEN_MAX + 1];
     size_t token_len;
+    pthread_t th;
+    atomic_bool quit;
+    conn *conns;   /* newest first */
+    int n_conns;
+    int max_conns; /* obs.http.max_connections */
+    double timeout_s;
 };
 
 typedef struct request {
@@ -170,8 +203,13 @@ static bool query_int(struct MHD_Connection *c, const char *key, int64_t def, in
 }
 
 static bool authorized(const mxp_obs_server *s, struct MHD_Connection *c) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    const char *h = NULL;
+    size_t hn = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "Authorization", 13, &h, &hn) !=
+            MHD_YES ||
+        !h || strlen(h) != hn) /* a NUL inside the value (when MHD reports it) */
+        return false;
+    if (strncasecmp(h, "Bearer ", 7) != 0) return false;
     const char *tok = h + 7;
     while (*tok == ' ') tok++;
     size_t n = strlen(tok);
@@ -265,6 +303,26 @@ static enum MHD_Result handle_precision(mxp_obs_server *s, struct MHD_Connection
     return respond_json(c, MHD_HTTP_ACCEPTED, body);
 }
 
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value) {
+    (void)kind;
+    (void)value;
+    int *n = cls;
+    if (strcasecmp(key, "Content-Length") == 0) (*n)++;
+    return MHD_YES;
+}
+
+/* Why the request's headers are malformed, or NULL. */
+static const char *bad_headers(struct MHD_Connection *c, const char *version) {
+    if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+        return "HTTP/1.1 request without a Host header (RFC 9112 section 3.2)";
+    int n_cl = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &n_cl);
+    if (n_cl > 1) return "more than one Content-Length header (RFC 9112 section 6.3)";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -276,6 +334,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     if (!rq) {
         /* First call: headers only. Decide everything that needs no body. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci && ci->socket_context) ((conn *)ci->socket_context)->busy = true;
+        const char *bad = bad_headers(c, version);
+        if (bad) return respond_error(c, MHD_HTTP_BAD_REQUEST, NULL, "%s", bad);
         route r = route_of(url);
         if (r == R_NOT_FOUND) return respond_error(c, MHD_HTTP_NOT_FOUND, NULL, "not found");
         if (r == R_PRECISION && !is_post)
@@ -315,13 +378,99 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return handle_precision(s, c, rq);
 }
 
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A request ended: the connection's next exchange gets a fresh deadline. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
+    mxp_obs_server *s = cls;
     (void)toe;
     free(*con_cls);
     *con_cls = NULL;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    k->busy = false;
+    k->since = mono_now();
+    k->deadline = k->since + s->timeout_s;
+}
+
+static void cut(conn *k) {
+    if (k->cut) return;
+    shutdown(k->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes it */
+    k->cut = true;
+}
+
+/* Connection opened / closed. Over max_conns open connections, the oldest
+ * one not busy being answered is cut (else the newcomer: every other one
+ * is being served and ends by its deadline). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    mxp_obs_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn *k = *socket_context;
+        if (!k) return;
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        s->n_conns--;
+        free(k);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn *k = calloc(1, sizeof *k);
+    if (!k || !ci) {
+        free(k);
+        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+        return;
+    }
+    k->fd = ci->connect_fd;
+    k->since = mono_now();
+    k->deadline = k->since + s->timeout_s;
+    k->next = s->conns;
+    if (s->conns) s->conns->prev = k;
+    s->conns = k;
+    s->n_conns++;
+    *socket_context = k;
+    int live = 0;
+    conn *oldest = NULL;
+    for (conn *x = s->conns; x; x = x->next) {
+        if (x->cut) continue;
+        live++;
+        if (x != k && !x->busy && (!oldest || x->since <= oldest->since)) oldest = x;
+    }
+    if (live <= s->max_conns) return;
+    mxp_log(MXP_LOG_DEBUG, "http: %d connections: closing the oldest idle one", live);
+    cut(oldest ? oldest : k);
+}
+
+/* Cut every exchange past its deadline. */
+static void enforce_deadlines(mxp_obs_server *s) {
+    const double now = mono_now();
+    for (conn *k = s->conns; k; k = k->next)
+        if (!k->cut && now >= k->deadline) {
+            mxp_log(MXP_LOG_DEBUG, "http: request not complete after %g s: connection closed",
+                    s->timeout_s);
+            cut(k);
+        }
+}
+
+static void *serve_main(void *arg) {
+    mxp_obs_server *s = arg;
+    while (!atomic_load(&s->quit)) {
+        if (MHD_run_wait(s->d, POLL_MS) != MHD_YES) { /* never spin on an error */
+            struct timespec ts = {0, POLL_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        enforce_deadlines(s);
+    }
+    return NULL;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -335,15 +484,15 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 mxp_status mxp_obs_read_token(const char *path, char *token, size_t *token_len,
                               mxp_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    int fd;
+    mxp_error oe = {0};
+    if (mxp_open_regular(path, O_NOFOLLOW, "obs.http.token_file", &fd, &oe) != MXP_OK)
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s", oe.msg);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
         return mxp_error_set(err, MXP_ERR_CONFIG, "obs.http.token_file '%s': %s", path,
                              strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mxp_error_set(err, MXP_ERR_CONFIG,
-                             "obs.http.token_file '%s' is not a regular file", path);
     }
     if (sb.st_mode & 077) {
         close(fd);
@@ -369,6 +518,14 @@ mxp_status mxp_obs_read_token(const char *path, char *token, size_t *token_len,
     token[len] = '\0';
     *token_len = len;
     return MXP_OK;
+}
+
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
+static bool is_loopback(const struct sockaddr *a) {
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
 }
 
 mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
@@ -400,7 +557,7 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
     struct sockaddr_in a4 = {0};
     struct sockaddr_in6 a6 = {0};
     struct sockaddr *addr;
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_AUTO | MHD_USE_ERROR_LOG; /* polled by serve_main */
     uint16_t port = (uint16_t)set->http_port;
     if (inet_pton(AF_INET, set->http_address, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
@@ -417,13 +574,16 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
                              "obs.http.address '%s'; accepted: an IPv4 or IPv6 address such as "
                              "127.0.0.1 or ::1", set->http_address);
     }
+    s->max_conns = (int)set->http_max_connections;
+    s->timeout_s = (double)set->http_timeout_s;
+    atomic_init(&s->quit, false);
     s->d = MHD_start_daemon(
         flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)set->http_max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * set->http_max_connections),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)set->http_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEMORY,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-        NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
     if (!s->d) {
         mxp_free(s);
         return mxp_error_set(err, MXP_ERR_IO,
@@ -432,7 +592,18 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? (int)info->port : (int)port;
+    if (pthread_create(&s->th, NULL, serve_main, s) != 0) {
+        MHD_stop_daemon(s->d);
+        mxp_free(s);
+        return mxp_error_set(err, MXP_ERR_STATE, "cannot start the HTTP server thread");
+    }
     o->server = s;
+    if (!s->control && !is_loopback(addr))
+        mxp_log(MXP_LOG_WARN,
+                "obs.http.address=%s is not a loopback address and no obs.http.token_file is "
+                "set: anyone who can reach it reads this run's metrics, events and config "
+                "(the control API stays off without a token); bind 127.0.0.1 or set a token",
+                set->http_address);
     return MXP_OK;
 }
 
@@ -440,6 +611,8 @@ int mxp_obs_port(const mxp_obs *o) { return o && o->server ? o->server->port : 0
 
 void mxp_obs_stop_serving(mxp_obs *o) {
     if (!o || !o->server) return;
+    atomic_store(&o->server->quit, true);
+    pthread_join(o->server->th, NULL);
     MHD_stop_daemon(o->server->d);
     explicit_bzero(o->server->token, sizeof o->server->token);
     mxp_free(o->server);

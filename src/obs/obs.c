@@ -9,8 +9,10 @@
  *
  * Cost per step (mxp_obs_record_step): ~20 relaxed atomic updates, one
  * histogram observe, one mutex-guarded row copy, one row handed to the
- * store's writer thread (writer.c), which commits every flush_steps steps
- * or flush_seconds seconds (one transaction, WAL, no fsync per commit).
+ * store's writer thread (writer.c), which commits every flush_steps / 2
+ * steps or flush_seconds seconds (one transaction, WAL, no fsync per
+ * commit); the hand-off waits only when the writer is flush_steps rows
+ * behind (the durability bound).
  * bench/bench_metrics.c measures it.
  */
 #include <assert.h>
@@ -360,6 +362,27 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
          * not announce it: a fallback. */
         s = mxp_obs_precision_changed(o, o->cur_prec, st.precision, "fallback", err);
     }
+    mxp_obs_step_row row = {
+        .step = st.training_steps,
+        .epoch = epoch,
+        .timestamp = mxp_obs_unix_now(),
+        .loss = res->loss,
+        .scale = res->scale,
+        .grad_norm = res->grad_norm,
+        .zero_fraction = res->zero_frac,
+        .near_overflow_fraction = res->near_overflow_frac,
+        .duration_s = duration_s,
+        .overflow = res->skipped,
+        .precision = st.precision,
+    };
+    /* Queue the row first (it may wait for the store: writer.c's
+     * back-pressure), then count it: a scrape of /metrics never reports a
+     * step that the store has not been handed. */
+    if (o->writer) {
+        mxp_obs_writer_add_step(o->writer, &row, &st, res->loss);
+        mxp_status ss = mxp_obs_writer_take_error(o->writer, s == MXP_OK ? err : NULL);
+        if (s == MXP_OK) s = ss;
+    }
     mxp_metric_add(o->m_steps, 1.0);
     mxp_metric_add(res->skipped ? o->m_overflow : o->m_opt_steps, 1.0);
     mxp_metric_add(o->m_samples, (double)o->samples_per_step);
@@ -376,19 +399,6 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         o->ema_loss = isnan(o->ema_loss) ? res->loss : 0.99 * o->ema_loss + 0.01 * res->loss;
         mxp_metric_set(o->m_div, fabs(o->ema_loss - base) / base);
     }
-    mxp_obs_step_row row = {
-        .step = st.training_steps,
-        .epoch = epoch,
-        .timestamp = mxp_obs_unix_now(),
-        .loss = res->loss,
-        .scale = res->scale,
-        .grad_norm = res->grad_norm,
-        .zero_fraction = res->zero_frac,
-        .near_overflow_fraction = res->near_overflow_frac,
-        .duration_s = duration_s,
-        .overflow = res->skipped,
-        .precision = st.precision,
-    };
     pthread_mutex_lock(&o->lock);
     o->stats = st;
     o->step = st.training_steps;
@@ -398,11 +408,6 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
     push_row(o, &row);
     pthread_mutex_unlock(&o->lock);
     if (total > 0) mxp_metric_set(o->m_progress, (double)st.training_steps / (double)total);
-    if (o->writer) {
-        mxp_obs_writer_add_step(o->writer, &row, &st, res->loss);
-        mxp_status ss = mxp_obs_writer_take_error(o->writer, s == MXP_OK ? err : NULL);
-        if (s == MXP_OK) s = ss;
-    }
     return s;
 }
 

@@ -4,7 +4,8 @@
  *
  * Entry points: mxp_obs_store_open/close/run_begin/log_event/commit/run_end
  * (obs_internal.h; one thread at a time: the writer, writer.c),
- * mxp_obs_store_read (obs.h).
+ * mxp_obs_store_read (obs.h). Opening the store marks the runs whose
+ * process died without closing them 'killed' (close_dead_runs).
  *
  * Durability: rows are queued in memory and written in one transaction per
  * commit (the writer commits every flush_steps steps, flush_seconds after a
@@ -16,8 +17,10 @@
  * datetime('now', '-24 hours') (the runbook's fp16_stats query).
  * Reference: https://www.sqlite.org/wal.html
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,6 +77,68 @@ void mxp_obs_store_close(mxp_obs_store *s) {
     mxp_free(s);
 }
 
+static void bind_text(sqlite3_stmt *q, int i, const char *t) {
+    if (t)
+        sqlite3_bind_text(q, i, t, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(q, i);
+}
+
+/* NaN binds as NULL (SQLite would store NULL anyway); Inf stays a REAL. */
+static void bind_real(sqlite3_stmt *q, int i, double v) {
+    if (isnan(v))
+        sqlite3_bind_null(q, i);
+    else
+        sqlite3_bind_double(q, i, v);
+}
+
+/* Runs left 'running' by a process that no longer exists (SIGKILL, a
+ * crash, power loss) become 'killed' when the next run opens the store
+ * (issue 15, item 6): the row's host is this machine and its pid is gone
+ * (kill(pid, 0) fails with ESRCH). ended_at is the run's last committed
+ * step (or its start). A row of another host, or whose pid is alive (also
+ * a reused pid), is left alone: 'running' is only ever replaced when the
+ * run is certainly over. */
+static mxp_status close_dead_runs(mxp_obs_store *s, mxp_error *err) {
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    sqlite3_stmt *q = NULL, *u = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT run_id, pid FROM runs WHERE state='running' AND host=?",
+                           -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(s->db,
+                           "UPDATE runs SET state='killed', ended_at=coalesce((SELECT"
+                           " max(timestamp) FROM steps WHERE run_id=?1), started_at), message=?2"
+                           " WHERE run_id=?1 AND state='running'",
+                           -1, &u, NULL) != SQLITE_OK) {
+        sqlite3_finalize(q);
+        return db_error(s, err, "prepare stale-run check");
+    }
+    bind_text(q, 1, host);
+    mxp_status st = MXP_OK;
+    while (st == MXP_OK && sqlite3_step(q) == SQLITE_ROW) {
+        const unsigned char *id = sqlite3_column_text(q, 0);
+        const sqlite3_int64 pid = sqlite3_column_int64(q, 1);
+        if (!id || pid <= 0 || pid == (sqlite3_int64)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "process %lld ended without closing the run (SIGKILL, crash or power loss); "
+                 "marked killed by run %s", (long long)pid, s->run_id);
+        sqlite3_reset(u);
+        bind_text(u, 1, (const char *)id);
+        bind_text(u, 2, msg);
+        if (sqlite3_step(u) != SQLITE_DONE)
+            st = db_error(s, err, "mark a dead run killed");
+        else
+            mxp_log(MXP_LOG_WARN, "run store %s: run %s (pid %lld) was still 'running' but its "
+                    "process is gone: marked 'killed'", s->db_path, (const char *)id,
+                    (long long)pid);
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    return st;
+}
+
 mxp_status mxp_obs_store_open(const char *db_path, const char *events_path, const char *run_id,
                               mxp_obs_store **out, mxp_error *err) {
     *out = NULL;
@@ -103,6 +168,7 @@ mxp_status mxp_obs_store_open(const char *db_path, const char *events_path, cons
     }
     if ((st = exec(s, "PRAGMA synchronous=NORMAL", err)) != MXP_OK) goto fail;
     if ((st = exec(s, kSchema, err)) != MXP_OK) goto fail;
+    if ((st = close_dead_runs(s, err)) != MXP_OK) goto fail;
     if (sqlite3_prepare_v2(s->db,
                            "INSERT OR REPLACE INTO steps(run_id, step, epoch, timestamp, loss,"
                            " scale, overflow, grad_norm, zero_fraction, near_overflow_fraction,"
@@ -131,21 +197,6 @@ mxp_status mxp_obs_store_open(const char *db_path, const char *events_path, cons
 fail:
     mxp_obs_store_close(s);
     return st;
-}
-
-static void bind_text(sqlite3_stmt *q, int i, const char *t) {
-    if (t)
-        sqlite3_bind_text(q, i, t, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(q, i);
-}
-
-/* NaN binds as NULL (SQLite would store NULL anyway); Inf stays a REAL. */
-static void bind_real(sqlite3_stmt *q, int i, double v) {
-    if (isnan(v))
-        sqlite3_bind_null(q, i);
-    else
-        sqlite3_bind_double(q, i, v);
 }
 
 mxp_status mxp_obs_store_run_begin(mxp_obs_store *s, double started, mxp_precision p,

@@ -1,10 +1,19 @@
 /* src/obs/writer.c: the run store's writer thread. The training thread
  * only appends rows and events to an in-memory batch (a mutex and a copy);
  * the writer swaps the batch out and writes it in one SQLite transaction
- * when flush_steps rows are queued, flush_seconds after the first queued
- * row, on every event, and on an explicit flush (which waits for it). A
- * slow disk therefore never stalls training; if the writer falls more than
- * MAX_PENDING rows behind, further rows are dropped and reported.
+ * when half of flush_steps rows are queued, flush_seconds after the first
+ * queued row, on every event, and on an explicit flush (which waits for
+ * it).
+ *
+ * The durability bound (docs/observability.md): at no moment are more than
+ * flush_steps rows queued or being written but not yet committed, so a
+ * SIGKILL loses at most flush_steps rows. While the writer keeps up (it
+ * commits half a batch in less time than training takes to produce half a
+ * batch) the training thread never waits; when it falls a whole batch
+ * behind (slow disk, a writer thread starved of CPU), adding a row waits
+ * for the commit in flight (back-pressure). Without that wait the rows
+ * queued during one slow commit all went into the next one, and a SIGKILL
+ * lost thousands of rows (issue 15, item 5).
  *
  * Entry points: mxp_obs_writer_* (obs_internal.h).
  */
@@ -25,7 +34,8 @@ typedef struct batch {
 
 struct mxp_obs_writer {
     mxp_obs_store *store;
-    int64_t flush_steps;
+    int64_t flush_steps;  /* bound on uncommitted rows */
+    int64_t trigger;      /* queued rows that wake the writer: ceil(flush_steps / 2) */
     double flush_seconds;
     pthread_t th;
     pthread_mutex_t lock; /* guards everything below */
@@ -113,7 +123,8 @@ mxp_status mxp_obs_writer_start(mxp_obs_store *store, int64_t flush_steps, doubl
     mxp_obs_writer *w = mxp_calloc(1, sizeof *w);
     if (!w) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "store writer");
     w->store = store;
-    w->flush_steps = flush_steps;
+    w->flush_steps = flush_steps > 0 ? flush_steps : 1;
+    w->trigger = (w->flush_steps + 1) / 2;
     w->flush_seconds = flush_seconds;
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->io, NULL);
@@ -156,6 +167,12 @@ void mxp_obs_writer_stop(mxp_obs_writer *w) {
 void mxp_obs_writer_add_step(mxp_obs_writer *w, const mxp_obs_step_row *row,
                              const mxp_train_stats *st, double loss) {
     pthread_mutex_lock(&w->lock);
+    /* back-pressure: never more than flush_steps uncommitted rows */
+    while ((int64_t)(w->a.n + w->b.n) >= w->flush_steps && !w->quit) {
+        w->want = true;
+        pthread_cond_signal(&w->wake);
+        pthread_cond_wait(&w->done, &w->lock);
+    }
     if (w->a.n + w->b.n < MAX_PENDING &&
         grow((void **)&w->a.rows, &w->a.cap, w->a.n, sizeof *w->a.rows))
         w->a.rows[w->a.n++] = *row;
@@ -164,7 +181,7 @@ void mxp_obs_writer_add_step(mxp_obs_writer *w, const mxp_obs_step_row *row,
     w->stats = *st;
     w->loss = loss;
     w->have_stats = true;
-    if (++w->queued >= w->flush_steps && !w->want) {
+    if (++w->queued >= w->trigger && !w->want) {
         w->want = true;
         pthread_cond_signal(&w->wake);
     }

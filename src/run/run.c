@@ -318,6 +318,15 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         }
     }
     r->wall_s += mxp_time_now() - t0;
+    /* done or stopped, a call that leaves non-finite weights or optimizer
+     * state never reports success (checkpoints written with it are marked
+     * unhealthy by the guard) */
+    if (st == MXP_OK) {
+        mxp_error e = {0};
+        if (mxp_trainer_check_state(r->trainer, &e) != MXP_OK)
+            st = mxp_error_set(err, e.status, "training ended with unusable weights or optimizer "
+                               "state: %s", e.msg);
+    }
     r->failed = st != MXP_OK;
     if (st != MXP_OK) {
         snprintf(r->fail_msg, sizeof r->fail_msg, "%s", err ? err->msg : "training failed");

@@ -2,11 +2,12 @@
  * state (counters, stochastic-rounding position, learning rate).
  *
  * Entry points: mxp_trainer_get_state, mxp_trainer_set_state,
- * mxp_trainer_get_config. The optimizer moments are exposed as views by
+ * mxp_trainer_get_config, mxp_trainer_check_state. The optimizer moments are exposed as views by
  * mxp_trainer_optim_state (trainer.c) and the scaler by its own
  * get/set_state (amp); the checkpoint module (src/ckpt) combines them.
  */
 #include <math.h>
+#include <string.h>
 
 #include "train/trainer_internal.h"
 
@@ -48,4 +49,70 @@ mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp
 
 const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t) {
     return t ? &t->cfg : NULL;
+}
+
+/* Bad elements of x[n] (non-finite; with nonneg, also < 0) and the index of
+ * the first. Bit tests, so -ffinite-math could not remove them either. */
+static size_t count_bad(const float *x, size_t n, bool nonneg, size_t *first) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        const bool nonfinite = (u & 0x7f800000u) == 0x7f800000u;
+        const bool negative = nonneg && (u >> 31) && (u & 0x7fffffffu) != 0; /* -0 is fine */
+        if (nonfinite || negative) {
+            if (!bad) *first = i;
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* The model tensor holding slab element i, and i's index inside it. */
+static const char *tensor_of(const mxp_model *m, size_t i, size_t *local) {
+    for (int k = 0; k < mxp_model_num_tensors(m); k++) {
+        const mxp_tensor_info *ti = mxp_model_tensor(m, k);
+        if (i >= ti->offset && i < ti->offset + ti->count) {
+            *local = i - ti->offset;
+            return ti->name;
+        }
+    }
+    *local = i;
+    return "?";
+}
+
+mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
+    if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_check_state: NULL");
+    mxp_model *m = t->model;
+    const size_t n = t->n_params;
+    size_t first = 0, bad = 0;
+    const char *what = "weights";
+    const float *master = mxp_model_master(m);
+    if (master) {
+        bad = count_bad(master, n, false, &first);
+    } else { /* pure bf16/fp16: the working weights are the only copy */
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(mxp_model_param(m, i)) && bad++ == 0) first = i;
+    }
+    if (!bad && t->m) {
+        what = t->v ? "AdamW first moment" : "SGD momentum";
+        bad = count_bad(t->m, n, false, &first);
+    }
+    if (!bad && t->v) {
+        what = "AdamW second moment";
+        bad = count_bad(t->v, n, true, &first);
+    }
+    if (!bad) return MXP_OK;
+    const bool second = t->v && strcmp(what, "AdamW second moment") == 0;
+    float x = second ? t->v[first]
+              : strcmp(what, "weights") == 0 ? mxp_model_param(m, first)
+                                              : t->m[first];
+    size_t local;
+    const char *name = tensor_of(m, first, &local);
+    return mxp_error_set(err, MXP_ERR_NONFINITE,
+                         "%s hold %zu %s value%s of %zu (the first: '%s' element %zu = %g); "
+                         "accepted: finite%s",
+                         what, bad, second ? "non-finite or negative" : "non-finite",
+                         bad == 1 ? "" : "s", n, name, local, (double)x,
+                         second ? " and >= 0" : "");
 }

@@ -83,7 +83,10 @@ static mxp_status model_of(const mxp_st_file *f, const mxp_ckpt_info *info, mxp_
                                              cfg.layernorm, MXP_LOSS_MSE, 1);
     mxp_precision_policy pol;
     mxp_precision_policy_default(info->precision, &pol);
-    s = mxp_model_create(&spec, &pol, 0, out, &err);
+    /* sized from the file before anything is allocated (an 8 KB file must
+     * not make us build a 4096-wide model), and without gradients */
+    s = mxp_ckpt_check_spec(f, &spec, &err);
+    if (s == MXP_OK) s = mxp_model_create_inference(&spec, &pol, 0, out, &err);
     if (s != MXP_OK) snprintf(why, why_n, "%s", err.msg);
     return s;
 }

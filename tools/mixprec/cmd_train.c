@@ -53,12 +53,13 @@ static void help(FILE *f) {
           "written), 3 outputs could not be written, 4 a guard rule with action\n"
           "stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
-          "SIGTERM/SIGINT finish the current step, write a checkpoint and the outputs,\n"
-          "and exit 0; a second signal exits at once. Checkpoints: checkpoint.* keys.\n",
+          "SIGTERM/SIGINT/SIGUSR2 finish the current step, write a checkpoint and the\n"
+          "outputs, and exit 0; a second signal exits at once. Under mpirun send SIGUSR2\n"
+          "to mpirun (forwarded to every rank). Checkpoints: checkpoint.* keys.\n",
           f);
 }
 
-/* SIGTERM/SIGINT: the run stops after the current step and writes its
+/* SIGTERM/SIGINT/SIGUSR2: the run stops after the current step and writes its
  * checkpoint; SA_RESETHAND lets a second signal take the default action. */
 static mxp_run *volatile g_run;
 
@@ -77,6 +78,7 @@ static void install_stop_signals(mxp_run *run) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL); /* what mpirun forwards to every rank: a graceful stop */
 }
 
 static int fail_code(const mxp_error *err) {
