@@ -178,8 +178,10 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
                 "gradient all-reduce in %s", mxp_comm_size(comm), mxp_comm_name(comm),
                 (long long)cfg.batch_size, (long long)cfg.batch_size * mxp_comm_size(comm),
                 mxp_wire_dtype_name(cfg.dist.allreduce_dtype));
+    /* the model's mode: training.precision=auto has chosen one by now */
     mxp_log(MXP_LOG_INFO, "training world model: precision %s, %lld epochs, batch %lld",
-            mxp_precision_name(cfg.precision), (long long)cfg.epochs,
+            mxp_precision_name(mxp_model_policy(mxp_world_model_model(wm))->mode),
+            (long long)cfg.epochs,
             (long long)cfg.batch_size);
     obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                    .cur_epoch = -1}};

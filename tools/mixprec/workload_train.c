@@ -170,7 +170,7 @@ static int run_classifier(const mxp_config *cfg, obs_glue_progress *ps, wl_summa
         return fail_code(&err);
     }
     mxp_log(MXP_LOG_INFO, "training classifier: precision %s%s, %lld epochs, batch %lld",
-            mxp_precision_name(cfg->precision),
+            mxp_precision_name(mxp_model_policy(mxp_classifier_model(cl))->mode),
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size);
     mxp_classifier_set_progress(cl, obs_glue_on_progress, ps);
@@ -211,7 +211,7 @@ static int run_gpt(const mxp_config *cfg, obs_glue_progress *ps, wl_summary *s, 
         return fail_code(&err);
     }
     mxp_log(MXP_LOG_INFO, "training gpt: precision %s%s, %lld epochs, batch %lld x %lld chars",
-            mxp_precision_name(cfg->precision),
+            mxp_precision_name(mxp_model_policy(mxp_gpt_model(g))->mode),
             cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
             (long long)cfg->batch_size, (long long)cfg->wl.gpt_context);
     mxp_gpt_set_progress(g, obs_glue_on_progress, ps);
