@@ -481,8 +481,9 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
                 ar->rollback_to = at;
                 d->rewind = true;
                 d->pos = pos;
+                /* epochs 1-based, as the CLI's log, bar and history.csv */
                 NOTE("; rolled back to the state after step %lld (epoch %lld, step %lld)",
-                     (long long)at, (long long)pos.epoch, (long long)pos.step_in_epoch);
+                     (long long)at, (long long)pos.epoch + 1, (long long)pos.step_in_epoch);
             } else {
                 NOTE("; rollback failed: %.80s", e2.msg);
             }

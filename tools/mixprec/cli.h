@@ -57,13 +57,28 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
 
 /* Progress of a training run: a bar on a terminal, a log line per ~10% (and
  * per skipped step) otherwise, and the mean loss of the current epoch's
- * applied steps. */
+ * applied steps. Both show percent, elapsed, ETA, steps/s, samples/s, the
+ * learning rate, the last validation loss and the precision (tr and
+ * samples_per_step: set by the caller, else those fields are left out).
+ * While a bar is on screen, log lines clear it, print, and redraw it. */
 typedef struct cli_progress {
     bool tty, quiet;
     int64_t last_print, cur_epoch, loss_n;
     double loss_sum, last_epoch_loss;
+    const mxp_trainer *tr;    /* lr and precision (NULL: not shown) */
+    int64_t samples_per_step; /* 0: samples/s not shown */
+    double val_loss;          /* last validation loss; 0 or NaN: none yet */
+    double t_start, t_drawn;  /* internal: first update, last bar drawn */
+    int64_t step0;            /* internal: step of the first update */
 } cli_progress;
 void cli_progress_update(cli_progress *ps, const mxp_progress *p);
+/* Take the bar off the screen for good (end of run, error). */
+void cli_progress_end(cli_progress *ps);
+/* A one-line status on stderr for long phases before the first step
+ * ("generating 256 trajectories of ant (MuJoCo)..."); a terminal gets it
+ * redrawn in place, a log one line. cli_status_done ends it. */
+void cli_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_status_done(void);
 
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);

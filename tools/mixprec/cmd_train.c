@@ -162,7 +162,14 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
 
     mxp_error err = {0};
     mxp_world_model *wm = NULL;
-    if (mxp_world_model_create(&cfg, &wm, &err) != MXP_OK) {
+    if (!quiet) /* the data comes first: MuJoCo takes seconds */
+        cli_status("generating %lld %s trajectories of %lld steps%s ...",
+                   (long long)cfg.data.trajectories, mxp_env_info_get(cfg.data.env)->name,
+                   (long long)cfg.data.episode_len,
+                   mxp_env_info_get(cfg.data.env)->mujoco ? " (MuJoCo)" : "");
+    mxp_status cs = mxp_world_model_create(&cfg, &wm, &err);
+    cli_status_done();
+    if (cs != MXP_OK) {
         cli_error("%s", err.msg);
         return err.status == MXP_ERR_CONFIG || err.status == MXP_ERR_INVALID_ARG
                    ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;

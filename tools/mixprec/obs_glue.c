@@ -24,6 +24,7 @@
 struct obs_glue {
     mxp_obs *o;
     mxp_trainer *tr;
+    int64_t per_step; /* samples per optimizer step (this process) */
     double t_last;
     int64_t total_steps;
     bool json_logs;
@@ -212,6 +213,7 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
         return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_IO;
     }
     int64_t per_step = cfg->batch_size * cfg->grad_accum_steps;
+    g->per_step = per_step;
     int64_t spe = run->samples_per_epoch;
     g->total_steps = per_step > 0 ? spe / per_step * cfg->epochs : 0;
     char config_json[512];
@@ -323,6 +325,10 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
 
 void obs_glue_on_progress(void *user, const mxp_progress *p) {
     obs_glue_progress *ps = user;
+    if (ps->obs && !ps->base.tr) { /* lr, precision and samples/s on the bar */
+        ps->base.tr = ps->obs->tr;
+        ps->base.samples_per_step = ps->obs->per_step;
+    }
     obs_glue_step(ps->obs, p);
     cli_progress_update(&ps->base, p);
 }
