@@ -140,6 +140,11 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
 
 /* Update the planned step count (progress ratio, status). */
 void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps);
+/* The run's position in its plan (1-based step of total_steps; a rollback
+ * rewinds it): /api/training/status "step" and "progress" and the
+ * mixprec_progress_ratio gauge; without it they use the training
+ * steps, which count replayed steps too and can pass total_steps. */
+void mxp_obs_set_run_step(mxp_obs *o, int64_t step);
 
 /* One finished optimizer step (training thread): updates the metrics,
  * appends a history row, hands a row to the store's writer thread

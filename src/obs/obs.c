@@ -298,6 +298,11 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
     o->step = st.training_steps;
     o->epoch = st.epoch;
     o->total_steps = total_steps;
+    o->run_step = -1;
+    /* a resumed run's counters continue from the checkpoint's */
+    mxp_metric_add(o->m_steps, (double)st.training_steps - mxp_metric_value(o->m_steps));
+    mxp_metric_add(o->m_opt_steps, (double)st.optimizer_steps - mxp_metric_value(o->m_opt_steps));
+    mxp_metric_add(o->m_overflow, (double)st.skipped_steps - mxp_metric_value(o->m_overflow));
     o->started = now;
     o->state = MXP_RUN_RUNNING;
     pthread_mutex_unlock(&o->lock);
@@ -318,6 +323,15 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
              (long long)total_steps);
     return mxp_obs_event(o, st.training_steps, "run_start", "info", "training started", detail,
                          err);
+}
+
+void mxp_obs_set_run_step(mxp_obs *o, int64_t step) {
+    if (!o || step < 0) return;
+    pthread_mutex_lock(&o->lock);
+    o->run_step = step;
+    int64_t total = o->total_steps;
+    pthread_mutex_unlock(&o->lock);
+    if (total > 0) mxp_metric_set(o->m_progress, (double)step / (double)total);
 }
 
 void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps) {
@@ -360,8 +374,6 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
          * not announce it: a fallback. */
         s = mxp_obs_precision_changed(o, o->cur_prec, st.precision, "fallback", err);
     }
-    mxp_metric_add(o->m_steps, 1.0);
-    mxp_metric_add(res->skipped ? o->m_overflow : o->m_opt_steps, 1.0);
     mxp_metric_add(o->m_samples, (double)o->samples_per_step);
     mxp_metric_set(o->m_scale, (double)st.current_scale);
     mxp_metric_set(o->m_loss, res->loss);
@@ -390,14 +402,22 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         .precision = st.precision,
     };
     pthread_mutex_lock(&o->lock);
+    /* the step counters change together with o->stats, under the lock the
+     * JSON API reads them with: /metrics and /api/training/stats count
+     * optimizer steps from one source (a rollback rewinds AdamW's t, not
+     * the count of updates applied) */
+    mxp_metric_add(o->m_steps, 1.0);
+    mxp_metric_add(res->skipped ? o->m_overflow : o->m_opt_steps, 1.0);
     o->stats = st;
     o->step = st.training_steps;
     o->epoch = epoch;
     o->last_loss = res->loss;
     int64_t total = o->total_steps;
+    const bool have_pos = o->run_step >= 0;
     push_row(o, &row);
     pthread_mutex_unlock(&o->lock);
-    if (total > 0) mxp_metric_set(o->m_progress, (double)st.training_steps / (double)total);
+    if (total > 0 && !have_pos)
+        mxp_metric_set(o->m_progress, (double)st.training_steps / (double)total);
     if (o->writer) {
         mxp_obs_writer_add_step(o->writer, &row, &st, res->loss);
         mxp_status ss = mxp_obs_writer_take_error(o->writer, s == MXP_OK ? err : NULL);

@@ -301,6 +301,7 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
         g->total_steps = p->total_steps;
         mxp_obs_set_total_steps(g->o, p->total_steps);
     }
+    mxp_obs_set_run_step(g->o, p->step); /* the header's "step N / total" */
     mxp_error err = {0};
     if (mxp_obs_record_step(g->o, p->epoch, p->result, dur, &err) != MXP_OK && !g->store_warned) {
         mxp_log(MXP_LOG_WARN, "obs: %s (training goes on; further store errors not shown)",
