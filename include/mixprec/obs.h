@@ -229,6 +229,7 @@ typedef struct mxp_obs_step_row {
     double duration_s;
     bool overflow;        /* the step was skipped */
     mxp_precision precision;
+    double lr;            /* learning rate the step used */
 } mxp_obs_step_row;
 
 typedef struct mxp_obs_event_row {

@@ -375,6 +375,8 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         s = mxp_obs_precision_changed(o, o->cur_prec, st.precision, "fallback", err);
     }
     mxp_metric_add(o->m_samples, (double)o->samples_per_step);
+    mxp_trainer_state tstate;
+    mxp_trainer_get_state(o->trainer, &tstate);
     mxp_metric_set(o->m_scale, (double)st.current_scale);
     mxp_metric_set(o->m_loss, res->loss);
     mxp_metric_set(o->m_grad_norm, res->grad_norm);
@@ -400,6 +402,7 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         .duration_s = duration_s,
         .overflow = res->skipped,
         .precision = st.precision,
+        .lr = (double)tstate.lr,
     };
     pthread_mutex_lock(&o->lock);
     /* the step counters change together with o->stats, under the lock the

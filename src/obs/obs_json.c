@@ -68,6 +68,7 @@ mxp_status mxp_obs_status_json(mxp_obs *o, char **out, mxp_error *err) {
     json_object_set_new(j, "step", json_integer(step));
     json_object_set_new(j, "total_steps", json_integer(total));
     json_object_set_new(j, "training_steps", json_integer(attempts));
+    json_object_set_new(j, "samples_per_step", json_integer(o->samples_per_step));
     json_object_set_new(j, "epoch", json_integer(epoch));
     json_object_set_new(j, "progress", total > 0 ? json_real((double)step / (double)total)
                                                  : json_null());
@@ -179,6 +180,7 @@ mxp_status mxp_obs_export_json(mxp_obs *o, int64_t offset, int64_t limit, char *
         json_object_set_new(row, "duration_s", jnum(r->duration_s));
         json_object_set_new(row, "overflow", json_boolean(r->overflow));
         json_object_set_new(row, "precision", json_string(mxp_precision_name(r->precision)));
+        json_object_set_new(row, "lr", jnum(r->lr));
         json_array_append_new(arr, row);
     }
     mxp_free(rows);
