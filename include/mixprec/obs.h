@@ -178,6 +178,8 @@ mxp_status mxp_obs_precision_changed(mxp_obs *o, mxp_precision from, mxp_precisi
 mxp_status mxp_obs_request_precision(mxp_obs *o, mxp_precision p, mxp_error *err);
 bool mxp_obs_take_precision_request(mxp_obs *o, mxp_precision *out);
 
+/* The last validation loss: the gauge, the stats API, and an event of kind
+ * "validation" (detail {"loss": x}) so the store keeps every measurement. */
 void mxp_obs_set_validation_loss(mxp_obs *o, double loss);
 /* Guard state shown by /api/training/stats and the dashboard: a JSON
  * object text (copied; invalid JSON is MXP_ERR_FORMAT). */

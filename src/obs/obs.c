@@ -522,7 +522,15 @@ void mxp_obs_set_validation_loss(mxp_obs *o, double loss) {
     mxp_metric_set(o->m_val_loss, loss);
     pthread_mutex_lock(&o->lock);
     o->val_loss = loss;
+    const bool begun = o->begun;
     pthread_mutex_unlock(&o->lock);
+    /* an event too, so the store keeps every validation (report plots them) */
+    if (begun && isfinite(loss)) {
+        char msg[64], detail[64];
+        snprintf(msg, sizeof msg, "validation loss %.6g", loss);
+        snprintf(detail, sizeof detail, "{\"loss\":%.17g}", loss);
+        (void)mxp_obs_event(o, -1, "validation", "info", msg, detail, NULL);
+    }
 }
 
 mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_error *err) {
