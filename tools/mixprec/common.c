@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
@@ -64,13 +66,117 @@ void cli_status_done(void) {
 
 void cli_install_logger(void) { mxp_log_set_callback(log_to_stderr, NULL); }
 
+static bool g_errors_to_log, g_json_errors, g_json_error_done;
+static char g_last_error[1024];
+
+void cli_errors_to_log(bool on) { g_errors_to_log = on; }
+void cli_json_errors(bool on) { g_json_errors = on; }
+
 void cli_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("mixprec: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
     va_end(ap);
+    if (g_errors_to_log) {
+        mxp_log(MXP_LOG_ERROR, "%s", g_last_error);
+        return;
+    }
+    bar_clear();
+    g_status_shown = false;
+    fprintf(stderr, "mixprec: error: %s\n", g_last_error);
+    if (g_bar_shown) {
+        fputs(g_bar, stdout);
+        fflush(stdout);
+    }
+}
+
+void cli_json_print(const void *json) {
+    char *t = json_dumps((const json_t *)json, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    if (t) {
+        fputs(t, stdout);
+        fputc('\n', stdout);
+        free(t);
+    }
+}
+
+void *cli_json_typed(const char *text) {
+    if (!text) return json_null();
+    if (!strcmp(text, "true") || !strcmp(text, "false")) return json_boolean(text[0] == 't');
+    char *end = NULL;
+    errno = 0;
+    long long iv = strtoll(text, &end, 10);
+    if (*text && *end == '\0' && errno == 0) return json_integer(iv);
+    double dv = strtod(text, &end);
+    if (*text && *end == '\0' && isfinite(dv)) return json_real(dv);
+    if (text[0] == '{' || text[0] == '[') {
+        json_t *j = json_loads(text, JSON_DECODE_ANY, NULL);
+        if (j) return j;
+    }
+    return json_string(text);
+}
+
+const char *cli_exit_name(int rc) {
+    switch (rc) {
+    case CLI_EXIT_OK: return "ok";
+    case CLI_EXIT_FAIL: return "failed";
+    case CLI_EXIT_USAGE: return "usage";
+    case CLI_EXIT_IO: return "io";
+    case 4: return "stopped"; /* CLI_EXIT_GUARD_STOP (doctor.h) */
+    default: return "unknown";
+    }
+}
+
+static void json_escaped(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_error_exit(int rc) {
+    if (!g_json_errors || rc == CLI_EXIT_OK || g_json_error_done) return;
+    g_json_error_done = true;
+    fputs("{\"schema\":\"mixprec.error/1\",\"error\":{\"message\":", stdout);
+    json_escaped(stdout, g_last_error[0] ? g_last_error : cli_exit_name(rc));
+    fprintf(stdout, ",\"exit_code\":%d,\"exit_name\":\"%s\"}}\n", rc, cli_exit_name(rc));
+    fflush(stdout);
+}
+
+/* Levenshtein distance of a and b, both shorter than 32 bytes (else 99). */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= 32 || m >= 32) return 99;
+    int d[32][32];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[n][m];
+}
+
+const char *cli_did_you_mean(const char *word, const char *const *choices, int n) {
+    const char *best = NULL;
+    int bd = 3;
+    for (int i = 0; i < n; i++) {
+        int dd = edit_distance(word, choices[i]);
+        if (strlen(word) >= 3 && strncmp(choices[i], word, strlen(word)) == 0) dd = 1;
+        if (dd < bd) {
+            bd = dd;
+            best = choices[i];
+        }
+    }
+    return best;
 }
 
 int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a) {

@@ -95,12 +95,14 @@ static void log_json(void *user, mxp_log_level level, const char *msg) {
 
 void obs_glue_install_logger(void) {
     if (g_log_json == 1) mxp_log_set_callback(log_json, NULL);
+    cli_errors_to_log(g_log_json == 1); /* error lines are JSON lines too */
 }
 
 bool obs_glue_apply_config(mxp_config *cfg) {
     if (g_serve) cfg->obs.http_enabled = true;
     bool json = g_log_json >= 0 ? g_log_json == 1 : cfg->log_format == MXP_LOG_FORMAT_JSON;
     if (json) mxp_log_set_callback(log_json, NULL);
+    cli_errors_to_log(json);
     return json;
 }
 
