@@ -27,7 +27,7 @@ static void help(FILE *f) {
           "                             checkpoint's config; exit 0 only if all pass\n"
           "  inspect FILE [--json]      metadata and a per-tensor table: name, dtype,\n"
           "                             shape, min, max, percent non-finite\n"
-          "  export FILE --dtype bf16|fp16|fp32 -o OUT\n"
+          "  export FILE --dtype bf16|fp16|fp32|f8_e4m3|f8_e5m2 -o OUT\n"
           "                             the model weights for inference (RNE)\n"
           "  diff A B                   per-tensor max |a-b| and max relative difference;\n"
           "                             exit 0 identical, 1 different\n"

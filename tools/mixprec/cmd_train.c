@@ -18,7 +18,7 @@
 
 static void help(FILE *f) {
     fputs("usage: mixprec train [--config FILE] [--json] [--quiet] [--serve]\n"
-          "                     [--log-format text|json] [key=value ...]\n"
+          "                     [--resume RUN_DIR|CKPT] [--log-format text|json] [key=value ...]\n"
           "\n"
           "Train the world model (an MLP predicting next-state delta and reward\n"
           "from a replay buffer of pendulum or cart-pole trajectories), or with\n"

@@ -226,24 +226,26 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
              (long long)cfg->epochs, (long long)cfg->batch_size,
              (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
              (long long)cfg->hidden, (long long)cfg->depth);
-    if (mxp_obs_run_begin(g->o, tr, g->total_steps, per_step, config_json, &err) != MXP_OK) {
-        cli_error("%s", err.msg);
-        mxp_obs_destroy(g->o);
-        mxp_free(g);
-        return CLI_EXIT_IO;
-    }
+    /* serve before the run begins: a port in use is a usage error with
+     * the way out, and no failed run is recorded for a run that never ran */
     if (cfg->obs.http_enabled) {
         if (mxp_obs_serve(g->o, &err) != MXP_OK) {
-            cli_error("%s", err.msg);
-            mxp_obs_run_end(g->o, MXP_RUN_FAILED, err.msg, NULL);
+            cli_error("%s; accepted: a free port, or obs.http.port=0 for any free port",
+                      err.msg);
             mxp_obs_destroy(g->o);
             mxp_free(g);
-            return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            return CLI_EXIT_USAGE;
         }
         const char *addr = cfg->obs.http_address;
         bool v6 = strchr(addr, ':') != NULL;
         mxp_log(MXP_LOG_INFO, "obs: serving http://%s%s%s:%d/ (metrics at /metrics)",
                 v6 ? "[" : "", addr, v6 ? "]" : "", mxp_obs_port(g->o));
+    }
+    if (mxp_obs_run_begin(g->o, tr, g->total_steps, per_step, config_json, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        mxp_obs_destroy(g->o);
+        mxp_free(g);
+        return CLI_EXIT_IO;
     }
     g->guard = run->guard;
     g->canary_divergence = !(cfg->obs.fp32_baseline_loss > 0);
