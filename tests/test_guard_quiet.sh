@@ -6,7 +6,8 @@
 #    raises no guard alert and ends in the precision it started in (before
 #    the fix: 9 grad_norm_growth alerts in fp32; in mixed_bf16 canary
 #    alerts, two rollbacks and a fallback to fp32); MIXPREC_TEST_QUICK=1
-#    runs fp32 only;
+#    (the reference-kernel and sanitizer passes of scripts/test.sh) skips
+#    these two full-length runs, the release pass has them;
 #  - the drills still fire: 10 NaN losses in mixed_fp16 (nonfinite_loss,
 #    fallback + rollback), weights x 1e6 (overflow, fallback), a tensor
 #    squeezed under FP16's smallest normal (underflow);
@@ -21,7 +22,7 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 alerts() { grep -cE "guard \[P[012]\]" "$1"; }
 
 modes="fp32 mixed_bf16"
-[ "${MIXPREC_TEST_QUICK:-0}" = 1 ] && modes=fp32
+[ "${MIXPREC_TEST_QUICK:-0}" = 1 ] && modes=""
 for m in $modes; do
   "$bin" train --json checkpoint.enabled=false obs.store.enabled=false \
     training.precision=$m output.dir=q_$m > q_$m.json 2> q_$m.err || fail "$m: exit $?"
