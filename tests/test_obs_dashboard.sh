@@ -105,13 +105,13 @@ fi
 
 # A finished run with a rollback (10 NaN losses: fallback + rollback),
 # kept serving: one count of optimizer steps, a step header within plan.
-"$bin" train --serve --quiet output.dir=rb obs.http.port=0 obs.http.linger_s=30 $nock \
+"$bin" train --serve --quiet output.dir=rb obs.http.port=0 obs.http.linger_s=300 $nock \
   training.epochs=1 data.trajectories=16 data.episode_length=100 model.hidden=32 \
   training.batch_size=16 training.precision=mixed_fp16 fault.kind=nan fault.layer=1 \
   fault.step=40 fault.count=10 >rb.out 2>rb.err &
 pids+=($!)
 port2=""
-for _ in $(seq 300); do
+for _ in $(seq 1200); do
   port2=$(grep -o 'serving http://127.0.0.1:[0-9]*' rb.err | head -1 | sed 's/.*://')
   grep -q "run ended; serving" rb.err && break
   sleep 0.1
