@@ -95,13 +95,22 @@ function linRange(u, min, max) {
   return [min >= 0 && min - pad < 0 ? 0 : min - pad, max + pad];
 }
 
-/* Short tick labels: 2.5e-4, 0.03, 1200, 1.2e+6. */
-function tickFmt(v) {
+/* Short tick labels: 2.5e-4, 0.03, 1200, 1.2e+6; digits enough to tell
+ * neighbouring ticks apart (prec: significant digits, 3 at least). */
+function tickFmt(v, prec) {
   if (v === null || !isFinite(v)) return "";
   if (v === 0) return "0";
-  var a = Math.abs(v);
-  if (a < 1e-3 || a >= 1e6) return Number(v.toPrecision(3)).toExponential();
-  return String(+v.toPrecision(4));
+  var a = Math.abs(v), p = prec || 3;
+  if (a < 1e-3 || a >= 1e6) return Number(v.toPrecision(p)).toExponential();
+  return String(+v.toPrecision(Math.max(p, 4)));
+}
+
+function tickDigits(splits) {
+  if (splits.length < 2) return 3;
+  var step = Math.abs(splits[1] - splits[0]), big = 0;
+  splits.forEach(function (v) { big = Math.max(big, Math.abs(v)); });
+  if (!(step > 0) || !(big > 0)) return 3;
+  return Math.min(10, Math.max(3, Math.ceil(Math.log10(big / step)) + 1));
 }
 
 function yAxis(label, kind) {
@@ -111,7 +120,8 @@ function yAxis(label, kind) {
   /* uPlot hides log ticks that are not powers of the base; ours all stay */
   if (kind) a.filter = function (u, splits) { return splits; };
   a.values = function (u, splits) {
-    return splits.map(function (v) { return kind === "log2" ? pow2Label(v) : tickFmt(v); });
+    var d = kind ? 3 : tickDigits(splits);
+    return splits.map(function (v) { return kind === "log2" ? pow2Label(v) : tickFmt(v, d); });
   };
   return a;
 }
