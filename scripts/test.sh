@@ -3,6 +3,8 @@
 #  1. install build dependencies (apt, only what is missing);
 #  2. warnings-as-errors Release build + every CTest program;
 #  2b. a bounded (60 s) libFuzzer run on the checkpoint loader;
+#  2c. a MIXPREC_CUDA=OFF build (library, CLI, CUDA tests): no CUDA symbol,
+#      `ctest -L gpu` skips (docs/gpu.md; step 2 is the AUTO build);
 #  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
 #  4. an ASan + UBSan build and its suite;
 #  5. `cmake --install` into a staging prefix and build examples/ against it
@@ -19,6 +21,11 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== fuzz the checkpoint loader (libFuzzer + ASan/UBSan, 60 s)"
 tests/fuzz/run_fuzz.sh 60 build
+
+echo "== CUDA OFF build: no CUDA symbols, gpu tests skip"
+cmake -S . -B build-nocuda -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON -DMIXPREC_CUDA=OFF >/dev/null
+cmake --build build-nocuda -j"$jobs" --target mixprec_cli test_cuda_backend
+ctest --test-dir build-nocuda -R '^test_cuda_' --output-on-failure
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
 MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include <mixprec/data.h>
+#include <mixprec/device.h>
 #include <mixprec/guard.h>
 #include <mixprec/train.h>
 
@@ -110,6 +111,8 @@ typedef struct mxp_config {
     mxp_workload workload;          /* model.workload (world_model) */
     mxp_workload_settings wl;       /* data.fashion_mnist_dir, data.text_file, data.*_subset, gpt.* */
     mxp_fp8_config fp8;             /* training.fp8.history_len|amax_algo|margin */
+    char device_text[MXP_CONFIG_STR_MAX]; /* training.device cpu|cuda|cuda:N ("cpu") */
+    mxp_device device;              /* its parsed form (filled by resolve; device.h) */
     char fp32_layers_text[MXP_CONFIG_STR_MAX]; /* training.precision_fp32_layers ("none") */
     mxp_fp32_layers fp32_layers;    /* its parsed form (filled by resolve; amp.h) */
     int fp16_accumulate;            /* training.fp16_accumulate fp32 (0) | fp16 (1): FP16

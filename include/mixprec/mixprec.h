@@ -21,5 +21,6 @@
 #include <mixprec/classifier.h>
 #include <mixprec/gpt.h>
 #include <mixprec/obs.h>
+#include <mixprec/device.h>
 
 #endif /* MIXPREC_MIXPREC_H */

@@ -15,6 +15,10 @@
  * rounded to float. With the defaults (hysteresis 1, no floor, no cap) the
  * sequence of scales is PyTorch's bit for bit.
  *
+ * The rule lives in backend/numerics/scaler_rule.h (one home, compiled by
+ * gcc here and by nvcc for the device); this file validates, keeps the
+ * state, applies the at-min policy and logs.
+ *
  * Extras (all off by default):
  *   - hysteresis H (Megatron-LM DynamicGradScaler, DeepSpeed
  *     DynamicLossScaler with consecutive_hysteresis=False): hysteresis_left
@@ -45,6 +49,8 @@
 #include <math.h>
 
 #include <mixprec/amp.h>
+
+#include "backend/numerics/scaler_rule.h"
 
 struct mxp_scaler {
     mxp_scaler_config cfg;
@@ -215,58 +221,34 @@ mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev
     const mxp_scaler_config *c = &s->cfg;
     mxp_status ret = MXP_OK;
 
-    e.old_scale = st->scale;
-    e.overflow = found_inf;
-    st->total_steps++;
-    if (found_inf) st->overflow_steps++;
-
-    if (!c->enabled) {
-        st->scale = 1.0f;
-        st->growth_tracker = 0;
-        st->steps_at_min = 0;
-    } else if (found_inf) {
-        bool at_min = st->scale <= s->floor;
-        st->growth_tracker = 0;
-        if (st->hysteresis_left > 1) {
-            st->hysteresis_left--;
-        } else {
-            double next = (double)st->scale * c->backoff_factor;
-            if (next < (double)s->floor) next = (double)s->floor;
-            st->scale = (float)next;
-            st->hysteresis_left = 1;
-            e.backed_off = st->scale < e.old_scale;
-        }
-        if (at_min) {
-            st->steps_at_min++;
-            e.at_min = true;
-            if (c->at_min == MXP_SCALE_FLOOR_FALLBACK) {
-                e.fallback = true;
-            } else if (c->at_min == MXP_SCALE_FLOOR_ERROR) {
-                ret = mxp_error_set(err, MXP_ERR_NONFINITE,
-                                    "loss scale is at its minimum (%g) and gradients still "
-                                    "overflow (%lld consecutive steps, step %lld); at_min "
-                                    "policy is 'error' (accepted: continue, error, fallback)",
-                                    (double)st->scale, (long long)st->steps_at_min,
-                                    (long long)st->total_steps);
-            }
-        } else {
-            st->steps_at_min = 0;
-        }
-    } else {
-        st->steps_at_min = 0;
-        int64_t successful = st->growth_tracker + 1;
-        if (successful >= c->growth_interval) {
-            double grown = (double)st->scale * c->growth_factor;
-            if (grown > c->max_scale) grown = c->max_scale;
-            float grown_f = (float)grown;
-            if (isfinite(grown_f) && grown_f > st->scale) {
-                st->scale = grown_f;
-                e.grew = true;
-            }
-            st->growth_tracker = 0;
-            st->hysteresis_left = c->hysteresis;
-        } else {
-            st->growth_tracker = successful;
+    /* The rule itself: backend/numerics/scaler_rule.h (shared with the
+     * device); here only the policy's consequences and the log line. */
+    mxp_scaler_rule rule = {c->enabled, c->growth_factor, c->backoff_factor,
+                            c->growth_interval, c->hysteresis, s->floor, c->max_scale};
+    mxp_scaler_rule_state rs = {st->scale, st->growth_tracker, st->hysteresis_left,
+                                st->overflow_steps, st->total_steps, st->steps_at_min};
+    mxp_scaler_rule_event re = mxp_scaler_rule_step(&rule, &rs, found_inf);
+    st->scale = rs.scale;
+    st->growth_tracker = rs.growth_tracker;
+    st->hysteresis_left = rs.hysteresis_left;
+    st->overflow_steps = rs.overflow_steps;
+    st->total_steps = rs.total_steps;
+    st->steps_at_min = rs.steps_at_min;
+    e.old_scale = re.old_scale;
+    e.overflow = re.overflow;
+    e.backed_off = re.backed_off;
+    e.grew = re.grew;
+    e.at_min = re.at_min;
+    if (e.at_min) {
+        if (c->at_min == MXP_SCALE_FLOOR_FALLBACK) {
+            e.fallback = true;
+        } else if (c->at_min == MXP_SCALE_FLOOR_ERROR) {
+            ret = mxp_error_set(err, MXP_ERR_NONFINITE,
+                                "loss scale is at its minimum (%g) and gradients still "
+                                "overflow (%lld consecutive steps, step %lld); at_min "
+                                "policy is 'error' (accepted: continue, error, fallback)",
+                                (double)st->scale, (long long)st->steps_at_min,
+                                (long long)st->total_steps);
         }
     }
 

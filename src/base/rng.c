@@ -4,42 +4,16 @@
  * random numbers: as easy as 1, 2, 3", SC'11) keyed by the seed, on the
  * block counter/4, returning word counter%4. Every draw is a pure function
  * of (seed, counter), so streams are reproducible, splittable and cheap to
- * checkpoint (two integers). */
+ * checkpoint (two integers). The generator itself lives in
+ * backend/numerics/philox.h, shared with the CUDA kernels. */
 #include <mixprec/base.h>
+
+#include "backend/numerics/philox.h"
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
-    uint64_t p = (uint64_t)a * b;
-    *hi = (uint32_t)(p >> 32);
-    *lo = (uint32_t)p;
-}
-
-/* One Philox4x32-10 block for counter c (128-bit: low 64 bits used) and key k. */
-static void philox4x32(uint64_t c, uint64_t k, uint32_t out[4]) {
-    uint32_t x0 = (uint32_t)c, x1 = (uint32_t)(c >> 32), x2 = 0, x3 = 0;
-    uint32_t k0 = (uint32_t)k, k1 = (uint32_t)(k >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint32_t hi0, lo0, hi1, lo1;
-        mulhilo(PHILOX_M0, x0, &hi0, &lo0);
-        mulhilo(PHILOX_M1, x2, &hi1, &lo1);
-        uint32_t y0 = hi1 ^ x1 ^ k0, y1 = lo1, y2 = hi0 ^ x3 ^ k1, y3 = lo0;
-        x0 = y0; x1 = y1; x2 = y2; x3 = y3;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = x0; out[1] = x1; out[2] = x2; out[3] = x3;
-}
-
 uint32_t mxp_rng_at(uint64_t seed, uint64_t counter) {
-    uint32_t block[4];
-    philox4x32(counter >> 2, seed, block);
-    return block[counter & 3];
+    return mxp_philox_at(seed, counter);
 }
 
 void mxp_rng_init(mxp_rng *r, uint64_t seed) {

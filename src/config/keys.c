@@ -172,6 +172,9 @@ static const mxp_config_key kKeys[] = {
      .help = "precision mode fp32|mixed_bf16|mixed_fp16|bf16|fp16|fp8|auto (auto: the "
              "preflight advisor chooses); unset: chosen by training.mixed_precision.* (fp32 "
              "when disabled)"},
+    KEY_STR("training.device", device_text, "cpu",
+            "compute device cpu|cuda|cuda:N (cuda needs a build with the CUDA backend and a "
+            "GPU; training on the GPU is not implemented yet: docs/gpu.md) (cpu)"),
     KEY_STR("training.precision_fp32_layers", fp32_layers_text, "none",
             "layers kept in FP32 in every mode but fp32 (matmul inputs, weights, outputs), "
             "as FP8/TE recipes keep the first and last layers: none|first|last|first,last|"

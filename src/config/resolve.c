@@ -119,6 +119,11 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
     }
     mxp_error sub;
     mxp_error_clear(&sub);
+    mxp_device dev;
+    if (mxp_device_parse(c->device_text, &dev, &sub) != MXP_OK) {
+        describe(b, "training.device", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s: %s", l, sub.msg);
+    }
     mxp_fp32_layers sel;
     if (mxp_fp32_layers_parse(c->fp32_layers_text, &sel, &sub) != MXP_OK) {
         describe(b, "training.precision_fp32_layers", l, sizeof l);
@@ -198,6 +203,7 @@ mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error 
     if (st != MXP_OK) return st;
     mxp_error ignore; /* cross_check parsed it already: cannot fail here */
     (void)mxp_fp32_layers_parse(c.fp32_layers_text, &c.fp32_layers, &ignore);
+    (void)mxp_device_parse(c.device_text, &c.device, &ignore);
     if (b->kill_switch) c.fp16_accumulate = 0; /* FP32 forced: no FP16 operands */
     if (b->kill_switch) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
     *out = c;

@@ -18,42 +18,23 @@
  *   - SR: the 16 random bits r & 0xffff are added to the 16 dropped bits
  *     and the sum truncated, so P(round away from zero) = dropped/2^16
  *     exactly; sums carrying past 0x1.fep127 give +-Inf, as in RNE.
+ * The bit-level code is in backend/numerics/round.h (one home, shared
+ * with the CUDA kernels); these are the typed public wrappers.
  * References: IEEE 754-2019; Intel SDM "convert_fp32_to_bfloat16".
  */
 #include <mixprec/num.h>
 
-#include "num/bits.h"
-
-#include <string.h>
+#include "backend/numerics/round.h"
 
 
-float mxp_bf16_to_f32(mxp_bf16 h) {
-    return f32_from_bits((uint32_t)h.bits << 16);
-}
+float mxp_bf16_to_f32(mxp_bf16 h) { return mxp_nr_bf16_to_f32(h.bits); }
 
 mxp_bf16 mxp_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    mxp_bf16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        h.bits = (uint16_t)((u >> 16) | 0x0040u);
-        return h;
-    }
-    /* Finite or Inf: no overflow of 32 bits, since the largest magnitude
-     * here (0x7f800000) plus 0x8000 stays below the sign bit. */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    h.bits = (uint16_t)(u >> 16);
+    mxp_bf16 h = {mxp_nr_f32_to_bf16(f)};
     return h;
 }
 
 mxp_bf16 mxp_f32_to_bf16_sr(float f, uint32_t r) {
-    uint32_t u = f32_bits(f);
-    mxp_bf16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        h.bits = (uint16_t)((u >> 16) | 0x0040u);
-        return h;
-    }
-    /* Inf has zero low bits, so Inf + r truncates back to Inf. */
-    u += r & 0xffffu;
-    h.bits = (uint16_t)(u >> 16);
+    mxp_bf16 h = {mxp_nr_f32_to_bf16_sr(f, r)};
     return h;
 }

@@ -11,6 +11,9 @@
  * gradient health; then either clip (by global norm, after unscaling, with
  * PyTorch's clip_coef = max_norm / (norm + 1e-6)) and update, or skip with
  * weights and optimizer state untouched. The scaler update closes the step.
+ * The pass, the skip/clip decision and the update go through the backend
+ * seam (backend/backend.h; the CPU backend today), bit for bit what the
+ * trainer computed itself before.
  * References: torch.cuda.amp.GradScaler, torch.nn.utils.clip_grad_norm_,
  * llm.c train_gpt2.c (gpt2_update).
  */
@@ -19,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "dist/trainer_dist.h"
 #include "kernels/kernels.h"
 #include "train/trainer_internal.h"
@@ -95,6 +99,7 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
                              "optimizer state for %zu parameters", t->n_params);
     }
     s = make_scaler(t, err);
+    if (s == MXP_OK) s = mxp_backend_cpu_create(&t->be, err);
     if (s != MXP_OK) {
         mxp_trainer_destroy(t);
         return s;
@@ -106,6 +111,7 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
 void mxp_trainer_destroy(mxp_trainer *t) {
     if (!t) return;
     trainer_ls_destroy(t);
+    mxp_backend_destroy(t->be);
     mxp_scaler_destroy(t->scaler);
     mxp_free(t->m);
     mxp_free(t->v);
@@ -136,28 +142,43 @@ static mxp_precision fallback_of(mxp_precision p) {
     }
 }
 
-static void apply_update(mxp_trainer *t) {
-    const mxp_kernels *k = mxp_kernels_get();
+/* The step's control block (backend/backend.h) from the trainer's state:
+ * the update it would apply is number opt_steps + 1. */
+static void fill_ctl(const mxp_trainer *t, mxp_step_ctl *c, float inv_scale, double loss) {
+    const mxp_optim_config *o = &t->cfg.optim;
+    c->inv_scale = inv_scale;
+    c->clip_max = t->cfg.clip_grad_norm;
+    c->loss_nonfinite = !isfinite(loss);
+    c->opt_steps = t->opt_steps;
+    c->seed = t->cfg.seed;
+    c->sr_counter = t->sr_counter;
+    c->lr = o->lr;
+    c->beta1 = o->beta1;
+    c->beta2 = o->beta2;
+    c->eps = o->eps;
+    c->weight_decay = o->weight_decay;
+    c->momentum = o->momentum;
+    c->nesterov = o->nesterov;
+    c->adamw = mxp_adamw_consts_make(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+                                     t->opt_steps + 1);
+    c->sgd = (mxp_sgd_consts){c->lr, c->momentum, c->weight_decay, c->nesterov,
+                              c->momentum != 0.0f, t->opt_steps + 1 <= 1};
+    c->run_scaler_rule = false; /* the CPU keeps mxp_scaler (same rule, plus policy and log) */
+}
+
+/* The optimizer through the backend (a no-op when decide chose to skip). */
+static mxp_status apply_update(mxp_trainer *t, mxp_error *err) {
     mxp_model *m = t->model;
     const mxp_precision_policy *pol = mxp_model_policy(m);
-    mxp_weights w = {0};
+    mxp_backend_weights w = {0};
     w.master = mxp_model_master(m);
     w.work = mxp_model_work(m, &w.work_type);
     if (w.master && (void *)w.master == w.work) w.work = NULL; /* fp32: work aliases master */
     w.sr = !w.master && pol->stochastic_update;
-    w.seed = t->cfg.seed;
-    w.counter = t->sr_counter;
-    t->sr_counter += t->n_params;
-    t->opt_steps++;
-    const float *g = mxp_model_grads(m);
-    const mxp_optim_config *o = &t->cfg.optim;
-    if (o->kind == MXP_OPTIM_ADAMW) {
-        mxp_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay};
-        k->adamw(&w, g, t->m, t->v, t->n_params, &h, t->opt_steps);
-    } else {
-        mxp_sgd_hparams h = {o->lr, o->momentum, o->weight_decay, o->nesterov};
-        k->sgd(&w, g, t->m, t->n_params, &h, t->opt_steps);
-    }
+    float *g = mxp_model_grads(m);
+    if (t->cfg.optim.kind == MXP_OPTIM_ADAMW)
+        return t->be->ops->adamw(t->be, &w, g, t->m, t->v, t->n_params, err);
+    return t->be->ops->sgd(t->be, &w, g, t->m, t->n_params, err);
 }
 
 static mxp_status push_history(mxp_trainer *t, const mxp_history_row *row) {
@@ -182,7 +203,6 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     if (s != MXP_OK) return s;
     memset(res, 0, sizeof *res);
     mxp_model *m = t->model;
-    const mxp_kernels *k = mxp_kernels_get();
     const mxp_precision_policy *pol = mxp_model_policy(m);
 
     int64_t total_b = 0;
@@ -214,13 +234,29 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     t->time_s[0] += f1 - f0;
     t->time_s[1] += (t_safety - t_start) - (f1 - f0);
 
+    /* The safety-and-update half of the step goes through the backend seam
+     * (backend/backend.h); per-layer loss scaling unscales by group on the
+     * host (not behind the seam yet). */
+    mxp_backend *be = t->be;
+    mxp_step_ctl *ctl = &be->ctl;
+    fill_ctl(t, ctl, mxp_scaler_inv_scale(t->scaler), res->loss);
+    if ((s = be->ops->begin(be, err)) != MXP_OK) return s;
     mxp_grad_stats gs;
     float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
-    if (t->ls)
+    if (t->ls) {
         trainer_ls_unscale(t, near, &gs); /* each group by its own 1/scale */
-    else
-        k->unscale_stats(mxp_model_grads(m), t->n_params, mxp_scaler_inv_scale(t->scaler), near,
-                         &gs);
+        ctl->stats = (mxp_gradpass_acc){gs.n, gs.nonfinite, gs.zeros, gs.near_overflow,
+                                        gs.sumsq, gs.absmax};
+    } else if ((s = be->ops->grad_pass(be, mxp_model_grads(m), t->n_params, near, err)) !=
+               MXP_OK) {
+        return s;
+    }
+    /* found_inf is agreed over ranks on the host, so the report is read
+     * after the grad pass (the step's one report). */
+    mxp_step_ctl rep;
+    if ((s = be->ops->report(be, &rep, err)) != MXP_OK) return s;
+    gs = (mxp_grad_stats){rep.stats.n, rep.stats.nonfinite, rep.stats.zeros,
+                          rep.stats.near_overflow, rep.stats.sumsq, rep.stats.absmax};
     res->nonfinite = gs.nonfinite;
     res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
     res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
@@ -231,14 +267,14 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
 
     t->training_steps++;
     const double t_optim = mxp_time_now();
-    if (!found_inf) {
-        float clip = t->cfg.clip_grad_norm;
-        if (clip > 0 && res->grad_norm > clip)
-            k->scale(mxp_model_grads(m), (float)(clip / (res->grad_norm + 1e-6)), t->n_params);
-        apply_update(t);
-    } else {
+    if ((s = be->ops->decide(be, found_inf, t->n_params, err)) != MXP_OK) return s;
+    if ((s = apply_update(t, err)) != MXP_OK) return s;
+    if (found_inf) { /* decide skipped the update: weights and moments untouched */
         res->skipped = true;
         t->skipped_steps++;
+    } else { /* the host mirror of what decide advanced in the control block */
+        t->opt_steps++;
+        t->sr_counter += t->n_params;
     }
 
     const double t_scaler = mxp_time_now();

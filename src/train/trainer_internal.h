@@ -20,8 +20,10 @@ typedef struct trainer_layer_scale {
     mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> last step's outcome */
 } trainer_layer_scale;
 
+struct mxp_backend;
 struct mxp_trainer {
     mxp_model *model;
+    struct mxp_backend *be; /* the step seam (backend/backend.h): the CPU backend today */
     mxp_trainer_config cfg;
     mxp_scaler *scaler;
     trainer_layer_scale *ls; /* per-layer loss scaling (layer_scale.c), or NULL */

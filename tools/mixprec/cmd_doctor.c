@@ -1,5 +1,6 @@
 /* tools/mixprec/cmd_doctor.c: `mixprec doctor` (CPU features, which
- * precisions run natively or emulated, the fallback chain, and an optional
+ * precisions run natively or emulated, the fallback chain, the GPU seen by
+ * the CUDA backend or why there is none, and an optional
  * FP32 preflight of the configured workload with the advisor's verdicts),
  * and the guard's output in `mixprec train` (summary lines, JSON field,
  * exit code of a stop rule, SIGUSR1 handler).
@@ -153,6 +154,39 @@ static json_t *preflight_json(const mxp_preflight_report *rep, const mxp_model_s
     return j;
 }
 
+/* The GPU section: what the CUDA runtime reports, or why there is none
+ * (built without CUDA: nothing of CUDA is linked or loaded; no device or no
+ * driver: the runtime's error text). */
+static void print_gpu(void) {
+    mxp_error err = {0};
+    int n = 0;
+    if (!mxp_cuda_built()) {
+        printf("gpu             none: %s\n", "built without CUDA (MIXPREC_CUDA=OFF, or AUTO "
+                                              "without nvcc)");
+        return;
+    }
+    int rt = mxp_cuda_build_version();
+    printf("cuda            backend compiled in (CUDA %d.%d runtime, sm_90)\n", rt / 1000,
+           rt % 1000 / 10);
+    if (mxp_cuda_device_count(&n, &err) != MXP_OK) {
+        printf("gpu             none: %s\n", err.msg);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        mxp_gpu_info g;
+        if (mxp_cuda_device_info(i, &g, &err) != MXP_OK) {
+            printf("gpu %-11d error: %s\n", i, err.msg);
+            continue;
+        }
+        printf("gpu %-11d %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs, "
+               "driver %d.%d\n",
+               i, g.name, (double)g.total_mem / 1073741824.0, (double)g.free_mem / 1073741824.0,
+               g.cc_major, g.cc_minor, g.multiprocessors, g.driver_version / 1000,
+               g.driver_version % 1000 / 10);
+    }
+    printf("                (training.device=cuda is not implemented yet: docs/gpu.md)\n");
+}
+
 /* out: the JSON document (--json) to add "preflight" to, or NULL: text. */
 static int preflight(const cli_config_args *a, json_t *out) {
     mxp_config cfg;
@@ -237,6 +271,7 @@ int cmd_doctor(int argc, char **argv) {
     mxp_log_set_level(MXP_LOG_WARN);
     if (!json) {
         print_cpu();
+        print_gpu();
         return pre ? preflight(&a, NULL) : CLI_EXIT_OK;
     }
     json_t *j = cpu_json();

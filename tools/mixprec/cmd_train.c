@@ -137,6 +137,12 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     int rc = resume ? cli_resume_config(&a, resume, ckpt, sizeof ckpt, &cfg)
                     : cli_resolve_config(&a, &cfg, NULL);
     if (rc != CLI_EXIT_OK) return rc;
+    /* training.device: refused before anything is created or written */
+    mxp_error derr = {0};
+    if (mxp_device_require(&cfg.device, &derr) != MXP_OK) {
+        cli_error("training.device=%s: %s", cfg.device_text, derr.msg);
+        return CLI_EXIT_USAGE;
+    }
     /* data parallel: rank 0 alone prints, writes outputs, checkpoints and
      * metrics and serves HTTP; the other ranks log warnings and errors */
     const bool primary = mxp_comm_rank(comm) == 0;

@@ -7,35 +7,20 @@
  */
 #include "kernels/generic/generic.h"
 
-#include <math.h>
+#include "backend/numerics/gradpass.h"
 
-/* Overwrites *out. Every element falls in exactly one of: non-finite after
- * unscaling; finite (then possibly zero and/or near-overflow, and added
- * to sumsq and absmax). near_overflow compares the value BEFORE unscaling
- * (|g| as it lived in the low-precision format) with near_overflow_at. */
+/* Overwrites *out. The element rule is mxp_gradpass_elem
+ * (backend/numerics/gradpass.h): every element is either non-finite after
+ * unscaling or finite (then possibly zero and/or near-overflow, and added to
+ * sumsq and absmax), sequentially in index order. */
 void mxp_generic_unscale_stats(float *g, size_t n, float inv_scale,
                                float near_overflow_at, mxp_grad_stats *out) {
-    int64_t nonfinite = 0, zeros = 0, near = 0;
-    double sumsq = 0.0;
-    float absmax = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float raw = g[i];
-        float v = raw * inv_scale;
-        g[i] = v;
-        if (!isfinite(v)) {
-            nonfinite++;
-            continue;
-        }
-        float a = fabsf(v);
-        if (a == 0.0f) zeros++;
-        if (fabsf(raw) >= near_overflow_at) near++;
-        if (a > absmax) absmax = a;
-        sumsq += (double)v * (double)v;
-    }
-    out->n = (int64_t)n;
-    out->nonfinite = nonfinite;
-    out->zeros = zeros;
-    out->near_overflow = near;
-    out->sumsq = sumsq;
-    out->absmax = absmax;
+    mxp_gradpass_acc a = mxp_gradpass_acc_init();
+    for (size_t i = 0; i < n; i++) g[i] = mxp_gradpass_elem(g[i], inv_scale, near_overflow_at, &a);
+    out->n = a.n;
+    out->nonfinite = a.nonfinite;
+    out->zeros = a.zeros;
+    out->near_overflow = a.near_overflow;
+    out->sumsq = a.sumsq;
+    out->absmax = a.absmax;
 }

@@ -4,7 +4,8 @@
  *
  * Entry points: mxp_avx512_adamw, mxp_avx512_sgd (contracts in
  * kernels/kernels.h). Bit-identical to kernels/generic/optim.c: the same
- * scalar hyper-parameter arithmetic (in double, then rounded to float), and
+ * scalar hyper-parameter arithmetic (mxp_adamw_consts_make of
+ * backend/numerics/optim.h), and the vector form of mxp_adamw_elem:
  * per element the same FP32 operations in the same order with separate
  * multiplies and adds (no FMA); vsqrtps and vdivps round correctly like
  * sqrtf and '/'. The weights are processed in chunks of OPT_CHUNK: the
@@ -18,6 +19,8 @@
  * nothing either.
  */
 #include "kernels/x86_avx512/loops_simd.h"
+
+#include "backend/numerics/optim.h"
 
 #include <assert.h>
 #include <math.h>
@@ -99,16 +102,12 @@ void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
                       float *v, size_t n, const mxp_adamw_hparams *h,
                       int64_t t) {
     if (!w->master && !w->work) return;
-    double step = (double)(t < 1 ? 1 : t);
-    adamw_ctx c = {.w = w, .g = g, .m = m, .v = v, .n = n, .b1 = h->beta1, .b2 = h->beta2,
-                   .eps = h->eps};
-    c.omb1 = (float)(1.0 - (double)c.b1);
-    c.omb2 = (float)(1.0 - (double)c.b2);
-    c.decay = (float)(1.0 - (double)h->lr * (double)h->weight_decay);
-    double bc1 = 1.0 - pow((double)c.b1, step);
-    double bc2 = 1.0 - pow((double)c.b2, step);
-    c.step_size = (float)((double)h->lr / bc1);
-    c.bc2_sqrt = (float)sqrt(bc2);
+    /* The step's scalars from the shared host-side function (one home). */
+    const mxp_adamw_consts k =
+        mxp_adamw_consts_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, t);
+    adamw_ctx c = {.w = w, .g = g, .m = m, .v = v, .n = n, .b1 = k.b1, .b2 = k.b2,
+                   .omb1 = k.omb1, .omb2 = k.omb2, .eps = k.eps, .decay = k.decay,
+                   .step_size = k.step_size, .bc2_sqrt = k.bc2_sqrt};
     par_run(n, adamw_task, &c);
 }
 

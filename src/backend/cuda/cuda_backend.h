@@ -1,0 +1,81 @@
+/* backend/cuda/cuda_backend.h: the C interface of the CUDA side (internal;
+ * implemented in device.cu and kernels.cu, compiled by nvcc only when the
+ * build has MIXPREC_HAVE_CUDA).
+ *
+ * Entry points:
+ *   queries: mxp_cudab_build_version, mxp_cudab_device_count,
+ *            mxp_cudab_device_info (used by backend/device.c);
+ *   context: mxp_cudab_ctx_create/_destroy (device, one stream, a cuBLASLt
+ *            handle, the device-resident step control block and the
+ *            grad-pass partials), mxp_cudab_alloc/_free, mxp_cudab_upload /
+ *            _download (async on the context's stream), mxp_cudab_sync;
+ *   step kernels (element rules of backend/numerics/, one home with the
+ *            CPU): mxp_cudab_ctl_set, mxp_cudab_grad_pass,
+ *            mxp_cudab_decide, mxp_cudab_adamw, mxp_cudab_sgd,
+ *            mxp_cudab_report (the single device-to-host copy of a step;
+ *            mxp_cudab_d2h_count counts them).
+ * Every function returns 0 on success, else nonzero with the CUDA error
+ * text in why[n]. Nothing here prints, exits or synchronises implicitly
+ * except mxp_cudab_sync and mxp_cudab_report.
+ * Verified: compiles with nvcc 13.0 for sm_90 (--fmad=false); the element
+ * rules are host-tested (tests/test_numerics.c); the kernels themselves have
+ * NOT run on a GPU yet (tests/test_cuda_backend.c skips without one).
+ */
+#ifndef MIXPREC_BACKEND_CUDA_BACKEND_H
+#define MIXPREC_BACKEND_CUDA_BACKEND_H
+
+#include <mixprec/device.h>
+
+#include "backend/step_ctl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int mxp_cudab_build_version(void);
+/* Visible devices (> 0), or 0 with the reason in why. */
+int mxp_cudab_device_count(char *why, size_t n);
+int mxp_cudab_device_info(int index, mxp_gpu_info *out, char *why, size_t n);
+
+typedef struct mxp_cudab_ctx mxp_cudab_ctx;
+
+int mxp_cudab_ctx_create(int device, mxp_cudab_ctx **out, char *why, size_t n);
+void mxp_cudab_ctx_destroy(mxp_cudab_ctx *c);
+int mxp_cudab_alloc(mxp_cudab_ctx *c, size_t bytes, void **out, char *why, size_t n);
+void mxp_cudab_free(mxp_cudab_ctx *c, void *p);
+int mxp_cudab_upload(mxp_cudab_ctx *c, void *dst, const void *src, size_t bytes, char *why,
+                     size_t n);
+int mxp_cudab_download(mxp_cudab_ctx *c, void *dst, const void *src, size_t bytes, char *why,
+                       size_t n);
+int mxp_cudab_sync(mxp_cudab_ctx *c, char *why, size_t n);
+
+/* Replace the device control block with *host (async; host must stay valid
+ * until the next sync). */
+int mxp_cudab_ctl_set(mxp_cudab_ctx *c, const mxp_step_ctl *host, char *why, size_t n);
+/* g[i] = mxp_gradpass_elem(g[i], ctl.inv_scale, near_at); ctl.stats = the
+ * merged statistics (per-block partials merged in block order: the result
+ * does not depend on scheduling). */
+int mxp_cudab_grad_pass(mxp_cudab_ctx *c, float *g, size_t count, float near_at, char *why,
+                        size_t n);
+/* One thread, the contract of mxp_backend_ops.decide (backend/backend.h):
+ * skip, clip_coef, opt_steps / sr_counter, the scaler rule when
+ * ctl.run_scaler_rule. */
+int mxp_cudab_decide(mxp_cudab_ctx *c, bool extra_inf, uint64_t n_params, char *why, size_t n);
+/* The optimizer over `count` elements, reading skip/clip/consts from ctl
+ * (no-op when skip). master may be NULL (pure 16-bit path: work_bf16
+ * selects BF16 else FP16; sr from ctl.sgd/adamw path flag). */
+int mxp_cudab_adamw(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf16, bool sr,
+                    const float *g, float *m, float *v, size_t count, char *why, size_t n);
+int mxp_cudab_sgd(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf16, bool sr,
+                  const float *g, float *buf, size_t count, char *why, size_t n);
+/* The step report: one async device-to-host copy of the control block into
+ * *host, then a stream sync (the only one of a step). */
+int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why, size_t n);
+/* Device-to-host copies issued through this context so far. */
+int64_t mxp_cudab_d2h_count(const mxp_cudab_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MIXPREC_BACKEND_CUDA_BACKEND_H */

@@ -1,0 +1,36 @@
+/* backend/cuda/cuda_internal.cuh: what device.cu and kernels.cu share (the
+ * context struct, launch sizes, the error helper). nvcc only. */
+#ifndef MIXPREC_BACKEND_CUDA_INTERNAL_CUH
+#define MIXPREC_BACKEND_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+enum {
+    MXP_CUDAB_THREADS = 256,        /* threads per block of the element kernels */
+    MXP_CUDAB_REDUCE_BLOCKS = 1024, /* grad-pass partials (fixed: deterministic merge) */
+};
+#define MXP_CUDAB_LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace, 32 MiB */
+
+struct mxp_cudab_ctx {
+    int device;
+    cudaStream_t stream;
+    void *lt_lib; /* dlopen handle of libcublasLt (lt_open in device.cu) */
+    cublasStatus_t (*lt_create)(cublasLtHandle_t *);
+    cublasStatus_t (*lt_destroy)(cublasLtHandle_t);
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    mxp_step_ctl *ctl;          /* device: the step control block */
+    mxp_gradpass_acc *partials; /* device: [MXP_CUDAB_REDUCE_BLOCKS] */
+    int64_t d2h_copies;
+};
+
+/* Write "what: <CUDA error text>" into why; returns 1. */
+int mxp_cudab_fail(cudaError_t e, const char *what, char *why, size_t n);
+
+#endif /* MIXPREC_BACKEND_CUDA_INTERNAL_CUH */
