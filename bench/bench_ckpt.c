@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
            *t_base = calloc((size_t)reps, sizeof(double));
     double *t_load = calloc((size_t)reps, sizeof(double)),
            *t_ver = calloc((size_t)reps, sizeof(double));
-    mxp_ckpt_save_args a = {tr, NULL, NULL, true, NULL};
+    mxp_ckpt_save_args a = {.trainer = tr, .healthy = true};
     size_t bytes = 0;
     unsigned char *copy = NULL;
     for (int k = 0; k < reps; k++) {

@@ -42,6 +42,7 @@ cmake --install build --prefix "$stage" >/dev/null
 PKG_CONFIG_PATH="$stage/lib/pkgconfig:$stage/lib/x86_64-linux-gnu/pkgconfig" \
   make -s -C examples clean all
 examples/train_tiny
+examples/train_run "$stage/run"  # guard, checkpoints, stop + resume, metrics via mxp_run
 make -s -C examples clean
 rm -rf "$stage"
 echo "== all tests passed"

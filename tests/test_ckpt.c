@@ -342,7 +342,8 @@ static void save_at(const char *path, int64_t step, bool healthy) {
     mxp_trainer_get_state(g_tr, &ts);
     ts.training_steps = ts.optimizer_steps = step;
     CHECK_OK(mxp_trainer_set_state(g_tr, &ts, &err), &err);
-    mxp_ckpt_save_args a = {g_tr, NULL, NULL, healthy, "{\"rules\":\"ok\"}"};
+    mxp_ckpt_save_args a = {.trainer = g_tr, .healthy = healthy,
+                            .guard_state = "{\"rules\":\"ok\"}"};
     CHECK_OK(mxp_ckpt_save(path, &a, NULL, &err), &err);
 }
 
@@ -508,7 +509,7 @@ static void test_faults(void) {
         mxp_trainer_get_state(g_tr, &ts);
         ts.training_steps = ts.optimizer_steps = 2 + (int64_t)i;
         mxp_trainer_set_state(g_tr, &ts, NULL);
-        mxp_ckpt_save_args a = {g_tr, NULL, NULL, true, NULL};
+        mxp_ckpt_save_args a = {.trainer = g_tr, .healthy = true};
         mxp_status s = mxp_ckpt_save(path, &a, NULL, &err);
         mxp_st_set_io_fault(MXP_IO_FAULT_NONE, 0, 0);
         CHECK_MSG(s == MXP_ERR_IO, "fault %zu: status %d", i, (int)s);

@@ -121,9 +121,10 @@ last=$(ls S/checkpoints | tail -1)
 [ "$rows" -lt "$full_total" ] || echo "note: the run finished before SIGTERM arrived"
 "$bin" ckpt verify S >/dev/null 2>&1 || fail "SIGTERM: checkpoints do not verify"
 "$bin" train --quiet --resume S >/dev/null 2>S2.err || fail "resume S: $(tail -3 S2.err)"
-tail -n +2 S/history.csv >s.rows
-tail -n +$((rows + 2)) full/history.csv >f.rows
-cmp -s s.rows f.rows || fail "history after SIGTERM + resume differs from the uninterrupted run"
+# the resumed run's history keeps the rows before the checkpoint: the whole
+# file equals the uninterrupted run's
+cmp -s S/history.csv full/history.csv ||
+  fail "history after SIGTERM + resume differs from the uninterrupted run"
 
 "$bin" train --quiet $long checkpoint.every_steps=5 output.dir=K >/dev/null 2>K.err &
 pid=$!

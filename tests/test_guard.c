@@ -62,7 +62,7 @@ static void rig_free(rig *r) {
     mxp_model_destroy(r->m);
 }
 
-static const mxp_guard_position pos0 = {0, 0, B, 0, 1, 0, 1000};
+static const mxp_data_position pos0 = {0, 0, B, 0, 1, 0, 1000};
 
 /* One synthetic step through the guard (no training pass). */
 static mxp_guard_decision feed(rig *r, mxp_step_result res) {
@@ -470,7 +470,7 @@ static void test_rollback(void) {
     float *w0 = mxp_calloc(P, sizeof(float)), *m0 = mxp_calloc(P, sizeof(float));
     float *v0 = mxp_calloc(P, sizeof(float));
     mxp_guard_decision d;
-    mxp_guard_position start = {2, 5, B, 0, 4, 17, 400};
+    mxp_data_position start = {2, 5, B, 0, 4, 17, 400};
     mxp_error err = {0};
     CHECK_OK(mxp_guard_before_step(r.g, &start, &d, &err), &err); /* first save: here */
     float *om, *ov;

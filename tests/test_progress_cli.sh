@@ -42,7 +42,7 @@ for at in logs:
 skip = raw.find("step 150 skipped")
 assert skip > 0, "no skipped-step line"
 assert re.search(r"\[[#.]{20}\]", raw[skip:]), "bar not redrawn after a log line"
-assert "generating 32 pendulum trajectories" in raw, "no data status line"
+assert "preparing the pendulum data" in raw, "no data status line"
 PY
 
 "$bin" train $small output.dir=plain > plain.out 2> plain.err || fail "plain train exit $?"

@@ -329,7 +329,7 @@ static void test_guard_snapshot(void) {
     mxp_guard *gd = NULL;
     mxp_error err = {0};
     CHECK_OK(mxp_guard_create(&gc, p.t, NULL, &gd, &err), &err);
-    mxp_guard_position pos = {0};
+    mxp_data_position pos = {0};
     mxp_guard_decision d;
     CHECK_OK(mxp_guard_before_step(gd, &pos, &d, &err), &err); /* snapshot: all 65536 */
     set_group_scale(p.t, 3, 2048.0f);

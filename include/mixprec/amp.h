@@ -37,6 +37,12 @@ typedef enum mxp_precision {
 const char *mxp_precision_name(mxp_precision p);
 mxp_status mxp_precision_parse(const char *s, mxp_precision *out, mxp_error *err);
 
+/* The one precision fallback chain (the scaler's at-minimum fallback and
+ * the guard both walk it; the guard skips modes the CPU cannot run):
+ * fp8 -> mixed_fp16 -> mixed_bf16 -> fp32, and fp16 -> bf16 -> fp32.
+ * The next mode after p; fp32 (the end) and out-of-range values give p. */
+mxp_precision mxp_precision_fallback_next(mxp_precision p);
+
 /* Op classes the policy assigns dtypes to. */
 typedef enum mxp_op_class {
     MXP_OP_MATMUL,      /* linear / attention products */

@@ -132,32 +132,8 @@ void mxp_st_set_io_fault(mxp_io_fault kind, uint64_t after_bytes, int errno_valu
 #define MXP_CKPT_FORMAT_VERSION 1
 #define MXP_CKPT_PATH_MAX 1024
 
-/* Where the data loader is: enough to reproduce the same batches after a
- * resume, and the learning-rate schedule of the train() call in progress. */
-typedef struct mxp_data_position {
-    int64_t epoch;           /* epoch in progress (== epochs done when step_in_epoch is 0) */
-    int64_t step_in_epoch;   /* optimizer steps finished in that epoch */
-    int64_t batch_size;      /* micro-batch size of the call (steps per epoch depend on it) */
-    int64_t run_first_epoch; /* the train() call in progress: first epoch, */
-    int64_t run_epochs;      /*   epochs asked for, */
-    int64_t run_step;        /*   steps done (the LR schedule's position) */
-    int64_t run_total;       /*   and its total steps; 0 = no call in progress */
-} mxp_data_position;
+/* The data position a checkpoint records: mxp_data_position (train.h). */
 
-/* Start (or continue) a train() call of num_epochs at batch_size with
- * steps_per_epoch steps each. A call in progress (run_total > 0, run_step <
- * run_total) continues when num_epochs and batch_size match it (else
- * MXP_ERR_INVALID_ARG naming both); otherwise a new call starts at the
- * current epoch. Also checks step_in_epoch < steps_per_epoch. */
-mxp_status mxp_data_position_begin(mxp_data_position *p, int64_t num_epochs, int64_t batch_size,
-                                   int64_t steps_per_epoch, mxp_error *err);
-/* One optimizer step done: advance run_step and step_in_epoch (rolling
- * over into the next epoch). */
-void mxp_data_position_advance(mxp_data_position *p, int64_t steps_per_epoch);
-/* True when the call in progress has done all its steps. */
-bool mxp_data_position_done(const mxp_data_position *p);
-/* The call finished: clear the run_* fields (epoch stays). */
-void mxp_data_position_end(mxp_data_position *p);
 
 /* What a checkpoint's metadata says. */
 typedef struct mxp_ckpt_info {
@@ -194,6 +170,13 @@ typedef struct mxp_ckpt_save_args {
     const mxp_data_position *pos; /* may be NULL (all zero) */
     bool healthy;                 /* ANDed with: weights, moments and last loss finite */
     const char *guard_state;      /* free text (JSON) from the guards; may be NULL */
+    /* The run (run.h) the checkpoint belongs to; each may be NULL (not
+     * recorded): metadata "run_id", "workload", "data_signature". */
+    const char *run_id, *workload, *data_signature;
+    /* Workload metadata (run.h's checkpoint_meta: the user-data
+     * standardisation statistics, the GPT vocabulary), JSON object text,
+     * metadata "workload_meta"; NULL: not recorded. */
+    const char *workload_meta;
 } mxp_ckpt_save_args;
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
@@ -223,6 +206,16 @@ mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_in
 mxp_status mxp_ckpt_load(const char *path, mxp_trainer *t, mxp_ckpt_info *info, mxp_error *err);
 mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
                               mxp_error *err);
+
+/* Initial weights from outside (model.init_from): a safetensors file with
+ * exactly the model's tensors, named as PyTorch nn.Sequential's state_dict
+ * (layers.<i>.weight [out, in], layers.<i>.bias [out]), F32, BF16 or F16,
+ * finite; an export's statistics tensors (x_mean, x_std, y_mean, y_std)
+ * are skipped. Written into the master weights (pure modes: rounded RNE into
+ * the working weights), then the working copy is recast. Errors
+ * (MXP_ERR_FORMAT, NaN/Inf included, or the reader's) name the file and the
+ * missing, extra or mis-shaped tensor; on error the weights are unchanged. */
+mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
 
 /* ---- checkpoint directories -------------------------------------------
  * Checkpoints are DIR/ckpt-<step, 12 digits>.safetensors; a checkpoint is
@@ -295,6 +288,15 @@ void mxp_ckpt_manager_set_health(mxp_ckpt_manager *m, bool healthy, const char *
 mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, const mxp_config *cfg,
                                        const mxp_data_position *pos, bool force, bool *saved,
                                        mxp_error *err);
+/* Record the run's id, workload and data signature (run.h) in the next
+ * checkpoints (copied; NULL: not recorded). */
+mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
+                                    const char *workload, const char *data_signature,
+                                    mxp_error *err);
+/* Record the workload's metadata (mxp_ckpt_save_args.workload_meta) in the
+ * next checkpoints (copied; NULL: not recorded). */
+mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                              mxp_error *err);
 /* Path of the last checkpoint this manager wrote ("" before the first). */
 const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
 /* mxp_ckpt_rollback on the manager's directory. */

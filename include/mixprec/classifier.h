@@ -1,15 +1,5 @@
-/* mixprec/classifier.h: the Fashion-MNIST classifier workload and the IDX
- * file reader it is built on.
- *
- * IDX (the MNIST file format, yann.lecun.com/exdb/mnist): two zero bytes,
- * a type code (0x08 unsigned byte, 0x09 signed byte, 0x0B int16, 0x0C
- * int32, 0x0D float32, 0x0E float64), the number of dimensions, then one
- * big-endian uint32 per dimension, then the elements in row-major order,
- * big-endian. mixprec reads unsigned-byte files (every MNIST-style image
- * and label file), plain or gzip-compressed (detected by content, through
- * zlib), and rejects anything else with an error naming the file and the
- * problem: bad magic, an unsupported type, a zero or oversized dimension,
- * a truncated header or body, trailing bytes, or a corrupt gzip stream.
+/* mixprec/classifier.h: the Fashion-MNIST classifier workload, read with
+ * data.h's IDX reader (mxp_idx_read).
  *
  * The classifier is an MLP (model.depth x [linear(model.hidden) ->
  * [layernorm] -> activation], then linear(10)) trained with softmax
@@ -28,27 +18,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- IDX files ----------------------------------------------------------- */
-
-#define MXP_IDX_MAX_DIMS 8
-/* Largest element count accepted (2^32): guards against absurd headers. */
-#define MXP_IDX_MAX_ELEMENTS ((uint64_t)1 << 32)
-
-typedef struct mxp_idx {
-    int ndims;                       /* 1..MXP_IDX_MAX_DIMS */
-    int64_t dims[MXP_IDX_MAX_DIMS];  /* each >= 1 */
-    size_t count;                    /* product of dims */
-    uint8_t *data;                   /* [count] unsigned bytes (mxp_free) */
-} mxp_idx;
-
-/* Read an unsigned-byte IDX file (plain or gzip). On success *out owns its
- * data; on failure *out is zeroed, nothing is leaked, and err names the
- * path and the problem (MXP_ERR_IO: cannot open/read; MXP_ERR_FORMAT:
- * malformed, truncated, trailing bytes, corrupt gzip; MXP_ERR_UNSUPPORTED:
- * a valid IDX type other than unsigned byte). */
-mxp_status mxp_idx_read(const char *path, mxp_idx *out, mxp_error *err);
-void mxp_idx_free(mxp_idx *x);
 
 /* ---- the Fashion-MNIST dataset -------------------------------------------- */
 

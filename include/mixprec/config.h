@@ -66,6 +66,7 @@ typedef enum mxp_workload {
     MXP_WORKLOAD_WORLD_MODEL, /* MLP on replay data (default) */
     MXP_WORKLOAD_CLASSIFIER,  /* MLP on Fashion-MNIST (classifier.h) */
     MXP_WORKLOAD_GPT,         /* character-level transformer (gpt.h) */
+    MXP_WORKLOAD_REGRESSOR,   /* MLP on the user's x [N, D] -> y [N, K] (data.path) */
     MXP_WORKLOAD_COUNT
 } mxp_workload;
 
@@ -73,6 +74,8 @@ typedef enum mxp_workload {
 typedef struct mxp_workload_settings {
     char fmnist_dir[MXP_CONFIG_STR_MAX]; /* data.fashion_mnist_dir */
     char text_file[MXP_CONFIG_STR_MAX];  /* data.text_file (plain or .gz) */
+    char data_path[MXP_CONFIG_STR_MAX];  /* data.path: the user's safetensors/.npz file
+                                            (dataset.h, docs/data.md), "none" = built-in data */
     int64_t train_subset;                /* data.train_subset: training examples (images;
                                             gpt: context windows), 0 = all (0) */
     int64_t test_subset;                 /* data.test_subset: evaluation examples, 0 = all (0) */
@@ -105,6 +108,10 @@ typedef struct mxp_config {
     int64_t depth;                  /* model.depth >= 1 (3) */
     mxp_layer_kind activation;      /* model.activation relu|gelu|tanh (gelu) */
     bool layernorm;                 /* model.layernorm (false) */
+    char layers[MXP_CONFIG_STR_MAX];    /* model.layers: a layer list (mxp_model_spec_layers)
+                                           replacing hidden/depth/activation/layernorm ("none") */
+    char init_from[MXP_CONFIG_STR_MAX]; /* model.init_from: safetensors of initial weights
+                                           named layers.<i>.weight/.bias ("none") */
     /* data.* */
     mxp_replay_config data;         /* data.env, data.trajectories, data.episode_length,
                                        data.val_fraction; seed = training.seed */

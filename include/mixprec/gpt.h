@@ -36,6 +36,14 @@ typedef struct mxp_gpt mxp_gpt;
  * MXP_ERR_FORMAT (empty, corrupt gzip, too short for one window in either
  * split), MXP_ERR_CONFIG (gpt.embd not a multiple of gpt.heads, ...). */
 mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err);
+/* For sampling from a checkpoint without its training text: the
+ * vocabulary comes from the checkpoint's metadata "workload_meta"
+ * ({"vocab_hex": ...}, written by every GPT run); a checkpoint without it
+ * (older runs) falls back to mxp_gpt_create (data.text_file). The result
+ * loads the checkpoint (mxp_ckpt_load_file) and samples; training and
+ * evaluation refuse with MXP_ERR_STATE. */
+mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_file *f,
+                                         mxp_gpt **out, mxp_error *err);
 void mxp_gpt_destroy(mxp_gpt *g);
 void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user);
 

@@ -2,19 +2,19 @@
  * guide), seeds/004 (precision-safety policy) and seeds/000 (rollback
  * runbook) ask people to do by hand, done by the engine:
  *
- *   - per-layer monitor (nn): largest |activation| and |gradient| against
- *     the storage format's maximum, fraction of values below its smallest
- *     normal, NaN/Inf provenance, opt-in anomaly mode;
- *   - fault injection (for tests and drills): NaN/Inf/a value into a
- *     layer's forward output or gradient at chosen steps, or a weight scale;
+ *   - it drives nn's per-layer monitor (model.h: largest |activation| and
+ *     |gradient| against the storage format's maximum, fraction of values
+ *     below its smallest normal, NaN/Inf provenance, opt-in anomaly mode)
+ *     and fault injection (model.h: NaN/Inf/a value into a layer's forward
+ *     output or gradient at chosen steps, or a weight scale);
  *   - guard rules over sliding windows with actions alert | fallback |
  *     rollback | stop, each firing an event with rule, severity (P0/P1/P2
  *     as in the runbook), values and the action taken;
  *   - FP32 canary: every K steps the loss of a fixed probe batch computed in
  *     FP32 from the master weights beside the working precision;
- *   - precision support (what runs natively on this CPU), the fallback
- *     chain fp8 -> mixed_fp16 -> mixed_bf16 -> fp32 (fp16 -> bf16 -> fp32
- *     for the pure modes), and the preflight advisor behind
+ *   - precision support (what runs natively on this CPU), walking amp's
+ *     fallback chain (mxp_precision_fallback_next) past modes the CPU
+ *     cannot run, and the preflight advisor behind
  *     `training.precision: auto` and `mixprec doctor`;
  *   - operator control: SIGUSR1 (or mxp_guard_request_fp32) switches a
  *     running job to FP32 at the next step boundary.
@@ -32,133 +32,8 @@
 extern "C" {
 #endif
 
-/* ==== per-layer monitor (implemented in src/nn/headroom.c) =============== */
-
-/* Statistics of the FP32 values of one tensor, taken just before they are
- * rounded into their storage dtype. Accumulated over every scanned pass
- * until mxp_monitor_reset. */
-typedef struct mxp_tensor_stats {
-    float absmax;      /* largest finite |v| */
-    int64_t n;         /* elements scanned */
-    int64_t nonfinite; /* NaN / +-Inf elements */
-    int64_t tiny;      /* 0 < |v| < smallest normal of the storage dtype
-                          (full scans of outputs and dx only: parameter
-                          gradients stay in the FP32 slab) */
-    int64_t tiny_n;    /* elements of the full scans (tiny's denominator) */
-} mxp_tensor_stats;
-
-typedef enum mxp_monitor_tensor {
-    MXP_MON_OUT, /* forward output of the layer (activation) */
-    MXP_MON_DX,  /* backward: gradient w.r.t. the layer input, scaled */
-    MXP_MON_DW,  /* backward: parameter gradient, scaled (grad slab, FP32) */
-    MXP_MON_TENSOR_COUNT
-} mxp_monitor_tensor;
-
-typedef struct mxp_layer_stats {
-    mxp_tensor_stats t[MXP_MON_TENSOR_COUNT];
-    mxp_dtype out_type;  /* storage dtype of the output (last layer: FP32) */
-    mxp_dtype grad_type; /* storage dtype of dx */
-} mxp_layer_stats;
-
-/* Histogram of finite |v| by biased FP32 exponent: bin 0 counts exact
- * zeros, bin e >= 1 values whose exponent field is e, i.e. |v| in
- * [2^(e-127), 2^(e-126)) (FP32 subnormals are counted in bin 1). */
-#define MXP_EXP_BINS 256
-
-/* Anomaly-mode report of the first non-finite value since the last reset. */
-typedef struct mxp_anomaly_report {
-    bool found;
-    int64_t pass_index;   /* forward/backward passes since reset, 1-based */
-    bool backward;
-    int layer;            /* -1: outside the layers (input or loss) */
-    const char *op;       /* "linear", "gelu", "mse", "input", ... */
-    const char *what;     /* "output", "weight", "input", "grad_input",
-                             "grad_weight", "grad_bias" */
-    int64_t count;        /* non-finite elements there */
-    /* The first FORWARD culprit: the non-finite forward site itself, else
-     * the first layer (forward order) whose output came within the headroom
-     * margin of its format's maximum, else the forward op of the layer whose
-     * backward failed. */
-    bool has_culprit;
-    int culprit_layer;
-    const char *culprit_op;
-    float culprit_absmax;     /* largest |output| of the culprit */
-    double culprit_headroom;  /* format max / culprit_absmax (inf if 0) */
-} mxp_anomaly_report;
-
-typedef struct mxp_monitor mxp_monitor;
-
-/* A monitor for model m's layers (the model may change precision later;
- * the monitor follows). hist: also keep exponent histograms (preflight).
- * Attach it with mxp_model_set_monitor; it only sees training passes (calls
- * of mxp_model_step with a non-NULL site), never validation or predict. */
-mxp_status mxp_monitor_create(const mxp_model *m, bool hist, mxp_monitor **out,
-                              mxp_error *err);
-void mxp_monitor_destroy(mxp_monitor *mon);
-/* Attach (NULL detaches). The model does not own the monitor. */
-void mxp_model_set_monitor(mxp_model *m, mxp_monitor *mon);
-/* full: count tiny values too (a slower scalar scan); else only absmax
- * and non-finite counts, which the engine computes anyway. */
-void mxp_monitor_set_full(mxp_monitor *mon, bool full);
-/* Anomaly mode: also check the input batch, each layer's weights before
- * its forward, and weight and bias gradients separately; fill the anomaly
- * report with the first forward culprit. margin is the headroom margin
- * (8 = within 2^3 of the format's maximum). */
-void mxp_monitor_set_anomaly(mxp_monitor *mon, bool on, double margin);
-void mxp_monitor_reset(mxp_monitor *mon);
-int mxp_monitor_num_layers(const mxp_monitor *mon);
-/* Layer l's statistics, NULL when l is out of range. l == num_layers is
- * the loss slot: its DX tensor is dLoss/dprediction (scaled), as stored in
- * the grad dtype before the last layer's backward. */
-const mxp_layer_stats *mxp_monitor_layer(const mxp_monitor *mon, int l);
-/* Layer l's (0..num_layers) histogram of tensor `which` [MXP_EXP_BINS],
- * NULL without hist. */
-const int64_t *mxp_monitor_hist(const mxp_monitor *mon, int l, mxp_monitor_tensor which);
-void mxp_monitor_anomaly(const mxp_monitor *mon, mxp_anomaly_report *out);
-
-/* Fraction of the histogram's nonzero finite values v with
- * |v| * scale < threshold (exact for power-of-two scale and threshold). */
-double mxp_hist_fraction_below(const int64_t *hist, double scale, double threshold);
-
-/* ==== fault injection ==================================================== */
-
-typedef enum mxp_fault_kind {
-    MXP_FAULT_NONE,
-    MXP_FAULT_NAN,           /* elements become NaN */
-    MXP_FAULT_INF,           /* elements become +Inf */
-    MXP_FAULT_VALUE,         /* elements become `value` (finite) */
-    MXP_FAULT_SCALE_WEIGHTS, /* the layer's weight tensor is multiplied by
-                                `value` once, at step `step` (0: at create) */
-    MXP_FAULT_KIND_COUNT
-} mxp_fault_kind;
-
-typedef enum mxp_fault_pass {
-    MXP_FAULT_FORWARD,  /* the layer's forward output */
-    MXP_FAULT_BACKWARD, /* the layer's parameter gradient (dx when it has
-                           no parameters) */
-    MXP_FAULT_PASS_COUNT
-} mxp_fault_pass;
-
-typedef struct mxp_fault_config {
-    mxp_fault_kind kind;  /* fault.kind none|nan|inf|value|scale_weights */
-    mxp_fault_pass pass;  /* fault.pass forward|backward */
-    int64_t layer;        /* fault.layer: layer index (0-based) */
-    int64_t step;         /* fault.step: first attempt step (>= 1; scale_weights >= 0) */
-    int64_t count;        /* fault.count: consecutive steps, 0 = every step on (1) */
-    int64_t elements;     /* fault.elements: elements poisoned per pass (1) */
-    double value;         /* fault.value: VALUE's value / SCALE_WEIGHTS' factor */
-} mxp_fault_config;
-
-const char *mxp_fault_kind_name(mxp_fault_kind k);
-const char *mxp_fault_pass_name(mxp_fault_pass p);
-mxp_fault_config mxp_fault_config_default(void);
-/* Arm (f->kind NAN/INF/VALUE) or disarm (NULL / NONE) the model's
- * forward/backward fault for the coming training passes. */
-void mxp_model_set_fault(mxp_model *m, const mxp_fault_config *f);
-/* Multiply layer `layer`'s weight tensor (linear W or layernorm gamma) by
- * factor in master and working weights. */
-mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
-                                         mxp_error *err);
+/* The per-layer monitor and fault injection the guard drives are nn's
+ * (model.h: mxp_monitor_*, mxp_fault_config, mxp_model_set_fault). */
 
 /* ==== precision support and fallback chain =============================== */
 
@@ -308,23 +183,14 @@ typedef void (*mxp_guard_event_fn)(void *user, const mxp_guard_event *ev);
 
 /* ==== the guard ========================================================== */
 
-/* Where the workload is in its data: enough to continue from there. The
- * fields mirror mxp_data_position (ckpt.h), which the world model uses. */
-typedef struct mxp_guard_position {
-    int64_t epoch;           /* epoch in progress */
-    int64_t step_in_epoch;   /* optimizer steps finished in that epoch */
-    int64_t batch_size;      /* micro-batch size of the train() call */
-    int64_t run_first_epoch; /* the train() call: first epoch, */
-    int64_t run_epochs;      /*   epochs asked for, */
-    int64_t run_step;        /*   steps done (the LR schedule's position) */
-    int64_t run_total;       /*   and its total steps */
-} mxp_guard_position;
+/* Positions are train.h's mxp_data_position: where the workload is in its
+ * data, enough to continue from there (a rollback hands it back). */
 
 /* What the workload loop must do after a guard call. */
 typedef struct mxp_guard_decision {
     bool stop;   /* a stop action fired: end the run gracefully */
     bool rewind; /* a rollback restored older state: continue from pos */
-    mxp_guard_position pos;
+    mxp_data_position pos;
     bool precision_changed;
 } mxp_guard_decision;
 
@@ -332,11 +198,11 @@ typedef struct mxp_guard_decision {
  * replace it (one call to mxp_guard_set_rollback_store). */
 typedef struct mxp_rollback_store {
     /* Record the trainer's current state as healthy; resumable at pos. */
-    mxp_status (*save)(void *user, mxp_trainer *t, const mxp_guard_position *pos,
+    mxp_status (*save)(void *user, mxp_trainer *t, const mxp_data_position *pos,
                        int64_t attempt, mxp_error *err);
     /* Restore the newest healthy state into t (any precision mode); fill
      * *pos and *attempt. MXP_ERR_STATE when there is none. */
-    mxp_status (*restore)(void *user, mxp_trainer *t, mxp_guard_position *pos,
+    mxp_status (*restore)(void *user, mxp_trainer *t, mxp_data_position *pos,
                           int64_t *attempt, mxp_error *err);
     void *user;
 } mxp_rollback_store;
@@ -356,14 +222,20 @@ void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store)
 /* Call before each trainer step with the position of that step: honours
  * operator requests and retries at this step boundary, takes the first
  * healthy snapshot, arms faults and monitor sampling. */
-mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_guard_position *pos,
+mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
                                  mxp_guard_decision *d, mxp_error *err);
 /* Call after each trainer step with its result and the position the loop
  * continues from: updates windows, runs the canary when due, evaluates the
  * rules, takes actions, snapshots healthy state. */
 mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
-                                const mxp_guard_position *next, mxp_guard_decision *d,
+                                const mxp_data_position *next, mxp_guard_decision *d,
                                 mxp_error *err);
+
+/* A resumed run: continue counting step attempts at `attempts` (the
+ * checkpoint's), so fault-injection windows and the guard's schedules keep
+ * their place and are not re-armed; a scale_weights fault whose step has
+ * passed is not applied again (the checkpoint holds its effect). */
+void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts);
 
 /* Run the canary now: *div gets |loss_work - loss_fp32| / |loss_fp32|. */
 mxp_status mxp_guard_canary(mxp_guard *g, double *div, double *loss_work,
@@ -399,8 +271,7 @@ int mxp_guard_status_json(const mxp_guard *g, char *buf, size_t n);
 const mxp_monitor *mxp_guard_monitor(const mxp_guard *g);
 
 /* ---- workload glue ------------------------------------------------------
- * For loops that keep an mxp_data_position (ckpt.h), e.g. the world model. */
-struct mxp_data_position;
+ * For loops that keep an mxp_data_position (train.h), e.g. the run's. */
 struct mxp_ckpt_manager;
 
 /* The guard of a workload: created when c->enabled or a fault is configured
@@ -410,10 +281,10 @@ mxp_status mxp_guard_for_workload(const mxp_guard_config *c, mxp_trainer *t,
                                   const mxp_batch *probe, mxp_guard **out, mxp_error *err);
 /* before_step / after_step with the workload's data position; after a
  * rollback *p is the restored position; *stop is set by a stop action. */
-mxp_status mxp_guard_step_begin(mxp_guard *g, const struct mxp_data_position *p,
+mxp_status mxp_guard_step_begin(mxp_guard *g, const mxp_data_position *p,
                                 mxp_error *err);
 mxp_status mxp_guard_step_end(mxp_guard *g, const mxp_step_result *res,
-                              struct mxp_data_position *p, bool *stop, mxp_error *err);
+                              mxp_data_position *p, bool *stop, mxp_error *err);
 /* Use a checkpoint manager as the rollback store beside the in-memory
  * snapshot (NULL: the snapshot alone): a rollback restores the NEWER of the
  * snapshot and the manager's newest healthy, verified checkpoint

@@ -13,6 +13,8 @@
 #include <mixprec/model.h>
 #include <mixprec/train.h>
 #include <mixprec/data.h>
+#include <mixprec/dataset.h>
+#include <mixprec/predict.h>
 #include <mixprec/config.h>
 #include <mixprec/guard.h>
 #include <mixprec/ckpt.h>
@@ -22,5 +24,6 @@
 #include <mixprec/gpt.h>
 #include <mixprec/obs.h>
 #include <mixprec/device.h>
+#include <mixprec/run.h>
 
 #endif /* MIXPREC_MIXPREC_H */

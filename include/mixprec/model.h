@@ -76,6 +76,18 @@ mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
                                   bool layernorm, mxp_loss_kind loss,
                                   int64_t max_batch);
 
+/* An MLP spec from a layer list (config key model.layers), e.g.
+ * "[linear:512, gelu, layernorm, linear:512, gelu, linear]": items
+ * linear:WIDTH, relu, gelu, tanh, layernorm, brackets optional; it must end
+ * with a bare 'linear' whose width is out_dim (out_dim 0: syntax check
+ * only). MXP_ERR_CONFIG naming model.layers, the item and what is accepted
+ * for an empty list, an unknown item, a bad width, a width-less linear
+ * before the end, a list not ending in linear, more than 64 layers. *out
+ * is set only on success. */
+mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_dim,
+                                 mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
+                                 mxp_error *err);
+
 /* A GPT-2 style character model: embedding(C) -> n_layer x block ->
  * layernorm -> lm_head (tied), XENT loss, for batches of up to
  * max_seqs sequences of context tokens (max_batch = max_seqs * context). */
@@ -228,6 +240,134 @@ typedef struct mxp_model_memory {
     size_t params, master, grads, activations;
 } mxp_model_memory;
 void mxp_model_memory_usage(const mxp_model *m, mxp_model_memory *out);
+
+/* ==== per-layer monitor (src/nn/headroom.c; the guard drives it) ========= */
+
+/* Statistics of the FP32 values of one tensor, taken just before they are
+ * rounded into their storage dtype. Accumulated over every scanned pass
+ * until mxp_monitor_reset. */
+typedef struct mxp_tensor_stats {
+    float absmax;      /* largest finite |v| */
+    int64_t n;         /* elements scanned */
+    int64_t nonfinite; /* NaN / +-Inf elements */
+    int64_t tiny;      /* 0 < |v| < smallest normal of the storage dtype
+                          (full scans of outputs and dx only: parameter
+                          gradients stay in the FP32 slab) */
+    int64_t tiny_n;    /* elements of the full scans (tiny's denominator) */
+} mxp_tensor_stats;
+
+typedef enum mxp_monitor_tensor {
+    MXP_MON_OUT, /* forward output of the layer (activation) */
+    MXP_MON_DX,  /* backward: gradient w.r.t. the layer input, scaled */
+    MXP_MON_DW,  /* backward: parameter gradient, scaled (grad slab, FP32) */
+    MXP_MON_TENSOR_COUNT
+} mxp_monitor_tensor;
+
+typedef struct mxp_layer_stats {
+    mxp_tensor_stats t[MXP_MON_TENSOR_COUNT];
+    mxp_dtype out_type;  /* storage dtype of the output (last layer: FP32) */
+    mxp_dtype grad_type; /* storage dtype of dx */
+} mxp_layer_stats;
+
+/* Histogram of finite |v| by biased FP32 exponent: bin 0 counts exact
+ * zeros, bin e >= 1 values whose exponent field is e, i.e. |v| in
+ * [2^(e-127), 2^(e-126)) (FP32 subnormals are counted in bin 1). */
+#define MXP_EXP_BINS 256
+
+/* Anomaly-mode report of the first non-finite value since the last reset. */
+typedef struct mxp_anomaly_report {
+    bool found;
+    int64_t pass_index;   /* forward/backward passes since reset, 1-based */
+    bool backward;
+    int layer;            /* -1: outside the layers (input or loss) */
+    const char *op;       /* "linear", "gelu", "mse", "input", ... */
+    const char *what;     /* "output", "weight", "input", "grad_input",
+                             "grad_weight", "grad_bias" */
+    int64_t count;        /* non-finite elements there */
+    /* The first FORWARD culprit: the non-finite forward site itself, else
+     * the first layer (forward order) whose output came within the headroom
+     * margin of its format's maximum, else the forward op of the layer whose
+     * backward failed. */
+    bool has_culprit;
+    int culprit_layer;
+    const char *culprit_op;
+    float culprit_absmax;     /* largest |output| of the culprit */
+    double culprit_headroom;  /* format max / culprit_absmax (inf if 0) */
+} mxp_anomaly_report;
+
+typedef struct mxp_monitor mxp_monitor;
+
+/* A monitor for model m's layers (the model may change precision later;
+ * the monitor follows). hist: also keep exponent histograms (preflight).
+ * Attach it with mxp_model_set_monitor; it only sees training passes (calls
+ * of mxp_model_step with a non-NULL site), never validation or predict. */
+mxp_status mxp_monitor_create(const mxp_model *m, bool hist, mxp_monitor **out,
+                              mxp_error *err);
+void mxp_monitor_destroy(mxp_monitor *mon);
+/* Attach (NULL detaches). The model does not own the monitor. */
+void mxp_model_set_monitor(mxp_model *m, mxp_monitor *mon);
+/* full: count tiny values too (a slower scalar scan); else only absmax
+ * and non-finite counts, which the engine computes anyway. */
+void mxp_monitor_set_full(mxp_monitor *mon, bool full);
+/* Anomaly mode: also check the input batch, each layer's weights before
+ * its forward, and weight and bias gradients separately; fill the anomaly
+ * report with the first forward culprit. margin is the headroom margin
+ * (8 = within 2^3 of the format's maximum). */
+void mxp_monitor_set_anomaly(mxp_monitor *mon, bool on, double margin);
+void mxp_monitor_reset(mxp_monitor *mon);
+int mxp_monitor_num_layers(const mxp_monitor *mon);
+/* Layer l's statistics, NULL when l is out of range. l == num_layers is
+ * the loss slot: its DX tensor is dLoss/dprediction (scaled), as stored in
+ * the grad dtype before the last layer's backward. */
+const mxp_layer_stats *mxp_monitor_layer(const mxp_monitor *mon, int l);
+/* Layer l's (0..num_layers) histogram of tensor `which` [MXP_EXP_BINS],
+ * NULL without hist. */
+const int64_t *mxp_monitor_hist(const mxp_monitor *mon, int l, mxp_monitor_tensor which);
+void mxp_monitor_anomaly(const mxp_monitor *mon, mxp_anomaly_report *out);
+
+/* Fraction of the histogram's nonzero finite values v with
+ * |v| * scale < threshold (exact for power-of-two scale and threshold). */
+double mxp_hist_fraction_below(const int64_t *hist, double scale, double threshold);
+
+/* ==== fault injection (src/nn/fault.c; tests and guard drills) ========== */
+
+typedef enum mxp_fault_kind {
+    MXP_FAULT_NONE,
+    MXP_FAULT_NAN,           /* elements become NaN */
+    MXP_FAULT_INF,           /* elements become +Inf */
+    MXP_FAULT_VALUE,         /* elements become `value` (finite) */
+    MXP_FAULT_SCALE_WEIGHTS, /* the layer's weight tensor is multiplied by
+                                `value` once, at step `step` (0: at create) */
+    MXP_FAULT_KIND_COUNT
+} mxp_fault_kind;
+
+typedef enum mxp_fault_pass {
+    MXP_FAULT_FORWARD,  /* the layer's forward output */
+    MXP_FAULT_BACKWARD, /* the layer's parameter gradient (dx when it has
+                           no parameters) */
+    MXP_FAULT_PASS_COUNT
+} mxp_fault_pass;
+
+typedef struct mxp_fault_config {
+    mxp_fault_kind kind;  /* fault.kind none|nan|inf|value|scale_weights */
+    mxp_fault_pass pass;  /* fault.pass forward|backward */
+    int64_t layer;        /* fault.layer: layer index (0-based) */
+    int64_t step;         /* fault.step: first attempt step (>= 1; scale_weights >= 0) */
+    int64_t count;        /* fault.count: consecutive steps, 0 = every step on (1) */
+    int64_t elements;     /* fault.elements: elements poisoned per pass (1) */
+    double value;         /* fault.value: VALUE's value / SCALE_WEIGHTS' factor */
+} mxp_fault_config;
+
+const char *mxp_fault_kind_name(mxp_fault_kind k);
+const char *mxp_fault_pass_name(mxp_fault_pass p);
+mxp_fault_config mxp_fault_config_default(void);
+/* Arm (f->kind NAN/INF/VALUE) or disarm (NULL / NONE) the model's
+ * forward/backward fault for the coming training passes. */
+void mxp_model_set_fault(mxp_model *m, const mxp_fault_config *f);
+/* Multiply layer `layer`'s weight tensor (linear W or layernorm gamma) by
+ * factor in master and working weights. */
+mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
+                                         mxp_error *err);
 
 #ifdef __cplusplus
 }

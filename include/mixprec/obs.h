@@ -185,6 +185,17 @@ void mxp_obs_set_validation_loss(mxp_obs *o, double loss);
  * object text (copied; invalid JSON is MXP_ERR_FORMAT). */
 mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_error *err);
 
+/* ---- the run observer (mixprec/run.h) ------------------------------------
+ * Fills *out with an observer that feeds o from an mxp_run: run begin
+ * (total steps, samples per step), every step (metrics, store row, step
+ * time), precision switches, guard events (rule firings as "guard"
+ * events, rollbacks), run end, and hands operator precision requests
+ * (POST /api/training/precision) to the run at the step boundary. The run
+ * releases the observer's state (out->destroy); o is borrowed and must
+ * outlive the run. */
+struct mxp_run_observer;
+mxp_status mxp_obs_run_observer(mxp_obs *o, struct mxp_run_observer *out, mxp_error *err);
+
 /* Commit batched store rows and a fp16_stats snapshot now. */
 mxp_status mxp_obs_flush(mxp_obs *o, mxp_error *err);
 /* End of the run: state, final flush, runs row update, run_end event. */

@@ -98,6 +98,11 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
  * Optimizer state and scaler carry over; the scaler is reset to its init
  * scale when loss scaling turns on. */
 mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
+/* The switch every precision change goes through (the run's switch point,
+ * the guard, the scaler's at-minimum fallback): mxp_trainer_set_precision,
+ * then the loss scaler and every per-layer scaler group restart at the
+ * initial scale (growth tracker, hysteresis and steps at minimum cleared). */
+mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
 
 /* The stats API (names as seeds/001 uses them). */
 typedef struct mxp_train_stats {
@@ -160,6 +165,37 @@ float mxp_trainer_loss_scale(const mxp_trainer *t);
  * anything changes; a no-op when this trainer has no groups. */
 char *mxp_trainer_scaler_groups_json(mxp_trainer *t);
 mxp_status mxp_trainer_scaler_groups_load(mxp_trainer *t, const char *json, mxp_error *err);
+
+/* ---- the data position (train/position.c) ------------------------------
+ * One struct for the run loop (run.h), the guard's rollbacks (guard.h) and
+ * checkpoints (ckpt.h). */
+
+/* Where the data loader is: enough to reproduce the same batches after a
+ * resume, and the learning-rate schedule of the train() call in progress. */
+typedef struct mxp_data_position {
+    int64_t epoch;           /* epoch in progress (== epochs done when step_in_epoch is 0) */
+    int64_t step_in_epoch;   /* optimizer steps finished in that epoch */
+    int64_t batch_size;      /* micro-batch size of the call (steps per epoch depend on it) */
+    int64_t run_first_epoch; /* the train() call in progress: first epoch, */
+    int64_t run_epochs;      /*   epochs asked for, */
+    int64_t run_step;        /*   steps done (the LR schedule's position) */
+    int64_t run_total;       /*   and its total steps; 0 = no call in progress */
+} mxp_data_position;
+
+/* Start (or continue) a train() call of num_epochs at batch_size with
+ * steps_per_epoch steps each. A call in progress (run_total > 0, run_step <
+ * run_total) continues when num_epochs and batch_size match it (else
+ * MXP_ERR_INVALID_ARG naming both); otherwise a new call starts at the
+ * current epoch. Also checks step_in_epoch < steps_per_epoch. */
+mxp_status mxp_data_position_begin(mxp_data_position *p, int64_t num_epochs, int64_t batch_size,
+                                   int64_t steps_per_epoch, mxp_error *err);
+/* One optimizer step done: advance run_step and step_in_epoch (rolling
+ * over into the next epoch). */
+void mxp_data_position_advance(mxp_data_position *p, int64_t steps_per_epoch);
+/* True when the call in progress has done all its steps. */
+bool mxp_data_position_done(const mxp_data_position *p);
+/* The call finished: clear the run_* fields (epoch stays). */
+void mxp_data_position_end(mxp_data_position *p);
 
 /* Data parallelism (dist.h): from the next step on, average gradients and
  * loss over comm's ranks after backward, agree on found_inf with MAX, and

@@ -13,6 +13,7 @@
 
 #include <mixprec/ckpt.h>
 #include <mixprec/config.h>
+#include <mixprec/run.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,14 +21,9 @@ extern "C" {
 
 typedef struct mxp_world_model mxp_world_model;
 
-/* Progress report after every optimizer step. */
-typedef struct mxp_progress {
-    int64_t step, total_steps;
-    int64_t epoch, total_epochs;
-    const mxp_step_result *result;
-} mxp_progress;
-
-typedef void (*mxp_progress_fn)(void *user, const mxp_progress *p);
+/* Progress report after every optimizer step (run.h's). */
+typedef mxp_run_progress mxp_progress;
+typedef mxp_run_progress_fn mxp_progress_fn;
 
 /* Generate the replay buffer and build model + trainer from cfg. The
  * model's largest batch is cfg->batch_size (validation runs in chunks). */

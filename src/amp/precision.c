@@ -49,6 +49,18 @@ const char *mxp_precision_name(mxp_precision p)
     return precision_names[p];
 }
 
+mxp_precision mxp_precision_fallback_next(mxp_precision p)
+{
+    switch (p) {
+    case MXP_PRECISION_FP8: return MXP_PRECISION_MIXED_FP16;
+    case MXP_PRECISION_MIXED_FP16: return MXP_PRECISION_MIXED_BF16;
+    case MXP_PRECISION_FP16: return MXP_PRECISION_BF16;
+    case MXP_PRECISION_MIXED_BF16:
+    case MXP_PRECISION_BF16: return MXP_PRECISION_FP32;
+    default: return p;
+    }
+}
+
 const char *mxp_op_class_name(mxp_op_class c)
 {
     if ((unsigned)c >= MXP_OP_CLASS_COUNT) return "unknown";

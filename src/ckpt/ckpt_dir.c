@@ -265,6 +265,8 @@ struct mxp_ckpt_manager {
     int64_t last_step; /* step of the last save, -1 before */
     bool healthy;
     char *guard_state;
+    char *run_id, *workload, *data_signature; /* the run's (run.h), or NULL */
+    char *workload_meta;                      /* the provider's (run.h), or NULL */
     char last_path[MXP_CKPT_PATH_MAX];
 };
 
@@ -329,7 +331,38 @@ mxp_status mxp_ckpt_manager_create(const mxp_ckpt_policy *p, mxp_ckpt_manager **
 void mxp_ckpt_manager_destroy(mxp_ckpt_manager *m) {
     if (!m) return;
     mxp_free(m->guard_state);
+    mxp_free(m->run_id);
+    mxp_free(m->workload);
+    mxp_free(m->data_signature);
+    mxp_free(m->workload_meta);
     mxp_free(m);
+}
+
+/* *dst = a copy of src (NULL stays NULL); false when out of memory. */
+static bool set_str(char **dst, const char *src) {
+    char *c = src ? mxp_strdup(src) : NULL;
+    if (src && !c) return false;
+    mxp_free(*dst);
+    *dst = c;
+    return true;
+}
+
+mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
+                                    const char *workload, const char *data_signature,
+                                    mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_manager_set_run: NULL");
+    if (!set_str(&m->run_id, run_id) || !set_str(&m->workload, workload) ||
+        !set_str(&m->data_signature, data_signature))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint run metadata");
+    return MXP_OK;
+}
+
+mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                              mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_manager_set_workload_meta");
+    if (!set_str(&m->workload_meta, json))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint workload metadata");
+    return MXP_OK;
 }
 
 const char *mxp_ckpt_manager_dir(const mxp_ckpt_manager *m) { return m->p.dir; }
@@ -356,7 +389,10 @@ mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, cons
     char path[MXP_CKPT_PATH_MAX];
     mxp_status s = mxp_ckpt_path_for(m->p.dir, ts.training_steps, path, sizeof path, err);
     if (s != MXP_OK) return s;
-    mxp_ckpt_save_args a = {t, cfg, pos, m->healthy, m->guard_state};
+    mxp_ckpt_save_args a = {.trainer = t, .config = cfg, .pos = pos, .healthy = m->healthy,
+                            .guard_state = m->guard_state, .run_id = m->run_id,
+                            .workload = m->workload, .data_signature = m->data_signature,
+                            .workload_meta = m->workload_meta};
     bool healthy = false;
     if ((s = mxp_ckpt_save(path, &a, &healthy, err)) != MXP_OK) return s;
     m->last_save = mxp_time_now();

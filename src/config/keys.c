@@ -78,8 +78,9 @@ static const mxp_key_choice kWorkloadChoices[] = {
     {"world_model", MXP_WORKLOAD_WORLD_MODEL, false},
     {"classifier", MXP_WORKLOAD_CLASSIFIER, false},
     {"gpt", MXP_WORKLOAD_GPT, false},
+    {"regressor", MXP_WORKLOAD_REGRESSOR, false},
 };
-static_assert(MXP_WORKLOAD_COUNT == 3, "update kWorkloadChoices");
+static_assert(MXP_WORKLOAD_COUNT == 4, "update kWorkloadChoices");
 static_assert(sizeof(mxp_workload) == sizeof(int), "enum size");
 
 static const mxp_key_choice kAmaxChoices[] = {
@@ -383,6 +384,15 @@ static const mxp_config_key kKeys[] = {
              "activation relu|gelu|tanh (gelu)"),
     KEY_BOOL("model.layernorm", MXP_STORE_BOOL, OFF(layernorm), false,
              "layernorm after each hidden linear layer (false)"),
+    KEY_STR("model.layers", layers, "none",
+            "layer list replacing model.hidden/depth/activation/layernorm, e.g. "
+            "[linear:512, gelu, layernorm, linear:512, gelu, linear]: linear:WIDTH, relu, gelu, "
+            "tanh, layernorm, ending with a bare linear (the target width); a YAML sequence "
+            "works too; none = the shorthand (none)"),
+    KEY_STR("model.init_from", init_from, "none",
+            "safetensors file of initial weights (F32, BF16 or F16) named as PyTorch "
+            "nn.Sequential's state_dict, layers.<i>.weight [out, in] and layers.<i>.bias; every "
+            "tensor of the model, no other (none)"),
     KEY_ENUM("data.env", data.env, MXP_ENV_PENDULUM, kEnvChoices,
              "environment generating the replay data: pendulum|cartpole|ant|humanoid; "
              "ant and humanoid need a build with MuJoCo (pendulum)"),
@@ -394,10 +404,11 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("data.episode_length", MXP_STORE_I64, data.episode_len, 200, 1, I32MAX,
             "steps per episode, >= 1 (200)"),
     KEY_FLT("data.val_fraction", MXP_STORE_F64, data.val_fraction, 0.1, 0.0, true, 1.0, true,
-            false, "share of trajectories held out for validation, in (0, 1) (0.1)"),
+            false, "share of trajectories (data.path: episodes, or rows without x_val/y_val) "
+            "held out for validation, in (0, 1) (0.1)"),
     /* workloads (docs/workloads.md) */
     KEY_ENUM("model.workload", workload, MXP_WORKLOAD_WORLD_MODEL, kWorkloadChoices,
-             "what train trains: world_model|classifier|gpt (world_model)"),
+             "what train trains: world_model|classifier|gpt|regressor (world_model)"),
     {.name = "data.fashion_mnist_dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
      .offset = OFF(wl.fmnist_dir), .def_s = "/usr/share/datasets/fashion-mnist",
      .help = "classifier: directory of the Fashion-MNIST IDX files, plain or .gz "
@@ -406,6 +417,10 @@ static const mxp_config_key kKeys[] = {
      .offset = OFF(wl.text_file), .def_s = "/usr/share/doc/jargon-text/jargon.txt.gz",
      .help = "gpt: training text, plain or .gz (/usr/share/doc/jargon-text/jargon.txt.gz, "
              "Debian jargon-text); the last data.val_fraction is held out"},
+    KEY_STR("data.path", wl.data_path, "none",
+            "world_model, classifier, regressor: the user's data, safetensors or NumPy .npz "
+            "(docs/data.md); none = built-in data (world_model: data.env; classifier: "
+            "Fashion-MNIST); regressor needs it (none)"),
     KEY_INT("data.train_subset", MXP_STORE_I64, wl.train_subset, 0, 0, I32MAX,
             "classifier: training images used; gpt: training windows per epoch; 0 = all (0)"),
     KEY_INT("data.test_subset", MXP_STORE_I64, wl.test_subset, 0, 0, I32MAX,

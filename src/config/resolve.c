@@ -140,6 +140,37 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
                              "training.precision=mixed_bf16|mixed_fp16|fp8", l,
                              mxp_precision_name(c->precision));
     }
+    if (strcmp(c->layers, "none") != 0) {
+        mxp_model_spec spec;
+        describe(b, "model.layers", l, sizeof l);
+        if (c->workload == MXP_WORKLOAD_GPT)
+            return mxp_error_set(err, MXP_ERR_CONFIG,
+                                 "%s: not used by model.workload=gpt (gpt.layers, gpt.embd shape "
+                                 "it); accepted: none, or a list with world_model, classifier, "
+                                 "regressor",
+                                 l);
+        if (mxp_model_spec_layers(c->layers, 1, 0, MXP_LOSS_MSE, 1, &spec, &sub) != MXP_OK)
+            return mxp_error_set(err, MXP_ERR_CONFIG, "%s: %s", l, sub.msg);
+    }
+    bool has_path = strcmp(c->wl.data_path, "none") != 0;
+    if (has_path && c->workload == MXP_WORKLOAD_GPT) {
+        describe(b, "data.path", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: model.workload=gpt reads data.text_file; accepted: data.path "
+                             "with world_model, classifier or regressor",
+                             l);
+    }
+    if (!has_path && c->workload == MXP_WORKLOAD_REGRESSOR)
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "model.workload=regressor needs data.path=FILE (safetensors or .npz "
+                             "with x [N, D] and y [N, K]; docs/data.md)");
+    if (strcmp(c->init_from, "none") != 0 && c->workload == MXP_WORKLOAD_GPT) {
+        describe(b, "model.init_from", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: not supported by model.workload=gpt; accepted: none, or a file "
+                             "with world_model, classifier, regressor",
+                             l);
+    }
     if (c->fp16_accumulate && !c->kill_switch && c->precision != MXP_PRECISION_FP16 &&
         c->precision != MXP_PRECISION_MIXED_FP16) {
         describe(b, "training.fp16_accumulate", l, sizeof l);

@@ -3,7 +3,8 @@
  *
  * The top level is a mapping. Keys may be nested mappings
  * (training: {mixed_precision: {enabled: true}}) or dotted at any level
- * (training.mixed_precision.enabled: true); each leaf must be a scalar.
+ * (training.mixed_precision.enabled: true); each leaf must be a scalar, or
+ * for string keys a sequence of scalars, joined as "a, b, c".
  * Errors name PATH:LINE:COLUMN (1-based): libyaml's problem text for
  * malformed YAML; the key, value and accepted values for bad values; the
  * key (with a suggestion) for unknown keys; duplicates within one file are
@@ -50,6 +51,24 @@ static bool is_yaml_null(const yaml_node_t *node) {
     return *s == '\0' || strcmp(s, "~") == 0 || strcasecmp(s, "null") == 0;
 }
 
+/* A sequence of scalars (string keys, e.g. model.layers: [linear:64, gelu,
+ * linear]) joined as "a, b, c" into buf [n]; false when an item is not a
+ * scalar or the text does not fit. */
+static bool join_sequence(const yaml_ctx *c, const yaml_node_t *seq, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top;
+         it++) {
+        const yaml_node_t *item = yaml_document_get_node(c->doc, *it);
+        if (!item || item->type != YAML_SCALAR_NODE) return false;
+        int w = snprintf(buf + k, n - k, "%s%s", k ? ", " : "",
+                         (const char *)item->data.scalar.value);
+        if (w < 0 || (size_t)w >= n - k) return false;
+        k += (size_t)w;
+    }
+    return true;
+}
+
 /* Set the leaf key `name` (index idx) from the scalar value node. */
 static mxp_status set_leaf(yaml_ctx *c, const char *name, int idx, const yaml_node_t *key_node,
                            const yaml_node_t *val) {
@@ -61,19 +80,29 @@ static mxp_status set_leaf(yaml_ctx *c, const char *name, int idx, const yaml_no
         return mxp_error_set(c->err, MXP_ERR_CONFIG, "%s: duplicate key '%s' (first set at line %d)",
                              at, name, c->first_line[idx]);
     }
-    if (val->type != YAML_SCALAR_NODE) {
+    char joined[MXP_CONFIG_STR_MAX];
+    if (val->type == YAML_SEQUENCE_NODE && k->type == MXP_KEY_STRING) {
+        if (!join_sequence(c, val, joined, sizeof joined)) {
+            where(c, val, at, sizeof at);
+            return mxp_error_set(c->err, MXP_ERR_CONFIG,
+                                 "%s: %s: a sequence value must hold scalars and join to fewer "
+                                 "than %d characters",
+                                 at, name, MXP_CONFIG_STR_MAX);
+        }
+    } else if (val->type != YAML_SCALAR_NODE) {
         where(c, val, at, sizeof at);
         mxp_config_key_accepted(k, acc, sizeof acc);
         return mxp_error_set(c->err, MXP_ERR_CONFIG, "%s: %s: expected a scalar value (%s), got %s",
                              at, name, acc, node_kind(val));
     }
-    const char *text = (const char *)val->data.scalar.value;
-    if (strlen(text) != val->data.scalar.length) {
+    const char *text = val->type == YAML_SEQUENCE_NODE ? joined
+                                                        : (const char *)val->data.scalar.value;
+    if (val->type == YAML_SCALAR_NODE && strlen(text) != val->data.scalar.length) {
         where(c, val, at, sizeof at);
         return mxp_error_set(c->err, MXP_ERR_CONFIG, "%s: %s: value contains a NUL character", at,
                              name);
     }
-    if (is_yaml_null(val)) {
+    if (val->type == YAML_SCALAR_NODE && is_yaml_null(val)) {
         where(c, val, at, sizeof at);
         mxp_config_key_accepted(k, acc, sizeof acc);
         return mxp_error_set(c->err, MXP_ERR_CONFIG, "%s: %s has no value (YAML null); must be %s",

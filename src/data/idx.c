@@ -12,7 +12,7 @@
  * Every failure names the path and what was wrong.
  * Reference: the format description at yann.lecun.com/exdb/mnist.
  */
-#include <mixprec/classifier.h>
+#include <mixprec/data.h>
 
 #include <errno.h>
 #include <stdio.h>

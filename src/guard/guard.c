@@ -175,33 +175,9 @@ static void event_init(mxp_guard *g, mxp_guard_event *ev, mxp_guard_event_kind k
 /* Switch at a step boundary; restart the scaler at its initial scale when
  * the new mode scales the loss (its range is not the old one's). */
 static mxp_status switch_precision(mxp_guard *g, mxp_precision to, mxp_error *err) {
-    mxp_status s = mxp_trainer_set_precision(g->t, to, err);
-    if (s != MXP_OK) return s;
-    mxp_scaler *sc = mxp_trainer_scaler(g->t);
-    const mxp_scaler_config *scfg = mxp_scaler_get_config(sc);
-    if (scfg->enabled) {
-        mxp_scaler_state st;
-        mxp_scaler_get_state(sc, &st);
-        st.scale = (float)scfg->init_scale;
-        st.growth_tracker = 0;
-        st.hysteresis_left = scfg->hysteresis;
-        st.steps_at_min = 0;
-        s = mxp_scaler_set_state(sc, &st, err);
-        if (s != MXP_OK) return s;
-        /* per-layer loss scaling: every group restarts too */
-        mxp_scaler_groups *gr = mxp_trainer_scaler_groups(g->t);
-        for (int i = 0; i < mxp_scaler_groups_count(gr); i++) {
-            mxp_scaler *gi = mxp_scaler_groups_get(gr, i);
-            mxp_scaler_get_state(gi, &st);
-            st.scale = (float)scfg->init_scale;
-            st.growth_tracker = 0;
-            st.hysteresis_left = scfg->hysteresis;
-            st.steps_at_min = 0;
-            if ((s = mxp_scaler_set_state(gi, &st, err)) != MXP_OK) return s;
-        }
-    }
-    g->last_mode = to;
-    return MXP_OK;
+    mxp_status s = mxp_trainer_switch_precision(g->t, to, err); /* scaler restarts too */
+    if (s == MXP_OK) g->last_mode = to;
+    return s;
 }
 
 static void site_text(const mxp_nonfinite_site *s, int64_t step, char *buf, size_t n) {
@@ -221,7 +197,7 @@ static void site_text(const mxp_nonfinite_site *s, int64_t step, char *buf, size
 
 /* ---- before the step ------------------------------------------------------- */
 
-mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_guard_position *pos,
+mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
                                  mxp_guard_decision *d, mxp_error *err) {
     if (!g || !pos || !d)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_guard_before_step: NULL argument");
@@ -311,6 +287,13 @@ mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_guard_position *pos,
     }
     mxp_monitor_set_full(g->mon, next % g->cfg.headroom_every == 0);
     return MXP_OK;
+}
+
+void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts) {
+    if (!g || attempts < 0) return;
+    g->attempts = attempts;
+    const mxp_fault_config *f = &g->cfg.fault;
+    if (f->kind == MXP_FAULT_SCALE_WEIGHTS && attempts >= f->step) g->weights_scaled = true;
 }
 
 /* ---- after the step: samples ------------------------------------------------ */
@@ -464,7 +447,7 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
                 want |= MXP_ACT_FALLBACK;
                 NOTE("; second rollback to the same state: falling back too");
             }
-            mxp_guard_position pos;
+            mxp_data_position pos;
             int64_t at = -1;
             mxp_error e2 = {0};
             s = guard_restore(g, &pos, &at, &e2);
@@ -549,7 +532,7 @@ static void emit_rule_event(mxp_guard *g, int r, const mxp_step_result *res,
 }
 
 mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
-                                const mxp_guard_position *next, mxp_guard_decision *d,
+                                const mxp_data_position *next, mxp_guard_decision *d,
                                 mxp_error *err) {
     if (!g || !res || !next || !d)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_guard_after_step: NULL argument");

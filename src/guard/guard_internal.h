@@ -50,14 +50,14 @@ typedef struct guard_snapshot {
     float *fp8;               /* FP8 scaling state or NULL */
     size_t fp8_n;
     int64_t fp8_steps;
-    mxp_guard_position pos;
+    mxp_data_position pos;
     int64_t attempt;
 } guard_snapshot;
 
 /* The built-in store (save/restore callbacks over a guard_snapshot). */
-mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_guard_position *pos,
+mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_data_position *pos,
                                int64_t attempt, mxp_error *err);
-mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_guard_position *pos,
+mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_data_position *pos,
                                   int64_t *attempt, mxp_error *err);
 void guard_snapshot_free(guard_snapshot *s);
 
@@ -148,7 +148,7 @@ struct mxp_guard {
 
 /* Rollback through the configured stores (guard.c uses it; workload.c
  * implements the checkpoint side). */
-mxp_status guard_restore(mxp_guard *g, mxp_guard_position *pos, int64_t *attempt,
+mxp_status guard_restore(mxp_guard *g, mxp_data_position *pos, int64_t *attempt,
                          mxp_error *err);
 /* Tell the checkpoint manager (if any) whether the run is healthy now. */
 void guard_tell_health(mxp_guard *g, bool healthy);

@@ -44,7 +44,7 @@ static mxp_status snapshot_alloc(guard_snapshot *s, size_t n, bool has_v, mxp_er
     return MXP_OK;
 }
 
-mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_guard_position *pos,
+mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_data_position *pos,
                                int64_t attempt, mxp_error *err) {
     guard_snapshot *s = user;
     mxp_model *model = mxp_trainer_model(t);
@@ -88,7 +88,7 @@ mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_guard_posit
     return MXP_OK;
 }
 
-mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_guard_position *pos,
+mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_data_position *pos,
                                   int64_t *attempt, mxp_error *err) {
     guard_snapshot *s = user;
     if (!s->valid) return mxp_error_set(err, MXP_ERR_STATE, "no healthy snapshot to roll back to");

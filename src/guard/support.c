@@ -16,8 +16,8 @@
  * MIXPREC_FORCE_ISA=generic the same formats run through the portable
  * reference kernels (`mixprec doctor` shows both).
  *
- * Fallback chain (issue 4): fp8 -> mixed_fp16 -> mixed_bf16 -> fp32, and
- * for the pure modes fp16 -> bf16 -> fp32. A step counts only when its
+ * Fallback chain: amp's mxp_precision_fallback_next (fp8 -> mixed_fp16 ->
+ * mixed_bf16 -> fp32, and fp16 -> bf16 -> fp32). A step counts only when its
  * level is at least `convert` (or any level with allow_emulated): a CPU
  * without BF16 support skips mixed_bf16 just as a V100 would.
  */
@@ -81,22 +81,9 @@ mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
 
 mxp_precision mxp_precision_fallback(mxp_precision p, const mxp_cpu_features *f,
                                      bool allow_emulated) {
-    static const mxp_precision mixed_chain[] = {MXP_PRECISION_FP8, MXP_PRECISION_MIXED_FP16,
-                                                MXP_PRECISION_MIXED_BF16, MXP_PRECISION_FP32};
-    static const mxp_precision pure_chain[] = {MXP_PRECISION_FP16, MXP_PRECISION_BF16,
-                                               MXP_PRECISION_FP32};
-    const mxp_precision *chain = mixed_chain;
-    int n = 4;
-    if (p == MXP_PRECISION_FP16 || p == MXP_PRECISION_BF16) {
-        chain = pure_chain;
-        n = 3;
-    }
-    int at = -1;
-    for (int i = 0; i < n; i++)
-        if (chain[i] == p) at = i;
-    if (at < 0) return p;
-    for (int i = at + 1; i < n; i++)
-        if (allow_emulated || mxp_precision_support(chain[i], f, NULL) >= MXP_SUPPORT_CONVERT)
-            return chain[i];
+    /* amp's one chain, skipping what this CPU cannot run */
+    for (mxp_precision prev = p, q = mxp_precision_fallback_next(p); q != prev;
+         prev = q, q = mxp_precision_fallback_next(q))
+        if (allow_emulated || mxp_precision_support(q, f, NULL) >= MXP_SUPPORT_CONVERT) return q;
     return p;
 }

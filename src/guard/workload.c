@@ -5,10 +5,9 @@
  * mxp_guard_step_end, mxp_guard_set_checkpoints; internal guard_restore,
  * guard_tell_health.
  *
- * Positions: the world model keeps an mxp_data_position (ckpt.h); the
- * guard's mxp_guard_position mirrors it field by field, so a rollback hands
- * the loop back the exact batch and learning-rate position of the restored
- * state.
+ * Positions: the loop's mxp_data_position (train.h) is the guard's too, so
+ * a rollback hands the loop back the exact batch and learning-rate position
+ * of the restored state.
  *
  * Rollback stores: the in-memory snapshot (snapshot.c) always; with a
  * checkpoint manager attached (mxp_guard_set_checkpoints) the newer of the
@@ -20,22 +19,6 @@
 #include <mixprec/ckpt.h>
 
 #include <string.h>
-
-static mxp_guard_position to_guard(const mxp_data_position *p) {
-    return (mxp_guard_position){p->epoch,           p->step_in_epoch, p->batch_size,
-                                p->run_first_epoch, p->run_epochs,    p->run_step,
-                                p->run_total};
-}
-
-static void from_guard(mxp_data_position *p, const mxp_guard_position *g) {
-    p->epoch = g->epoch;
-    p->step_in_epoch = g->step_in_epoch;
-    p->batch_size = g->batch_size;
-    p->run_first_epoch = g->run_first_epoch;
-    p->run_epochs = g->run_epochs;
-    p->run_step = g->run_step;
-    p->run_total = g->run_total;
-}
 
 mxp_status mxp_guard_for_workload(const mxp_guard_config *c, mxp_trainer *t,
                                   const mxp_batch *probe, mxp_guard **out, mxp_error *err) {
@@ -52,20 +35,18 @@ mxp_status mxp_guard_for_workload(const mxp_guard_config *c, mxp_trainer *t,
 
 mxp_status mxp_guard_step_begin(mxp_guard *g, const mxp_data_position *p, mxp_error *err) {
     if (!g || !p) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_guard_step_begin: NULL");
-    mxp_guard_position gp = to_guard(p);
     mxp_guard_decision d;
-    return mxp_guard_before_step(g, &gp, &d, err);
+    return mxp_guard_before_step(g, p, &d, err);
 }
 
 mxp_status mxp_guard_step_end(mxp_guard *g, const mxp_step_result *res, mxp_data_position *p,
                               bool *stop, mxp_error *err) {
     if (!g || !res || !p || !stop)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_guard_step_end: NULL");
-    mxp_guard_position next = to_guard(p);
     mxp_guard_decision d;
-    mxp_status s = mxp_guard_after_step(g, res, &next, &d, err);
+    mxp_status s = mxp_guard_after_step(g, res, p, &d, err);
     if (s != MXP_OK) return s;
-    if (d.rewind) from_guard(p, &d.pos);
+    if (d.rewind) *p = d.pos;
     *stop = d.stop;
     return MXP_OK;
 }
@@ -86,7 +67,7 @@ void guard_tell_health(mxp_guard *g, bool healthy) {
 }
 
 /* The newer of the snapshot and the newest healthy checkpoint on disk. */
-mxp_status guard_restore(mxp_guard *g, mxp_guard_position *pos, int64_t *attempt,
+mxp_status guard_restore(mxp_guard *g, mxp_data_position *pos, int64_t *attempt,
                          mxp_error *err) {
     if (g->store_custom || !g->ckpt)
         return g->store.restore(g->store.user, g->t, pos, attempt, err);
@@ -98,11 +79,9 @@ mxp_status guard_restore(mxp_guard *g, mxp_guard_position *pos, int64_t *attempt
                                            &e) == MXP_OK;
     if (!disk || (g->snap.valid && g->snap.tstate.training_steps > info.step))
         return g->store.restore(g->store.user, g->t, pos, attempt, err);
-    mxp_data_position dp;
     mxp_ckpt_rollback_result rr;
-    mxp_status s = mxp_ckpt_manager_rollback(g->ckpt, g->t, "guard rule", &dp, &rr, err);
+    mxp_status s = mxp_ckpt_manager_rollback(g->ckpt, g->t, "guard rule", pos, &rr, err);
     if (s != MXP_OK) return s;
-    *pos = to_guard(&dp);
     *attempt = -1; /* a checkpoint of trainer step rr.to_step, not an attempt of this guard */
     mxp_log(MXP_LOG_WARN, "guard: rolled back to checkpoint %s (trainer step %lld)", rr.path,
             (long long)rr.to_step);

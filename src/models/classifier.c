@@ -1,20 +1,19 @@
 /* models/classifier.c: the Fashion-MNIST classifier workload (see
- * include/mixprec/classifier.h).
+ * include/mixprec/classifier.h) as a data + model provider of mxp_run
+ * (run.h), and the classifier.h API as a thin wrapper over a run of it.
  *
- * Entry points: mxp_fmnist_load/destroy/train/test and
- * mxp_classifier_create[_with_data]/destroy/train/evaluate.
+ * Entry points: mxp_fmnist_load/destroy/train/test, classifier_provider
+ * (models/workload.h) and mxp_classifier_*.
  *
  * The dataset stays in its unsigned-byte form (47 MB for the training
  * images instead of 188 MB as floats); each batch is gathered and
- * standardised into FP32 buffers planned at create. Training mirrors the
- * world model: a seeded per-epoch permutation (Fisher-Yates over a
- * counter-based stream, so epoch e's order does not depend on earlier
- * epochs), drop-last micro-batches, gradient accumulation, the configured
- * LR schedule over the epochs of one train() call.
+ * standardised into FP32 buffers planned at create. The run owns the loop.
  */
 #include <mixprec/classifier.h>
 
+#include "models/user_data.h"
 #include "models/workload.h"
+#include "run/run_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,39 +136,26 @@ mxp_image_split mxp_fmnist_test(const mxp_fmnist *d) {
     return split_of(&d->test_x, &d->test_y, d->n_test);
 }
 
-/* ---- the workload ------------------------------------------------------------ */
+/* ---- the provider ------------------------------------------------------------ */
 
-struct mxp_classifier {
+typedef struct cl_data {
     mxp_config cfg;
     mxp_fmnist *owned; /* NULL when the data is borrowed */
     const mxp_fmnist *data;
-    mxp_model *model;
-    mxp_trainer *trainer;
     int64_t in_dim, max_batch;
-    uint32_t *perm;   /* [n_train] */
-    float *bx;        /* [accum, max_batch, in_dim] */
-    int32_t *by;      /* [accum, max_batch] */
-    float *logits;    /* [max_batch, 10] */
-    mxp_batch *micro; /* [accum] */
-    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
-    mxp_guard *guard;      /* numerical-safety guard (guard.h), or NULL */
-    bool stopped;          /* the last train() ended on a guard stop */
-    mxp_progress_fn progress;
-    void *progress_user;
-};
+    float *bx;     /* [accum, max_batch, in_dim] */
+    int32_t *by;   /* [accum, max_batch] */
+    float *logits; /* [max_batch, 10] */
+} cl_data;
 
-void mxp_classifier_destroy(mxp_classifier *cl) {
-    if (!cl) return;
-    mxp_guard_destroy(cl->guard); /* detaches from the model first */
-    mxp_trainer_destroy(cl->trainer);
-    mxp_model_destroy(cl->model);
-    mxp_fmnist_destroy(cl->owned);
-    mxp_free(cl->perm);
-    mxp_free(cl->bx);
-    mxp_free(cl->by);
-    mxp_free(cl->logits);
-    mxp_free(cl->micro);
-    mxp_free(cl);
+static void cl_destroy(void *self) {
+    cl_data *d = self;
+    if (!d) return;
+    mxp_fmnist_destroy(d->owned);
+    mxp_free(d->bx);
+    mxp_free(d->by);
+    mxp_free(d->logits);
+    mxp_free(d);
 }
 
 /* Standardised FP32 pixels of image i into dst [in_dim]. */
@@ -179,20 +165,149 @@ static void gather_image(const mxp_image_split *sp, int64_t in_dim, int64_t i, f
     for (int64_t j = 0; j < in_dim; j++) dst[j] = (float)src[j] * k - b;
 }
 
-static mxp_status alloc_buffers(mxp_classifier *cl, mxp_error *err) {
+static mxp_status cl_spec(void *self, mxp_model_spec *out, mxp_error *err) {
+    cl_data *d = self;
+    return ud_model_spec(&d->cfg, d->in_dim, MXP_FMNIST_CLASSES, MXP_LOSS_XENT, d->max_batch,
+                         out, err);
+}
+
+static int64_t cl_num_train(void *self) { return mxp_fmnist_train(((cl_data *)self)->data).n; }
+
+static mxp_status cl_fill(void *self, int slot, const uint32_t *idx, int64_t n, mxp_batch *out,
+                          mxp_error *err) {
+    (void)err;
+    cl_data *d = self;
+    mxp_image_split tr = mxp_fmnist_train(d->data);
+    float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)d->in_dim;
+    int32_t *by = d->by + (size_t)slot * (size_t)d->max_batch;
+    for (int64_t b = 0; b < n; b++) {
+        gather_image(&tr, d->in_dim, idx[b], bx + b * d->in_dim);
+        by[b] = tr.labels[idx[b]];
+    }
+    *out = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = n};
+    return MXP_OK;
+}
+
+/* The canary probes the first test images, gathered into slot 0. */
+static mxp_status cl_canary(void *self, int64_t rows, mxp_batch *out, mxp_error *err) {
+    (void)err;
+    cl_data *d = self;
+    mxp_image_split te = mxp_fmnist_test(d->data);
+    int64_t pb = rows < d->max_batch ? rows : d->max_batch;
+    if (pb > te.n) pb = te.n;
+    for (int64_t b = 0; b < pb; b++) {
+        gather_image(&te, d->in_dim, b, d->bx + b * d->in_dim);
+        d->by[b] = te.labels[b];
+    }
+    *out = (mxp_batch){.x = d->bx, .y = NULL, .labels = d->by, .B = pb};
+    return MXP_OK;
+}
+
+/* Mean cross-entropy and top-1 accuracy on the test split. */
+static mxp_status cl_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
+    cl_data *d = self;
+    mxp_image_split te = mxp_fmnist_test(d->data);
+    double total = 0;
+    int64_t correct = 0;
+    for (int64_t i = 0; i < te.n; i += d->max_batch) {
+        int64_t B = te.n - i < d->max_batch ? te.n - i : d->max_batch;
+        for (int64_t b = 0; b < B; b++) {
+            gather_image(&te, d->in_dim, i + b, d->bx + b * d->in_dim);
+            d->by[b] = te.labels[i + b];
+        }
+        mxp_status s = mxp_model_predict(m, d->bx, B, d->logits, err);
+        if (s != MXP_OK) return s;
+        for (int64_t b = 0; b < B; b++) {
+            /* cross-entropy = logsumexp(z) - z[label], in double */
+            const float *z = d->logits + b * MXP_FMNIST_CLASSES;
+            int best = 0;
+            for (int c = 1; c < MXP_FMNIST_CLASSES; c++)
+                if (z[c] > z[best]) best = c;
+            double se = 0;
+            for (int c = 0; c < MXP_FMNIST_CLASSES; c++) se += exp((double)z[c] - (double)z[best]);
+            total += (double)z[best] + log(se) - (double)z[d->by[b]];
+            correct += best == d->by[b];
+        }
+    }
+    snprintf(out->name, sizeof out->name, "test");
+    out->loss = te.n ? total / (double)te.n : 0.0;
+    out->accuracy = te.n ? (double)correct / (double)te.n : 0.0;
+    return MXP_OK;
+}
+
+static void cl_signature(void *self, char *buf, size_t n) {
+    cl_data *d = self;
+    mxp_image_split tr = mxp_fmnist_train(d->data), te = mxp_fmnist_test(d->data);
+    snprintf(buf, n, "images=%lldx%lld classes=%d train=%lld test=%lld", (long long)tr.rows,
+             (long long)tr.cols, MXP_FMNIST_CLASSES, (long long)tr.n, (long long)te.n);
+}
+
+/* The provider over data (borrowed, or owned when `owned`: released on
+ * failure too). */
+static mxp_status provider_on(const mxp_config *cfg, const mxp_fmnist *data, mxp_fmnist *owned,
+                              mxp_workload_provider *out, mxp_error *err) {
+    mxp_status s = workload_check_mlp(cfg, err);
+    cl_data *d = s == MXP_OK ? mxp_calloc(1, sizeof *d) : NULL;
+    if (s == MXP_OK && !d) s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
+    if (s != MXP_OK) {
+        mxp_fmnist_destroy(owned);
+        return s;
+    }
+    mxp_image_split tr = mxp_fmnist_train(data);
+    d->cfg = *cfg;
+    d->data = data;
+    d->owned = owned;
+    d->in_dim = tr.rows * tr.cols;
+    d->max_batch = cfg->batch_size;
     size_t rows, nx;
-    if (!mxp_size_mul((size_t)cl->cfg.grad_accum_steps, (size_t)cl->max_batch, &rows) ||
-        !mxp_size_mul(rows, (size_t)cl->in_dim, &nx))
+    if (!mxp_size_mul((size_t)cfg->grad_accum_steps, (size_t)d->max_batch, &rows) ||
+        !mxp_size_mul(rows, (size_t)d->in_dim, &nx)) {
+        cl_destroy(d);
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow size_t");
-    cl->perm = mxp_calloc((size_t)mxp_fmnist_train(cl->data).n, sizeof *cl->perm);
-    cl->bx = mxp_calloc(nx, sizeof(float));
-    cl->by = mxp_calloc(rows, sizeof(int32_t));
-    cl->logits = mxp_calloc((size_t)cl->max_batch * MXP_FMNIST_CLASSES, sizeof(float));
-    cl->micro = mxp_calloc((size_t)cl->cfg.grad_accum_steps, sizeof *cl->micro);
-    if (!cl->perm || !cl->bx || !cl->by || !cl->logits || !cl->micro)
+    }
+    d->bx = mxp_calloc(nx, sizeof(float));
+    d->by = mxp_calloc(rows, sizeof(int32_t));
+    d->logits = mxp_calloc((size_t)d->max_batch * MXP_FMNIST_CLASSES, sizeof(float));
+    if (!d->bx || !d->by || !d->logits) {
+        cl_destroy(d);
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier batch buffers (%zu rows)",
                              rows);
+    }
+    *out = (mxp_workload_provider){.self = d,
+                                   .name = "classifier",
+                                   .model_spec = cl_spec,
+                                   .num_train = cl_num_train,
+                                   .rows_per_sample = 1,
+                                   .shuffle_stream = SHUFFLE_STREAM,
+                                   .fill_batch = cl_fill,
+                                   .canary_batch = cl_canary,
+                                   .evaluate = cl_evaluate,
+                                   .data_signature = cl_signature,
+                                   .destroy = cl_destroy};
     return MXP_OK;
+}
+
+mxp_status classifier_provider(const mxp_config *cfg, mxp_workload_provider *out,
+                               mxp_error *err) {
+    mxp_fmnist *d = NULL;
+    mxp_status s = mxp_fmnist_load(cfg->wl.fmnist_dir, cfg->wl.train_subset,
+                                   cfg->wl.test_subset, &d, err);
+    return s != MXP_OK ? s : provider_on(cfg, d, d, out, err);
+}
+
+/* ---- classifier.h: a run of the provider ------------------------------------
+ * An mxp_classifier is its mxp_run (the opaque handle converted). */
+
+static mxp_run *R(const mxp_classifier *cl) { return (mxp_run *)(uintptr_t)cl; }
+
+/* The run of provider p (released by the run, also on failure). */
+static mxp_status wrap(const mxp_config *cfg, mxp_status s, mxp_workload_provider *p,
+                       mxp_classifier **out, mxp_error *err) {
+    if (s != MXP_OK) return s;
+    mxp_run_options o = mxp_run_options_default();
+    o.provider = p;
+    o.checkpoints = false;
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
 }
 
 mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
@@ -200,84 +315,27 @@ mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmni
     if (!cfg || !data || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_classifier_create: NULL argument");
     *out = NULL;
-    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
-                             "accepted: all >= 1",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)cfg->depth, (long long)cfg->hidden);
-    mxp_image_split tr = mxp_fmnist_train(data);
-    if (tr.n < cfg->batch_size * cfg->grad_accum_steps)
-        return mxp_error_set(err, MXP_ERR_CONFIG,
-                             "training.batch_size=%lld x training.grad_accum_steps=%lld exceeds "
-                             "the %lld training images (data.train_subset); accepted: at most "
-                             "%lld images per step",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)tr.n, (long long)tr.n);
-    mxp_classifier *cl = mxp_calloc(1, sizeof *cl);
-    if (!cl) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
-    cl->cfg = *cfg;
-    cl->data = data;
-    cl->in_dim = tr.rows * tr.cols;
-    cl->max_batch = cfg->batch_size;
-
-    mxp_model_spec spec =
-        mxp_model_spec_mlp(cl->in_dim, cfg->hidden, (int)cfg->depth, MXP_FMNIST_CLASSES,
-                           cfg->activation, cfg->layernorm, MXP_LOSS_XENT, cl->max_batch);
-    mxp_status s = workload_model_create(&spec, cfg, &cl->model, &cl->trainer, err);
-    if (s != MXP_OK) goto fail;
-    s = alloc_buffers(cl, err);
-    if (s != MXP_OK) goto fail;
-    /* the guard (guard.h); its canary probes the first test images, gathered
-     * into the batch buffer (the guard copies them) */
-    mxp_image_split te = mxp_fmnist_test(data);
-    int64_t pb = cfg->guard.canary_batch < cl->max_batch ? cfg->guard.canary_batch : cl->max_batch;
-    if (pb > te.n) pb = te.n;
-    for (int64_t b = 0; b < pb; b++) {
-        gather_image(&te, cl->in_dim, b, cl->bx + b * cl->in_dim);
-        cl->by[b] = te.labels[b];
-    }
-    mxp_batch probe = {.x = cl->bx, .y = NULL, .labels = cl->by, .B = pb};
-    s = mxp_guard_for_workload(&cfg->guard, cl->trainer, pb > 0 ? &probe : NULL, &cl->guard,
-                               err);
-    if (s != MXP_OK) goto fail;
-    *out = cl;
-    return MXP_OK;
-fail:
-    mxp_classifier_destroy(cl);
-    return s;
+    mxp_workload_provider p;
+    return wrap(cfg, provider_on(cfg, data, NULL, &p, err), &p, out, err);
 }
 
 mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out, mxp_error *err) {
     if (!cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_classifier_create: NULL argument");
     *out = NULL;
-    mxp_fmnist *d = NULL;
-    mxp_status s = mxp_fmnist_load(cfg->wl.fmnist_dir, cfg->wl.train_subset,
-                                   cfg->wl.test_subset, &d, err);
-    if (s != MXP_OK) return s;
-    s = mxp_classifier_create_with_data(cfg, d, out, err);
-    if (s != MXP_OK) {
-        mxp_fmnist_destroy(d);
-        return s;
-    }
-    (*out)->owned = d;
-    return MXP_OK;
+    mxp_workload_provider p;
+    return wrap(cfg, classifier_provider(cfg, &p, err), &p, out, err);
 }
+
+void mxp_classifier_destroy(mxp_classifier *cl) { mxp_run_destroy(R(cl)); }
 
 void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user) {
-    cl->progress = fn;
-    cl->progress_user = user;
-}
-
-/* Fisher-Yates over 0..n-1 from the stream of (seed, epoch). */
-static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
-    mxp_rng_permutation(perm, n, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
+    run_set_progress(R(cl), fn, user);
 }
 
 int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl) {
-    int64_t per_step = cl->max_batch * cl->cfg.grad_accum_steps;
-    return (mxp_fmnist_train(cl->data).n / per_step) * per_step;
+    int64_t per_step = R(cl)->max_batch * R(cl)->cfg.grad_accum_steps;
+    return (R(cl)->n_train / per_step) * per_step;
 }
 
 mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err) {
@@ -285,81 +343,21 @@ mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_erro
     if (num_epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
                              (long long)num_epochs);
-    mxp_image_split tr = mxp_fmnist_train(cl->data);
-    const int accum = (int)cl->cfg.grad_accum_steps;
-    const int64_t B = cl->max_batch;
-    const int64_t steps_per_epoch = tr.n / (B * accum);
-    mxp_data_position *p = &cl->pos;
-    mxp_status st = mxp_data_position_begin(p, num_epochs, B, steps_per_epoch, err);
-    if (st != MXP_OK) return st;
-    cl->stopped = false;
-    int64_t shuffled = -1; /* epoch whose permutation cl->perm holds */
-    const workload_loop loop = {cl->trainer, cl->guard, &cl->cfg, cl->progress,
-                                cl->progress_user, steps_per_epoch};
-    /* The loop reads the position every step, so a guard rollback that moves
-     * it continues from there with the same batches. */
-    while (!mxp_data_position_done(p)) {
-        const int64_t epoch = p->epoch, s = p->step_in_epoch;
-        if (epoch != shuffled) {
-            mxp_trainer_set_epoch(cl->trainer, epoch);
-            shuffle(cl->perm, tr.n, cl->cfg.seed, epoch);
-            shuffled = epoch;
-        }
-        for (int a = 0; a < accum; a++) {
-            float *bx = cl->bx + (size_t)a * (size_t)B * (size_t)cl->in_dim;
-            int32_t *by = cl->by + (size_t)a * (size_t)B;
-            const uint32_t *rows = cl->perm + (s * accum + a) * B;
-            for (int64_t b = 0; b < B; b++) {
-                gather_image(&tr, cl->in_dim, rows[b], bx + b * cl->in_dim);
-                by[b] = tr.labels[rows[b]];
-            }
-            cl->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = B};
-        }
-        mxp_step_result res;
-        bool stop;
-        st = workload_step(&loop, cl->micro, accum, p, epoch, &res, &stop, err);
-        if (st != MXP_OK) return st;
-        if (stop) {
-            cl->stopped = true;
-            return MXP_OK;
-        }
-    }
-    mxp_data_position_end(p);
-    return MXP_OK;
+    return mxp_run_train(R(cl), num_epochs, 0, err);
 }
 
 mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,
                                    mxp_error *err) {
     if (!cl) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_classifier_evaluate: NULL");
-    mxp_image_split te = mxp_fmnist_test(cl->data);
-    double total = 0;
-    int64_t correct = 0;
-    for (int64_t i = 0; i < te.n; i += cl->max_batch) {
-        int64_t B = te.n - i < cl->max_batch ? te.n - i : cl->max_batch;
-        for (int64_t b = 0; b < B; b++) {
-            gather_image(&te, cl->in_dim, i + b, cl->bx + b * cl->in_dim);
-            cl->by[b] = te.labels[i + b];
-        }
-        mxp_status s = mxp_model_predict(cl->model, cl->bx, B, cl->logits, err);
-        if (s != MXP_OK) return s;
-        for (int64_t b = 0; b < B; b++) {
-            /* cross-entropy = logsumexp(z) - z[label], in double */
-            const float *z = cl->logits + b * MXP_FMNIST_CLASSES;
-            int best = 0;
-            for (int c = 1; c < MXP_FMNIST_CLASSES; c++)
-                if (z[c] > z[best]) best = c;
-            double se = 0;
-            for (int c = 0; c < MXP_FMNIST_CLASSES; c++) se += exp((double)z[c] - (double)z[best]);
-            total += (double)z[best] + log(se) - (double)z[cl->by[b]];
-            correct += best == cl->by[b];
-        }
-    }
-    if (loss) *loss = te.n ? total / (double)te.n : 0.0;
-    if (accuracy) *accuracy = te.n ? (double)correct / (double)te.n : 0.0;
+    mxp_run_eval ev;
+    mxp_status s = mxp_run_evaluate(R(cl), &ev, err);
+    if (s != MXP_OK) return s;
+    if (loss) *loss = ev.loss;
+    if (accuracy) *accuracy = ev.accuracy;
     return MXP_OK;
 }
 
-mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return cl->trainer; }
-mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return cl->guard; }
-bool mxp_classifier_stopped(const mxp_classifier *cl) { return cl->stopped; }
-mxp_model *mxp_classifier_model(mxp_classifier *cl) { return cl->model; }
+mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return R(cl)->trainer; }
+mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return R(cl)->guard; }
+bool mxp_classifier_stopped(const mxp_classifier *cl) { return R(cl)->stopped; }
+mxp_model *mxp_classifier_model(mxp_classifier *cl) { return R(cl)->model; }

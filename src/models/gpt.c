@@ -1,7 +1,10 @@
-/* models/gpt.c: the character-level GPT workload (see include/mixprec/gpt.h).
+/* models/gpt.c: the character-level GPT workload (see include/mixprec/gpt.h)
+ * as a data + model provider of mxp_run (run.h), and the gpt.h API as a
+ * thin wrapper over a run of it.
  *
- * Entry points: mxp_gpt_create/destroy/set_progress/train/evaluate/sample
- * and the accessors.
+ * Entry points: gpt_provider (models/workload.h),
+ * mxp_gpt_create/destroy/set_progress/train/evaluate/sample and the
+ * accessors.
  *
  * The text is read whole through zlib's gzread (plain files pass through),
  * mapped byte -> token id once (uint8 ids: the vocabulary has at most 256
@@ -14,6 +17,7 @@
 #include <mixprec/gpt.h>
 
 #include "models/workload.h"
+#include "run/run_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,7 +27,7 @@
 #define SHUFFLE_STREAM 0x475054ull /* "GPT" */
 #define SAMPLE_STREAM 0x53414d504c45ull /* "SAMPLE" */
 
-struct mxp_gpt {
+typedef struct gpt_data {
     mxp_config cfg;
     int64_t T, B; /* context, sequences per micro-batch */
     int vocab;
@@ -32,31 +36,20 @@ struct mxp_gpt {
     uint8_t *ids;         /* [n_text] token ids */
     int64_t n_text, n_train; /* train: ids[0, n_train), val: ids[n_train, n_text) */
     int64_t n_win_train, n_win_val;
-    mxp_model *model;
-    mxp_trainer *trainer;
-    uint32_t *perm;   /* [n_win_train] */
-    float *bx;        /* [accum, B*T] */
-    int32_t *by;      /* [accum, B*T] */
-    float *logits;    /* [T, V]: sampling predicts one sequence */
-    mxp_batch *micro; /* [accum] */
-    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
-    mxp_guard *guard;      /* numerical-safety guard (guard.h), or NULL */
-    bool stopped;          /* the last train() ended on a guard stop */
-    mxp_progress_fn progress;
-    void *progress_user;
-};
+    float *bx;     /* [accum, B*T] */
+    int32_t *by;   /* [accum, B*T] */
+    float *logits; /* [T, V]: sampling predicts one sequence */
+    bool sample_only; /* built from a checkpoint's vocabulary, without text */
+    char meta[640];   /* checkpoint metadata: {"vocab_hex": "<2 hex digits per byte>"} */
+} gpt_data;
 
-void mxp_gpt_destroy(mxp_gpt *g) {
+static void gpt_destroy(void *self) {
+    gpt_data *g = self;
     if (!g) return;
-    mxp_guard_destroy(g->guard); /* detaches from the model first */
-    mxp_trainer_destroy(g->trainer);
-    mxp_model_destroy(g->model);
     mxp_free(g->ids);
-    mxp_free(g->perm);
     mxp_free(g->bx);
     mxp_free(g->by);
     mxp_free(g->logits);
-    mxp_free(g->micro);
     mxp_free(g);
 }
 
@@ -109,7 +102,7 @@ static mxp_status read_text(const char *path, uint8_t **buf, int64_t *n, mxp_err
     return MXP_OK;
 }
 
-static mxp_status load_text(mxp_gpt *g, mxp_error *err) {
+static mxp_status load_text(gpt_data *g, mxp_error *err) {
     const char *path = g->cfg.wl.text_file;
     mxp_status s = read_text(path, &g->ids, &g->n_text, err);
     if (s != MXP_OK) return s;
@@ -149,26 +142,119 @@ static mxp_status load_text(mxp_gpt *g, mxp_error *err) {
     return MXP_OK;
 }
 
-static void gather(const mxp_gpt *g, int64_t start, float *x, int32_t *y);
+/* Window starting at token `start`: inputs into x [T], targets into y [T]. */
+static void gather(const gpt_data *g, int64_t start, float *x, int32_t *y) {
+    for (int64_t t = 0; t < g->T; t++) {
+        x[t] = (float)g->ids[start + t];
+        y[t] = g->ids[start + t + 1];
+    }
+}
 
-/* The guard (guard.h), whose canary probes the first held-out windows
- * (guard.canary.batch_size rows rounded down to whole windows, at least
- * one), gathered into the batch buffers (the guard copies them). */
-static mxp_status guard_setup(mxp_gpt *g, mxp_error *err) {
-    int64_t nw = g->cfg.guard.canary_batch / g->T;
+static mxp_status gpt_spec(void *self, mxp_model_spec *out, mxp_error *err) {
+    (void)err;
+    gpt_data *g = self;
+    const mxp_workload_settings *w = &g->cfg.wl;
+    *out = mxp_model_spec_gpt(g->vocab, g->T, w->gpt_embd, (int)w->gpt_heads, (int)w->gpt_layers,
+                              g->B);
+    out->embed_scale = w->gpt_embed_scale > 0 ? w->gpt_embed_scale : 1.0f;
+    return MXP_OK;
+}
+
+static int64_t gpt_num_train(void *self) { return ((gpt_data *)self)->n_win_train; }
+
+static const char *gpt_meta(void *self) { return ((gpt_data *)self)->meta; }
+
+/* The vocabulary as checkpoint metadata, so sampling needs no text. */
+static void make_meta(gpt_data *g) {
+    size_t k = (size_t)snprintf(g->meta, sizeof g->meta, "{\"vocab_hex\":\"");
+    for (int i = 0; i < g->vocab; i++)
+        k += (size_t)snprintf(g->meta + k, sizeof g->meta - k, "%02x", g->byte_of[i]);
+    snprintf(g->meta + k, sizeof g->meta - k, "\"}");
+}
+
+/* Vocabulary from hex text (ascending distinct bytes, 2..256 of them). */
+static bool vocab_from_hex(gpt_data *g, const char *hex) {
+    size_t n = strlen(hex);
+    if (n % 2 || n < 4 || n > 512) return false;
+    for (int c = 0; c < 256; c++) g->id_of[c] = -1;
+    g->vocab = 0;
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned v;
+        if (sscanf(hex + i, "%2x", &v) != 1 || (g->vocab && v <= g->byte_of[g->vocab - 1]))
+            return false;
+        g->id_of[v] = (int16_t)g->vocab;
+        g->byte_of[g->vocab++] = (uint8_t)v;
+    }
+    return true;
+}
+
+/* n windows idx[] into slot: B = n * context rows. */
+static mxp_status gpt_fill(void *self, int slot, const uint32_t *idx, int64_t n, mxp_batch *out,
+                           mxp_error *err) {
+    gpt_data *g = self;
+    if (g->sample_only)
+        return mxp_error_set(err, MXP_ERR_STATE,
+                             "this GPT was built from a checkpoint's vocabulary for sampling; "
+                             "training needs data.text_file (mxp_gpt_create)");
+    const int64_t rows = g->B * g->T;
+    float *bx = g->bx + (size_t)slot * (size_t)rows;
+    int32_t *by = g->by + (size_t)slot * (size_t)rows;
+    for (int64_t b = 0; b < n; b++) gather(g, (int64_t)idx[b] * g->T, bx + b * g->T, by + b * g->T);
+    *out = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = n * g->T};
+    return MXP_OK;
+}
+
+/* The canary probes the first held-out windows (`rows` rounded down to
+ * whole windows, at least one), gathered into slot 0. */
+static mxp_status gpt_canary(void *self, int64_t rows, mxp_batch *out, mxp_error *err) {
+    (void)err;
+    gpt_data *g = self;
+    int64_t nw = rows / g->T;
     if (nw < 1) nw = 1;
     if (nw > g->B) nw = g->B;
     if (nw > g->n_win_val) nw = g->n_win_val;
     for (int64_t b = 0; b < nw; b++)
         gather(g, g->n_train + b * g->T, g->bx + b * g->T, g->by + b * g->T);
-    mxp_batch probe = {.x = g->bx, .y = NULL, .labels = g->by, .B = nw * g->T};
-    return mxp_guard_for_workload(&g->cfg.guard, g->trainer, nw > 0 ? &probe : NULL, &g->guard,
-                                  err);
+    *out = (mxp_batch){.x = g->bx, .y = NULL, .labels = g->by, .B = nw * g->T};
+    return MXP_OK;
 }
 
-mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) {
-    if (!cfg || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_create: NULL");
-    *out = NULL;
+/* Mean held-out cross-entropy per byte (nats) and bits per character. */
+static mxp_status gpt_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
+    gpt_data *g = self;
+    if (g->n_win_val < 1)
+        return mxp_error_set(err, MXP_ERR_STATE, "GPT evaluate: no held-out text (built from a "
+                             "checkpoint's vocabulary for sampling)");
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t w = 0; w < g->n_win_val; w += g->B) {
+        const int64_t nb = g->n_win_val - w < g->B ? g->n_win_val - w : g->B;
+        for (int64_t b = 0; b < nb; b++)
+            gather(g, g->n_train + (w + b) * g->T, g->bx + b * g->T, g->by + b * g->T);
+        mxp_batch bt = {.x = g->bx, .labels = g->by, .B = nb * g->T};
+        double l = 0;
+        mxp_status s = mxp_model_step(m, &bt, false, 1.0f, &l, NULL, err);
+        if (s != MXP_OK) return s;
+        total += l * (double)(nb * g->T);
+        count += nb * g->T;
+    }
+    snprintf(out->name, sizeof out->name, "val");
+    out->loss = total / (double)count;
+    out->bits_per_char = out->loss / log(2.0);
+    return MXP_OK;
+}
+
+/* The vocabulary (count and CRC32C of its bytes) and the windows. */
+static void gpt_signature(void *self, char *buf, size_t n) {
+    gpt_data *g = self;
+    snprintf(buf, n, "vocab=%d/%08x context=%lld train_windows=%lld val_windows=%lld",
+             g->vocab, (unsigned)mxp_crc32c(0, g->byte_of, (size_t)g->vocab), (long long)g->T,
+             (long long)g->n_win_train, (long long)g->n_win_val);
+}
+
+/* vocab_hex NULL: read data.text_file; else the sampling-only GPT. */
+static mxp_status provider_create(const mxp_config *cfg, const char *vocab_hex,
+                                  mxp_workload_provider *out, mxp_error *err) {
     const mxp_workload_settings *w = &cfg->wl;
     if (w->gpt_embd % w->gpt_heads != 0)
         return mxp_error_set(err, MXP_ERR_CONFIG,
@@ -187,58 +273,82 @@ mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) 
         return mxp_error_set(err, MXP_ERR_CONFIG,
                              "training.batch_size=%lld x gpt.context=%lld rows is too large",
                              (long long)cfg->batch_size, (long long)w->gpt_context);
-    mxp_gpt *g = mxp_calloc(1, sizeof *g);
+    gpt_data *g = mxp_calloc(1, sizeof *g);
     if (!g) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt workload");
     g->cfg = *cfg;
     g->T = w->gpt_context;
     g->B = cfg->batch_size;
-    mxp_status s = load_text(g, err);
-    if (s != MXP_OK) goto fail;
-
-    mxp_model_spec spec = mxp_model_spec_gpt(g->vocab, g->T, w->gpt_embd, (int)w->gpt_heads,
-                                             (int)w->gpt_layers, g->B);
-    spec.embed_scale = w->gpt_embed_scale > 0 ? w->gpt_embed_scale : 1.0f;
-    s = workload_model_create(&spec, cfg, &g->model, &g->trainer, err);
-    if (s != MXP_OK) goto fail;
-
+    mxp_status s = MXP_OK;
+    if (vocab_hex) {
+        g->sample_only = true;
+        g->n_win_train = g->B * cfg->grad_accum_steps; /* never gathered: gpt_fill refuses */
+        if (!vocab_from_hex(g, vocab_hex))
+            s = mxp_error_set(err, MXP_ERR_FORMAT,
+                              "checkpoint metadata 'workload_meta': vocab_hex is not 2..256 "
+                              "ascending bytes in hex");
+    } else {
+        s = load_text(g, err);
+    }
+    if (s != MXP_OK) {
+        gpt_destroy(g);
+        return s;
+    }
+    make_meta(g);
     const size_t rows = (size_t)(g->B * g->T), accum = (size_t)cfg->grad_accum_steps;
-    g->perm = mxp_calloc((size_t)g->n_win_train, sizeof *g->perm);
     g->bx = mxp_calloc(accum * rows, sizeof(float));
     g->by = mxp_calloc(accum * rows, sizeof(int32_t));
     g->logits = mxp_calloc((size_t)g->T * (size_t)g->vocab, sizeof(float));
-    g->micro = mxp_calloc(accum, sizeof *g->micro);
-    if (!g->perm || !g->bx || !g->by || !g->logits || !g->micro) {
-        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt batch buffers (%zu rows)", rows);
-        goto fail;
+    if (!g->bx || !g->by || !g->logits) {
+        gpt_destroy(g);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt batch buffers (%zu rows)", rows);
     }
-    if ((s = guard_setup(g, err)) != MXP_OK) goto fail;
-    *out = g;
+    *out = (mxp_workload_provider){.self = g,
+                                   .name = "gpt",
+                                   .model_spec = gpt_spec,
+                                   .num_train = gpt_num_train,
+                                   .rows_per_sample = g->T,
+                                   .shuffle_stream = SHUFFLE_STREAM,
+                                   .fill_batch = gpt_fill,
+                                   .canary_batch = gpt_canary,
+                                   .evaluate = gpt_evaluate,
+                                   .data_signature = gpt_signature,
+                                   .destroy = gpt_destroy,
+                                   .checkpoint_meta = gpt_meta};
     return MXP_OK;
-fail:
-    mxp_gpt_destroy(g);
-    return s;
 }
+
+mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err) {
+    return provider_create(cfg, NULL, out, err);
+}
+
+/* ---- gpt.h: a run of the provider ---------------------------------------------
+ * An mxp_gpt is its mxp_run (the opaque handle converted). */
+
+static mxp_run *R(const mxp_gpt *g) { return (mxp_run *)(uintptr_t)g; }
+static gpt_data *D(const mxp_gpt *g) { return R(g)->wl.self; }
+
+static mxp_status gpt_create(const mxp_config *cfg, const char *vocab_hex, mxp_gpt **out,
+                             mxp_error *err) {
+    if (!cfg || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_create: NULL");
+    *out = NULL;
+    mxp_workload_provider p;
+    mxp_status s = provider_create(cfg, vocab_hex, &p, err);
+    if (s != MXP_OK) return s;
+    mxp_run_options o = mxp_run_options_default();
+    o.provider = &p;
+    o.checkpoints = false;
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
+}
+
+void mxp_gpt_destroy(mxp_gpt *g) { mxp_run_destroy(R(g)); }
 
 void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user) {
-    g->progress = fn;
-    g->progress_user = user;
-}
-
-/* Window starting at token `start`: inputs into x [T], targets into y [T]. */
-static void gather(const mxp_gpt *g, int64_t start, float *x, int32_t *y) {
-    for (int64_t t = 0; t < g->T; t++) {
-        x[t] = (float)g->ids[start + t];
-        y[t] = g->ids[start + t + 1];
-    }
-}
-
-static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
-    mxp_rng_permutation(perm, n, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
+    run_set_progress(R(g), fn, user);
 }
 
 int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g) {
-    const int64_t per = g->B * g->cfg.grad_accum_steps;
-    return (g->n_win_train / per) * per * g->T;
+    const int64_t per = D(g)->B * D(g)->cfg.grad_accum_steps;
+    return (D(g)->n_win_train / per) * per * D(g)->T;
 }
 
 mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
@@ -246,67 +356,22 @@ mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err) {
     if (num_epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
                              (long long)num_epochs);
-    const int accum = (int)g->cfg.grad_accum_steps;
-    const int64_t rows = g->B * g->T, steps = g->n_win_train / (g->B * accum);
-    mxp_data_position *p = &g->pos;
-    mxp_status st = mxp_data_position_begin(p, num_epochs, g->B, steps, err);
-    if (st != MXP_OK) return st;
-    g->stopped = false;
-    int64_t shuffled = -1; /* epoch whose permutation g->perm holds */
-    const workload_loop loop = {g->trainer, g->guard, &g->cfg, g->progress, g->progress_user,
-                                steps};
-    /* The loop reads the position every step, so a guard rollback that moves
-     * it continues from there with the same batches. */
-    while (!mxp_data_position_done(p)) {
-        const int64_t epoch = p->epoch, s = p->step_in_epoch;
-        if (epoch != shuffled) {
-            mxp_trainer_set_epoch(g->trainer, epoch);
-            shuffle(g->perm, g->n_win_train, g->cfg.seed, epoch);
-            shuffled = epoch;
-        }
-        for (int a = 0; a < accum; a++) {
-            float *bx = g->bx + (size_t)a * (size_t)rows;
-            int32_t *by = g->by + (size_t)a * (size_t)rows;
-            const uint32_t *w = g->perm + (s * accum + a) * g->B;
-            for (int64_t b = 0; b < g->B; b++)
-                gather(g, (int64_t)w[b] * g->T, bx + b * g->T, by + b * g->T);
-            g->micro[a] = (mxp_batch){.x = bx, .y = NULL, .labels = by, .B = rows};
-        }
-        mxp_step_result res;
-        bool stop;
-        st = workload_step(&loop, g->micro, accum, p, epoch, &res, &stop, err);
-        if (st != MXP_OK) return st;
-        if (stop) {
-            g->stopped = true;
-            return MXP_OK;
-        }
-    }
-    mxp_data_position_end(p);
-    return MXP_OK;
+    return mxp_run_train(R(g), num_epochs, 0, err);
 }
 
 mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err) {
     if (!g || !val_loss) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_evaluate: NULL");
-    double total = 0;
-    int64_t count = 0;
-    for (int64_t w = 0; w < g->n_win_val; w += g->B) {
-        const int64_t nb = g->n_win_val - w < g->B ? g->n_win_val - w : g->B;
-        for (int64_t b = 0; b < nb; b++)
-            gather(g, g->n_train + (w + b) * g->T, g->bx + b * g->T, g->by + b * g->T);
-        mxp_batch bt = {.x = g->bx, .labels = g->by, .B = nb * g->T};
-        double l = 0;
-        mxp_status s = mxp_model_step(g->model, &bt, false, 1.0f, &l, NULL, err);
-        if (s != MXP_OK) return s;
-        total += l * (double)(nb * g->T);
-        count += nb * g->T;
-    }
-    *val_loss = total / (double)count;
-    return MXP_OK;
+    mxp_run_eval ev;
+    mxp_status s = mxp_run_evaluate(R(g), &ev, err);
+    if (s == MXP_OK) *val_loss = ev.loss;
+    return s;
 }
 
-mxp_status mxp_gpt_sample(mxp_gpt *g, const char *prompt, int64_t n, float temperature,
+mxp_status mxp_gpt_sample(mxp_gpt *gw, const char *prompt, int64_t n, float temperature,
                           uint64_t seed, char *out, mxp_error *err) {
-    if (!g || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_sample: NULL");
+    if (!gw || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_sample: NULL");
+    gpt_data *g = D(gw);
+    mxp_model *model = R(gw)->model;
     if (n < 0 || !(temperature > 0.0f) || !isfinite(temperature))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "n=%lld temperature=%g; accepted: n >= 0, temperature finite > 0",
@@ -335,7 +400,7 @@ mxp_status mxp_gpt_sample(mxp_gpt *g, const char *prompt, int64_t n, float tempe
         const size_t from = len > (size_t)T ? len - (size_t)T : 0, used = len - from;
         for (int64_t t = 0; t < T; t++)
             g->bx[t] = (size_t)t < used ? (float)hist[from + (size_t)t] : 0.0f;
-        s = mxp_model_predict(g->model, g->bx, T, g->logits, err);
+        s = mxp_model_predict(model, g->bx, T, g->logits, err);
         if (s != MXP_OK) break;
         const float *z = g->logits + (used - 1) * (size_t)V;
         int64_t best = 0;
@@ -360,10 +425,35 @@ mxp_status mxp_gpt_sample(mxp_gpt *g, const char *prompt, int64_t n, float tempe
     return s;
 }
 
-int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return g->vocab; }
-int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return g->n_train; }
-int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return g->n_text - g->n_train; }
-mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return g->trainer; }
-mxp_model *mxp_gpt_model(mxp_gpt *g) { return g->model; }
-mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return g->guard; }
-bool mxp_gpt_stopped(const mxp_gpt *g) { return g->stopped; }
+mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err) {
+    return gpt_create(cfg, NULL, out, err);
+}
+
+mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_file *f,
+                                         mxp_gpt **out, mxp_error *err) {
+    const char *meta = f ? mxp_st_file_meta(f, "workload_meta") : NULL;
+    if (!meta) return gpt_create(cfg, NULL, out, err); /* older checkpoints: the text */
+    char hex[520];
+    const char *p = strstr(meta, "\"vocab_hex\":\"");
+    size_t n = 0;
+    if (p) {
+        p += 13;
+        while (p[n] && p[n] != '"' && n + 1 < sizeof hex) n++;
+        memcpy(hex, p, n);
+    }
+    hex[n] = '\0';
+    if (!p || p[n] != '"')
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata 'workload_meta' has no vocab_hex (not a GPT "
+                             "checkpoint?)",
+                             mxp_st_file_label(f));
+    return gpt_create(cfg, hex, out, err);
+}
+
+int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return D(g)->vocab; }
+int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return D(g)->n_train; }
+int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return D(g)->n_text - D(g)->n_train; }
+mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return R(g)->trainer; }
+mxp_model *mxp_gpt_model(mxp_gpt *g) { return R(g)->model; }
+mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return R(g)->guard; }
+bool mxp_gpt_stopped(const mxp_gpt *g) { return R(g)->stopped; }

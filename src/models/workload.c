@@ -1,44 +1,46 @@
-/* models/workload.c: see workload.h. */
+/* models/workload.c: mxp_workload_provider_builtin (run.h): the provider
+ * that model.workload names; the MLP workloads' config check. */
 #include "models/workload.h"
 
-mxp_status workload_model_create(const mxp_model_spec *spec, const mxp_config *cfg,
-                                 mxp_model **model, mxp_trainer **trainer, mxp_error *err) {
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(cfg->precision, &pol);
-    pol.fp16_accum_k = cfg->fp16_accumulate ? (int)cfg->fp16_accumulate_k : 0;
-    mxp_status s = mxp_model_create(spec, &pol, cfg->seed, model, err);
-    if (s != MXP_OK) return s;
-    if (cfg->fp8.history_len > 0 && (s = mxp_model_set_fp8_config(*model, &cfg->fp8, err)))
-        return s;
-    if (!mxp_fp32_layers_none(&cfg->fp32_layers) && /* training.precision_fp32_layers */
-        (s = mxp_model_set_fp32_layers(*model, &cfg->fp32_layers, err)))
-        return s;
-    mxp_trainer_config tc = cfg->trainer;
-    tc.grad_accum_steps = (int)cfg->grad_accum_steps;
-    tc.seed = cfg->seed;
-    return mxp_trainer_create(*model, &tc, trainer, err);
+#include <string.h>
+
+#include "models/user_data.h"
+
+/* data.path: the user's file through the dataset provider. */
+static mxp_status from_file(const mxp_config *cfg, mxp_workload_provider *out, mxp_error *err) {
+    mxp_dataset *d = NULL;
+    mxp_status s = mxp_dataset_read(cfg->wl.data_path, &d, err);
+    if (s == MXP_OK) s = ud_provider_create(cfg, d, NULL, false, out, err);
+    mxp_dataset_destroy(d);
+    return s;
 }
 
-mxp_status workload_step(const workload_loop *w, const mxp_batch *micro, int n_micro,
-                         mxp_data_position *p, int64_t epoch, mxp_step_result *res, bool *stop,
-                         mxp_error *err) {
-    const mxp_config *c = w->cfg;
-    float lr = mxp_lr_at(c->lr_schedule, c->trainer.optim.lr, c->lr_min_ratio, p->run_step,
-                         p->run_total);
-    mxp_status s = mxp_trainer_set_lr(w->trainer, lr, err);
-    if (s != MXP_OK) return s;
-    if (w->guard && (s = mxp_guard_step_begin(w->guard, p, err)) != MXP_OK) return s;
-    /* data parallel: an operator switch (rank 0's control API, a signal that
-     * reached the ranks at different steps) applies on every rank at once */
-    if ((s = mxp_trainer_sync_precision(w->trainer, err)) != MXP_OK) return s;
-    if ((s = mxp_trainer_step(w->trainer, micro, n_micro, res, err)) != MXP_OK) return s;
-    mxp_data_position_advance(p, w->steps_per_epoch);
-    *stop = false; /* the guard may also move p back (rollback) */
-    if (w->guard && (s = mxp_guard_step_end(w->guard, res, p, stop, err)) != MXP_OK) return s;
-    if (w->progress) {
-        mxp_progress pr = {p->run_step, p->run_total, epoch, p->run_first_epoch + p->run_epochs,
-                           res};
-        w->progress(w->progress_user, &pr);
+mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_provider *out,
+                                         mxp_error *err) {
+    if (!cfg || !out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_workload_provider_builtin: NULL");
+    if (strcmp(cfg->wl.data_path, "none") != 0 && cfg->workload != MXP_WORKLOAD_GPT)
+        return from_file(cfg, out, err);
+    switch (cfg->workload) {
+    case MXP_WORKLOAD_WORLD_MODEL: return world_model_provider(cfg, out, err);
+    case MXP_WORKLOAD_CLASSIFIER: return classifier_provider(cfg, out, err);
+    case MXP_WORKLOAD_GPT: return gpt_provider(cfg, out, err);
+    default:
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "model.workload=%d; accepted: world_model, classifier, gpt",
+                             (int)cfg->workload);
     }
+}
+
+mxp_status workload_check_mlp(const mxp_config *cfg, mxp_error *err) {
+    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
+                             "accepted: all >= 1",
+                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
+                             (long long)cfg->depth, (long long)cfg->hidden);
+    if (cfg->depth > (MXP_MODEL_MAX_LAYERS - 1) / 3)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model depth %lld; accepted: 1..%d",
+                             (long long)cfg->depth, (MXP_MODEL_MAX_LAYERS - 1) / 3);
     return MXP_OK;
 }

@@ -1,170 +1,203 @@
-/* models/world_model.c: the world-model workload (see world_model.h).
+/* models/world_model.c: the world-model workload (see world_model.h) as a
+ * data + model provider of mxp_run (run.h), and the world_model.h API as
+ * a thin wrapper over a run of that provider.
  *
- * Entry points: mxp_world_model_create/destroy/train/validation_loss.
- * Owns the replay buffer, the model, the trainer and the batch buffers
- * (planned at create: gather buffers for grad_accum_steps micro-batches of
- * the configured batch size, and the permutation of training rows).
+ * Entry points: world_model_provider (models/workload.h) and
+ * mxp_world_model_*. The provider owns the replay buffer and the batch
+ * buffers (planned at create: grad_accum_steps micro-batches of the
+ * configured batch size); the run owns the loop.
  */
 #include <mixprec/world_model.h>
 
+#include "models/user_data.h"
 #include "models/workload.h"
+#include "run/run_internal.h"
 
-#include <math.h>
-#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 /* RNG stream of the per-epoch shuffle: far from the model-init and
  * stochastic-rounding streams of the same seed. */
 #define SHUFFLE_STREAM 0x5348554646ull /* "SHUFF" */
 
-struct mxp_world_model {
+typedef struct wm_data {
     mxp_config cfg;
     mxp_replay *replay;
-    mxp_model *model;
-    mxp_trainer *trainer;
-    int64_t in_dim, out_dim;
-    int64_t max_batch;
-    uint32_t *perm;   /* [n_train] training-row order of the current epoch */
-    float *bx, *by;   /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
-    mxp_batch *micro; /* [accum] views into bx/by */
-    mxp_data_position pos; /* epoch, step in epoch, train() call in progress (ckpt.h) */
-    mxp_ckpt_manager *ckpt;                   /* borrowed; NULL: no checkpoints */
-    const volatile sig_atomic_t *stop_flag;   /* graceful stop request, polled per step */
-    bool stopped;                             /* the last train() ended on a stop request */
-    mxp_guard *guard; /* numerical-safety guard (guard.h), or NULL */
-    mxp_progress_fn progress;
-    void *progress_user;
-    int dp_rank, dp_size; /* data parallelism: this rank's shard of each global batch */
-};
+    int64_t in_dim, out_dim, max_batch;
+    float *bx, *by; /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
+} wm_data;
 
-void mxp_world_model_destroy(mxp_world_model *wm) {
-    if (!wm) return;
-    mxp_guard_destroy(wm->guard); /* detaches from the model first */
-    mxp_trainer_destroy(wm->trainer);
-    mxp_model_destroy(wm->model);
-    mxp_replay_destroy(wm->replay);
-    mxp_free(wm->perm);
-    mxp_free(wm->bx);
-    mxp_free(wm->by);
-    mxp_free(wm->micro);
-    mxp_free(wm);
+static void wm_destroy(void *self) {
+    wm_data *d = self;
+    if (!d) return;
+    mxp_replay_destroy(d->replay);
+    mxp_free(d->bx);
+    mxp_free(d->by);
+    mxp_free(d);
 }
 
-static mxp_status alloc_batches(mxp_world_model *wm, mxp_error *err) {
-    size_t rows, nx, ny;
-    if (!mxp_size_mul((size_t)wm->cfg.grad_accum_steps, (size_t)wm->max_batch, &rows) ||
-        !mxp_size_mul(rows, (size_t)wm->in_dim, &nx) ||
-        !mxp_size_mul(rows, (size_t)wm->out_dim, &ny))
-        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow size_t");
-    int64_t n_train = mxp_replay_train(wm->replay).n;
-    wm->perm = mxp_calloc((size_t)n_train, sizeof *wm->perm);
-    wm->bx = mxp_calloc(nx, sizeof(float));
-    wm->by = mxp_calloc(ny, sizeof(float));
-    wm->micro = mxp_calloc((size_t)wm->cfg.grad_accum_steps, sizeof *wm->micro);
-    if (!wm->perm || !wm->bx || !wm->by || !wm->micro)
-        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
+static mxp_status wm_spec(void *self, mxp_model_spec *out, mxp_error *err) {
+    wm_data *d = self;
+    return ud_model_spec(&d->cfg, d->in_dim, d->out_dim, MXP_LOSS_MSE, d->max_batch, out, err);
+}
+
+static int64_t wm_num_train(void *self) {
+    return mxp_replay_train(((wm_data *)self)->replay).n;
+}
+
+static mxp_status wm_fill(void *self, int slot, const uint32_t *idx, int64_t n, mxp_batch *out,
+                          mxp_error *err) {
+    (void)err;
+    wm_data *d = self;
+    mxp_replay_split tr = mxp_replay_train(d->replay);
+    float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)d->in_dim;
+    float *by = d->by + (size_t)slot * (size_t)d->max_batch * (size_t)d->out_dim;
+    for (int64_t b = 0; b < n; b++) {
+        memcpy(bx + b * d->in_dim, tr.x + (size_t)idx[b] * (size_t)d->in_dim,
+               (size_t)d->in_dim * sizeof(float));
+        memcpy(by + b * d->out_dim, tr.y + (size_t)idx[b] * (size_t)d->out_dim,
+               (size_t)d->out_dim * sizeof(float));
+    }
+    *out = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = n};
     return MXP_OK;
 }
 
-static mxp_status guard_setup(mxp_world_model *wm, mxp_error *err);
+/* The canary probes `rows` validation rows spread evenly over the
+ * validation split, gathered into batch slot 0 (the guard copies them
+ * before training fills it). The first rows would be the start of one
+ * trajectory: a narrow corner of the state space whose relative loss gap
+ * is not the model's (mixed_bf16 read 5-21% there against ~1% over the
+ * whole validation set, and the guard fell back from a healthy run). */
+static mxp_status wm_canary(void *self, int64_t rows, mxp_batch *out, mxp_error *err) {
+    (void)err;
+    wm_data *d = self;
+    mxp_replay_split v = mxp_replay_val(d->replay);
+    int64_t pb = rows < d->max_batch ? rows : d->max_batch;
+    if (pb > v.n) pb = v.n;
+    const size_t in = (size_t)d->in_dim, od = (size_t)d->out_dim;
+    for (int64_t b = 0; b < pb; b++) {
+        const size_t row = (size_t)(b * v.n / pb);
+        memcpy(d->bx + (size_t)b * in, v.x + row * in, in * sizeof(float));
+        memcpy(d->by + (size_t)b * od, v.y + row * od, od * sizeof(float));
+    }
+    *out = (mxp_batch){.x = d->bx, .y = d->by, .labels = NULL, .B = pb};
+    return MXP_OK;
+}
+
+/* Mean validation loss (MSE on standardised targets), in chunks. */
+static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
+    wm_data *d = self;
+    mxp_replay_split v = mxp_replay_val(d->replay);
+    double total = 0;
+    for (int64_t i = 0; i < v.n; i += d->max_batch) {
+        int64_t B = v.n - i < d->max_batch ? v.n - i : d->max_batch;
+        mxp_batch b = {.x = v.x + (size_t)i * (size_t)d->in_dim,
+                       .y = v.y + (size_t)i * (size_t)d->out_dim,
+                       .labels = NULL,
+                       .B = B};
+        double loss = 0;
+        mxp_status s = mxp_model_step(m, &b, false, 1.0f, &loss, NULL, err);
+        if (s != MXP_OK) return s;
+        total += loss * (double)B;
+    }
+    snprintf(out->name, sizeof out->name, "val");
+    out->loss = total / (double)v.n;
+    return MXP_OK;
+}
+
+static void wm_signature(void *self, char *buf, size_t n) {
+    wm_data *d = self;
+    snprintf(buf, n, "env=%s in=%lld out=%lld train=%lld val=%lld",
+             mxp_env_info_get(d->cfg.data.env)->name, (long long)d->in_dim,
+             (long long)d->out_dim, (long long)mxp_replay_train(d->replay).n,
+             (long long)mxp_replay_val(d->replay).n);
+}
+
+/* precision: auto: a preflight on the first training batches. */
+static mxp_status wm_auto(void *self, mxp_trainer *t, const mxp_guard_config *g,
+                          mxp_error *err) {
+    wm_data *d = self;
+    mxp_replay_split tr = mxp_replay_train(d->replay);
+    return mxp_guard_auto_precision(t, g, tr.x, tr.y, tr.n, d->max_batch, NULL, err);
+}
+
+mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *out,
+                                mxp_error *err) {
+    mxp_status s = workload_check_mlp(cfg, err);
+    if (s != MXP_OK) return s;
+    wm_data *d = mxp_calloc(1, sizeof *d);
+    if (!d) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
+    d->cfg = *cfg;
+    d->max_batch = cfg->batch_size;
+    mxp_replay_config rc = cfg->data;
+    rc.seed = cfg->seed;
+    s = mxp_replay_create(&rc, &d->replay, err);
+    if (s != MXP_OK) goto fail;
+    d->in_dim = mxp_replay_in_dim(d->replay);
+    d->out_dim = mxp_replay_out_dim(d->replay);
+    const int64_t n_train = mxp_replay_train(d->replay).n;
+    if (n_train < cfg->batch_size) {
+        s = mxp_error_set(err, MXP_ERR_CONFIG,
+                          "training.batch_size=%lld exceeds the %lld training transitions; "
+                          "accepted: <= %lld (or generate more data.trajectories)",
+                          (long long)cfg->batch_size, (long long)n_train, (long long)n_train);
+        goto fail;
+    }
+    size_t rows, nx, ny;
+    if (!mxp_size_mul((size_t)cfg->grad_accum_steps, (size_t)d->max_batch, &rows) ||
+        !mxp_size_mul(rows, (size_t)d->in_dim, &nx) ||
+        !mxp_size_mul(rows, (size_t)d->out_dim, &ny)) {
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow size_t");
+        goto fail;
+    }
+    d->bx = mxp_calloc(nx, sizeof(float));
+    d->by = mxp_calloc(ny, sizeof(float));
+    if (!d->bx || !d->by) {
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
+        goto fail;
+    }
+    *out = (mxp_workload_provider){.self = d,
+                                   .name = "world_model",
+                                   .model_spec = wm_spec,
+                                   .num_train = wm_num_train,
+                                   .rows_per_sample = 1,
+                                   .shuffle_stream = SHUFFLE_STREAM,
+                                   .fill_batch = wm_fill,
+                                   .canary_batch = wm_canary,
+                                   .evaluate = wm_evaluate,
+                                   .data_signature = wm_signature,
+                                   .auto_precision = wm_auto,
+                                   .destroy = wm_destroy};
+    return MXP_OK;
+fail:
+    wm_destroy(d);
+    return s;
+}
+
+/* ---- world_model.h: a run of the provider ------------------------------------
+ * An mxp_world_model is its mxp_run (the opaque handle converted). */
+
+static mxp_run *R(const mxp_world_model *wm) { return (mxp_run *)(uintptr_t)wm; }
+static wm_data *D(const mxp_world_model *wm) { return R(wm)->wl.self; }
 
 mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
                                   mxp_error *err) {
     if (!cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_create: NULL argument");
     *out = NULL;
-    if (cfg->batch_size < 1 || cfg->grad_accum_steps < 1 || cfg->depth < 1 || cfg->hidden < 1)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld grad_accum_steps=%lld depth=%lld hidden=%lld; "
-                             "accepted: all >= 1",
-                             (long long)cfg->batch_size, (long long)cfg->grad_accum_steps,
-                             (long long)cfg->depth, (long long)cfg->hidden);
-    if (cfg->depth > (MXP_MODEL_MAX_LAYERS - 1) / 3)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model depth %lld; accepted: 1..%d",
-                             (long long)cfg->depth, (MXP_MODEL_MAX_LAYERS - 1) / 3);
-    mxp_world_model *wm = mxp_calloc(1, sizeof *wm);
-    if (!wm) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
-    wm->cfg = *cfg;
-    wm->max_batch = cfg->batch_size;
-    wm->dp_size = 1;
-
-    mxp_replay_config rc = cfg->data;
-    rc.seed = cfg->seed;
-    mxp_status s = mxp_replay_create(&rc, &wm->replay, err);
-    if (s != MXP_OK) goto fail;
-    wm->in_dim = mxp_replay_in_dim(wm->replay);
-    wm->out_dim = mxp_replay_out_dim(wm->replay);
-    if (mxp_replay_train(wm->replay).n < cfg->batch_size) {
-        s = mxp_error_set(err, MXP_ERR_CONFIG,
-                          "training.batch_size=%lld exceeds the %lld training transitions; "
-                          "accepted: <= %lld (or generate more data.trajectories)",
-                          (long long)cfg->batch_size, (long long)mxp_replay_train(wm->replay).n,
-                          (long long)mxp_replay_train(wm->replay).n);
-        goto fail;
-    }
-
-    mxp_model_spec spec =
-        mxp_model_spec_mlp(wm->in_dim, cfg->hidden, (int)cfg->depth, wm->out_dim,
-                           cfg->activation, cfg->layernorm, MXP_LOSS_MSE, wm->max_batch);
-    s = workload_model_create(&spec, cfg, &wm->model, &wm->trainer, err);
-    if (s != MXP_OK) goto fail;
-    s = alloc_batches(wm, err);
-    if (s != MXP_OK) goto fail;
-    if ((s = guard_setup(wm, err)) != MXP_OK) goto fail;
-    *out = wm;
-    return MXP_OK;
-fail:
-    mxp_world_model_destroy(wm);
-    return s;
+    mxp_workload_provider p;
+    mxp_status s = world_model_provider(cfg, &p, err);
+    if (s != MXP_OK) return s;
+    mxp_run_options o = mxp_run_options_default();
+    o.provider = &p;
+    o.checkpoints = false; /* mxp_world_model_set_checkpointer */
+    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
 }
 
-/* precision: auto (preflight on the first training batches) and the guard,
- * whose canary probes guard.canary.batch_size validation rows spread evenly
- * over the validation split (guard.h). The first rows would be the start of
- * one trajectory: a narrow corner of the state space whose relative loss gap
- * is not the model's (mixed_bf16 read 5-21% there against ~1% over the whole
- * validation set, and the guard fell back from a healthy run). */
-static mxp_status guard_setup(mxp_world_model *wm, mxp_error *err) {
-    const mxp_config *cfg = &wm->cfg;
-    mxp_replay_split tr = mxp_replay_train(wm->replay), v = mxp_replay_val(wm->replay);
-    int64_t pb = cfg->guard.canary_batch < wm->max_batch ? cfg->guard.canary_batch : wm->max_batch;
-    if (pb > v.n) pb = v.n;
-    const size_t in = (size_t)wm->in_dim, outd = (size_t)wm->out_dim;
-    float *px = pb > 0 ? mxp_calloc((size_t)pb * (in + outd), sizeof(float)) : NULL;
-    if (pb > 0 && !px) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "canary probe batch");
-    for (int64_t b = 0; b < pb; b++) {
-        const size_t row = (size_t)(b * v.n / pb);
-        memcpy(px + (size_t)b * in, v.x + row * in, in * sizeof(float));
-        memcpy(px + (size_t)pb * in + (size_t)b * outd, v.y + row * outd, outd * sizeof(float));
-    }
-    mxp_batch probe = {.x = px, .y = px ? px + (size_t)pb * in : NULL, .labels = NULL, .B = pb};
-    mxp_status s = mxp_guard_for_workload(&cfg->guard, wm->trainer, pb > 0 ? &probe : NULL,
-                                          &wm->guard, err);
-    mxp_free(px); /* the guard copied the probe */
-    if (s != MXP_OK || !cfg->precision_auto) return s;
-    /* after the guard, so a fault of step 0 is already in the weights */
-    s = mxp_guard_auto_precision(wm->trainer, &cfg->guard, tr.x, tr.y, tr.n, wm->max_batch, NULL,
-                                 err);
-    if (s == MXP_OK) wm->cfg.precision = mxp_model_policy(wm->model)->mode;
-    return s;
-}
-
-mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return wm->guard; }
+void mxp_world_model_destroy(mxp_world_model *wm) { mxp_run_destroy(R(wm)); }
 
 void mxp_world_model_set_progress(mxp_world_model *wm, mxp_progress_fn fn, void *user) {
-    wm->progress = fn;
-    wm->progress_user = user;
-}
-
-/* Fisher-Yates shuffle of 0..n-1 from the stream (seed, SHUFFLE_STREAM + epoch):
- * the order of epoch e never depends on how many epochs ran before. */
-static void shuffle(uint32_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
-    mxp_rng_permutation(perm, n, seed ^ (SHUFFLE_STREAM + (uint64_t)epoch * 0x9E3779B97F4A7C15ull));
-}
-
-int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
-    int64_t per_step = batch_size * wm->dp_size * wm->cfg.grad_accum_steps;
-    return (mxp_replay_train(wm->replay).n / per_step) * per_step;
+    run_set_progress(R(wm), fn, user);
 }
 
 mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_t batch_size,
@@ -173,151 +206,62 @@ mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_
     if (num_epochs < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "num_epochs=%lld; accepted: >= 1",
                              (long long)num_epochs);
-    if (batch_size < 1 || batch_size > wm->max_batch)
+    if (batch_size < 1)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "batch_size=%lld; accepted: 1..%lld (the configured batch size)",
-                             (long long)batch_size, (long long)wm->max_batch);
-    mxp_replay_split tr = mxp_replay_train(wm->replay);
-    const int accum = (int)wm->cfg.grad_accum_steps;
-    const int64_t steps_per_epoch = tr.n / (batch_size * wm->dp_size * accum);
-    if (steps_per_epoch < 1)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch_size=%lld x grad_accum_steps=%d x %d ranks exceeds %lld "
-                             "training transitions", (long long)batch_size, accum, wm->dp_size,
-                             (long long)tr.n);
-    mxp_batch *micro = wm->micro;
-    mxp_data_position *p = &wm->pos;
-    /* the position records the GLOBAL micro-batch (all ranks), so a checkpoint
-     * resumes at any world size that keeps it */
-    mxp_status st = mxp_data_position_begin(p, num_epochs, batch_size * wm->dp_size,
-                                            steps_per_epoch, err);
-    if (st != MXP_OK) return st;
-    wm->stopped = false;
-    int64_t shuffled = -1; /* epoch whose permutation wm->perm holds */
-    const workload_loop loop = {wm->trainer, wm->guard, &wm->cfg, wm->progress,
-                                wm->progress_user, steps_per_epoch};
-    /* The loop reads the position every step, so a rollback (or a resume)
-     * that moves it continues from there with the same batches. */
-    while (!mxp_data_position_done(p)) {
-        const int64_t epoch = p->epoch, s = p->step_in_epoch;
-        if (epoch != shuffled) {
-            mxp_trainer_set_epoch(wm->trainer, epoch);
-            shuffle(wm->perm, tr.n, wm->cfg.seed, epoch);
-            shuffled = epoch;
-        }
-        for (int a = 0; a < accum; a++) {
-            float *bx = wm->bx + (size_t)a * (size_t)wm->max_batch * (size_t)wm->in_dim;
-            float *by = wm->by + (size_t)a * (size_t)wm->max_batch * (size_t)wm->out_dim;
-            /* global micro-batch (s, a) holds dp_size x batch_size rows; this
-             * rank reads slice dp_rank of it */
-            const uint32_t *rows =
-                wm->perm + ((s * accum + a) * wm->dp_size + wm->dp_rank) * batch_size;
-            for (int64_t b = 0; b < batch_size; b++) {
-                memcpy(bx + b * wm->in_dim, tr.x + (size_t)rows[b] * (size_t)wm->in_dim,
-                       (size_t)wm->in_dim * sizeof(float));
-                memcpy(by + b * wm->out_dim, tr.y + (size_t)rows[b] * (size_t)wm->out_dim,
-                       (size_t)wm->out_dim * sizeof(float));
-            }
-            micro[a] = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = batch_size};
-        }
-        mxp_step_result res;
-        bool guard_stop;
-        st = workload_step(&loop, micro, accum, p, epoch, &res, &guard_stop, err);
-        if (st != MXP_OK) return st;
-        bool stop = (wm->stop_flag && *wm->stop_flag) || guard_stop;
-        if (wm->dp_size > 1) { /* a signal may reach the ranks at different steps */
-            st = mxp_dist_agree_any(mxp_trainer_comm(wm->trainer), &stop, err);
-            if (st != MXP_OK) return st;
-        }
-        if (wm->ckpt) {
-            st = mxp_ckpt_manager_after_step(wm->ckpt, wm->trainer, &wm->cfg, p,
-                                             stop || mxp_data_position_done(p), NULL, err);
-            if (st != MXP_OK) return st;
-        }
-        if (stop) {
-            wm->stopped = true;
-            return MXP_OK;
-        }
-    }
-    mxp_data_position_end(p);
-    return MXP_OK;
+                             (long long)batch_size, (long long)D(wm)->max_batch);
+    return mxp_run_train(R(wm), num_epochs, batch_size, err);
 }
 
 mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp_error *err) {
     if (!wm || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_validation_loss: NULL");
-    mxp_replay_split v = mxp_replay_val(wm->replay);
-    double total = 0;
-    for (int64_t i = 0; i < v.n; i += wm->max_batch) {
-        int64_t B = v.n - i < wm->max_batch ? v.n - i : wm->max_batch;
-        mxp_batch b = {.x = v.x + (size_t)i * (size_t)wm->in_dim,
-                       .y = v.y + (size_t)i * (size_t)wm->out_dim,
-                       .labels = NULL,
-                       .B = B};
-        double loss = 0;
-        mxp_status s = mxp_model_step(wm->model, &b, false, 1.0f, &loss, NULL, err);
-        if (s != MXP_OK) return s;
-        total += loss * (double)B;
-    }
-    *out = total / (double)v.n;
-    return MXP_OK;
+    mxp_run_eval ev;
+    mxp_status s = mxp_run_evaluate(R(wm), &ev, err);
+    if (s == MXP_OK) *out = ev.loss;
+    return s;
+}
+
+int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
+    int64_t per_step = batch_size * R(wm)->dp_size * R(wm)->cfg.grad_accum_steps;
+    return (R(wm)->n_train / per_step) * per_step;
 }
 
 mxp_status mxp_world_model_set_comm(mxp_world_model *wm, mxp_comm *comm,
                                     const mxp_dist_config *dc, mxp_error *err) {
     if (!wm) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_set_comm: NULL");
-    if (comm) {
-        int64_t same[6] = {wm->cfg.batch_size, wm->cfg.grad_accum_steps, (int64_t)wm->cfg.seed,
-                           (int64_t)wm->cfg.precision, (int64_t)mxp_model_num_params(wm->model),
-                           mxp_replay_train(wm->replay).n};
-        mxp_status s = mxp_dist_require_same(comm, same, sizeof same,
-                                             "batch size, accumulation, seed, precision, "
-                                             "model or data", err);
-        if (s != MXP_OK) return s;
-    }
-    mxp_status s = mxp_trainer_set_comm(wm->trainer, comm, dc, err);
-    if (s != MXP_OK) return s;
-    wm->dp_rank = mxp_comm_rank(comm);
-    wm->dp_size = mxp_comm_size(comm);
-    return MXP_OK;
+    return run_set_comm(R(wm), comm, dc, err);
 }
 
-mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return wm->trainer; }
-mxp_model *mxp_world_model_model(mxp_world_model *wm) { return wm->model; }
-const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return wm->replay; }
-
-/* ---- checkpoints (world_model.h; the logic lives in src/ckpt) ---------- */
+mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return R(wm)->trainer; }
+mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return R(wm)->guard; }
+mxp_model *mxp_world_model_model(mxp_world_model *wm) { return R(wm)->model; }
+const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return D(wm)->replay; }
 
 void mxp_world_model_set_checkpointer(mxp_world_model *wm, mxp_ckpt_manager *m) {
-    wm->ckpt = m;
-    mxp_guard_set_checkpoints(wm->guard, m); /* rollback may use the checkpoints */
+    run_set_checkpointer(R(wm), m);
 }
-mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return wm->ckpt; }
+mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return R(wm)->ckpt; }
 void mxp_world_model_set_stop_flag(mxp_world_model *wm, const volatile sig_atomic_t *flag) {
-    wm->stop_flag = flag;
+    run_set_stop_flag(R(wm), flag);
 }
-bool mxp_world_model_stopped(const mxp_world_model *wm) { return wm->stopped; }
+bool mxp_world_model_stopped(const mxp_world_model *wm) { return R(wm)->stopped; }
 void mxp_world_model_position(const mxp_world_model *wm, mxp_data_position *out) {
-    *out = wm->pos;
+    *out = R(wm)->pos;
 }
 void mxp_world_model_set_position(mxp_world_model *wm, const mxp_data_position *p) {
-    wm->pos = *p;
+    run_set_position(R(wm), p);
 }
-const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &wm->cfg; }
+const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &R(wm)->cfg; }
 
 mxp_status mxp_world_model_load_checkpoint(mxp_world_model *wm, const char *path,
                                            mxp_ckpt_info *info, mxp_error *err) {
-    mxp_ckpt_info in;
-    mxp_status s = mxp_ckpt_load(path, wm->trainer, &in, err);
-    if (s != MXP_OK) return s;
-    wm->pos = in.pos;
-    if (info) *info = in;
-    return MXP_OK;
+    return run_load_file(R(wm), path, info, err);
 }
 
 mxp_status mxp_world_model_rollback(mxp_world_model *wm, const char *reason,
                                     mxp_ckpt_rollback_result *res, mxp_error *err) {
-    if (!wm->ckpt)
+    if (!R(wm)->ckpt)
         return mxp_error_set(err, MXP_ERR_STATE, "rollback: no checkpoint manager attached");
-    return mxp_ckpt_manager_rollback(wm->ckpt, wm->trainer, reason, &wm->pos, res, err);
+    return mxp_ckpt_manager_rollback(R(wm)->ckpt, R(wm)->trainer, reason, &R(wm)->pos, res, err);
 }

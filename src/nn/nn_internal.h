@@ -41,7 +41,6 @@
 #ifndef MIXPREC_NN_INTERNAL_H
 #define MIXPREC_NN_INTERNAL_H
 
-#include <mixprec/guard.h>
 #include <mixprec/model.h>
 
 #include "kernels/kernels.h"

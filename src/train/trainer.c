@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "dist/trainer_dist.h"
+#include "train/trainer_dist.h"
 #include "kernels/kernels.h"
 #include "train/trainer_internal.h"
 
@@ -131,15 +131,6 @@ static mxp_status check_batches(const mxp_trainer *t, const mxp_batch *micro, in
                                  "micro-batch %d has B=%lld; accepted: >= 1", i,
                                  (long long)micro[i].B);
     return MXP_OK;
-}
-
-/* The precision the scaler's fallback policy moves to: fp16 -> bf16 -> fp32. */
-static mxp_precision fallback_of(mxp_precision p) {
-    switch (p) {
-    case MXP_PRECISION_MIXED_FP16: return MXP_PRECISION_MIXED_BF16;
-    case MXP_PRECISION_FP16: return MXP_PRECISION_BF16;
-    default: return MXP_PRECISION_FP32;
-    }
 }
 
 /* The step's control block (backend/backend.h) from the trainer's state:
@@ -304,12 +295,12 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     if (us != MXP_OK) return us;
 
     if (ev.fallback) {
-        mxp_precision from = pol->mode, to = fallback_of(from);
+        mxp_precision from = pol->mode, to = mxp_precision_fallback_next(from);
         res->fallback = true;
         mxp_log(MXP_LOG_WARN,
                 "loss scale stuck at its minimum %g: falling back from %s to %s", ev.new_scale,
                 mxp_precision_name(from), mxp_precision_name(to));
-        s = mxp_trainer_set_precision(t, to, err);
+        s = mxp_trainer_switch_precision(t, to, err);
         if (s != MXP_OK) return s;
     }
     return mxp_trainer_dist_verify(t, err);
@@ -328,6 +319,29 @@ mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error 
     if (s != MXP_OK) return s;
     bool wants = t->cfg.scaler_override ? t->cfg.scaler.enabled : pol.loss_scaling;
     if (wants != had_scaling) return make_scaler(t, err);
+    return MXP_OK;
+}
+
+/* The scaler's state at its start: initial scale, counters cleared. */
+static mxp_status restart_scaler(mxp_scaler *sc, const mxp_scaler_config *c, mxp_error *err) {
+    mxp_scaler_state st;
+    mxp_scaler_get_state(sc, &st);
+    st.scale = (float)c->init_scale;
+    st.growth_tracker = 0;
+    st.hysteresis_left = c->hysteresis;
+    st.steps_at_min = 0;
+    return mxp_scaler_set_state(sc, &st, err);
+}
+
+mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+    mxp_status s = mxp_trainer_set_precision(t, p, err);
+    if (s != MXP_OK) return s;
+    const mxp_scaler_config *c = mxp_scaler_get_config(t->scaler);
+    if (!c->enabled) return MXP_OK;
+    if ((s = restart_scaler(t->scaler, c, err)) != MXP_OK) return s;
+    mxp_scaler_groups *gr = mxp_trainer_scaler_groups(t); /* per-layer loss scaling */
+    for (int i = 0; i < mxp_scaler_groups_count(gr); i++)
+        if ((s = restart_scaler(mxp_scaler_groups_get(gr, i), c, err)) != MXP_OK) return s;
     return MXP_OK;
 }
 

@@ -106,19 +106,12 @@ int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 
-/* Checkpoints in `mixprec train` (cmd_ckpt.c). cli_resume_config: find the
- * checkpoint of `resume` (a file, a run directory or a checkpoint
- * directory; newest that verifies) into ckpt, and resolve the config from
- * its stored config < file < env < overrides (a run directory also sets
- * output.dir). cli_ckpt_begin: load ckpt (may be NULL) into wm, attach a
- * checkpoint manager per cfg (primary rank), stop gracefully on
- * SIGTERM/SIGINT (a second signal kills at once); *nothing_to_do when the
- * checkpoint's run had already finished. cli_ckpt_after_train: report a
- * graceful stop. */
+/* `mixprec train --resume` (cmd_ckpt.c): find the checkpoint of `resume`
+ * (a file, a run directory or a checkpoint directory; newest that
+ * verifies) into ckpt, and resolve the config from its stored config <
+ * file < env < overrides (a run directory also sets output.dir). The run
+ * (mixprec/run.h) then loads it and checks it against the config. */
 int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
                       mxp_config *cfg);
-int cli_ckpt_begin(mxp_world_model *wm, const mxp_config *cfg, const char *ckpt, bool primary,
-                   bool *nothing_to_do);
-void cli_ckpt_after_train(mxp_world_model *wm);
 
 #endif

@@ -1,12 +1,13 @@
 /* tools/mixprec/cmd_ckpt.c: `mixprec ckpt verify|inspect|export|diff|keep|list`
- * and the checkpoint pieces of `mixprec train` (--resume, periodic saves,
- * graceful stop on SIGTERM/SIGINT).
+ * and the config of `mixprec train --resume` (cli_resume_config; the run
+ * itself resumes, saves and stops in the library: mixprec/run.h).
  *
  * Exit codes: verify 0 = every checkpoint verifies, 1 = one does not;
  * diff 0 = identical, 1 = different; 2 usage error; 3 a file could not be
  * written. Library: mixprec/ckpt.h. Format: docs/checkpoints.md.
  */
 #include "cli.h"
+#include "data_cli.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -28,6 +29,7 @@ static void help(FILE *f) {
           "  inspect FILE [--json]      metadata and a per-tensor table: name, dtype,\n"
           "                             shape, min, max, percent non-finite\n"
           "  export FILE --dtype bf16|fp16|fp32|f8_e4m3|f8_e5m2 -o OUT\n"
+          "  export CKPT_OR_RUN_DIR --torch -o OUT   (user-data models: state_dict + stats)\n"
           "                             the model weights for inference (RNE)\n"
           "  diff A B                   per-tensor max |a-b| and max relative difference;\n"
           "                             exit 0 identical, 1 different\n"
@@ -383,6 +385,8 @@ static int ckpt_inspect(int argc, char **argv) {
 /* ---- export ----------------------------------------------------------------- */
 
 static int ckpt_export(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--torch")) return cli_export_torch(argc, argv);
     const char *path = NULL, *out = NULL, *dts = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
@@ -608,20 +612,7 @@ int cmd_ckpt(int argc, char **argv) {
     return CLI_EXIT_USAGE;
 }
 
-/* ---- `mixprec train`: resume, periodic checkpoints, graceful stop -------------- */
-
-static volatile sig_atomic_t g_stop;
-static mxp_ckpt_manager *g_mgr;
-
-static void on_stop_signal(int sig) {
-    (void)sig;
-    g_stop = 1; /* SA_RESETHAND: a second signal takes the default action */
-}
-
-static void close_manager(void) {
-    mxp_ckpt_manager_destroy(g_mgr);
-    g_mgr = NULL;
-}
+/* ---- `mixprec train --resume`: the config of the checkpoint to continue -------- */
 
 int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
                       mxp_config *cfg) {
@@ -669,53 +660,4 @@ int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, 
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
-}
-
-int cli_ckpt_begin(mxp_world_model *wm, const mxp_config *cfg, const char *ckpt, bool primary,
-                   bool *nothing_to_do) {
-    mxp_error err = {0};
-    *nothing_to_do = false;
-    if (ckpt) {
-        mxp_ckpt_info info;
-        if (mxp_world_model_load_checkpoint(wm, ckpt, &info, &err) != MXP_OK) {
-            cli_error("cannot resume: %s", err.msg);
-            return CLI_EXIT_FAIL;
-        }
-        *nothing_to_do = mxp_data_position_done(&info.pos);
-        mxp_log(MXP_LOG_INFO,
-                "resumed from %s: step %lld, epoch %lld, step %lld of %lld in the run%s", ckpt,
-                (long long)info.step, (long long)info.pos.epoch + 1, (long long)info.pos.run_step,
-                (long long)info.pos.run_total,
-                *nothing_to_do ? " (the run had finished: nothing to train)" : "");
-    }
-    if (primary && cfg->ckpt_enabled) {
-        mxp_ckpt_policy pol;
-        mxp_status s = mxp_ckpt_policy_from_config(cfg, &pol, &err);
-        if (s == MXP_OK) s = mxp_ckpt_manager_create(&pol, &g_mgr, &err);
-        if (s != MXP_OK) {
-            cli_error("%s", err.msg);
-            return CLI_EXIT_IO;
-        }
-        atexit(close_manager);
-        mxp_world_model_set_checkpointer(wm, g_mgr);
-    }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    mxp_world_model_set_stop_flag(wm, &g_stop);
-    return CLI_EXIT_OK;
-}
-
-void cli_ckpt_after_train(mxp_world_model *wm) {
-    if (!mxp_world_model_stopped(wm)) return;
-    mxp_train_stats st;
-    mxp_trainer_stats(mxp_world_model_trainer(wm), &st);
-    const char *last = g_mgr ? mxp_ckpt_manager_last_path(g_mgr) : "";
-    mxp_log(MXP_LOG_WARN, "stopped by signal after step %lld%s%s; resume with --resume",
-            (long long)st.training_steps, last[0] ? "; checkpoint " : " (checkpoints disabled)",
-            last);
 }

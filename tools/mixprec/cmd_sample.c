@@ -10,7 +10,7 @@
  * an fp8 checkpoint samples in mixed_bf16 unless fp8 is asked for, since
  * delayed FP8 scales come from training steps).
  */
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,7 +124,7 @@ int cmd_sample(int argc, char **argv) {
                                   "(training.precision=fp8 to force)");
             cfg.precision = MXP_PRECISION_MIXED_BF16;
         }
-        s = mxp_gpt_create(&cfg, &g, &err);
+        s = mxp_gpt_create_for_checkpoint(&cfg, f, &g, &err);
     }
     if (s == MXP_OK) s = mxp_ckpt_load_file(f, mxp_gpt_trainer(g), NULL, &err);
     if (s != MXP_OK) {

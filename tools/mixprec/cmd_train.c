@@ -1,14 +1,20 @@
-/* tools/mixprec/cmd_train.c: `mixprec train`.
+/* tools/mixprec/cmd_train.c: `mixprec train`, one path for every workload
+ * over the library's run object (mixprec/run.h).
  *
- * Resolves the config (errors exit 2 before anything is written), trains
- * the world model with a progress bar on a terminal or plain log lines
- * otherwise, prints a summary (or JSON with --json) and writes
- * OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv.
+ * Resolves the config (errors exit 2 before anything is written), creates
+ * the run (which refuses a run directory holding another run, and resumes
+ * with --resume), installs the stop signals, trains with a progress bar on
+ * a terminal or plain log lines otherwise, prints a summary (or JSON with
+ * --json) and writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv.
+ * Resuming a finished run says so and writes nothing.
  */
 #include "cli.h"
-#include "workload_train.h"
+#include "train_summary.h"
 #include "obs_glue.h"
 #include "doctor.h"
+
+#include <signal.h>
+#include <stdlib.h>
 
 #include <errno.h>
 #include <math.h>
@@ -34,74 +40,210 @@ static void help(FILE *f) {
           "  --resume PATH   continue a run from its newest verified checkpoint: PATH is\n"
           "                  a run directory, its checkpoints/ directory or a checkpoint\n"
           "                  file; the checkpoint's config is the base, then --config,\n"
-          "                  environment and key=value (docs/checkpoints.md)\n"
+          "                  environment and key=value (docs/checkpoints.md). A finished\n"
+          "                  run trains nothing and writes nothing\n"
           "  key=value       override any key, e.g. training.precision=mixed_bf16 or\n"
           "                  training.mixed_precision.enabled=true\n"
           "                  training.mixed_precision.dtype=bfloat16\n"
           "\n"
           "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
-          "default runs/latest). Exit codes: 0 ok, 1 training failed, 2 usage or\n"
-          "config error (nothing written), 3 outputs could not be written, 4 a\n"
-          "guard rule with action stop ended the run (outputs still written).\n"
+          "default runs/latest). A directory holding another run's checkpoints is\n"
+          "refused: --resume it, or choose a new output.dir (docs/run.md).\n"
+          "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
+          "written), 3 outputs could not be written, 4 a guard rule with action\n"
+          "stop ended the run (outputs still written).\n"
           "SIGUSR1 switches a running job to fp32 at the next step boundary.\n"
           "SIGTERM/SIGINT finish the current step, write a checkpoint and the outputs,\n"
           "and exit 0; a second signal exits at once. Checkpoints: checkpoint.* keys.\n",
           f);
 }
 
-typedef struct run_summary {
-    mxp_world_model *wm; /* for the guard's summary (doctor.h) */
-    mxp_train_stats stats;
-    double train_loss, val_loss, wall_s, samples_per_s;
-    int64_t samples;
-    int world_size;      /* data-parallel ranks */
-    mxp_comm_stats comm; /* rank 0's all-reduce traffic and time */
-} run_summary;
+/* SIGTERM/SIGINT: the run stops after the current step and writes its
+ * checkpoint; SA_RESETHAND lets a second signal take the default action. */
+static mxp_run *volatile g_run;
 
+static void on_stop_signal(int sig) {
+    (void)sig;
+    mxp_run *r = g_run;
+    if (r) mxp_run_request_stop(r);
+}
 
-static void write_summary_json(FILE *f, const mxp_config *cfg, const run_summary *s) {
-    fprintf(f,
-            "{\"precision\":\"%s\",\"emulated\":%s,\"kill_switch\":%s,\"fp16_enabled_runtime\":%s,"
-            "\"training_steps\":%lld,\"optimizer_steps\":%lld,\"skipped_steps\":%lld,"
-            "\"overflow_rate\":%.6g,\"current_scale\":%.9g,\"epochs\":%lld,"
-            "\"batch_size\":%lld,\"grad_accum_steps\":%lld,\"seed\":%llu,",
-            mxp_precision_name(s->stats.precision),
-            s->stats.precision == MXP_PRECISION_FP8 ? "true" : "false",
-            cfg->kill_switch ? "true" : "false",
-            s->stats.fp16_enabled_runtime ? "true" : "false",
-            (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
-            (long long)s->stats.skipped_steps, s->stats.overflow_rate,
-            (double)s->stats.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
-            (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed);
-    if (s->wm) doctor_guard_json(f, s->wm);
-    if (s->wm) workload_json_memory(f, mxp_world_model_trainer(s->wm));
-    if (s->wm) workload_json_fp32_layers(f, cfg, mxp_world_model_trainer(s->wm));
-    cli_json_number(f, "final_train_loss", s->train_loss);
-    cli_json_number(f, "val_loss", s->val_loss);
-    fprintf(f, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,",
-            s->world_size, (unsigned long long)s->comm.bytes_sent, s->comm.seconds);
-    fprintf(f, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}\n", s->wall_s,
-            (long long)s->samples, s->samples_per_s);
+static void install_stop_signals(mxp_run *run) {
+    g_run = run;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+static int fail_code(const mxp_error *err) {
+    return err->status == MXP_ERR_CONFIG || err->status == MXP_ERR_INVALID_ARG ||
+                   err->status == MXP_ERR_IO || err->status == MXP_ERR_FORMAT ||
+                   err->status == MXP_ERR_UNSUPPORTED || err->status == MXP_ERR_STATE
+               ? CLI_EXIT_USAGE
+               : CLI_EXIT_FAIL;
+}
+
+/* ---- history.csv of a resumed run ---------------------------------------------
+ * The trainer's history holds the steps this process ran; a resumed run's
+ * history.csv keeps the rows of the steps before the checkpoint and gets
+ * the new ones appended, so it reads as the uninterrupted run's. */
+
+/* The rows of OUTPUT_DIR/history.csv with step <= upto (malloc'd text,
+ * header dropped; "" when there is none), or NULL when out of memory. */
+static char *history_prefix(const char *dir, int64_t upto) {
+    char path[MXP_CONFIG_STR_MAX + 32], line[512];
+    snprintf(path, sizeof path, "%s/history.csv", dir);
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *end;
+        long long step = strtoll(line, &end, 10);
+        if (end == line || *end != ',' || step > upto) continue;
+        size_t n = strlen(line);
+        if (len + n + 1 > cap) {
+            char *g = realloc(out, cap = 2 * (len + n + 1));
+            if (!g) break;
+            out = g;
+        }
+        memcpy(out + len, line, n + 1);
+        len += n;
+    }
+    if (f) fclose(f);
+    return out;
+}
+
+/* Rewrite OUTPUT_DIR/history.csv as its header, `kept`, then its rows;
+ * *last_epoch_loss gets the mean loss of the applied steps of the last
+ * epoch over all rows (NaN when none). */
+static int history_merge(const char *dir, const char *kept, double *last_epoch_loss) {
+    char path[MXP_CONFIG_STR_MAX + 32], tmp[MXP_CONFIG_STR_MAX + 48], line[512];
+    snprintf(path, sizeof path, "%s/history.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    bool ok = in && out && fgets(line, sizeof line, in) && fputs(line, out) >= 0 &&
+              fputs(kept, out) >= 0;
+    while (ok && fgets(line, sizeof line, in)) ok = fputs(line, out) >= 0;
+    if (in) fclose(in);
+    ok = out && fclose(out) == 0 && ok && rename(tmp, path) == 0;
+    if (!ok) {
+        remove(tmp);
+        cli_error("cannot rewrite '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    /* step,epoch,loss,scale,grad_norm,skipped,precision */
+    in = fopen(path, "r");
+    long long epoch = -1, e;
+    double sum = 0, loss, scale, gn;
+    int64_t n = 0;
+    int skipped;
+    while (in && fgets(line, sizeof line, in))
+        if (sscanf(line, "%*d,%lld,%lf,%lf,%lf,%d", &e, &loss, &scale, &gn, &skipped) == 5) {
+            if (e != epoch) sum = 0, n = 0, epoch = e;
+            if (!skipped) sum += loss, n++;
+        }
+    if (in) fclose(in);
+    *last_epoch_loss = n ? sum / (double)n : NAN;
+    return CLI_EXIT_OK;
 }
 
 static void write_summary_any(FILE *f, const mxp_config *cfg, const void *s) {
-    write_summary_json(f, cfg, s);
+    train_summary_json(f, cfg, s);
 }
 
-static void print_summary(const run_summary *s) {
-    printf("precision        %s%s%s\n", mxp_precision_name(s->stats.precision),
-           s->stats.precision == MXP_PRECISION_FP8 ? " (emulated: FP8 quantise, FP32 compute)"
-                                                   : "",
-           s->stats.fp16_enabled_runtime ? " (fp16 compute)" : "");
-    printf("steps            %lld (optimizer %lld, skipped %lld)\n",
-           (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
-           (long long)s->stats.skipped_steps);
-    printf("overflow rate    %.2f%%\n", 100.0 * s->stats.overflow_rate);
-    printf("loss scale       %g\n", (double)s->stats.current_scale);
-    printf("final train loss %.6f\n", s->train_loss);
-    printf("validation loss  %.6f\n", s->val_loss);
-    printf("wall time        %.3f s\n", s->wall_s);
-    printf("samples/s        %.0f\n", s->samples_per_s);
+/* OUTPUT_DIR/summary.json alone (after history_merge). */
+static int write_summary_file(const mxp_config *cfg, const train_summary *s) {
+    char path[MXP_CONFIG_STR_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
+    FILE *f = fopen(path, "w");
+    if (f) train_summary_json(f, cfg, s);
+    if (!f || fclose(f) != 0) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        return CLI_EXIT_IO;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* The GPT's weights for `mixprec sample`: OUTPUT_DIR/model.safetensors. */
+static int save_model(mxp_run *run, const mxp_config *cfg, bool json) {
+    char path[MXP_CONFIG_STR_MAX + 32];
+    snprintf(path, sizeof path, "%s/model.safetensors", cfg->output_dir);
+    mxp_error err = {0};
+    if (mxp_run_save(run, path, &err) != MXP_OK) {
+        cli_error("cannot save the model: %s", err.msg);
+        return CLI_EXIT_IO;
+    }
+    if (!json) printf("model            %s (mixprec sample --checkpoint %s)\n", path, path);
+    return CLI_EXIT_OK;
+}
+
+static void log_start(const mxp_config *cfg, mxp_comm *comm, const mxp_run *run) {
+    if (mxp_comm_size(comm) > 1)
+        mxp_log(MXP_LOG_INFO,
+                "data-parallel over %d ranks (%s): batch %lld per rank, %lld global; "
+                "gradient all-reduce in %s", mxp_comm_size(comm), mxp_comm_name(comm),
+                (long long)cfg->batch_size, (long long)cfg->batch_size * mxp_comm_size(comm),
+                mxp_wire_dtype_name(cfg->dist.allreduce_dtype));
+    const char *name = mxp_run_provider(run)->name;
+    mxp_log(MXP_LOG_INFO, "training %s: precision %s%s, %lld epochs, batch %lld",
+            strcmp(name, "world_model") == 0 ? "world model" : name, mxp_precision_name(cfg->precision),
+            cfg->precision == MXP_PRECISION_FP8 ? " (emulated)" : "", (long long)cfg->epochs,
+            (long long)cfg->batch_size);
+}
+
+/* Train the created run and report; returns the exit code. */
+static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_glue_progress *ps,
+                     bool primary, bool json) {
+    mxp_error err = {0};
+    const mxp_workload_provider *wl = mxp_run_provider(run);
+    mxp_run_info info;
+    mxp_run_stats(run, &info);
+    obs_glue_run orun = {run, mxp_run_trainer(run), mxp_run_guard(run),
+                         info.samples_per_epoch / wl->rows_per_sample};
+    int rc = primary ? obs_glue_open(cfg, &orun, &ps->obs) : CLI_EXIT_OK;
+    if (rc != CLI_EXIT_OK) return rc;
+    char *kept = info.resumed && primary ? history_prefix(cfg->output_dir, info.training_steps)
+                                         : NULL;
+    install_stop_signals(run);
+    mxp_status st = mxp_run_train(run, 0, 0, &err); /* the config's, or the resumed call's */
+    g_run = NULL;
+    train_summary s;
+    memset(&s, 0, sizeof s);
+    if (st == MXP_OK) st = mxp_run_evaluate(run, &s.eval, &err);
+    if (st != MXP_OK) {
+        cli_error("training failed: %s", err.msg);
+        obs_glue_close(ps->obs, false, false, err.msg, NAN);
+        free(kept);
+        return CLI_EXIT_FAIL;
+    }
+    train_summary_fill(&s, run, comm, ps->base.loss_n ? ps->base.last_epoch_loss : NAN);
+    rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), write_summary_any, &s)
+                 : CLI_EXIT_OK;
+    if (kept && rc == CLI_EXIT_OK) { /* the whole run's history and last epoch's loss */
+        rc = history_merge(cfg->output_dir, kept, &s.train_loss);
+        if (rc == CLI_EXIT_OK) rc = write_summary_file(cfg, &s);
+    }
+    free(kept);
+    if (s.info.stopped && !mxp_guard_stopped(mxp_run_guard(run)))
+        mxp_log(MXP_LOG_WARN, "stopped by signal after step %lld%s%s; resume with --resume %s",
+                (long long)s.stats.training_steps,
+                s.info.last_checkpoint[0] ? "; checkpoint " : " (checkpoints disabled)",
+                s.info.last_checkpoint, cfg->output_dir);
+    if (primary && json)
+        train_summary_json(stdout, cfg, &s);
+    else if (primary)
+        train_summary_print(stdout, &s);
+    if (rc == CLI_EXIT_OK && primary && cfg->workload == MXP_WORKLOAD_GPT)
+        rc = save_model(run, cfg, json);
+    const bool guard_stop = mxp_guard_stopped(mxp_run_guard(run));
+    obs_glue_close(ps->obs, true, guard_stop || s.info.stopped, NULL, s.eval.loss);
+    return rc == CLI_EXIT_OK && guard_stop ? CLI_EXIT_GUARD_STOP : rc;
 }
 
 static int train_verb(int argc, char **argv, mxp_comm *comm) {
@@ -157,99 +299,42 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         mxp_log(MXP_LOG_WARN, "training.flush_denormals=true: no flush-to-zero mode on this "
                               "platform; ignored");
     if (obs_glue_apply_config(&cfg)) quiet = true; /* JSON logs: progress goes through the log */
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL && mxp_comm_size(comm) > 1) {
-        cli_error("model.workload=%s on %d ranks: data-parallel training supports "
-                  "model.workload=world_model; accepted: world_model, or one process",
-                  cfg.workload == MXP_WORKLOAD_CLASSIFIER ? "classifier" : "gpt",
-                  mxp_comm_size(comm));
-        return CLI_EXIT_USAGE;
-    }
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL) return workload_train(&cfg, json, quiet);
 
+    obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
+                                     .cur_epoch = -1}};
+    const mxp_run_observer observer = {.self = &ps, .precision_changed = obs_glue_on_precision};
+    mxp_run_options opt = mxp_run_options_default();
+    opt.comm = comm;
+    opt.observer = &observer;
+    opt.progress = obs_glue_on_progress;
+    opt.progress_user = &ps;
+    opt.checkpoints = primary;
+    opt.resume = resume ? ckpt : NULL;
     mxp_error err = {0};
-    mxp_world_model *wm = NULL;
+    mxp_run *run = NULL;
     if (!quiet) /* the data comes first: MuJoCo takes seconds */
-        cli_status("generating %lld %s trajectories of %lld steps%s ...",
-                   (long long)cfg.data.trajectories, mxp_env_info_get(cfg.data.env)->name,
-                   (long long)cfg.data.episode_len,
-                   mxp_env_info_get(cfg.data.env)->mujoco ? " (MuJoCo)" : "");
-    mxp_status cs = mxp_world_model_create(&cfg, &wm, &err);
+        cli_status("preparing the %s data ...", cfg.workload == MXP_WORKLOAD_WORLD_MODEL
+                                                    ? mxp_env_info_get(cfg.data.env)->name
+                                                    : "training");
+    mxp_status cs = mxp_run_create(&cfg, &opt, &run, &err);
     cli_status_done();
     if (cs != MXP_OK) {
         cli_error("%s", err.msg);
-        return err.status == MXP_ERR_CONFIG || err.status == MXP_ERR_INVALID_ARG
-                   ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        return fail_code(&err);
     }
-    if (mxp_world_model_set_comm(wm, comm, &cfg.dist, &err) != MXP_OK) {
-        cli_error("%s", err.msg);
-        mxp_world_model_destroy(wm);
-        return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    mxp_run_info info;
+    mxp_run_stats(run, &info);
+    if (info.finished_before_resume) { /* nothing to train, nothing to write */
+        if (primary)
+            mxp_log(MXP_LOG_WARN, "run %s in %s is already complete (step %lld): nothing to "
+                    "train; outputs unchanged", info.run_id, cfg.output_dir,
+                    (long long)info.training_steps);
+        mxp_run_destroy(run);
+        return CLI_EXIT_OK;
     }
-    if (mxp_comm_size(comm) > 1)
-        mxp_log(MXP_LOG_INFO,
-                "data-parallel over %d ranks (%s): batch %lld per rank, %lld global; "
-                "gradient all-reduce in %s", mxp_comm_size(comm), mxp_comm_name(comm),
-                (long long)cfg.batch_size, (long long)cfg.batch_size * mxp_comm_size(comm),
-                mxp_wire_dtype_name(cfg.dist.allreduce_dtype));
-    /* the model's mode: training.precision=auto has chosen one by now */
-    mxp_log(MXP_LOG_INFO, "training world model: precision %s, %lld epochs, batch %lld",
-            mxp_precision_name(mxp_model_policy(mxp_world_model_model(wm))->mode),
-            (long long)cfg.epochs,
-            (long long)cfg.batch_size);
-    obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
-                                   .cur_epoch = -1}};
-    mxp_world_model_set_progress(wm, obs_glue_on_progress, &ps);
-    obs_glue_run orun = {mxp_world_model_trainer(wm), mxp_world_model_guard(wm),
-                         mxp_world_model_samples_per_epoch(wm, cfg.batch_size)};
-    rc = primary ? obs_glue_open(&cfg, &orun, &ps.obs) : CLI_EXIT_OK;
-    if (rc != CLI_EXIT_OK) {
-        mxp_world_model_destroy(wm);
-        return rc;
-    }
-
-    bool finished = false; /* resumed from the final checkpoint of a finished run */
-    rc = cli_ckpt_begin(wm, &cfg, resume ? ckpt : NULL, primary, &finished);
-    if (rc != CLI_EXIT_OK) {
-        obs_glue_close(ps.obs, false, false, "checkpoint setup failed", NAN);
-        mxp_world_model_destroy(wm);
-        return rc;
-    }
-
-    double t0 = mxp_time_now();
-    mxp_status st = finished ? MXP_OK : mxp_world_model_train(wm, cfg.epochs, cfg.batch_size, &err);
-    run_summary s = {0};
-    s.wall_s = mxp_time_now() - t0;
-    if (st == MXP_OK) cli_ckpt_after_train(wm);
-    if (st != MXP_OK) {
-        cli_error("training failed: %s", err.msg);
-        obs_glue_close(ps.obs, false, false, err.msg, NAN);
-        mxp_world_model_destroy(wm);
-        return CLI_EXIT_FAIL;
-    }
-    if (mxp_world_model_validation_loss(wm, &s.val_loss, &err) != MXP_OK) {
-        cli_error("validation failed: %s", err.msg);
-        obs_glue_close(ps.obs, false, false, err.msg, NAN);
-        mxp_world_model_destroy(wm);
-        return CLI_EXIT_FAIL;
-    }
-    mxp_trainer *tr = mxp_world_model_trainer(wm);
-    s.wm = wm;
-    mxp_trainer_stats(tr, &s.stats);
-    s.train_loss = ps.base.loss_n ? ps.base.last_epoch_loss : NAN;
-    s.samples = mxp_world_model_samples_per_epoch(wm, cfg.batch_size) * cfg.epochs;
-    s.samples_per_s = s.wall_s > 0 ? (double)s.samples / s.wall_s : 0;
-    s.world_size = mxp_comm_size(comm);
-    mxp_comm_get_stats(comm, &s.comm);
-
-    if (primary && json)
-        write_summary_json(stdout, &cfg, &s);
-    else if (primary)
-        print_summary(&s);
-    if (primary && !json) doctor_print_guard(stdout, wm);
-    rc = primary ? cli_write_run_outputs(&cfg, tr, write_summary_any, &s) : CLI_EXIT_OK;
-    rc = doctor_exit_code(wm, rc);
-    obs_glue_close(ps.obs, true, mxp_world_model_stopped(wm), NULL, s.val_loss);
-    mxp_world_model_destroy(wm);
+    log_start(mxp_run_config(run), comm, run); /* the run's: auto has chosen by now */
+    rc = train_run(run, &cfg, comm, &ps, primary, json);
+    mxp_run_destroy(run);
     return rc;
 }
 

@@ -1,9 +1,10 @@
 /* tools/mixprec/main.c: the `mixprec` command: verb dispatch and help. */
 #include "bench.h"
 #include "cli.h"
+#include "data_cli.h"
 #include "doctor.h"
 #include "obs_glue.h"
-#include "workload_train.h"
+#include "train_summary.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,8 @@ static void usage(FILE *f) {
           "  config show  print the resolved configuration and each value's source\n"
           "  ckpt         checkpoints: verify, inspect, export, diff, keep, list\n"
           "  sample       generate text from a GPT checkpoint (model.workload=gpt)\n"
+          "  eval         loss/accuracy of a model trained on user data (data.path)\n"
+          "  predict      run a model trained on user data on inputs from a file\n"
           "  bench        `bench kernels`: kernel GFLOP/s and GB/s against the CPU peak;\n"
           "               `bench train`: every precision mode on the workloads vs fp32\n"
           "  doctor       CPU features, native vs emulated precisions, preflight advisor\n"
@@ -35,9 +38,9 @@ static void usage(FILE *f) {
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
-} verbs[] = {{"train", cmd_train},   {"config", cmd_config}, {"ckpt", cmd_ckpt},
-             {"sample", cmd_sample}, {"bench", cmd_bench},   {"report", cmd_report},
-             {"doctor", cmd_doctor}};
+} verbs[] = {{"train", cmd_train},   {"config", cmd_config},   {"ckpt", cmd_ckpt},
+             {"sample", cmd_sample}, {"eval", cmd_eval},       {"predict", cmd_predict},
+             {"bench", cmd_bench},   {"report", cmd_report},   {"doctor", cmd_doctor}};
 
 /* --json anywhere on the line: a failure prints a JSON error object on
  * stdout too (cli_json_error_exit), whichever verb it is. */
@@ -69,14 +72,14 @@ int main(int argc, char **argv) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    static const char *const all[] = {"train", "config", "ckpt", "sample", "bench", "report",
-                                      "doctor", "version", "help"};
+    static const char *const all[] = {"train",  "config", "ckpt",   "sample",  "eval", "predict",
+                                      "bench",  "report", "doctor", "version", "help"};
     const char *near = cli_did_you_mean(verb, all, (int)(sizeof all / sizeof all[0]));
     if (near)
         cli_error("unknown command '%s'; did you mean '%s'? (accepted: train, config, ckpt, "
-                  "sample, bench, report, doctor, version, help)", verb, near);
+                  "sample, eval, predict, bench, report, doctor, version, help)", verb, near);
     else
-        cli_error("unknown command '%s'; accepted: train, config, ckpt, sample, bench, report, "
-                  "doctor, version, help", verb);
+        cli_error("unknown command '%s'; accepted: train, config, ckpt, sample, eval, predict, "
+                  "bench, report, doctor, version, help", verb);
     return CLI_EXIT_USAGE;
 }

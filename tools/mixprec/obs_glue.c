@@ -3,9 +3,9 @@
  * Creates the run's observer (mixprec/obs.h) with its SQLite run store and
  * JSONL event log in output.dir, starts the HTTP server for --serve or
  * obs.http.enabled, records every step from the progress callback (the
- * step time is the wall time between callbacks), and applies operator
- * precision requests from POST /api/training/precision between steps
- * through mxp_trainer_set_precision. Also the JSON log sink of
+ * step time is the wall time between callbacks), and hands operator
+ * precision requests from POST /api/training/precision to the run
+ * (mxp_run_request_precision: the run's one switch point). Also the JSON log sink of
  * --log-format json and the runbook's start line "fp16_enabled: True|False".
  * With the numerical-safety guard on, its events become observer events
  * (rule firings count in mixprec_guard_events_total, rollbacks in
@@ -23,6 +23,7 @@
 
 struct obs_glue {
     mxp_obs *o;
+    mxp_run *run;
     mxp_trainer *tr;
     int64_t per_step; /* samples per optimizer step (this process) */
     double t_last;
@@ -199,6 +200,7 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
         return CLI_EXIT_FAIL;
     }
     g->tr = tr;
+    g->run = run->run;
     g->json_logs = g_log_json >= 0 ? g_log_json == 1 : cfg->log_format == MXP_LOG_FORMAT_JSON;
     g->linger_s = cfg->obs.http_enabled ? cfg->obs.http_linger_s : 0;
     if (cfg->obs.store_enabled) {
@@ -266,34 +268,18 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
     return CLI_EXIT_OK;
 }
 
-/* Apply an operator precision request at this step boundary. */
-static void apply_request(obs_glue *g, mxp_precision to) {
+void obs_glue_on_precision(void *self, mxp_run *run, mxp_precision from, mxp_precision to,
+                           const char *reason) {
+    (void)run;
+    (void)reason;
+    obs_glue *g = ((obs_glue_progress *)self)->obs;
+    if (!g) return;
+    mxp_obs_precision_changed(g->o, from, to, "operator", NULL);
+    g->api_switched = g->guard != NULL; /* the guard reports it too: not twice */
     mxp_train_stats st;
     mxp_trainer_stats(g->tr, &st);
-    mxp_precision from = st.precision;
-    mxp_error err = {0};
-    if (to == from) {
-        mxp_log(MXP_LOG_INFO, "control API: already computing in %s", mxp_precision_name(to));
-        return;
-    }
-    if (mxp_trainer_set_precision(g->tr, to, &err) != MXP_OK) {
-        mxp_log(MXP_LOG_ERROR, "control API: switching to %s failed: %s",
-                mxp_precision_name(to), err.msg);
-        char detail[160];
-        snprintf(detail, sizeof detail, "{\"to\":\"%s\",\"status\":\"%s\"}",
-                 mxp_precision_name(to), mxp_status_name(err.status));
-        mxp_obs_event(g->o, -1, "precision_change", "error", "operator precision switch failed",
-                      detail, NULL);
-        return;
-    }
-    mxp_obs_precision_changed(g->o, from, to, "operator", NULL);
-    g->api_switched = g->guard != NULL;
-    mxp_trainer_stats(g->tr, &st);
-    mxp_log(MXP_LOG_WARN, "precision switched from %s to %s after step %lld (control API)",
-            mxp_precision_name(from), mxp_precision_name(to), (long long)st.training_steps);
-    if (!st.fp16_enabled_runtime && to == MXP_PRECISION_FP32)
-        mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
     mxp_log(MXP_LOG_INFO, "fp16_enabled: %s", st.fp16_enabled_runtime ? "True" : "False");
+    g->t_last = mxp_time_now(); /* the switch is not part of the next step */
 }
 
 void obs_glue_step(obs_glue *g, const mxp_progress *p) {
@@ -322,10 +308,8 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
     }
     if (g->guard && --g->guard_refresh <= 0) refresh_guard_state(g);
     mxp_precision req;
-    if (mxp_obs_take_precision_request(g->o, &req)) {
-        apply_request(g, req);
-        g->t_last = mxp_time_now(); /* the switch is not part of the next step */
-    }
+    if (mxp_obs_take_precision_request(g->o, &req) && g->run)
+        mxp_run_request_precision(g->run, req, "control API");
 }
 
 void obs_glue_on_progress(void *user, const mxp_progress *p) {

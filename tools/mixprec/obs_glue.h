@@ -18,10 +18,12 @@ void obs_glue_install_logger(void);
  * are JSON (the caller then keeps stderr free of plain progress lines). */
 bool obs_glue_apply_config(mxp_config *cfg);
 
-/* What the observer watches, for any workload: the run's trainer, its
- * guard (NULL when off; its events go to the event log, store and
- * metrics) and the training samples per epoch (for the step total). */
+/* What the observer watches, for any workload: the run (operator
+ * precision requests go to it), its trainer, its guard (NULL when off; its
+ * events go to the event log, store and metrics) and the training samples
+ * per epoch (for the step total). */
 typedef struct obs_glue_run {
+    mxp_run *run;
     mxp_trainer *trainer;
     mxp_guard *guard;
     int64_t samples_per_epoch;
@@ -41,9 +43,14 @@ typedef struct obs_glue_progress {
 } obs_glue_progress;
 void obs_glue_on_progress(void *user, const mxp_progress *p);
 
-/* Per step, from the progress callback: record the step, then apply a
- * pending operator precision request (the step boundary). NULL g: no-op. */
+/* Per step, from the progress callback: record the step, then hand a
+ * pending operator precision request (POST /api/training/precision) to
+ * the run, which applies it at this step boundary. NULL g: no-op. */
 void obs_glue_step(obs_glue *g, const mxp_progress *p);
+/* The run applied a precision switch (mxp_run_observer.precision_changed;
+ * self = an obs_glue_progress): record it and log the runbook lines. */
+void obs_glue_on_precision(void *self, mxp_run *run, mxp_precision from, mxp_precision to,
+                           const char *reason);
 /* End of run (ok: finished, else failed with msg; stopped: a guard rule
  * with action stop ended it), linger if configured, flush and release.
  * val_loss may be NaN. NULL g: no-op. */

@@ -1,8 +1,9 @@
-/* dist/trainer_dist.c: the trainer's data-parallel hooks.
+/* train/trainer_dist.c: the trainer's data-parallel hooks over dist.h's
+ * communicator (train uses dist; dist knows nothing of the trainer).
  *
  * Entry points: mxp_trainer_set_comm, mxp_trainer_comm,
  * mxp_trainer_sync_precision (train.h);
- * mxp_trainer_dist_reduce/agree/verify (dist/trainer_dist.h), called by
+ * mxp_trainer_dist_reduce/agree/verify (train/trainer_dist.h), called by
  * mxp_trainer_step at the points DESIGN.md names:
  *   backward -> [reduce: grads averaged, loss averaged] -> fused unscale,
  *   finite check and stats on the (now identical) slab -> [agree: found_inf
@@ -13,7 +14,7 @@
  */
 #include <mixprec/dist.h>
 
-#include "dist/trainer_dist.h"
+#include "train/trainer_dist.h"
 #include "train/trainer_internal.h"
 
 mxp_status mxp_trainer_set_comm(mxp_trainer *t, mxp_comm *comm, const mxp_dist_config *dc,

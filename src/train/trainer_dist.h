@@ -1,5 +1,5 @@
-/* dist/trainer_dist.h: the data-parallel points of the trainer's step,
- * implemented in dist/trainer_dist.c and called from train/trainer.c.
+/* train/trainer_dist.h: the data-parallel points of the trainer's step,
+ * implemented in train/trainer_dist.c and called from train/trainer.c.
  * Each is a no-op when the trainer has no communicator. Not public. */
 #ifndef MIXPREC_TRAINER_DIST_H
 #define MIXPREC_TRAINER_DIST_H

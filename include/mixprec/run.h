@@ -1,0 +1,263 @@
+/* mixprec/run.h: one training run, for every workload and every front end.
+ *
+ * An mxp_run owns a whole run: the model and trainer a config asks for,
+ * epochs and batches (one seeded per-epoch shuffle, drop-last), the
+ * learning-rate schedule, the numerical-safety guard before and after each
+ * step, the single precision-switch point, the checkpoint manager
+ * (periodic, final, on stop), resume, stop requests, data-parallel
+ * agreement, an observer (obs.h implements one: metrics, SQLite store,
+ * events, HTTP) and a progress callback. The data and the evaluation come
+ * from a workload provider (below): the built-in world model, classifier
+ * and GPT are providers, and so is anything a user plugs in.
+ *
+ * Typical use (examples/train_run.c):
+ *
+ *     mxp_config cfg;               // mxp_config_resolve(...)
+ *     mxp_run_options opt = mxp_run_options_default();
+ *     opt.checkpoints = true;       // cfg's checkpoint.* policy in output.dir
+ *     mxp_run *run;
+ *     if (mxp_run_create(&cfg, &opt, &run, &err)) ...
+ *     if (mxp_run_train(run, 0, 0, &err)) ...   // 0, 0: cfg's epochs, batch
+ *     mxp_run_eval ev; mxp_run_evaluate(run, &ev, &err);
+ *     mxp_run_destroy(run);
+ *
+ * The API is ctypes friendly: opaque handles, scalar arguments, strings,
+ * fixed structs of plain fields, JSON text (mxp_run_stats_json).
+ *
+ * Resume and run directories (docs/run.md):
+ *  - every run has an id (output.dir/run.json); a new run into a directory
+ *    that holds another run's checkpoints is refused (MXP_ERR_STATE, the
+ *    message names --resume DIR and a new output.dir) and nothing is written;
+ *  - mxp_run_resume continues the newest verified checkpoint; a checkpoint
+ *    whose workload, model or data shape differ from the config is refused
+ *    (MXP_ERR_CONFIG naming the mismatch);
+ *  - resuming a finished run trains nothing and writes nothing
+ *    (mxp_run_info: .finished_before_resume);
+ *  - straight run == stop at step k + resume, bit for bit (losses and every
+ *    tensor), in every precision mode.
+ */
+#ifndef MIXPREC_RUN_H
+#define MIXPREC_RUN_H
+
+#include <mixprec/ckpt.h>
+#include <mixprec/config.h>
+#include <mixprec/dist.h>
+#include <mixprec/guard.h>
+#include <mixprec/model.h>
+#include <mixprec/train.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mxp_run mxp_run;
+
+/* ==== the workload provider ==============================================
+ * Data + model + evaluation; everything else is the run's. All callbacks
+ * get `self` first and may be NULL where marked optional. Indices passed to
+ * fill_batch are training-sample indices in [0, num_train); the run draws
+ * them from its per-epoch permutation. Buffers the provider hands out stay
+ * valid until its next call with the same slot. */
+
+/* Held-out evaluation. Fields a workload does not have are NaN. */
+typedef struct mxp_run_eval {
+    char name[16];        /* "val" or "test": the split evaluated */
+    double loss;          /* mean loss on the held-out split */
+    double accuracy;      /* top-1 in [0, 1] (classifiers), else NaN */
+    double bits_per_char; /* loss / ln 2 (language models), else NaN */
+} mxp_run_eval;
+
+typedef struct mxp_workload_provider {
+    void *self;
+    const char *name; /* "world_model", "classifier", "gpt", or the user's */
+    /* The model to train (max_batch = the largest micro-batch in ROWS). */
+    mxp_status (*model_spec)(void *self, mxp_model_spec *out, mxp_error *err);
+    /* Training samples (indices 0..n-1) and model rows per sample (1; GPT:
+     * the context length, a sample being one window). */
+    int64_t (*num_train)(void *self);
+    int64_t rows_per_sample;
+    /* The seed stream of the per-epoch shuffle (keeps each built-in
+     * workload's batches as they always were); 0: the run's default. */
+    uint64_t shuffle_stream;
+    /* Gather the samples idx[0..n) into micro-batch `slot` (0 <= slot <
+     * grad_accum_steps, n <= batch size) and point *out at it. */
+    mxp_status (*fill_batch)(void *self, int slot, const uint32_t *idx, int64_t n,
+                             mxp_batch *out, mxp_error *err);
+    /* A fixed probe batch for the guard's FP32 canary of about `rows` rows
+     * (provider-owned; the guard copies it). Optional: NULL or out->B = 0,
+     * no canary. */
+    mxp_status (*canary_batch)(void *self, int64_t rows, mxp_batch *out, mxp_error *err);
+    /* Held-out evaluation of `model` (forward only). Optional. */
+    mxp_status (*evaluate)(void *self, mxp_model *model, mxp_run_eval *out, mxp_error *err);
+    /* A short text that must be equal for a checkpoint to be resumed with
+     * this data ("in=4 out=5 n_train=9000", the GPT vocabulary, ...);
+     * stored in every checkpoint as "data_signature". Optional. */
+    void (*data_signature)(void *self, char *buf, size_t n);
+    /* precision: auto (training.precision=auto): choose the format on the
+     * first training rows. Optional (NULL: the run keeps cfg's mode). */
+    mxp_status (*auto_precision)(void *self, mxp_trainer *t, const mxp_guard_config *g,
+                                 mxp_error *err);
+    void (*destroy)(void *self); /* optional */
+    /* Metadata every checkpoint must carry to use the model without the
+     * training data (a JSON object text, metadata "workload_meta": the
+     * user-data standardisation statistics, the GPT vocabulary); valid
+     * until destroy. Optional (helper "data"). */
+    const char *(*checkpoint_meta)(void *self);
+} mxp_workload_provider;
+
+/* The built-in provider that cfg->workload names (model.workload:
+ * world_model | classifier | gpt), built from cfg (loads or generates the
+ * data). The run takes ownership when passed in mxp_run_options. */
+mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_provider *out,
+                                         mxp_error *err);
+
+/* ==== observer and progress ============================================== */
+
+/* Progress after every optimizer step (run step counts, 1-based step). */
+typedef struct mxp_run_progress {
+    int64_t step, total_steps;
+    int64_t epoch, total_epochs; /* epoch the step trained in (0-based) */
+    const mxp_step_result *result;
+} mxp_run_progress;
+typedef void (*mxp_run_progress_fn)(void *user, const mxp_run_progress *p);
+
+/* What the run tells an observer (obs.h's mxp_obs_run_observer fills one).
+ * Every member is optional. Called on the training thread. */
+typedef struct mxp_run_observer {
+    void *self;
+    /* The run starts (after create/resume): its trainer, steps and samples. */
+    void (*begin)(void *self, mxp_run *run);
+    /* After every step. Between steps the observer may ask for a precision
+     * switch through mxp_run_request_precision. */
+    void (*step)(void *self, mxp_run *run, const mxp_run_progress *p);
+    /* A precision switch was applied (one per switch, whoever asked). */
+    void (*precision_changed)(void *self, mxp_run *run, mxp_precision from, mxp_precision to,
+                              const char *reason);
+    /* A guard event (rule firing, rollback, fallback): guard.h. */
+    void (*guard_event)(void *self, mxp_run *run, const mxp_guard_event *ev);
+    /* The run ends (mxp_run_destroy, after at least one train() call):
+     * ok false = the last train() failed (msg), stopped = ended on a stop. */
+    void (*end)(void *self, mxp_run *run, bool ok, bool stopped, const char *msg);
+    /* Release self (mxp_run_destroy calls it last; NULL: self is borrowed). */
+    void (*destroy)(void *self);
+} mxp_run_observer;
+
+/* The observer of obs.h: mxp_obs_run_observer(obs, &observer, &err) feeds
+ * an mxp_obs (metrics, SQLite store, JSONL events, HTTP, operator precision
+ * requests) from a run, in one call. */
+
+/* ==== the run ============================================================ */
+
+struct mxp_dataset; /* in-memory user arrays (dataset.h) */
+
+/* The provider of cfg->workload (world_model, classifier, regressor) on
+ * the user's arrays `data` (dataset.h; checked with mxp_dataset_check and
+ * copied: data may be freed after this call). model.layers (else
+ * model.hidden/depth/activation/layernorm) shapes the MLP;
+ * data.val_fraction splits episodes (world model) or rows (supervised,
+ * unless x_val/y_val are given); the world model standardises with the
+ * training split's statistics, saved in every checkpoint (workload_meta,
+ * docs/data.md). mxp_workload_provider_builtin calls it for data.path. */
+mxp_status mxp_workload_provider_dataset(const mxp_config *cfg, const struct mxp_dataset *data,
+                                         mxp_workload_provider *out, mxp_error *err);
+
+typedef struct mxp_run_options {
+    /* NULL: the built-in provider of cfg->workload. Else copied; the run
+     * calls its destroy at mxp_run_destroy (also when create fails). */
+    const mxp_workload_provider *provider;
+    /* In-memory user arrays instead of cfg's data (dataset.h,
+     * mxp_workload_provider_dataset; borrowed for the create call only);
+     * NULL: none. */
+    const struct mxp_dataset *data;
+    /* Data parallelism (dist.h); NULL: one process. Borrowed. */
+    mxp_comm *comm;
+    /* Observer (copied; self borrowed); NULL: none. */
+    const mxp_run_observer *observer;
+    mxp_run_progress_fn progress; /* NULL: none */
+    void *progress_user;
+    /* Checkpoints under cfg's checkpoint.* policy (checkpoint.dir, by
+     * default output.dir/checkpoints) and the run directory rules:
+     * true = on when cfg->ckpt_enabled. Rank 0 only writes. */
+    bool checkpoints;
+    /* Resume: a run directory, its checkpoints/ directory or a checkpoint
+     * file (NULL: a new run). Same as mxp_run_resume after create. */
+    const char *resume;
+} mxp_run_options;
+
+mxp_run_options mxp_run_options_default(void);
+
+/* Build the provider, model, trainer, guard and (opt->checkpoints) the
+ * checkpoint manager; resume when opt->resume. cfg is copied. Errors:
+ * MXP_ERR_CONFIG / INVALID_ARG (config), MXP_ERR_STATE (the run directory
+ * holds another run: the message names both ways out), IO / FORMAT
+ * (data, checkpoint). On failure nothing was written. */
+mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp_run **out,
+                          mxp_error *err);
+void mxp_run_destroy(mxp_run *run);
+
+/* Continue from a checkpoint (path: file, checkpoint dir or run dir; the
+ * newest verified checkpoint). Checks workload, model and data signature
+ * against this run (MXP_ERR_CONFIG naming the mismatch). */
+mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
+
+/* Train `epochs` epochs at micro-batch `batch_size` (0: cfg's values).
+ * After a resume, continues the interrupted call (same batches and
+ * learning rates). Returns MXP_OK also when a stop request or a guard's
+ * stop ended it (mxp_run_info: stopped). */
+mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_error *err);
+
+/* Ask the run to stop after the current step (checkpoint written when
+ * checkpoints are on). Async-signal-safe: sets one sig_atomic_t. */
+void mxp_run_request_stop(mxp_run *run);
+/* Ask for a precision switch at the next step boundary: the one switch
+ * point (operator signal, HTTP, guard, scaler fallback and the advisor all
+ * end there): the switch, a scaler reset, one event. reason: free text
+ * ("operator", "http", ...; copied, may be NULL). Not signal safe: a
+ * signal handler uses mxp_guard_request_fp32. */
+void mxp_run_request_precision(mxp_run *run, mxp_precision to, const char *reason);
+
+/* Held-out evaluation through the provider (MXP_ERR_UNSUPPORTED without). */
+mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *err);
+/* Write a checkpoint of the current state to path (atomically). */
+mxp_status mxp_run_save(mxp_run *run, const char *path, mxp_error *err);
+
+typedef struct mxp_run_info {
+    int64_t training_steps, optimizer_steps, skipped_steps;
+    double overflow_rate;
+    float loss_scale;
+    int precision; /* mxp_precision */
+    bool emulated; /* FP8 on a CPU */
+    int64_t epoch, step_in_epoch;
+    int64_t run_step, run_total;     /* of the train() call in progress or last */
+    int64_t samples_per_epoch;       /* samples used per epoch (drop-last, all ranks) */
+    int64_t samples_trained;         /* samples of the steps this process ran */
+    double last_loss;                /* loss of the last step (NaN: none yet) */
+    double epoch_mean_loss;          /* mean loss of the last finished epoch (NaN: none) */
+    double wall_s;                   /* seconds spent in mxp_run_train */
+    bool stopped;                    /* the last train() ended on a stop */
+    bool finished;                   /* the run has done all its steps */
+    bool resumed;                    /* resumed from a checkpoint */
+    bool finished_before_resume;     /* resumed a run that was already complete */
+    int64_t checkpoints_written;
+    char last_checkpoint[MXP_CKPT_PATH_MAX];
+    char run_id[40];
+    char workload[32];
+} mxp_run_info;
+
+void mxp_run_stats(const mxp_run *run, mxp_run_info *out);
+/* The stats as one JSON object: its length, or -1 when it does not fit. */
+int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
+
+mxp_trainer *mxp_run_trainer(mxp_run *run);
+mxp_model *mxp_run_model(mxp_run *run);
+mxp_guard *mxp_run_guard(mxp_run *run); /* NULL when the guard is off */
+const mxp_config *mxp_run_config(const mxp_run *run);
+const mxp_workload_provider *mxp_run_provider(const mxp_run *run);
+mxp_ckpt_manager *mxp_run_checkpointer(mxp_run *run); /* NULL: none */
+/* The data position (ckpt.h) of the run. */
+void mxp_run_position(const mxp_run *run, mxp_data_position *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIXPREC_RUN_H */

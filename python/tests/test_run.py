@@ -1,0 +1,337 @@
+"""Run on the built-in world model: seed 001's usage, stats against the
+CLI's summary.json, stop, bit-exact resume, guard events against the CLI's
+events.jsonl, Ctrl-C, errors."""
+import contextlib
+import io
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import mixprec
+from .util import TmpDirCase, need_cli, run_cli
+
+# A small world model: 16 trajectories x 50 steps, hidden 32 x 2.
+SMALL = {"data.trajectories": 16, "data.episode_length": 50, "model.hidden": 32,
+         "model.depth": 2, "training.epochs": 2}
+STAT_NAMES = ("fp16_enabled_runtime", "overflow_rate", "current_scale", "skipped_steps",
+              "total_steps", "precision", "fallbacks", "rollbacks", "guard_events")
+
+
+def small(tmp, **extra):
+    d = dict(SMALL)
+    d["output.dir"] = tmp
+    d.update(extra)
+    return d
+
+
+def cli_args(d):
+    return ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in d.items()]
+
+
+class SeedUsageTest(TmpDirCase):
+    def test_seed_001_quick_start(self):
+        os.environ["ENABLE_FP16_TRAINING"] = "true"
+        model = mixprec.WorldModel(**{k: v for k, v in SMALL.items()})
+        model.train(num_epochs=1, batch_size=16)
+        self.assertTrue(model._fp16_stats)
+        self.assertIs(model._fp16_stats["fp16_enabled_runtime"], True)
+        self.assertEqual(model._fp16_stats["precision"], "mixed_fp16")
+        rate = model._fp16_stats["overflow_rate"]
+        self.assertTrue(0.0 <= rate <= 1.0)
+        "%.2f%%" % (rate * 100)
+        for k in STAT_NAMES:
+            self.assertIn(k, model._fp16_stats)
+        self.assertTrue(np.isfinite(model.training_history[-1]["loss"]))
+
+    def test_seed_000_fp32_rollback_check(self):
+        os.environ["ENABLE_FP16_TRAINING"] = "false"
+        model = mixprec.WorldModel(**SMALL)
+        model.train(num_epochs=1, batch_size=16)
+        assert model._fp16_stats is None or model._fp16_stats.get("fp16_enabled_runtime") == False  # noqa: E712
+        self.assertEqual(model._fp16_stats["precision"], "fp32")
+
+
+    def test_world_model_checkpoint_round_trip(self):
+        model = mixprec.WorldModel(**SMALL)
+        model.train(num_epochs=1, batch_size=16)
+        self.assertTrue(os.path.isdir(os.path.join(model.output_dir, "checkpoints")))
+        saved = model.save_checkpoint(self.path("wm.safetensors"))
+        other = mixprec.WorldModel().load_checkpoint(saved)
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(other.state_dict()[k], v, err_msg=k)
+        x = np.zeros((3, model.state_dict()["0.weight"].shape[1]), np.float32)
+        np.testing.assert_array_equal(other.predict(x), model.predict(x))
+
+
+class RunTest(TmpDirCase):
+    def test_stats_agree_with_cli_summary(self):
+        need_cli(self)
+        for prec in ("fp32", "mixed_fp16"):
+            with self.subTest(precision=prec):
+                a = small(self.path("cli-" + prec), **{"training.precision": prec})
+                run_cli("train", "--quiet", *cli_args(a))
+                with open(os.path.join(a["output.dir"], "summary.json")) as f:
+                    summ = json.load(f)
+                b = small(self.path("py-" + prec), **{"training.precision": prec})
+                run = mixprec.Run(mixprec.Config(**b))
+                st = run.train()
+                for k in STAT_NAMES:
+                    self.assertIn(k, st)
+                self.assertEqual(st["precision"], summ["precision"])
+                self.assertEqual(st["fp16_enabled_runtime"], summ["fp16_enabled_runtime"])
+                self.assertEqual(st["total_steps"], summ["training_steps"])
+                self.assertEqual(st["optimizer_steps"], summ["optimizer_steps"])
+                self.assertEqual(st["skipped_steps"], summ["skipped_steps"])
+                self.assertEqual(st["overflow_rate"], summ["overflow_rate"])
+                self.assertEqual(st["current_scale"], summ["current_scale"])
+                self.assertEqual(st["fallbacks"], summ["guard"]["fallbacks"])
+                self.assertEqual(st["rollbacks"], summ["guard"]["rollbacks"])
+                # same computation, same numbers: the binding adds nothing numerical
+                self.assertAlmostEqual(st["epoch_mean_loss"], summ["final_train_loss"],
+                                       delta=1e-6 * abs(summ["final_train_loss"]))
+                self.assertAlmostEqual(run.evaluate()["loss"], summ["val_loss"],
+                                       delta=1e-6 * abs(summ["val_loss"]))
+                run.close()
+
+    def test_train_arguments_are_honoured(self):
+        b64 = {"training.batch_size": 64}
+        run = mixprec.Run(mixprec.Config(**small(self.path("o"), **b64)))
+        steps = []
+        run2 = mixprec.Run(mixprec.Config(**small(self.path("o2"), **b64)),
+                           progress=lambda p: steps.append(p), progress_every=1)
+        st1 = run.train(num_epochs=1, batch_size=64)
+        st2 = run2.train(num_epochs=1, batch_size=32)
+        self.assertGreater(st1["total_steps"], 0)
+        # half the batch size: twice the steps (drop-last: within one)
+        self.assertLessEqual(abs(st2["total_steps"] - 2 * st1["total_steps"]), 1)
+        self.assertEqual(len(steps), st2["total_steps"])
+        self.assertEqual([p["step"] for p in steps], list(range(1, len(steps) + 1)))
+        for p in steps:
+            self.assertEqual(set(p), {"step", "total_steps", "epoch", "total_epochs", "loss",
+                                      "scale", "skipped", "precision"})
+        self.assertEqual(steps[-1]["loss"], st2["last_loss"])
+        st3 = run.train(num_epochs=2)  # another call: continues, config's batch
+        self.assertEqual(st3["total_steps"], 3 * st1["total_steps"])
+        with self.assertRaises(mixprec.Error) as cm:  # beyond the planned batch
+            run.train(num_epochs=1, batch_size=128)
+        self.assertIn("batch_size=128", str(cm.exception))
+
+    def test_stop_then_resume_is_bit_exact(self):
+        straight = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        st_a = straight.train()
+        total = st_a["total_steps"]
+        k = total // 3
+
+        out_b = self.path("b")
+        run = mixprec.Run(mixprec.Config(**small(out_b)),
+                          progress=lambda p: p["step"] == k and run.stop(), progress_every=1)
+        st = run.train()
+        self.assertTrue(st["stopped"])
+        self.assertEqual(st["total_steps"], k)
+        self.assertGreaterEqual(st["checkpoints_written"], 1)
+        run.close()
+        resumed = mixprec.Run.resume(out_b)
+        st_b = resumed.train()
+        self.assertTrue(st_b["resumed"])
+        self.assertEqual(st_b["total_steps"], total)
+        self.assertEqual(st_b["last_loss"], st_a["last_loss"])
+        sa, sb = straight.state_dict(), resumed.state_dict()
+        self.assertEqual(sorted(sa), sorted(sb))
+        for n in sa:
+            np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
+
+    def test_save_and_resume_from_file(self):
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
+        run.train(num_epochs=1)
+        self.assertFalse(os.path.exists(self.path("a", "metrics.db")))
+        p = run.save(self.path("one.safetensors"))
+        self.assertTrue(os.path.getsize(p) > 0)
+        back = mixprec.Run.resume(p, config={"output.dir": self.path("c")})
+        for n, v in run.state_dict().items():
+            np.testing.assert_array_equal(back.state_dict()[n], v, err_msg=n)
+
+    def test_nan_fault_gives_the_cli_guard_events(self):
+        need_cli(self)
+        fault = {"training.precision": "mixed_fp16", "fault.kind": "nan", "fault.layer": 2,
+                 "fault.step": 31, "fault.count": 10}
+        a = small(self.path("cli"), **fault)
+        run_cli("train", "--quiet", *cli_args(a))
+        cli_ev = []
+        with open(os.path.join(a["output.dir"], "events.jsonl")) as f:
+            for line in f:
+                e = json.loads(line)
+                if e["kind"] == "guard":
+                    cli_ev.append(e)
+        self.assertTrue(cli_ev, "the CLI run had no guard event")
+        run = mixprec.Run(mixprec.Config(**small(self.path("py"), **fault)))
+        st = run.train()
+        run.close()  # ends the run in the store
+        py_ev = st["guard_events"]
+        # the Python run's own event log (the library's store) says the same
+        with open(self.path("py", "events.jsonl")) as f:
+            store_ev = [json.loads(line) for line in f]
+        self.assertEqual([(e["step"], e["message"]) for e in store_ev if e["kind"] == "guard"],
+                         [(e["step"], e["message"]) for e in cli_ev])
+        self.assertEqual(store_ev[-1]["kind"], "run_end")
+        db = sqlite3.connect(self.path("py", "metrics.db"))
+        n, = db.execute("SELECT count(*) FROM fp16_stats").fetchone()
+        db.close()
+        self.assertGreater(n, 0)
+        self.assertEqual(len(py_ev), len(cli_ev))
+        for p, c in zip(py_ev, cli_ev):
+            self.assertEqual(p["step"], c["step"])
+            self.assertEqual(p["rule"], c["detail"]["rule"])
+            self.assertEqual(p["severity"], c["severity"])
+            self.assertEqual(p["taken"], c["detail"]["action"])
+            self.assertEqual(p["from"], c["detail"]["precision_from"])
+            self.assertEqual(p["to"], c["detail"]["precision_to"])
+            self.assertEqual(p["detail"], c["message"])
+            if c["detail"]["site"]:
+                self.assertEqual(p["site"], c["detail"]["site"])
+        self.assertEqual(st["precision"], "mixed_bf16")
+        self.assertGreaterEqual(st["fallbacks"], 1)
+        self.assertGreaterEqual(st["rollbacks"], 1)
+
+    def test_guard_stop_raises_like_the_cli_exit_4(self):
+        need_cli(self)
+        fault = {"training.precision": "mixed_fp16", "fault.kind": "nan", "fault.layer": 2,
+                 "fault.step": 31, "fault.count": 10, "guard.nonfinite_loss.action": "stop"}
+        r = run_cli("train", "--quiet", *cli_args(small(self.path("cli"), **fault)),
+                    check=False)
+        self.assertEqual(r.returncode, 4, r.stderr[-2000:])
+        run = mixprec.Run(mixprec.Config(**small(self.path("py"), **fault)))
+        with self.assertRaises(mixprec.GuardStop) as cm:
+            run.train()
+        self.assertIn("nonfinite_loss", str(cm.exception))
+        st = run.stats
+        self.assertTrue(st["stopped"])
+        self.assertEqual(st["guard_events"][-1]["taken"], "stop")
+        self.assertEqual(st["guard_events"][-1]["site"]["layer"], 2)
+
+    def test_request_fp32_and_callback_errors(self):
+        seen = []
+
+        def cb(p):
+            seen.append(p["precision"])
+            if p["step"] == 10:
+                run.request_fp32()
+
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"),
+                                                 **{"training.precision": "mixed_fp16"})),
+                          progress=cb, progress_every=1)
+        st = run.train(num_epochs=1)
+        self.assertEqual(st["precision"], "fp32")
+        self.assertFalse(st["fp16_enabled_runtime"])
+        self.assertEqual(st["precision_switches"],
+                         [{"from": "mixed_fp16", "to": "fp32", "reason": "python"}])
+        self.assertEqual(seen[9], "mixed_fp16")
+        self.assertEqual(seen[-1], "fp32")
+
+        def bad(p):
+            raise ZeroDivisionError("from the callback")
+        run2 = mixprec.Run(mixprec.Config(**small(self.path("b"))), progress=bad,
+                           progress_every=3)
+        with self.assertRaises(ZeroDivisionError):
+            run2.train()
+        self.assertTrue(run2.stats["stopped"])
+        self.assertEqual(run2.stats["total_steps"], 3)
+
+    def test_gil_is_released_while_training(self):
+        # If the GIL were held in the library, this thread would stall for
+        # the whole training call (wall_s); it keeps running instead. No log
+        # lines meanwhile: a Python log callback would let it run either way.
+        mixprec.set_log_level(logging.ERROR)
+        self.addCleanup(mixprec.set_log_level, logging.INFO)
+        run = mixprec.Run(mixprec.Config(**small(self.path("g"), **{"training.epochs": 400})))
+        done = threading.Event()
+        box = {}
+
+        def train():
+            try:
+                box["st"] = run.train()
+            finally:
+                done.set()
+        t = threading.Thread(target=train)
+        last = time.perf_counter()
+        gap = 0.0
+        t.start()
+        while not done.is_set():
+            now = time.perf_counter()
+            gap = max(gap, now - last)
+            last = now
+        t.join()
+        wall = box["st"]["wall_s"]
+        self.assertGreater(wall, 0.2)
+        self.assertLess(gap, 0.5 * wall)
+
+    def test_progress_bar(self):
+        buf = io.StringIO()
+        run = mixprec.Run(mixprec.Config(**small(self.path("t"))), progress=True,
+                          progress_every=10)
+        try:
+            import tqdm  # noqa: F401
+        except ImportError:
+            with self.assertLogs("mixprec", level="INFO") as logs:
+                run.train(num_epochs=1)
+            self.assertTrue(any("loss" in m and "step" in m for m in logs.output))
+            return
+        with contextlib.redirect_stderr(buf):
+            st = run.train(num_epochs=1)
+        self.assertIn("%d/%d" % (st["total_steps"], st["total_steps"]), buf.getvalue())
+        self.assertIn("loss=", buf.getvalue())
+
+    def test_errors_carry_the_library_message(self):
+        with self.assertRaises(mixprec.ConfigError):
+            mixprec.Run({"training": {"batch_size": 0}})
+        run = mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        run.train(num_epochs=1)
+        run.close()
+        with self.assertRaises(mixprec.Error) as cm:  # another run's checkpoints
+            mixprec.Run(mixprec.Config(**small(self.path("a"))))
+        self.assertIn(self.path("a"), str(cm.exception))
+        with self.assertRaises(mixprec.Error):
+            mixprec.Run.resume(self.path("nowhere"))
+        with self.assertRaises(mixprec.Error) as cm:
+            run.train()
+        self.assertIn("closed", str(cm.exception))
+
+    def test_ctrl_c_stops_at_a_step_boundary(self):
+        out = self.path("int")
+        code = (
+            "import sys, mixprec\n"
+            "cfg = mixprec.Config(**%r)\n"
+            "run = mixprec.Run(cfg, progress=lambda p: print('step', p['step'], flush=True),"
+            " progress_every=5)\n"
+            "try:\n"
+            "    run.train(num_epochs=5000)\n"
+            "except KeyboardInterrupt:\n"
+            "    st = run.stats\n"
+            "    print('interrupted', st['stopped'], st['checkpoints_written'], flush=True)\n"
+            "    sys.exit(3)\n"
+            "print('finished', flush=True)\n") % (small(out),)
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        first = p.stdout.readline()
+        if not first.startswith("step"):
+            p.kill()
+            self.fail("no progress line: %r %s" % (first, p.communicate()[1]))
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=600)
+        self.assertEqual(p.returncode, 3, rest + err)
+        self.assertIn("interrupted True", rest)
+        self.assertNotIn("interrupted True 0", rest)  # a checkpoint was written
+        back = mixprec.Run.resume(out)
+        self.assertTrue(back.stats["resumed"])
+
+
+if __name__ == "__main__":
+    unittest.main()

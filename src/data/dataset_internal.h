@@ -1,0 +1,26 @@
+/* src/data/dataset_internal.h: what the dataset readers (dataset_npz.c,
+ * dataset_st.c) share with the dataset object (dataset.c). Not installed. */
+#ifndef MIXPREC_DATASET_INTERNAL_H
+#define MIXPREC_DATASET_INTERNAL_H
+
+#include <mixprec/dataset.h>
+
+/* Set the label that errors and mxp_dataset_label name (copied). */
+mxp_status ds_set_label(mxp_dataset *d, const char *label, mxp_error *err);
+/* As mxp_dataset_add, but takes ownership of data (an mxp_calloc block of
+ * exactly the shape's bytes): kept on success, freed on error. */
+mxp_status ds_add_owned(mxp_dataset *d, const char *name, mxp_array_dtype dtype, int ndim,
+                        const int64_t *shape, void *data, mxp_error *err);
+/* Element count of a shape, with overflow and empty checks:
+ * MXP_ERR_FORMAT (code) naming label/name when a dimension is < 1 ("empty")
+ * or the byte size overflows. */
+mxp_status ds_shape_bytes(const char *label, const char *name, mxp_array_dtype dtype, int ndim,
+                          const int64_t *shape, mxp_status code, int64_t *numel, size_t *bytes,
+                          mxp_error *err);
+
+/* The readers: fill d (labelled with path) from the file's bytes. */
+mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err);
+mxp_status ds_read_safetensors(mxp_dataset *d, const char *path, const unsigned char *buf,
+                               size_t size, mxp_error *err);
+
+#endif /* MIXPREC_DATASET_INTERNAL_H */

@@ -1,0 +1,256 @@
+/* models/predictor.c: a user-data model from its checkpoint (predict.h):
+ * evaluate, predict in the data's units, export for PyTorch.
+ *
+ * Entry points: mxp_predictor_*. The model is rebuilt from the checkpoint's
+ * config (model.layers or the shorthand) and "workload_meta" (widths,
+ * statistics), then mxp_ckpt_load restores the weights into a trainer in
+ * the requested precision (any checkpoint loads in any mode).
+ */
+#include <mixprec/predict.h>
+
+#include "models/user_data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define PRED_MAX_BATCH 256
+
+struct mxp_predictor {
+    mxp_config cfg;
+    ud_meta meta;
+    mxp_model *model;
+    mxp_trainer *trainer;
+    int saved_precision;
+    char path[MXP_CKPT_PATH_MAX];
+};
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void mxp_predictor_destroy(mxp_predictor *p) {
+    if (!p) return;
+    mxp_trainer_destroy(p->trainer);
+    mxp_model_destroy(p->model);
+    ud_meta_free(&p->meta);
+    mxp_free(p);
+}
+
+/* The checkpoint's config and metadata into p. */
+static mxp_status read_header(mxp_predictor *p, mxp_error *err) {
+    mxp_st_file *f = NULL;
+    mxp_config_builder *b = NULL;
+    mxp_status s = mxp_st_file_read(p->path, &f, err);
+    if (s == MXP_OK) s = mxp_config_builder_create(&b, err);
+    if (s == MXP_OK) s = mxp_ckpt_apply_config(f, b, err);
+    if (s == MXP_OK) s = mxp_config_resolve(b, &p->cfg, err);
+    if (s == MXP_OK) s = ud_meta_parse(mxp_st_file_meta(f, "workload_meta"), p->path, &p->meta, err);
+    mxp_ckpt_info info;
+    if (s == MXP_OK && (s = mxp_ckpt_read_info(f, &info, err)) == MXP_OK)
+        p->saved_precision = (int)info.precision;
+    mxp_config_builder_destroy(b);
+    mxp_st_file_destroy(f);
+    return s;
+}
+
+mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **out,
+                              mxp_error *err) {
+    if (!path || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_load: NULL");
+    if (precision < -1 || precision >= MXP_PRECISION_COUNT)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "mxp_predictor_load: precision %d; accepted: -1 or an mxp_precision",
+                             precision);
+    mxp_predictor *p = mxp_calloc(1, sizeof *p);
+    if (!p) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "predictor");
+    mxp_status s = MXP_OK;
+    if (is_dir(path)) {
+        char dir[MXP_CKPT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/checkpoints", path);
+        if (!is_dir(dir)) snprintf(dir, sizeof dir, "%s", path);
+        s = mxp_ckpt_find_latest(dir, false, NULL, p->path, sizeof p->path, NULL, err);
+    } else {
+        snprintf(p->path, sizeof p->path, "%s", path);
+    }
+    if (s == MXP_OK) s = read_header(p, err);
+    mxp_model_spec spec;
+    if (s == MXP_OK)
+        s = ud_model_spec(&p->cfg, p->meta.in_dim, p->meta.out_dim,
+                          p->meta.kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE,
+                          PRED_MAX_BATCH, &spec, err);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(precision < 0 ? (mxp_precision)p->saved_precision
+                                               : (mxp_precision)precision,
+                                 &pol);
+    if (s == MXP_OK) s = mxp_model_create(&spec, &pol, p->cfg.seed, &p->model, err);
+    if (s == MXP_OK) s = mxp_trainer_create(p->model, &p->cfg.trainer, &p->trainer, err);
+    if (s == MXP_OK) s = mxp_ckpt_load(p->path, p->trainer, NULL, err);
+    if (s != MXP_OK) {
+        mxp_predictor_destroy(p);
+        return s;
+    }
+    *out = p;
+    return MXP_OK;
+}
+
+mxp_dataset_kind mxp_predictor_kind(const mxp_predictor *p) { return p->meta.kind; }
+int mxp_predictor_precision(const mxp_predictor *p) {
+    return (int)mxp_model_policy(p->model)->mode;
+}
+int mxp_predictor_saved_precision(const mxp_predictor *p) { return p->saved_precision; }
+const char *mxp_predictor_checkpoint(const mxp_predictor *p) { return p->path; }
+const mxp_config *mxp_predictor_config(const mxp_predictor *p) { return &p->cfg; }
+mxp_model *mxp_predictor_model(mxp_predictor *p) { return p->model; }
+
+mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data, mxp_run_eval *out,
+                                  mxp_error *err) {
+    if (!p || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_evaluate: NULL");
+    mxp_dataset *own = NULL;
+    mxp_status s = MXP_OK;
+    if (!data) {
+        if (strcmp(p->cfg.wl.data_path, "none") == 0)
+            return mxp_error_set(err, MXP_ERR_STATE,
+                                 "%s: the run trained on in-memory arrays (no data.path); pass "
+                                 "the data to evaluate on",
+                                 p->path);
+        if ((s = mxp_dataset_read(p->cfg.wl.data_path, &own, err)) != MXP_OK) return s;
+        data = own;
+    }
+    mxp_workload_provider wl;
+    s = ud_provider_create(&p->cfg, data, &p->meta, own == NULL, &wl, err);
+    if (s == MXP_OK) {
+        s = wl.evaluate(wl.self, p->model, out, err);
+        if (s == MXP_OK) snprintf(out->name, sizeof out->name, "%s", own ? "val" : "data");
+        wl.destroy(wl.self);
+    }
+    mxp_dataset_destroy(own);
+    return s;
+}
+
+/* A float input array `name` of rank 2 with `cols` columns (rows: *n,
+ * or set it when *n is 0). */
+static mxp_status input(const mxp_dataset *in, const char *name, int64_t cols, int64_t *n,
+                        const mxp_array **out, mxp_error *err) {
+    const char *L = mxp_dataset_label(in);
+    const mxp_array *a = mxp_dataset_find(in, name);
+    if (!a) return mxp_error_set(err, MXP_ERR_FORMAT, "%s: missing array '%s' [N, %lld]", L, name,
+                                 (long long)cols);
+    if (a->ndim != 2 || a->shape[1] != cols ||
+        (a->dtype != MXP_ARRAY_F32 && a->dtype != MXP_ARRAY_F64))
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: array '%s' must be float [N, %lld] (the model's width); it is "
+                             "%s of rank %d",
+                             L, name, (long long)cols, mxp_array_dtype_name(a->dtype), a->ndim);
+    if (*n && a->shape[0] != *n)
+        return mxp_error_set(err, MXP_ERR_FORMAT, "%s: shape mismatch: array '%s' has %lld rows, "
+                             "the other input %lld", L, name, (long long)a->shape[0],
+                             (long long)*n);
+    *n = a->shape[0];
+    *out = a;
+    return MXP_OK;
+}
+
+mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_dataset **out,
+                                 mxp_error *err) {
+    if (!p || !in || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_predict");
+    const ud_meta *m = &p->meta;
+    const bool wm = m->kind == MXP_DATASET_WORLD_MODEL;
+    const int64_t D = m->in_dim, K = m->out_dim, S = m->state_dim, A = m->action_dim;
+    int64_t N = 0;
+    const mxp_array *x = NULL, *obs = NULL, *act = NULL;
+    mxp_status s = wm ? input(in, "obs", S, &N, &obs, err) : input(in, "x", D, &N, &x, err);
+    if (s == MXP_OK && wm) s = input(in, "actions", A, &N, &act, err);
+    if (s != MXP_OK) return s;
+    float *bx = mxp_calloc((size_t)(PRED_MAX_BATCH * D), sizeof(float));
+    float *y = mxp_calloc((size_t)N * (size_t)K, sizeof(float));
+    float *rew = wm ? mxp_calloc((size_t)N, sizeof(float)) : NULL;
+    float *next = wm ? mxp_calloc((size_t)N * (size_t)S, sizeof(float)) : NULL;
+    if (!bx || !y || (wm && (!rew || !next)))
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "predict: %lld rows", (long long)N);
+    for (int64_t i = 0; s == MXP_OK && i < N; i += PRED_MAX_BATCH) {
+        int64_t B = N - i < PRED_MAX_BATCH ? N - i : PRED_MAX_BATCH;
+        if (wm) {
+            for (int64_t b = 0; b < B; b++) {
+                mxp_array_to_f32(obs, (i + b) * S, S, bx + b * D);
+                mxp_array_to_f32(act, (i + b) * A, A, bx + b * D + S);
+                for (int64_t j = 0; j < D; j++)
+                    bx[b * D + j] = (bx[b * D + j] - m->x_mean[j]) / m->x_std[j];
+            }
+        } else {
+            mxp_array_to_f32(x, i * D, B * D, bx);
+        }
+        s = mxp_model_predict(p->model, bx, B, y + i * K, err);
+    }
+    if (s == MXP_OK && wm)
+        for (int64_t i = 0; i < N; i++) {
+            for (int64_t j = 0; j < S; j++) {
+                float delta = y[i * K + j] * m->y_std[j] + m->y_mean[j];
+                next[i * S + j] = (float)mxp_array_get_f64(obs, i * S + j) + delta;
+            }
+            rew[i] = y[i * K + S] * m->y_std[S] + m->y_mean[S];
+        }
+    mxp_dataset *o = NULL;
+    if (s == MXP_OK) s = mxp_dataset_create(&o, err);
+    if (s == MXP_OK && wm) {
+        int64_t sh[2] = {N, S};
+        s = mxp_dataset_add(o, "next_obs", MXP_ARRAY_F32, 2, sh, next, err);
+        if (s == MXP_OK) s = mxp_dataset_add(o, "reward", MXP_ARRAY_F32, 1, sh, rew, err);
+    } else if (s == MXP_OK) {
+        int64_t sh[2] = {N, K};
+        s = mxp_dataset_add(o, "y", MXP_ARRAY_F32, 2, sh, y, err);
+    }
+    mxp_free(bx);
+    mxp_free(y);
+    mxp_free(rew);
+    mxp_free(next);
+    if (s != MXP_OK) {
+        mxp_dataset_destroy(o);
+        return s;
+    }
+    *out = o;
+    return MXP_OK;
+}
+
+mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_error *err) {
+    if (!p || !path) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_export_torch");
+    size_t P = mxp_model_num_params(p->model);
+    float *w = mxp_calloc(P ? P : 1, sizeof(float));
+    if (!w) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "export: %zu weights", P);
+    for (size_t i = 0; i < P; i++) w[i] = mxp_model_param(p->model, i);
+    mxp_st_writer *wr = NULL;
+    mxp_status s = mxp_st_writer_create(&wr, err);
+    for (int i = 0; s == MXP_OK && i < mxp_model_num_tensors(p->model); i++) {
+        const mxp_tensor_info *ti = mxp_model_tensor(p->model, i);
+        s = mxp_st_writer_add_tensor(wr, ti->name, MXP_DTYPE_F32, ti->ndim, ti->shape,
+                                     w + ti->offset, err);
+    }
+    const ud_meta *m = &p->meta;
+    if (s == MXP_OK && m->x_mean) {
+        int64_t in = m->in_dim, on = m->out_dim;
+        s = mxp_st_writer_add_tensor(wr, "x_mean", MXP_DTYPE_F32, 1, &in, m->x_mean, err);
+        if (s == MXP_OK) s = mxp_st_writer_add_tensor(wr, "x_std", MXP_DTYPE_F32, 1, &in, m->x_std, err);
+        if (s == MXP_OK) s = mxp_st_writer_add_tensor(wr, "y_mean", MXP_DTYPE_F32, 1, &on, m->y_mean, err);
+        if (s == MXP_OK) s = mxp_st_writer_add_tensor(wr, "y_std", MXP_DTYPE_F32, 1, &on, m->y_std, err);
+    }
+    /* the layer list that rebuilds the nn.Sequential */
+    char list[1024] = "[";
+    const mxp_model_spec *sp = mxp_model_get_spec(p->model);
+    for (int l = 0; l < sp->n_layers; l++) {
+        size_t k = strlen(list);
+        if (sp->layers[l].kind == MXP_LAYER_LINEAR)
+            snprintf(list + k, sizeof list - k, "%slinear:%lld", l ? ", " : "",
+                     (long long)sp->layers[l].units);
+        else
+            snprintf(list + k, sizeof list - k, "%s%s", l ? ", " : "",
+                     mxp_layer_kind_name(sp->layers[l].kind));
+    }
+    strncat(list, "]", sizeof list - strlen(list) - 1);
+    if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "layers", list, err);
+    if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "kind", mxp_dataset_kind_name(m->kind), err);
+    if (s == MXP_OK) s = mxp_st_writer_write(wr, path, err);
+    mxp_st_writer_destroy(wr);
+    mxp_free(w);
+    return s;
+}

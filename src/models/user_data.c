@@ -1,0 +1,492 @@
+/* models/user_data.c: the workload provider on the user's own arrays
+ * (data.path, or mxp_run_options.data): world model, classifier, regressor.
+ *
+ * Entry points: mxp_workload_provider_dataset (run.h), ud_provider_create,
+ * ud_model_spec, ud_kind_of, ud_meta_parse / _free (user_data.h).
+ * Rows (docs/data.md):
+ *   world model  x = [obs[e,t], actions[e,t]], y = [obs[e,t+1] - obs[e,t],
+ *                rewards[e,t]] for t < lengths[e] (T without lengths),
+ *                episode-major; the first n_train episodes train,
+ *                n_train = round((1 - data.val_fraction) E) clamped to
+ *                [1, E-1]; x and y standardised per column with the train
+ *                rows' mean and population std (double, rounded to float,
+ *                std floored at 1e-6), as the built-in replay buffer does
+ *   classifier   x [N, D] as float32, labels y [N]; x_val/y_val, else the
+ *                last rows by data.val_fraction (same rounding)
+ *   regressor    x, y as float32, split the same way
+ * The supervised workloads train on the raw values (no standardisation).
+ */
+#include "models/user_data.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct ud {
+    mxp_config cfg;
+    ud_meta meta;      /* kind, widths; the world model's statistics */
+    int64_t max_batch;
+    int64_t n_train, n_val;
+    float *xtr, *ytr;  /* [n_train, in_dim], [n_train, out_dim] (world model, regressor) */
+    float *xva, *yva;  /* [n_val, ...] */
+    int32_t *ltr, *lva; /* classifier labels [n_train], [n_val] */
+    float *bx, *by;    /* [accum, max_batch, in_dim / out_dim] */
+    int32_t *bl;       /* [accum, max_batch] */
+    float *logits;     /* [max_batch, out_dim] */
+    char *meta_json;
+} ud;
+
+void ud_meta_free(ud_meta *m) {
+    mxp_free(m->x_mean);
+    mxp_free(m->x_std);
+    mxp_free(m->y_mean);
+    mxp_free(m->y_std);
+    m->x_mean = m->x_std = m->y_mean = m->y_std = NULL;
+}
+
+bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out) {
+    switch (w) {
+    case MXP_WORKLOAD_WORLD_MODEL: *out = MXP_DATASET_WORLD_MODEL; return true;
+    case MXP_WORKLOAD_CLASSIFIER: *out = MXP_DATASET_CLASSIFIER; return true;
+    case MXP_WORKLOAD_REGRESSOR: *out = MXP_DATASET_REGRESSOR; return true;
+    default: return false;
+    }
+}
+
+mxp_status ud_model_spec(const mxp_config *c, int64_t in_dim, int64_t out_dim, mxp_loss_kind loss,
+                         int64_t max_batch, mxp_model_spec *out, mxp_error *err) {
+    if (strcmp(c->layers, "none") != 0)
+        return mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
+    *out = mxp_model_spec_mlp(in_dim, c->hidden, (int)c->depth, out_dim, c->activation,
+                              c->layernorm, loss, max_batch);
+    return MXP_OK;
+}
+
+static void ud_destroy(void *self) {
+    ud *d = self;
+    if (!d) return;
+    ud_meta_free(&d->meta);
+    void *bufs[] = {d->xtr, d->ytr, d->xva, d->yva, d->ltr, d->lva, d->bx, d->by, d->bl,
+                    d->logits, d->meta_json};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
+    mxp_free(d);
+}
+
+/* ---- metadata ---------------------------------------------------------------- */
+
+static json_t *farr(const float *v, int64_t n) {
+    json_t *a = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(a, json_real((double)v[i]));
+    return a;
+}
+
+static char *meta_to_json(const ud_meta *m) {
+    json_t *o = json_object();
+    json_object_set_new(o, "kind", json_string(mxp_dataset_kind_name(m->kind)));
+    json_object_set_new(o, "in_dim", json_integer(m->in_dim));
+    json_object_set_new(o, "out_dim", json_integer(m->out_dim));
+    json_object_set_new(o, "state_dim", json_integer(m->state_dim));
+    json_object_set_new(o, "action_dim", json_integer(m->action_dim));
+    if (m->x_mean) {
+        json_object_set_new(o, "x_mean", farr(m->x_mean, m->in_dim));
+        json_object_set_new(o, "x_std", farr(m->x_std, m->in_dim));
+        json_object_set_new(o, "y_mean", farr(m->y_mean, m->out_dim));
+        json_object_set_new(o, "y_std", farr(m->y_std, m->out_dim));
+    }
+    /* 17 significant digits: the doubles hold floats exactly, so they read back bit-exact */
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    char *c = s ? mxp_strdup(s) : NULL;
+    free(s);
+    return c;
+}
+
+static bool get_farr(json_t *o, const char *key, int64_t n, float **out) {
+    json_t *a = json_object_get(o, key);
+    if (!json_is_array(a) || (int64_t)json_array_size(a) != n) return false;
+    float *v = mxp_calloc((size_t)n, sizeof *v);
+    if (!v) return false;
+    for (int64_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(a, (size_t)i);
+        if (!json_is_number(x) || !isfinite(json_number_value(x))) {
+            mxp_free(v);
+            return false;
+        }
+        v[i] = (float)json_number_value(x);
+    }
+    *out = v;
+    return true;
+}
+
+mxp_status ud_meta_parse(const char *text, const char *label, ud_meta *out, mxp_error *err) {
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *o = text ? json_loads(text, 0, &je) : NULL;
+    bool ok = json_is_object(o);
+    const char *kind = ok ? json_string_value(json_object_get(o, "kind")) : NULL;
+    ok = ok && kind;
+    int k = 0;
+    for (; ok && k < MXP_DATASET_KIND_COUNT; k++)
+        if (strcmp(kind, mxp_dataset_kind_name((mxp_dataset_kind)k)) == 0) break;
+    ok = ok && k < MXP_DATASET_KIND_COUNT;
+    if (ok) {
+        out->kind = (mxp_dataset_kind)k;
+        out->in_dim = json_integer_value(json_object_get(o, "in_dim"));
+        out->out_dim = json_integer_value(json_object_get(o, "out_dim"));
+        out->state_dim = json_integer_value(json_object_get(o, "state_dim"));
+        out->action_dim = json_integer_value(json_object_get(o, "action_dim"));
+        ok = out->in_dim >= 1 && out->out_dim >= 1 && out->in_dim <= INT32_MAX &&
+             out->out_dim <= INT32_MAX;
+    }
+    if (ok && out->kind == MXP_DATASET_WORLD_MODEL)
+        ok = out->state_dim >= 1 && out->action_dim >= 1 &&
+             out->in_dim == out->state_dim + out->action_dim &&
+             out->out_dim == out->state_dim + 1 && get_farr(o, "x_mean", out->in_dim, &out->x_mean) &&
+             get_farr(o, "x_std", out->in_dim, &out->x_std) &&
+             get_farr(o, "y_mean", out->out_dim, &out->y_mean) &&
+             get_farr(o, "y_std", out->out_dim, &out->y_std);
+    if (o) json_decref(o);
+    if (!ok) {
+        ud_meta_free(out);
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata 'workload_meta' is missing or malformed (a checkpoint "
+                             "of a user-data run records kind, widths and, for the world model, "
+                             "its standardisation statistics)",
+                             label);
+    }
+    return MXP_OK;
+}
+
+/* ---- rows ---------------------------------------------------------------------- */
+
+/* n_train of n items: round((1 - vf) n) clamped to [1, n-1]. */
+static int64_t split_count(int64_t n, double vf) {
+    int64_t k = (int64_t)llround((1.0 - vf) * (double)n);
+    if (k < 1) k = 1;
+    if (k > n - 1) k = n - 1;
+    return k;
+}
+
+static int64_t ep_len(const mxp_array *len, int64_t e, int64_t T) {
+    return len ? mxp_array_get_i64(len, e) : T;
+}
+
+/* Transitions of episodes [e0, e1) into x [rows, S+A], y [rows, S+1]. */
+static void wm_rows(const mxp_dataset *ds, int64_t e0, int64_t e1, float *x, float *y) {
+    const mxp_array *obs = mxp_dataset_find(ds, "obs"), *act = mxp_dataset_find(ds, "actions"),
+                    *rew = mxp_dataset_find(ds, "rewards"), *len = mxp_dataset_find(ds, "lengths");
+    const int64_t T = act->shape[1], S = obs->shape[2], A = act->shape[2];
+    int64_t r = 0;
+    for (int64_t e = e0; e < e1; e++)
+        for (int64_t t = 0; t < ep_len(len, e, T); t++, r++) {
+            float *xr = x + r * (S + A), *yr = y + r * (S + 1);
+            for (int64_t j = 0; j < S; j++) {
+                double o0 = mxp_array_get_f64(obs, (e * (T + 1) + t) * S + j);
+                double o1 = mxp_array_get_f64(obs, (e * (T + 1) + t + 1) * S + j);
+                xr[j] = (float)o0;
+                yr[j] = (float)(o1 - o0);
+            }
+            for (int64_t j = 0; j < A; j++)
+                xr[S + j] = (float)mxp_array_get_f64(act, (e * T + t) * A + j);
+            yr[S] = (float)mxp_array_get_f64(rew, e * T + t);
+        }
+}
+
+/* Per-column mean and population std of v [n, w] (double, std >= 1e-6). */
+static void col_stats(const float *v, int64_t n, int64_t w, float *mean, float *std) {
+    for (int64_t j = 0; j < w; j++) {
+        double s = 0, q = 0;
+        for (int64_t i = 0; i < n; i++) s += v[i * w + j];
+        double m = s / (double)n;
+        for (int64_t i = 0; i < n; i++) q += (v[i * w + j] - m) * (v[i * w + j] - m);
+        double sd = sqrt(q / (double)n);
+        mean[j] = (float)m;
+        std[j] = (float)(sd < 1e-6 ? 1e-6 : sd);
+    }
+}
+
+static void standardise(float *v, int64_t n, int64_t w, const float *mean, const float *std) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < w; j++) v[i * w + j] = (v[i * w + j] - mean[j]) / std[j];
+}
+
+static float *falloc(int64_t rows, int64_t w) {
+    size_t n;
+    if (rows < 0 || w < 0 || !mxp_size_mul((size_t)rows, (size_t)w, &n)) return NULL;
+    return mxp_calloc(n ? n : 1, sizeof(float));
+}
+
+static mxp_status build_world(ud *d, const mxp_dataset *ds, const mxp_dataset_layout *lay,
+                              const ud_meta *fixed, bool eval_all, mxp_error *err) {
+    const mxp_array *len = mxp_dataset_find(ds, "lengths");
+    int64_t E = lay->episodes, T = lay->max_steps, S = lay->state_dim, A = lay->action_dim;
+    int64_t e_tr = eval_all ? 0 : split_count(E, d->cfg.data.val_fraction);
+    int64_t ntr = 0;
+    for (int64_t e = 0; e < e_tr; e++) ntr += ep_len(len, e, T);
+    d->n_train = ntr;
+    d->n_val = lay->transitions - ntr;
+    d->meta.state_dim = S;
+    d->meta.action_dim = A;
+    d->meta.in_dim = S + A;
+    d->meta.out_dim = S + 1;
+    d->xtr = falloc(ntr, S + A);
+    d->ytr = falloc(ntr, S + 1);
+    d->xva = falloc(d->n_val, S + A);
+    d->yva = falloc(d->n_val, S + 1);
+    d->meta.x_mean = falloc(1, S + A);
+    d->meta.x_std = falloc(1, S + A);
+    d->meta.y_mean = falloc(1, S + 1);
+    d->meta.y_std = falloc(1, S + 1);
+    if (!d->xtr || !d->ytr || !d->xva || !d->yva || !d->meta.x_mean || !d->meta.x_std ||
+        !d->meta.y_mean || !d->meta.y_std)
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %lld transitions",
+                             mxp_dataset_label(ds), (long long)lay->transitions);
+    wm_rows(ds, 0, e_tr, d->xtr, d->ytr);
+    wm_rows(ds, e_tr, E, d->xva, d->yva);
+    if (fixed) {
+        memcpy(d->meta.x_mean, fixed->x_mean, (size_t)(S + A) * sizeof(float));
+        memcpy(d->meta.x_std, fixed->x_std, (size_t)(S + A) * sizeof(float));
+        memcpy(d->meta.y_mean, fixed->y_mean, (size_t)(S + 1) * sizeof(float));
+        memcpy(d->meta.y_std, fixed->y_std, (size_t)(S + 1) * sizeof(float));
+    } else {
+        col_stats(d->xtr, ntr, S + A, d->meta.x_mean, d->meta.x_std);
+        col_stats(d->ytr, ntr, S + 1, d->meta.y_mean, d->meta.y_std);
+    }
+    standardise(d->xtr, ntr, S + A, d->meta.x_mean, d->meta.x_std);
+    standardise(d->ytr, ntr, S + 1, d->meta.y_mean, d->meta.y_std);
+    standardise(d->xva, d->n_val, S + A, d->meta.x_mean, d->meta.x_std);
+    standardise(d->yva, d->n_val, S + 1, d->meta.y_mean, d->meta.y_std);
+    return MXP_OK;
+}
+
+/* Rows [r0, r0 + n) of x (and y) into dst arrays. */
+static void sup_rows(const mxp_array *x, const mxp_array *y, bool cls, int64_t r0, int64_t n,
+                     float *dx, float *dy, int32_t *dl) {
+    int64_t D = x->shape[1];
+    mxp_array_to_f32(x, r0 * D, n * D, dx);
+    if (cls)
+        for (int64_t i = 0; i < n; i++) dl[i] = (int32_t)mxp_array_get_i64(y, r0 + i);
+    else
+        mxp_array_to_f32(y, r0 * y->shape[1], n * y->shape[1], dy);
+}
+
+static mxp_status build_supervised(ud *d, const mxp_dataset *ds, const mxp_dataset_layout *lay,
+                                   bool eval_all, mxp_error *err) {
+    bool cls = d->meta.kind == MXP_DATASET_CLASSIFIER;
+    const mxp_array *x = mxp_dataset_find(ds, "x"), *y = mxp_dataset_find(ds, "y"),
+                    *xv = mxp_dataset_find(ds, "x_val"), *yv = mxp_dataset_find(ds, "y_val");
+    int64_t D = lay->in_dim, K = cls ? 1 : lay->out_dim;
+    int64_t ntr, nva;
+    if (eval_all) {
+        ntr = 0;
+        nva = lay->n + lay->n_val;
+    } else if (xv) {
+        ntr = lay->n;
+        nva = lay->n_val;
+    } else {
+        ntr = split_count(lay->n, d->cfg.data.val_fraction);
+        nva = lay->n - ntr;
+    }
+    d->n_train = ntr;
+    d->n_val = nva;
+    d->xtr = falloc(ntr, D);
+    d->xva = falloc(nva, D);
+    if (cls) {
+        d->ltr = mxp_calloc((size_t)ntr + 1, sizeof(int32_t));
+        d->lva = mxp_calloc((size_t)nva + 1, sizeof(int32_t));
+    } else {
+        d->ytr = falloc(ntr, K);
+        d->yva = falloc(nva, K);
+    }
+    if (!d->xtr || !d->xva || (cls ? !d->ltr || !d->lva : !d->ytr || !d->yva))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %lld rows", mxp_dataset_label(ds),
+                             (long long)(ntr + nva));
+    if (eval_all) {
+        sup_rows(x, y, cls, 0, lay->n, d->xva, d->yva, d->lva);
+        if (xv)
+            sup_rows(xv, yv, cls, 0, lay->n_val, d->xva + lay->n * D,
+                     d->yva ? d->yva + lay->n * K : NULL, d->lva ? d->lva + lay->n : NULL);
+    } else if (xv) {
+        sup_rows(x, y, cls, 0, ntr, d->xtr, d->ytr, d->ltr);
+        sup_rows(xv, yv, cls, 0, nva, d->xva, d->yva, d->lva);
+    } else {
+        sup_rows(x, y, cls, 0, ntr, d->xtr, d->ytr, d->ltr);
+        sup_rows(x, y, cls, ntr, nva, d->xva, d->yva, d->lva);
+    }
+    return MXP_OK;
+}
+
+/* ---- provider callbacks ----------------------------------------------------- */
+
+static mxp_status ud_spec(void *self, mxp_model_spec *out, mxp_error *err) {
+    ud *d = self;
+    return ud_model_spec(&d->cfg, d->meta.in_dim, d->meta.out_dim,
+                         d->meta.kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE,
+                         d->max_batch, out, err);
+}
+
+static int64_t ud_num_train(void *self) { return ((ud *)self)->n_train; }
+
+static mxp_status ud_fill(void *self, int slot, const uint32_t *idx, int64_t n, mxp_batch *out,
+                          mxp_error *err) {
+    (void)err;
+    ud *d = self;
+    const int64_t D = d->meta.in_dim, K = d->meta.out_dim;
+    float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)D;
+    float *by = d->by + (size_t)slot * (size_t)d->max_batch * (size_t)K;
+    int32_t *bl = d->bl + (size_t)slot * (size_t)d->max_batch;
+    for (int64_t b = 0; b < n; b++) {
+        memcpy(bx + b * D, d->xtr + (size_t)idx[b] * (size_t)D, (size_t)D * sizeof(float));
+        if (d->ltr)
+            bl[b] = d->ltr[idx[b]];
+        else
+            memcpy(by + b * K, d->ytr + (size_t)idx[b] * (size_t)K, (size_t)K * sizeof(float));
+    }
+    *out = (mxp_batch){.x = bx, .y = d->ltr ? NULL : by, .labels = d->ltr ? bl : NULL, .B = n};
+    return MXP_OK;
+}
+
+static mxp_status ud_canary(void *self, int64_t rows, mxp_batch *out, mxp_error *err) {
+    (void)err;
+    ud *d = self;
+    int64_t pb = rows < d->max_batch ? rows : d->max_batch;
+    if (pb > d->n_val) pb = d->n_val;
+    *out = (mxp_batch){.x = d->xva, .y = d->lva ? NULL : d->yva, .labels = d->lva, .B = pb};
+    return MXP_OK;
+}
+
+/* Mean loss (MSE over standardised targets for the world model, as the
+ * training loss; cross-entropy and top-1 accuracy for the classifier). */
+static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
+    ud *d = self;
+    const int64_t D = d->meta.in_dim, K = d->meta.out_dim;
+    int64_t mb = mxp_model_get_spec(m)->max_batch;
+    if (mb > d->max_batch) mb = d->max_batch;
+    double total = 0;
+    int64_t correct = 0;
+    for (int64_t i = 0; i < d->n_val; i += mb) {
+        int64_t B = d->n_val - i < mb ? d->n_val - i : mb;
+        mxp_status s;
+        if (d->lva) {
+            if ((s = mxp_model_predict(m, d->xva + i * D, B, d->logits, err)) != MXP_OK) return s;
+            for (int64_t b = 0; b < B; b++) {
+                const float *z = d->logits + b * K;
+                int32_t lab = d->lva[i + b];
+                int64_t best = 0;
+                for (int64_t c = 1; c < K; c++)
+                    if (z[c] > z[best]) best = c;
+                double se = 0;
+                for (int64_t c = 0; c < K; c++) se += exp((double)z[c] - (double)z[best]);
+                total += (double)z[best] + log(se) - (double)z[lab];
+                correct += best == lab;
+            }
+        } else {
+            mxp_batch bt = {.x = d->xva + i * D, .y = d->yva + i * K, .labels = NULL, .B = B};
+            double loss = 0;
+            if ((s = mxp_model_step(m, &bt, false, 1.0f, &loss, NULL, err)) != MXP_OK) return s;
+            total += loss * (double)B;
+        }
+    }
+    snprintf(out->name, sizeof out->name, "val");
+    out->loss = d->n_val ? total / (double)d->n_val : NAN;
+    out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
+    out->bits_per_char = NAN;
+    return MXP_OK;
+}
+
+static void ud_signature(void *self, char *buf, size_t n) {
+    ud *d = self;
+    snprintf(buf, n, "user %s in=%lld out=%lld train=%lld val=%lld",
+             mxp_dataset_kind_name(d->meta.kind), (long long)d->meta.in_dim,
+             (long long)d->meta.out_dim, (long long)d->n_train, (long long)d->n_val);
+}
+
+static const char *ud_checkpoint_meta(void *self) { return ((ud *)self)->meta_json; }
+
+static mxp_status ud_auto(void *self, mxp_trainer *t, const mxp_guard_config *g, mxp_error *err) {
+    ud *d = self;
+    if (d->ltr)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "training.precision=auto: not available for the classifier on user "
+                             "data; accepted: an explicit training.precision");
+    return mxp_guard_auto_precision(t, g, d->xtr, d->ytr, d->n_train, d->max_batch, NULL, err);
+}
+
+mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, const ud_meta *fixed,
+                              bool eval_all, mxp_workload_provider *out, mxp_error *err) {
+    mxp_dataset_kind kind;
+    if (!ud_kind_of(cfg->workload, &kind))
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "model.workload=gpt does not train on data.path / in-memory arrays; "
+                             "accepted: world_model, classifier, regressor");
+    mxp_dataset_layout lay;
+    mxp_status s = mxp_dataset_check(ds, kind, &lay, err);
+    if (s != MXP_OK) return s;
+    if (fixed && fixed->kind != kind)
+        return mxp_error_set(err, MXP_ERR_FORMAT, "%s: the model is a %s, the data is for a %s",
+                             mxp_dataset_label(ds), mxp_dataset_kind_name(fixed->kind),
+                             mxp_dataset_kind_name(kind));
+    ud *d = mxp_calloc(1, sizeof *d);
+    if (!d) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data");
+    d->cfg = *cfg;
+    d->meta.kind = kind;
+    d->max_batch = cfg->batch_size > 256 ? cfg->batch_size : 256;
+    if (kind == MXP_DATASET_WORLD_MODEL) {
+        s = build_world(d, ds, &lay, fixed, eval_all, err);
+    } else {
+        d->meta.in_dim = lay.in_dim;
+        d->meta.out_dim = fixed ? fixed->out_dim : lay.out_dim;
+        s = build_supervised(d, ds, &lay, eval_all, err);
+    }
+    if (s == MXP_OK && fixed &&
+        (fixed->in_dim != d->meta.in_dim || fixed->out_dim != d->meta.out_dim ||
+         (kind == MXP_DATASET_CLASSIFIER && lay.out_dim > fixed->out_dim)))
+        s = mxp_error_set(err, MXP_ERR_FORMAT,
+                          "%s: the data has %lld inputs and %lld %s; the model takes %lld and "
+                          "gives %lld",
+                          mxp_dataset_label(ds), (long long)d->meta.in_dim,
+                          (long long)(kind == MXP_DATASET_CLASSIFIER ? lay.out_dim
+                                                                     : d->meta.out_dim),
+                          kind == MXP_DATASET_CLASSIFIER ? "classes" : "targets",
+                          (long long)fixed->in_dim, (long long)fixed->out_dim);
+    if (s == MXP_OK && !eval_all && d->n_val < 1)
+        s = mxp_error_set(err, MXP_ERR_CONFIG,
+                          "%s: data.val_fraction=%g leaves no validation rows; accepted: a "
+                          "larger data.val_fraction or x_val/y_val",
+                          mxp_dataset_label(ds), cfg->data.val_fraction);
+    if (s == MXP_OK) {
+        const int64_t acc = cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1;
+        d->bx = falloc(acc * d->max_batch, d->meta.in_dim);
+        d->by = falloc(acc * d->max_batch, d->meta.out_dim);
+        d->bl = mxp_calloc((size_t)(acc * d->max_batch), sizeof(int32_t));
+        d->logits = falloc(d->max_batch, d->meta.out_dim);
+        d->meta_json = meta_to_json(&d->meta);
+        if (!d->bx || !d->by || !d->bl || !d->logits || !d->meta_json)
+            s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data batch buffers");
+    }
+    if (s != MXP_OK) {
+        ud_destroy(d);
+        return s;
+    }
+    *out = (mxp_workload_provider){.self = d,
+                                   .name = mxp_dataset_kind_name(kind),
+                                   .model_spec = ud_spec,
+                                   .num_train = ud_num_train,
+                                   .rows_per_sample = 1,
+                                   .fill_batch = ud_fill,
+                                   .canary_batch = ud_canary,
+                                   .evaluate = ud_evaluate,
+                                   .data_signature = ud_signature,
+                                   .auto_precision = ud_auto,
+                                   .destroy = ud_destroy,
+                                   .checkpoint_meta = ud_checkpoint_meta};
+    return MXP_OK;
+}
+
+mxp_status mxp_workload_provider_dataset(const mxp_config *cfg, const mxp_dataset *data,
+                                         mxp_workload_provider *out, mxp_error *err) {
+    if (!cfg || !data || !out)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_workload_provider_dataset: NULL");
+    return ud_provider_create(cfg, data, NULL, false, out, err);
+}

@@ -1,0 +1,42 @@
+/* models/user_data.h: the user-data provider (user_data.c) and the
+ * checkpoint metadata that describes a user-data model (predictor.c).
+ * Not a public header: mxp_workload_provider_dataset (run.h) and the
+ * predictor (predict.h) are the public faces. */
+#ifndef MIXPREC_MODELS_USER_DATA_H
+#define MIXPREC_MODELS_USER_DATA_H
+
+#include <mixprec/dataset.h>
+#include <mixprec/run.h>
+
+/* What a user-data checkpoint must record to be used without its data:
+ * metadata "workload_meta", a JSON object (docs/data.md):
+ *   {"kind": "world_model"|"classifier"|"regressor", "in_dim": D,
+ *    "out_dim": K, "state_dim": S, "action_dim": A,
+ *    "x_mean": [..], "x_std": [..], "y_mean": [..], "y_std": [..]}
+ * (the four statistics for the world model only, "%.9g": exact floats). */
+typedef struct ud_meta {
+    mxp_dataset_kind kind;
+    int64_t in_dim, out_dim;      /* model input and output widths */
+    int64_t state_dim, action_dim; /* world model; else 0 */
+    float *x_mean, *x_std;         /* [in_dim]  world model; else NULL */
+    float *y_mean, *y_std;         /* [out_dim] world model; else NULL */
+} ud_meta;
+
+void ud_meta_free(ud_meta *m);
+/* Parse workload_meta text; MXP_ERR_FORMAT naming `label` when malformed. */
+mxp_status ud_meta_parse(const char *json, const char *label, ud_meta *out, mxp_error *err);
+/* The dataset kind of a workload (MXP_WORKLOAD_GPT: false). */
+bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out);
+/* The model spec of cfg (model.layers, else the hidden/depth shorthand). */
+mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
+                         mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
+                         mxp_error *err);
+
+/* The provider on d (checked against cfg's workload). fixed: the
+ * standardisation of a trained model (NULL: computed from d's training
+ * split); eval_all: every row / episode is held out (n_train 0: only
+ * evaluate and the data accessors below are usable). */
+mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *d, const ud_meta *fixed,
+                              bool eval_all, mxp_workload_provider *out, mxp_error *err);
+
+#endif

@@ -1,0 +1,70 @@
+/* run/run_internal.h: the mxp_run object shared by run.c (the loop),
+ * run_ckpt.c (checkpoints, run directories, resume) and the workload
+ * wrappers of src/models that keep the older per-workload APIs. */
+#ifndef MIXPREC_RUN_INTERNAL_H
+#define MIXPREC_RUN_INTERNAL_H
+
+#include <mixprec/run.h>
+
+#include <signal.h>
+
+#define RUN_ID_LEN 33  /* 32 hex digits + NUL */
+#define RUN_SIG_LEN 256
+
+struct mxp_run {
+    mxp_config cfg;
+    mxp_workload_provider wl;
+    mxp_model *model;
+    mxp_trainer *trainer;
+    mxp_guard *guard;        /* NULL: guard off */
+    mxp_ckpt_manager *ckpt;  /* NULL: no checkpoints */
+    bool own_ckpt;           /* created by the run (else borrowed) */
+    int dp_rank, dp_size;    /* data parallelism: this rank's shard of each batch */
+    mxp_run_observer obs;    /* all NULL: none */
+    mxp_run_progress_fn progress;
+    void *progress_user;
+    int64_t n_train;         /* training samples */
+    int64_t max_batch;       /* samples per micro-batch, at most (cfg batch_size) */
+    uint32_t *perm;          /* [n_train] sample order of the epoch in `shuffled` */
+    int64_t shuffled;        /* -1: none yet */
+    mxp_batch *micro;        /* [grad_accum_steps] */
+    mxp_data_position pos;
+    volatile sig_atomic_t stop_req;           /* mxp_run_request_stop */
+    const volatile sig_atomic_t *stop_flag;   /* an outside flag (older APIs), or NULL */
+    bool stopped;
+    bool failed;                               /* the last train() returned an error */
+    char fail_msg[MXP_ERROR_MSG_MAX];
+    bool began;                                /* observer's begin called */
+    int pending_prec;                          /* -1: no switch requested */
+    char pending_reason[64];
+    /* stats */
+    double last_loss, epoch_sum, epoch_mean;
+    int64_t epoch_n, loss_epoch;
+    double wall_s;
+    int64_t samples_trained, ckpts_written;
+    bool resumed, finished_before_resume;
+    int64_t resume_epochs;                     /* epochs of the next train(0, ..) after a resume */
+    char run_id[RUN_ID_LEN];
+    char data_sig[RUN_SIG_LEN];
+};
+
+/* run_ckpt.c: open the run directory (checkpoints on): refuse a directory
+ * that holds another run's checkpoints, create the manager, record the run
+ * id. Nothing is written when it fails. */
+mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err);
+/* A fresh run id into r->run_id. */
+void run_new_id(mxp_run *r);
+/* After each step: the manager's policy, forced at stop / end. */
+mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err);
+
+/* For the older per-workload APIs (world_model.h, classifier.h, gpt.h). */
+void run_set_stop_flag(mxp_run *r, const volatile sig_atomic_t *flag);
+void run_set_progress(mxp_run *r, mxp_run_progress_fn fn, void *user);
+void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m); /* borrowed */
+void run_set_position(mxp_run *r, const mxp_data_position *p);
+mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, mxp_error *err);
+/* Load a checkpoint file into the run (no signature checks): weights,
+ * optimizer, scaler, counters, data position. */
+mxp_status run_load_file(mxp_run *r, const char *path, mxp_ckpt_info *info, mxp_error *err);
+
+#endif

@@ -1,0 +1,178 @@
+/* tools/mixprec/cmd_data.c: use a model trained on user data.
+ *   mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]
+ *   mixprec predict CKPT_OR_RUN_DIR --input FILE --output FILE
+ *   mixprec ckpt export CKPT_OR_RUN_DIR --torch -o FILE
+ * All through the library's predictor (mixprec/predict.h); docs/data.md.
+ */
+#include "cli.h"
+#include "data_cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fail(const mxp_error *err, int code) {
+    cli_error("%s", err->msg);
+    return code;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *path = NULL, *data = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]\n"
+                   "Loss (and accuracy for a classifier) of a model trained on user data, on\n"
+                   "the held-out split of its data.path or on every row/episode of FILE\n"
+                   "(safetensors or .npz, docs/data.md), computed in the checkpoint's\n"
+                   "precision and in FP32 side by side.\n");
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--data") && i + 1 < argc)
+            data = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else {
+            cli_error("eval: unexpected argument '%s'; usage: mixprec eval CKPT_OR_RUN_DIR "
+                      "[--data FILE] [--json]",
+                      argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!path) {
+        cli_error("eval: usage: mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]");
+        return CLI_EXIT_USAGE;
+    }
+    mxp_error err = {0};
+    mxp_dataset *ds = NULL;
+    if (data && mxp_dataset_read(data, &ds, &err) != MXP_OK) return fail(&err, CLI_EXIT_USAGE);
+    mxp_predictor *p[2] = {NULL, NULL};
+    mxp_run_eval ev[2];
+    int rc = CLI_EXIT_OK;
+    for (int k = 0; k < 2 && rc == CLI_EXIT_OK; k++) {
+        if (mxp_predictor_load(path, k == 0 ? -1 : (int)MXP_PRECISION_FP32, &p[k], &err) !=
+                MXP_OK ||
+            mxp_predictor_evaluate(p[k], ds, &ev[k], &err) != MXP_OK)
+            rc = fail(&err, CLI_EXIT_FAIL);
+    }
+    if (rc == CLI_EXIT_OK) {
+        const char *prec = mxp_precision_name((mxp_precision)mxp_predictor_precision(p[0]));
+        const char *kind = mxp_dataset_kind_name(mxp_predictor_kind(p[0]));
+        const char *on = data ? data : "held-out split";
+        if (json) {
+            printf("{\"checkpoint\":\"%s\",\"workload\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",",
+                   mxp_predictor_checkpoint(p[0]), kind, on, prec);
+            cli_json_number(stdout, "loss", ev[0].loss);
+            cli_json_number(stdout, "accuracy", ev[0].accuracy);
+            cli_json_number(stdout, "fp32_loss", ev[1].loss);
+            printf("\"fp32_accuracy\":");
+            if (isfinite(ev[1].accuracy))
+                printf("%.9g}\n", ev[1].accuracy);
+            else
+                printf("null}\n");
+        } else {
+            printf("checkpoint  %s (%s)\ndata        %s\n", mxp_predictor_checkpoint(p[0]), kind,
+                   on);
+            printf("%-10s  %-14s %s\n", "precision", "loss", "accuracy");
+            for (int k = 0; k < 2; k++) {
+                printf("%-10s  %-14.9g ", k ? "fp32" : prec, ev[k].loss);
+                if (isfinite(ev[k].accuracy))
+                    printf("%.4f\n", ev[k].accuracy);
+                else
+                    printf("-\n");
+            }
+        }
+    }
+    mxp_predictor_destroy(p[0]);
+    mxp_predictor_destroy(p[1]);
+    mxp_dataset_destroy(ds);
+    return rc;
+}
+
+/* The arrays of d as F32 tensors of a safetensors file. */
+static mxp_status write_dataset(const mxp_dataset *d, const char *path, mxp_error *err) {
+    mxp_st_writer *w = NULL;
+    mxp_status s = mxp_st_writer_create(&w, err);
+    for (int i = 0; s == MXP_OK && i < mxp_dataset_num_arrays(d); i++) {
+        const mxp_array *a = mxp_dataset_array(d, i);
+        s = mxp_st_writer_add_tensor(w, a->name, MXP_DTYPE_F32, a->ndim, a->shape, a->data, err);
+    }
+    if (s == MXP_OK) s = mxp_st_writer_write(w, path, err);
+    mxp_st_writer_destroy(w);
+    return s;
+}
+
+int cmd_predict(int argc, char **argv) {
+    const char *path = NULL, *in = NULL, *out = NULL;
+    const char *use = "usage: mixprec predict CKPT_OR_RUN_DIR --input FILE --output FILE";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("%s\n"
+                   "Run a model trained on user data on inputs from safetensors/.npz: x [N, D]\n"
+                   "(world model: obs [N, S] and actions [N, A]); writes safetensors with y\n"
+                   "[N, K] (classifier: logits) or next_obs [N, S] and reward [N] in the\n"
+                   "data's own units. Computed in the checkpoint's precision.\n",
+                   use);
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--input") && i + 1 < argc)
+            in = argv[++i];
+        else if (!strcmp(argv[i], "--output") && i + 1 < argc)
+            out = argv[++i];
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else {
+            cli_error("predict: unexpected argument '%s'; %s", argv[i], use);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!path || !in || !out) {
+        cli_error("predict: %s", use);
+        return CLI_EXIT_USAGE;
+    }
+    mxp_error err = {0};
+    mxp_dataset *ds = NULL, *res = NULL;
+    mxp_predictor *p = NULL;
+    if (mxp_dataset_read(in, &ds, &err) != MXP_OK) return fail(&err, CLI_EXIT_USAGE);
+    int rc = CLI_EXIT_OK;
+    if (mxp_predictor_load(path, -1, &p, &err) != MXP_OK ||
+        mxp_predictor_predict(p, ds, &res, &err) != MXP_OK)
+        rc = fail(&err, CLI_EXIT_FAIL);
+    else if (write_dataset(res, out, &err) != MXP_OK)
+        rc = fail(&err, CLI_EXIT_IO);
+    mxp_dataset_destroy(res);
+    mxp_predictor_destroy(p);
+    mxp_dataset_destroy(ds);
+    return rc;
+}
+
+int cli_export_torch(int argc, char **argv) {
+    const char *path = NULL, *out = NULL;
+    const char *use = "usage: mixprec ckpt export CKPT_OR_RUN_DIR --torch -o FILE";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--torch"))
+            continue;
+        if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            out = argv[++i];
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else {
+            cli_error("ckpt export --torch: unexpected argument '%s'; %s", argv[i], use);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!path || !out) {
+        cli_error("ckpt export --torch: %s", use);
+        return CLI_EXIT_USAGE;
+    }
+    mxp_error err = {0};
+    mxp_predictor *p = NULL;
+    if (mxp_predictor_load(path, (int)MXP_PRECISION_FP32, &p, &err) != MXP_OK)
+        return fail(&err, CLI_EXIT_FAIL);
+    int rc = mxp_predictor_export_torch(p, out, &err) == MXP_OK ? CLI_EXIT_OK
+                                                                 : fail(&err, CLI_EXIT_IO);
+    mxp_predictor_destroy(p);
+    return rc;
+}
