@@ -289,7 +289,7 @@ grep -q '0600' D.err || fail "token mode error does not say 0600: $(cat D.err)"
 "$bin" train --log-format xml output.dir=runD2 $tiny >/dev/null 2>D2.err
 [ $? = 2 ] || fail "--log-format xml accepted"
 "$bin" report "$work/nothing-here" >/dev/null 2>R.err
-[ $? = 3 ] || fail "report without a store: exit $?"
+[ $? = 2 ] || fail "report without a store: exit $?, expected 2 (a wrong input)"
 
 if [ $fails -ne 0 ]; then
   echo "test_obs_cli: $fails failures"

@@ -140,6 +140,11 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
 
 /* Update the planned step count (progress ratio, status). */
 void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps);
+/* The run's position in its plan (1-based step of total_steps; a rollback
+ * rewinds it): /api/training/status "step" and "progress" and the
+ * mixprec_progress_ratio gauge; without it they use the training
+ * steps, which count replayed steps too and can pass total_steps. */
+void mxp_obs_set_run_step(mxp_obs *o, int64_t step);
 
 /* One finished optimizer step (training thread): updates the metrics,
  * appends a history row, hands a row to the store's writer thread
@@ -173,6 +178,8 @@ mxp_status mxp_obs_precision_changed(mxp_obs *o, mxp_precision from, mxp_precisi
 mxp_status mxp_obs_request_precision(mxp_obs *o, mxp_precision p, mxp_error *err);
 bool mxp_obs_take_precision_request(mxp_obs *o, mxp_precision *out);
 
+/* The last validation loss: the gauge, the stats API, and an event of kind
+ * "validation" (detail {"loss": x}) so the store keeps every measurement. */
 void mxp_obs_set_validation_loss(mxp_obs *o, double loss);
 /* Guard state shown by /api/training/stats and the dashboard: a JSON
  * object text (copied; invalid JSON is MXP_ERR_FORMAT). */
@@ -235,6 +242,7 @@ typedef struct mxp_obs_step_row {
     double duration_s;
     bool overflow;        /* the step was skipped */
     mxp_precision precision;
+    double lr;            /* learning rate the step used */
 } mxp_obs_step_row;
 
 typedef struct mxp_obs_event_row {

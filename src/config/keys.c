@@ -378,7 +378,8 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("model.hidden", MXP_STORE_I64, hidden, 256, 1, 16384,
             "hidden units per layer, 1..16384 (256)"),
     KEY_INT("model.depth", MXP_STORE_I64, depth, 3, 1, (MXP_MODEL_MAX_LAYERS - 1) / 2,
-            "hidden layers, >= 1 (3); the model holds at most 64 layers"),
+            "hidden layers, 1..31 (3); 1..21 with model.layernorm=true (the model holds "
+            "at most 64 layers)"),
     KEY_ENUM("model.activation", activation, MXP_LAYER_GELU, kActChoices,
              "activation relu|gelu|tanh (gelu)"),
     KEY_BOOL("model.layernorm", MXP_STORE_BOOL, OFF(layernorm), false,

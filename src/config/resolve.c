@@ -13,6 +13,9 @@
 
 #include "config/config_internal.h"
 
+#include <float.h>
+#include <math.h>
+
 static const mxp_key_value *val(const mxp_config_builder *b, const char *name) {
     return &b->vals[mxp_config_key_find(name)];
 }
@@ -126,6 +129,17 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
         describe(b, "training.precision_fp32_layers", l, sizeof l);
         return mxp_error_set(err, MXP_ERR_CONFIG, "%s: %s", l, sub.msg);
     }
+    /* pure 16-bit modes keep no FP32 master for a kept layer to compute
+     * from: a config conflict, found before anything is built or written */
+    if (!mxp_fp32_layers_none(&sel) && !c->kill_switch && !c->precision_auto &&
+        (c->precision == MXP_PRECISION_BF16 || c->precision == MXP_PRECISION_FP16)) {
+        describe(b, "training.precision_fp32_layers", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s needs an FP32 master copy, which training.precision=%s does "
+                             "not keep; accepted: training.precision_fp32_layers=none, or "
+                             "training.precision=mixed_bf16|mixed_fp16|fp8", l,
+                             mxp_precision_name(c->precision));
+    }
     if (strcmp(c->layers, "none") != 0) {
         mxp_model_spec spec;
         describe(b, "model.layers", l, sizeof l);
@@ -171,6 +185,22 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
         return mxp_error_set(err, MXP_ERR_CONFIG,
                              "%s: not supported by model.workload=gpt; accepted: fp32, or "
                              "fp16 with the world_model and classifier workloads", l);
+    }
+    /* name the key and where its value came from (FP16_LOSS_SCALE=1e-45 is
+     * the environment's, not the command line's) */
+    if (!(s->init_scale >= FLT_MIN && s->init_scale <= FLT_MAX)) {
+        describe(b, "training.loss_scale.init", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: the loss scale is kept in a float; accepted: %g..%g", l,
+                             (double)FLT_MIN, (double)FLT_MAX);
+    }
+    if (!(s->growth_factor > 1) || !isfinite(s->growth_factor)) {
+        describe(b, "training.loss_scale.growth_factor", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s; accepted: finite, > 1", l);
+    }
+    if (!(s->backoff_factor > 0 && s->backoff_factor < 1)) {
+        describe(b, "training.loss_scale.backoff_factor", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG, "%s; accepted: (0, 1)", l);
     }
     if (mxp_scaler_config_validate(s, &sub) != MXP_OK)
         return mxp_error_set(err, MXP_ERR_CONFIG, "training.loss_scale: %s", sub.msg);

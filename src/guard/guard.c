@@ -44,7 +44,7 @@
 static int64_t ring_cap(const mxp_guard_config *c, int r) {
     const mxp_rule_agg agg = mxp_guard_rule_get((mxp_guard_rule)r)->agg;
     if (agg == MXP_AGG_STREAK) return 1;
-    return c->rules[r].window + (agg == MXP_AGG_GROWTH ? 1 : 0);
+    return c->rules[r].window + (agg == MXP_AGG_GROWTH ? guard_growth_span(c->rules[r].window) : 0);
 }
 
 void mxp_guard_destroy(mxp_guard *g) {
@@ -86,6 +86,8 @@ mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t, const mxp
     for (int r = 0; r < MXP_RULE_COUNT; r++) {
         g->value[r] = NAN;
         if ((s = guard_ring_init(&g->ring[r], ring_cap(c, r), err)) != MXP_OK) goto fail;
+        if (mxp_guard_rule_get((mxp_guard_rule)r)->agg == MXP_AGG_GROWTH)
+            g->ring[r].span = guard_growth_span(c->rules[r].window);
     }
     const mxp_model_spec *sp = mxp_model_get_spec(g->model);
     if (c->fault.kind != MXP_FAULT_NONE && c->fault.layer >= sp->n_layers) {
@@ -329,9 +331,22 @@ static void sample_monitor(mxp_guard *g, bool full) {
             if (h < head) head = h;
         }
         const mxp_monitor_tensor which[2] = {MXP_MON_OUT, MXP_MON_DX};
+        const mxp_dtype types[2] = {ls->out_type, ls->grad_type};
         for (int k = 0; k < 2; k++) {
             const mxp_tensor_stats *ts = &ls->t[which[k]];
             if (ts->tiny_n == 0) continue;
+            /* A value below the smallest normal matters only when it is
+             * above the rounding step of the tensor's largest values
+             * (absmax * 2^-(man_bits+1)); else storing it as a subnormal
+             * or zero changes the tensor less than its own rounding does
+             * (GELU's tails next to outputs of order 1). So a tensor counts
+             * only while its absmax is under min_normal * 2^(man_bits+1):
+             * 0.125 for FP16, the whole tensor squeezed near the floor. */
+            const mxp_dtype_traits *ti = mxp_dtype_info(types[k]);
+            if ((double)ts->absmax >= ti->min_normal * ldexp(1.0, ti->man_bits + 1)) {
+                any_under = true;
+                continue;
+            }
             double fr = (double)ts->tiny / (double)ts->tiny_n;
             any_under = true;
             if (fr > under) under = fr;
@@ -468,8 +483,9 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
                 ar->rollback_to = at;
                 d->rewind = true;
                 d->pos = pos;
+                /* epochs 1-based, as the CLI's log, bar and history.csv */
                 NOTE("; rolled back to the state after step %lld (epoch %lld, step %lld)",
-                     (long long)at, (long long)pos.epoch, (long long)pos.step_in_epoch);
+                     (long long)at, (long long)pos.epoch + 1, (long long)pos.step_in_epoch);
             } else {
                 NOTE("; rollback failed: %.80s", e2.msg);
             }

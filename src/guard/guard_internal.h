@@ -17,12 +17,17 @@
 
 typedef struct guard_ring {
     double *v;     /* [cap] */
-    int64_t cap;   /* window (+1 for GROWTH) */
+    int64_t cap;   /* window (+ span for GROWTH) */
+    int64_t span;  /* GROWTH: samples per median block (guard_growth_span) */
     int64_t n;     /* samples held, <= cap */
     int64_t head;  /* next write position */
     double sum;    /* of the held samples (MEAN) */
 } guard_ring;
 
+/* GROWTH rules compare the median of the newest `span` samples with the
+ * median of the `span` samples one window earlier: window/10, 1..32. */
+#define GUARD_GROWTH_SPAN_MAX 32
+int64_t guard_growth_span(int64_t window);
 mxp_status guard_ring_init(guard_ring *r, int64_t cap, mxp_error *err);
 void guard_ring_free(guard_ring *r);
 void guard_ring_clear(guard_ring *r);

@@ -300,6 +300,11 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
     o->step = st.training_steps;
     o->epoch = st.epoch;
     o->total_steps = total_steps;
+    o->run_step = -1;
+    /* a resumed run's counters continue from the checkpoint's */
+    mxp_metric_add(o->m_steps, (double)st.training_steps - mxp_metric_value(o->m_steps));
+    mxp_metric_add(o->m_opt_steps, (double)st.optimizer_steps - mxp_metric_value(o->m_opt_steps));
+    mxp_metric_add(o->m_overflow, (double)st.skipped_steps - mxp_metric_value(o->m_overflow));
     o->started = now;
     o->state = MXP_RUN_RUNNING;
     pthread_mutex_unlock(&o->lock);
@@ -320,6 +325,15 @@ mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_ste
              (long long)total_steps);
     return mxp_obs_event(o, st.training_steps, "run_start", "info", "training started", detail,
                          err);
+}
+
+void mxp_obs_set_run_step(mxp_obs *o, int64_t step) {
+    if (!o || step < 0) return;
+    pthread_mutex_lock(&o->lock);
+    o->run_step = step;
+    int64_t total = o->total_steps;
+    pthread_mutex_unlock(&o->lock);
+    if (total > 0) mxp_metric_set(o->m_progress, (double)step / (double)total);
 }
 
 void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps) {
@@ -362,6 +376,8 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
          * not announce it: a fallback. */
         s = mxp_obs_precision_changed(o, o->cur_prec, st.precision, "fallback", err);
     }
+    mxp_trainer_state tstate;
+    mxp_trainer_get_state(o->trainer, &tstate);
     mxp_obs_step_row row = {
         .step = st.training_steps,
         .epoch = epoch,
@@ -374,6 +390,7 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         .duration_s = duration_s,
         .overflow = res->skipped,
         .precision = st.precision,
+        .lr = (double)tstate.lr,
     };
     /* Queue the row first (it may wait for the store: writer.c's
      * back-pressure), then count it: a scrape of /metrics never reports a
@@ -383,8 +400,6 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         mxp_status ss = mxp_obs_writer_take_error(o->writer, s == MXP_OK ? err : NULL);
         if (s == MXP_OK) s = ss;
     }
-    mxp_metric_add(o->m_steps, 1.0);
-    mxp_metric_add(res->skipped ? o->m_overflow : o->m_opt_steps, 1.0);
     mxp_metric_add(o->m_samples, (double)o->samples_per_step);
     mxp_metric_set(o->m_scale, (double)st.current_scale);
     mxp_metric_set(o->m_loss, res->loss);
@@ -400,14 +415,22 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         mxp_metric_set(o->m_div, fabs(o->ema_loss - base) / base);
     }
     pthread_mutex_lock(&o->lock);
+    /* the step counters change together with o->stats, under the lock the
+     * JSON API reads them with: /metrics and /api/training/stats count
+     * optimizer steps from one source (a rollback rewinds AdamW's t, not
+     * the count of updates applied) */
+    mxp_metric_add(o->m_steps, 1.0);
+    mxp_metric_add(res->skipped ? o->m_overflow : o->m_opt_steps, 1.0);
     o->stats = st;
     o->step = st.training_steps;
     o->epoch = epoch;
     o->last_loss = res->loss;
     int64_t total = o->total_steps;
+    const bool have_pos = o->run_step >= 0;
     push_row(o, &row);
     pthread_mutex_unlock(&o->lock);
-    if (total > 0) mxp_metric_set(o->m_progress, (double)st.training_steps / (double)total);
+    if (total > 0 && !have_pos)
+        mxp_metric_set(o->m_progress, (double)st.training_steps / (double)total);
     return s;
 }
 
@@ -504,7 +527,15 @@ void mxp_obs_set_validation_loss(mxp_obs *o, double loss) {
     mxp_metric_set(o->m_val_loss, loss);
     pthread_mutex_lock(&o->lock);
     o->val_loss = loss;
+    const bool begun = o->begun;
     pthread_mutex_unlock(&o->lock);
+    /* an event too, so the store keeps every validation (report plots them) */
+    if (begun && isfinite(loss)) {
+        char msg[64], detail[64];
+        snprintf(msg, sizeof msg, "validation loss %.6g", loss);
+        snprintf(detail, sizeof detail, "{\"loss\":%.17g}", loss);
+        (void)mxp_obs_event(o, -1, "validation", "info", msg, detail, NULL);
+    }
 }
 
 mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_error *err) {

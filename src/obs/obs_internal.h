@@ -123,7 +123,8 @@ struct mxp_obs {
     mxp_run_state state;
     bool begun;
     mxp_train_stats stats;
-    int64_t step, epoch, total_steps;
+    int64_t step, epoch, total_steps; /* step: training steps (attempts) */
+    int64_t run_step; /* position in the planned run (rewinds on rollback); -1: unknown */
     double last_loss, val_loss; /* NaN when unknown */
     double started, ended;      /* Unix time, 0 when not yet */
     char guard_json[MXP_OBS_GUARD_JSON_MAX];

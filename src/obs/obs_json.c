@@ -52,7 +52,8 @@ mxp_status mxp_obs_status_json(mxp_obs *o, char **out, mxp_error *err) {
     mxp_train_stats st = o->stats;
     bool begun = o->begun;
     mxp_run_state state = o->state;
-    int64_t step = o->step, epoch = o->epoch, total = o->total_steps, nev = o->ev_total;
+    int64_t attempts = o->step, epoch = o->epoch, total = o->total_steps, nev = o->ev_total;
+    int64_t step = o->run_step >= 0 ? o->run_step : attempts;
     double started = o->started, ended = o->ended, loss = o->last_loss;
     mxp_obs_event_rec last = {0};
     if (nev > 0) last = o->events[(nev - 1) % MXP_OBS_EVENT_RING];
@@ -66,6 +67,8 @@ mxp_status mxp_obs_status_json(mxp_obs *o, char **out, mxp_error *err) {
     json_object_set_new(j, "fp16_enabled_runtime", json_boolean(begun && st.fp16_enabled_runtime));
     json_object_set_new(j, "step", json_integer(step));
     json_object_set_new(j, "total_steps", json_integer(total));
+    json_object_set_new(j, "training_steps", json_integer(attempts));
+    json_object_set_new(j, "samples_per_step", json_integer(o->samples_per_step));
     json_object_set_new(j, "epoch", json_integer(epoch));
     json_object_set_new(j, "progress", total > 0 ? json_real((double)step / (double)total)
                                                  : json_null());
@@ -81,6 +84,8 @@ mxp_status mxp_obs_stats_json(mxp_obs *o, char **out, mxp_error *err) {
     if (!o || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_obs_stats_json: NULL");
     pthread_mutex_lock(&o->lock);
     mxp_train_stats st = o->stats;
+    /* the counters /metrics exports, read under the lock they change under */
+    const double opt_applied = mxp_metric_value(o->m_opt_steps);
     bool begun = o->begun;
     double loss = o->last_loss, val = o->val_loss;
     char guard[MXP_OBS_GUARD_JSON_MAX];
@@ -90,7 +95,9 @@ mxp_status mxp_obs_stats_json(mxp_obs *o, char **out, mxp_error *err) {
     json_t *j = json_object();
     json_object_set_new(j, "run_id", json_string(o->run_id));
     json_object_set_new(j, "training_steps", json_integer(st.training_steps));
-    json_object_set_new(j, "optimizer_steps", json_integer(st.optimizer_steps));
+    json_object_set_new(j, "optimizer_steps", json_integer((json_int_t)opt_applied));
+    /* AdamW's step count t: behind optimizer_steps after a rollback */
+    json_object_set_new(j, "optimizer_state_step", json_integer(st.optimizer_steps));
     json_object_set_new(j, "skipped_steps", json_integer(st.skipped_steps));
     json_object_set_new(j, "overflow_rate", jnum(st.overflow_rate));
     json_object_set_new(j, "current_scale", begun ? jnum(st.current_scale) : json_null());
@@ -173,6 +180,7 @@ mxp_status mxp_obs_export_json(mxp_obs *o, int64_t offset, int64_t limit, char *
         json_object_set_new(row, "duration_s", jnum(r->duration_s));
         json_object_set_new(row, "overflow", json_boolean(r->overflow));
         json_object_set_new(row, "precision", json_string(mxp_precision_name(r->precision)));
+        json_object_set_new(row, "lr", jnum(r->lr));
         json_array_append_new(arr, row);
     }
     mxp_free(rows);

@@ -27,14 +27,36 @@ int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a);
 
 /* Route library log messages to stderr with a level prefix. */
 void cli_install_logger(void);
-/* Print "mixprec: error: ..." to stderr. */
+/* Print "mixprec: error: ..." to stderr (through the library log, as a
+ * JSON line, after cli_errors_to_log(true): --log-format json). The
+ * message is also kept for cli_json_error_exit. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_errors_to_log(bool on);
+/* --json verbs: on a non-zero exit, main() prints one JSON object on
+ * stdout, {"schema":"mixprec.error/1","error":{"message":..,"exit_code":..,
+ * "exit_name":..}} (docs/json.md), so a consumer of stdout always gets
+ * JSON. cli_json_error_exit prints it (once) when on and rc != 0. */
+void cli_json_errors(bool on);
+void cli_json_error_exit(int rc);
+/* The name of an exit code: ok, failed, usage, io, stopped. */
+const char *cli_exit_name(int rc);
+/* The closest of n choices to word (edit distance <= 2, or a prefix of
+ * at least 3 letters), or NULL: "did you mean" for a typo'd verb. */
+const char *cli_did_you_mean(const char *word, const char *const *choices, int n);
 /* Resolve defaults < file < env < overrides into *cfg; on failure print the
  * error and return CLI_EXIT_USAGE. The builder is returned for printing
  * provenance (caller destroys), or NULL when not wanted. */
 int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep);
 /* mkdir -p (mxp_mkdirs) of a path no longer than a config string; 0 or errno. */
 int cli_mkdirs(const char *path);
+
+/* Print a jansson value (json_t *; void * keeps jansson out of this header)
+ * as one line of compact JSON on stdout. */
+void cli_json_print(const void *json);
+/* A config value's text as a typed JSON value (json_t *): true/false,
+ * integers and reals as numbers, JSON objects/arrays as themselves, else a
+ * string. The caller owns the reference. */
+void *cli_json_typed(const char *text);
 
 /* `"key":value,` with null for NaN/Inf, which JSON cannot represent. */
 void cli_json_number(FILE *f, const char *key, double v);
@@ -57,13 +79,28 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
 
 /* Progress of a training run: a bar on a terminal, a log line per ~10% (and
  * per skipped step) otherwise, and the mean loss of the current epoch's
- * applied steps. */
+ * applied steps. Both show percent, elapsed, ETA, steps/s, samples/s, the
+ * learning rate, the last validation loss and the precision (tr and
+ * samples_per_step: set by the caller, else those fields are left out).
+ * While a bar is on screen, log lines clear it, print, and redraw it. */
 typedef struct cli_progress {
     bool tty, quiet;
     int64_t last_print, cur_epoch, loss_n;
     double loss_sum, last_epoch_loss;
+    const mxp_trainer *tr;    /* lr and precision (NULL: not shown) */
+    int64_t samples_per_step; /* 0: samples/s not shown */
+    double val_loss;          /* last validation loss; 0 or NaN: none yet */
+    double t_start, t_drawn;  /* internal: first update, last bar drawn */
+    int64_t step0;            /* internal: step of the first update */
 } cli_progress;
 void cli_progress_update(cli_progress *ps, const mxp_progress *p);
+/* Take the bar off the screen for good (end of run, error). */
+void cli_progress_end(cli_progress *ps);
+/* A one-line status on stderr for long phases before the first step
+ * ("generating 256 trajectories of ant (MuJoCo)..."); a terminal gets it
+ * redrawn in place, a log one line. cli_status_done ends it. */
+void cli_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_status_done(void);
 
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);

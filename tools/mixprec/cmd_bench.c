@@ -17,12 +17,14 @@
 #include "kernels/threads.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void help(FILE *f) {
-    fputs("usage: mixprec bench kernels [--csv FILE] [--reps N] [--quick]\n"
+    fputs("usage: mixprec bench kernels [--csv FILE] [--json] [--reps N] [--quick]\n"
           "                             [--no-generic] [--no-peers]\n"
           "       mixprec bench train --help   (every precision mode on the workloads)\n"
           "\n"
@@ -33,6 +35,8 @@ static void help(FILE *f) {
           "machine (threads: MIXPREC_NUM_THREADS, default all CPUs).\n"
           "\n"
           "  --csv FILE    also write every measurement to FILE (CSV)\n"
+          "  --json        every measurement as one JSON object on stdout (schema\n"
+          "                mixprec.bench_kernels/1, docs/json.md; the tables go to stderr)\n"
           "  --reps N      timed samples per measurement, 1..1000 (default 7; quick 3)\n"
           "  --quick       fewer shapes and smaller buffers (about 20 s)\n"
           "  --no-generic  skip the generic-table rows (its large GEMMs are slow)\n"
@@ -43,11 +47,12 @@ static void help(FILE *f) {
 typedef struct bench_opts {
     const char *csv_path;
     int reps;
-    bool quick, generic, peers;
+    bool quick, generic, peers, json;
 } bench_opts;
 
 typedef struct bench_out {
     FILE *csv;
+    json_t *rows; /* --json: one object per measurement (the CSV's columns) */
 } bench_out;
 
 static const char *trans_name(const bench_gemm_shape *s) {
@@ -59,6 +64,16 @@ static void csv_row(bench_out *o, const char *section, const char *name, const c
                     const char *dtype, const char *trans, int64_t M, int64_t N, int64_t K,
                     int threads, double value, const char *unit, const bench_timing *t,
                     double pct, const char *peak_ref) {
+    if (o->rows) {
+        json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:i,s:f,s:s,s:f,s:f,s:i,s:f,s:s}",
+                              "section", section, "name", name, "impl", impl, "dtype", dtype,
+                              "trans", trans, "M", (json_int_t)M, "N", (json_int_t)N, "K",
+                              (json_int_t)K, "threads", threads, "value", value, "unit", unit,
+                              "median_ms", t ? t->median_s * 1e3 : 0.0, "min_ms",
+                              t ? t->min_s * 1e3 : 0.0, "samples", t ? t->samples : 0,
+                              "pct_of_peak", pct, "peak_ref", peak_ref);
+        if (r) json_array_append_new(o->rows, r);
+    }
     if (!o->csv) return;
     fprintf(o->csv, "%s,%s,%s,%s,%s,%lld,%lld,%lld,%d,%.3f,%s,%.6f,%.6f,%d,%.1f,%s\n",
             section, name, impl, dtype, trans, (long long)M, (long long)N, (long long)K,
@@ -266,7 +281,7 @@ static void run_loops(const bench_opts *opt, bench_out *o) {
 }
 
 static int bench_kernels(int argc, char **argv) {
-    bench_opts opt = {NULL, 0, false, true, true};
+    bench_opts opt = {NULL, 0, false, true, true, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -278,6 +293,8 @@ static int bench_kernels(int argc, char **argv) {
             opt.generic = false;
         } else if (strcmp(a, "--no-peers") == 0) {
             opt.peers = false;
+        } else if (strcmp(a, "--json") == 0) {
+            opt.json = true;
         } else if (strcmp(a, "--csv") == 0 || strcmp(a, "--reps") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value", a);
@@ -296,14 +313,24 @@ static int bench_kernels(int argc, char **argv) {
                 opt.reps = (int)r;
             }
         } else {
-            cli_error("unexpected argument '%s'; accepted: --csv FILE, --reps N, --quick, "
+            cli_error("unexpected argument '%s'; accepted: --csv FILE, --json, --reps N, --quick, "
                       "--no-generic, --no-peers", a);
             return CLI_EXIT_USAGE;
         }
     }
     if (opt.reps == 0) opt.reps = opt.quick ? 3 : 7;
     cli_install_logger();
-    bench_out o = {NULL};
+    bench_out o = {NULL, NULL};
+    int saved_stdout = -1;
+    if (opt.json) { /* the tables go to stderr, stdout keeps the one JSON object */
+        fflush(stdout);
+        saved_stdout = dup(STDOUT_FILENO);
+        if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+            cli_error("--json: cannot redirect the tables to stderr: %s", strerror(errno));
+            return CLI_EXIT_IO;
+        }
+        o.rows = json_array();
+    }
     if (opt.csv_path) {
         o.csv = fopen(opt.csv_path, "w");
         if (!o.csv) {
@@ -326,6 +353,21 @@ static int bench_kernels(int argc, char **argv) {
     int rc = run_gemm(&opt, &o, threads, peak);
     if (rc == CLI_EXIT_OK) run_loops(&opt, &o);
     print_load("at end");
+    if (opt.json) {
+        fflush(stdout);
+        dup2(saved_stdout, STDOUT_FILENO);
+        close(saved_stdout);
+        json_t *j = json_object();
+        json_object_set_new(j, "schema", json_string("mixprec.bench_kernels/1"));
+        json_object_set_new(j, "table", json_string(act->isa));
+        json_object_set_new(j, "threads", json_integer(threads));
+        json_object_set_new(j, "reps", json_integer(opt.reps));
+        json_object_set_new(j, "load_average", json_real(cli_load_average()));
+        json_object_set_new(j, "ok", json_boolean(rc == CLI_EXIT_OK));
+        json_object_set_new(j, "rows", o.rows);
+        cli_json_print(j);
+        json_decref(j);
+    }
     if (o.csv && fclose(o.csv) != 0) {
         cli_error("cannot write %s: %s", opt.csv_path, strerror(errno));
         return CLI_EXIT_IO;

@@ -10,6 +10,7 @@
 #include "data_cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,21 +22,24 @@
 static void help(FILE *f) {
     fputs("usage: mixprec ckpt <command> ...\n"
           "\n"
-          "  verify FILE|DIR [--quiet]  header, bounds, checksums, dtypes (master weights\n"
+          "  verify FILE|DIR [--quiet] [--json]\n"
+          "                             header, bounds, checksums, dtypes (master weights\n"
           "                             F32), finite values, and shapes against the\n"
           "                             checkpoint's config; exit 0 only if all pass\n"
           "  inspect FILE [--json]      metadata and a per-tensor table: name, dtype,\n"
-          "                             shape, min, max, %% non-finite\n"
-          "  export FILE --dtype bf16|fp16|fp32 -o OUT\n"
+          "                             shape, min, max, percent non-finite\n"
+          "  export FILE --dtype bf16|fp16|fp32|f8_e4m3|f8_e5m2 -o OUT\n"
           "  export CKPT_OR_RUN_DIR --torch -o OUT   (user-data models: state_dict + stats)\n"
           "                             the model weights for inference (RNE)\n"
           "  diff A B                   per-tensor max |a-b| and max relative difference;\n"
           "                             exit 0 identical, 1 different\n"
           "  keep FILE [--off]          mark a checkpoint to survive retention\n"
-          "  list DIR                   the checkpoints of DIR, oldest first\n"
+          "  list DIR [--json]          the checkpoints of DIR, oldest first\n"
           "\n"
           "DIR may be a run directory (with a checkpoints/ subdirectory) or the\n"
-          "checkpoint directory itself.\n",
+          "checkpoint directory itself. --json: one JSON object on stdout\n"
+          "(schemas mixprec.ckpt_verify/1, mixprec.ckpt_inspect/1, mixprec.ckpt_list/1;\n"
+          "docs/json.md), numbers as numbers.\n",
           f);
 }
 
@@ -91,15 +95,49 @@ static mxp_status model_of(const mxp_st_file *f, const mxp_ckpt_info *info, mxp_
     return s;
 }
 
-/* Verify one file; print a line; true when it passes. */
-static bool verify_one(const char *path, bool quiet) {
+/* Verify one file; print a line (or append an object to the JSON array
+ * out); true when it passes. */
+/* `ckpt export` output (format mixprec-weights): checksums and finite
+ * values; *what names it for the report. */
+static mxp_status verify_weights(const mxp_st_file *f, mxp_ckpt_info *info, char *what,
+                                 size_t n, mxp_error *err) {
+    memset(info, 0, sizeof *info);
+    const char *st = mxp_st_file_meta(f, "source_step");
+    info->step = st ? strtoll(st, NULL, 10) : -1;
+    info->healthy = true;
+    mxp_status s = mxp_st_file_verify(f, err);
+    if (s != MXP_OK) return s;
+    for (int i = 0; i < mxp_st_file_num_tensors(f); i++) {
+        const mxp_st_tensor *t = mxp_st_file_tensor(f, i);
+        for (size_t k = 0; k < t->numel; k++)
+            if (!isfinite(mxp_st_tensor_get(t, k)))
+                return mxp_error_set(err, MXP_ERR_NONFINITE, "tensor %s: element %zu is not "
+                                     "finite", t->name, k);
+    }
+    const char *dt = mxp_st_file_meta(f, "dtype");
+    snprintf(what, n, "exported weights (%s), checksums and values ok", dt ? dt : "?");
+    return MXP_OK;
+}
+
+static bool verify_one(const char *path, bool quiet, json_t *out) {
     mxp_error err = {0};
     mxp_st_file *f = NULL;
     mxp_ckpt_info info;
+    memset(&info, 0, sizeof info);
     mxp_status s = mxp_st_file_read(path, &f, &err);
-    if (s == MXP_OK) s = mxp_ckpt_check(f, NULL, &info, &err);
+    if (s == MXP_ERR_FORMAT) { /* say what the file is not before why */
+        char why[MXP_ERROR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err.msg);
+        mxp_error_set(&err, MXP_ERR_FORMAT, "not a safetensors file: %s", why);
+    }
+    const char *fmt = s == MXP_OK ? mxp_st_file_meta(f, "format") : NULL;
+    const bool weights = fmt && strcmp(fmt, "mixprec-weights") == 0;
     char note[MXP_ERROR_MSG_MAX + 16] = "";
-    if (s == MXP_OK) {
+    if (s == MXP_OK && weights)
+        s = verify_weights(f, &info, note, sizeof note, &err);
+    else if (s == MXP_OK)
+        s = mxp_ckpt_check(f, NULL, &info, &err);
+    if (s == MXP_OK && !weights) {
         mxp_model *m = NULL;
         char why[MXP_ERROR_MSG_MAX];
         mxp_status ms = model_of(f, &info, &m, why, sizeof why);
@@ -115,52 +153,104 @@ static bool verify_one(const char *path, bool quiet) {
         mxp_model_destroy(m);
     }
     mxp_st_file_destroy(f);
+    if (out) {
+        json_t *e = json_object();
+        json_object_set_new(e, "path", json_string(path));
+        json_object_set_new(e, "ok", json_boolean(s == MXP_OK));
+        json_object_set_new(e, "error", s == MXP_OK ? json_null() : json_string(err.msg));
+        json_object_set_new(e, "step", s == MXP_OK ? json_integer(info.step) : json_null());
+        json_object_set_new(e, "precision", s == MXP_OK && !weights
+                                                ? json_string(mxp_precision_name(info.precision))
+                                                : json_null());
+        json_object_set_new(e, "kind", json_string(weights ? "weights" : "checkpoint"));
+        json_object_set_new(e, "healthy", s == MXP_OK ? json_boolean(info.healthy) : json_null());
+        json_object_set_new(e, "note", json_string(note[0] == ',' ? note + 2 : note));
+        json_array_append_new(out, e);
+        return s == MXP_OK;
+    }
     if (s != MXP_OK) {
         printf("FAIL %s\n", err.msg);
         return false;
     }
-    if (!quiet)
+    if (!quiet && weights)
+        printf("ok   %s: step %lld, %s\n", path, (long long)info.step, note);
+    else if (!quiet)
         printf("ok   %s: step %lld, %s, %s%s\n", path, (long long)info.step,
                mxp_precision_name(info.precision), info.healthy ? "healthy" : "UNHEALTHY", note);
     return true;
 }
 
+/* The JSON document of `ckpt verify --json`: every file and the verdict. */
+static int verify_json_end(json_t *arr, const char *dir_error) {
+    size_t bad = 0, n = json_array_size(arr);
+    for (size_t i = 0; i < n; i++)
+        bad += !json_is_true(json_object_get(json_array_get(arr, i), "ok"));
+    json_t *j = json_object();
+    json_object_set_new(j, "schema", json_string("mixprec.ckpt_verify/1"));
+    json_object_set_new(j, "ok", json_boolean(bad == 0 && !dir_error && n > 0));
+    json_object_set_new(j, "error", dir_error ? json_string(dir_error) : json_null());
+    json_object_set_new(j, "checked", json_integer((json_int_t)n));
+    json_object_set_new(j, "failed", json_integer((json_int_t)bad));
+    json_object_set_new(j, "checkpoints", arr);
+    cli_json_print(j);
+    json_decref(j);
+    cli_json_errors(false); /* the verdict is the JSON above */
+    return bad == 0 && !dir_error && n > 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
 static int ckpt_verify(int argc, char **argv) {
     const char *target = NULL;
     bool quiet = false;
+    json_t *arr = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quiet"))
+        if (!strcmp(argv[i], "--json") && !arr)
+            arr = json_array();
+        else if (!strcmp(argv[i], "--quiet"))
             quiet = true;
         else if (!target && argv[i][0] != '-')
             target = argv[i];
         else {
             cli_error("ckpt verify: unexpected argument '%s'; usage: ckpt verify FILE|DIR "
-                      "[--quiet]",
+                      "[--quiet] [--json]",
                       argv[i]);
+            json_decref(arr);
             return CLI_EXIT_USAGE;
         }
     }
     if (!target) {
         cli_error("ckpt verify: FILE or DIR required");
+        json_decref(arr);
         return CLI_EXIT_USAGE;
     }
-    if (!is_dir(target)) return verify_one(target, quiet) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    if (!is_dir(target)) {
+        bool ok = verify_one(target, quiet, arr);
+        if (arr) return verify_json_end(arr, NULL);
+        return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    }
     char dir[MXP_CKPT_PATH_MAX];
     ckpt_dir_of(target, dir, sizeof dir);
     mxp_ckpt_entry *e = NULL;
     size_t n = 0;
     mxp_error err = {0};
     if (mxp_ckpt_list(dir, &e, &n, &err) != MXP_OK) {
+        if (arr) return verify_json_end(arr, err.msg);
         printf("FAIL %s\n", err.msg);
         return CLI_EXIT_FAIL;
     }
     if (n == 0) {
-        printf("FAIL %s: no checkpoints (ckpt-*.safetensors)\n", dir);
+        char msg[MXP_CKPT_PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "%s: no checkpoints (ckpt-*.safetensors)", dir);
         mxp_free(e);
+        if (arr) return verify_json_end(arr, msg);
+        printf("FAIL %s\n", msg);
         return CLI_EXIT_FAIL;
     }
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += !verify_one(e[i].path, quiet);
+    for (size_t i = 0; i < n; i++) bad += !verify_one(e[i].path, quiet, arr);
+    if (arr) {
+        mxp_free(e);
+        return verify_json_end(arr, NULL);
+    }
     if (!quiet) printf("%zu of %zu checkpoints verify\n", n - bad, n);
     mxp_free(e);
     return bad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
@@ -238,13 +328,19 @@ static int ckpt_inspect(int argc, char **argv) {
     if (json) {
         fputs("{\"file\":", o);
         json_str(o, path);
-        fprintf(o, ",\"bytes\":%zu,\"checksums_ok\":%s,\"metadata\":{", mxp_st_file_size(f),
-                integrity ? "true" : "false");
+        fprintf(o, ",\"schema\":\"mixprec.ckpt_inspect/1\",\"bytes\":%zu,\"checksums_ok\":%s,"
+                   "\"metadata\":{", mxp_st_file_size(f), integrity ? "true" : "false");
+        /* safetensors metadata values are strings; numbers, booleans and
+         * JSON objects among them come out typed */
         for (int i = 0; i < mxp_st_file_num_meta(f); i++) {
             if (i) fputc(',', o);
             json_str(o, mxp_st_file_meta_key(f, i));
             fputc(':', o);
-            json_str(o, mxp_st_file_meta_value(f, i));
+            json_t *v = cli_json_typed(mxp_st_file_meta_value(f, i));
+            char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+            fputs(t ? t : "null", o);
+            free(t);
+            json_decref(v);
         }
         fputs("},\"tensors\":[", o);
     } else {
@@ -459,8 +555,9 @@ static int ckpt_keep(int argc, char **argv) {
 }
 
 static int ckpt_list(int argc, char **argv) {
-    if (argc != 2) {
-        cli_error("ckpt list: usage: ckpt list DIR");
+    const bool json = argc == 3 && !strcmp(argv[2], "--json");
+    if (argc != 2 && !json) {
+        cli_error("ckpt list: usage: ckpt list DIR [--json]");
         return CLI_EXIT_USAGE;
     }
     char dir[MXP_CKPT_PATH_MAX];
@@ -472,11 +569,29 @@ static int ckpt_list(int argc, char **argv) {
         cli_error("%s", err.msg);
         return CLI_EXIT_FAIL;
     }
+    json_t *arr = json ? json_array() : NULL;
     for (size_t i = 0; i < n; i++) {
         struct stat st;
         long long sz = stat(e[i].path, &st) == 0 ? (long long)st.st_size : -1;
+        if (arr) {
+            json_t *c = json_object();
+            json_object_set_new(c, "step", json_integer(e[i].step));
+            json_object_set_new(c, "bytes", sz >= 0 ? json_integer(sz) : json_null());
+            json_object_set_new(c, "path", json_string(e[i].path));
+            json_object_set_new(c, "keep", json_boolean(e[i].keep));
+            json_array_append_new(arr, c);
+            continue;
+        }
         printf("%12lld  %12lld bytes  %s%s\n", (long long)e[i].step, sz, e[i].path,
                e[i].keep ? "  [keep]" : "");
+    }
+    if (arr) {
+        json_t *j = json_object();
+        json_object_set_new(j, "schema", json_string("mixprec.ckpt_list/1"));
+        json_object_set_new(j, "dir", json_string(dir));
+        json_object_set_new(j, "checkpoints", arr);
+        cli_json_print(j);
+        json_decref(j);
     }
     mxp_free(e);
     return CLI_EXIT_OK;

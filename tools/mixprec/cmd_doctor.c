@@ -14,8 +14,10 @@
 
 #include "kernels/kernels.h"
 
+#include <jansson.h>
+
 static void help(FILE *f) {
-    fputs("usage: mixprec doctor [--preflight] [--config FILE] [key=value ...]\n"
+    fputs("usage: mixprec doctor [--preflight] [--json] [--config FILE] [key=value ...]\n"
           "\n"
           "Report this CPU's features, how each precision mode runs on it\n"
           "(native, hardware conversion, or emulated), the automatic fallback\n"
@@ -25,6 +27,8 @@ static void help(FILE *f) {
           "                  configured world model in FP32, measure per-layer\n"
           "                  headroom, and print the precision advisor's verdict\n"
           "                  for each format (what training.precision=auto picks)\n"
+          "  --json          one JSON object on stdout instead of the tables\n"
+          "                  (schema mixprec.doctor/1, docs/json.md)\n"
           "  --config FILE   YAML configuration for --preflight\n"
           "  key=value       config overrides for --preflight\n",
           f);
@@ -81,6 +85,75 @@ static void print_cpu(void) {
            "guard.fallback.allow_emulated=true.\n");
 }
 
+/* The same facts as print_cpu, as JSON (schema mixprec.doctor/1). */
+static json_t *cpu_json(void) {
+    const mxp_cpu_features *f = mxp_cpu_features_get();
+    json_t *j = json_object(), *feats = json_object(), *precs = json_array();
+    json_object_set_new(feats, "avx2", json_boolean(f->avx2));
+    json_object_set_new(feats, "fma", json_boolean(f->fma));
+    json_object_set_new(feats, "f16c", json_boolean(f->f16c));
+    json_object_set_new(feats, "avx512f", json_boolean(f->avx512f));
+    json_object_set_new(feats, "avx512bw", json_boolean(f->avx512bw));
+    json_object_set_new(feats, "avx512vl", json_boolean(f->avx512vl));
+    json_object_set_new(feats, "avx512_bf16", json_boolean(f->avx512_bf16));
+    json_object_set_new(feats, "avx512_fp16", json_boolean(f->avx512_fp16));
+    json_object_set_new(feats, "amx_bf16", json_boolean(f->amx_bf16));
+    json_object_set_new(j, "schema", json_string("mixprec.doctor/1"));
+    json_object_set_new(j, "cpu_features", feats);
+    json_object_set_new(j, "kernels", json_string(mxp_kernels_get()->isa));
+    const char *forced = getenv("MIXPREC_FORCE_ISA");
+    json_object_set_new(j, "forced_isa", forced && *forced ? json_string(forced) : json_null());
+    int mjv = mxp_mujoco_version();
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", mjv / 100, mjv / 10 % 10, mjv % 10);
+    json_object_set_new(j, "mujoco", mjv > 0 ? json_string(v) : json_null());
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        const char *why = "";
+        mxp_support sup = mxp_precision_support((mxp_precision)p, f, &why);
+        mxp_precision next = mxp_precision_fallback((mxp_precision)p, f, false);
+        json_t *e = json_object();
+        json_object_set_new(e, "precision", json_string(mxp_precision_name((mxp_precision)p)));
+        json_object_set_new(e, "support", json_string(mxp_support_name(sup)));
+        json_object_set_new(e, "fallback", next == (mxp_precision)p
+                                               ? json_null()
+                                               : json_string(mxp_precision_name(next)));
+        json_object_set_new(e, "how", json_string(why));
+        json_array_append_new(precs, e);
+    }
+    json_object_set_new(j, "precisions", precs);
+    return j;
+}
+
+static json_t *preflight_json(const mxp_preflight_report *rep, const mxp_model_spec *sp,
+                              int64_t B) {
+    json_t *j = json_object(), *layers = json_array(), *verdicts = json_array();
+    json_object_set_new(j, "batches", json_integer(rep->n_batches));
+    json_object_set_new(j, "batch_size", json_integer(B));
+    for (int l = 0; l < rep->n_layers; l++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "layer", json_integer(l));
+        json_object_set_new(e, "kind", json_string(mxp_layer_kind_name(sp->layers[l].kind)));
+        json_object_set_new(e, "max_abs_output", json_real(rep->act_absmax[l]));
+        json_object_set_new(e, "max_abs_grad", json_real(rep->grad_absmax[l]));
+        json_array_append_new(layers, e);
+    }
+    for (int p = 0; p < MXP_PRECISION_COUNT; p++) {
+        const mxp_format_verdict *v = &rep->verdict[p];
+        if (!v->evaluated) continue;
+        json_t *e = json_object();
+        json_object_set_new(e, "precision", json_string(mxp_precision_name((mxp_precision)p)));
+        json_object_set_new(e, "safe", json_boolean(v->safe));
+        json_object_set_new(e, "support", json_string(mxp_support_name(v->support)));
+        json_object_set_new(e, "reason", json_string(v->reason));
+        json_array_append_new(verdicts, e);
+    }
+    json_object_set_new(j, "layers", layers);
+    json_object_set_new(j, "verdicts", verdicts);
+    json_object_set_new(j, "recommended", json_string(mxp_precision_name(rep->recommended)));
+    json_object_set_new(j, "why", json_string(rep->why));
+    return j;
+}
+
 /* The GPU section: what the CUDA runtime reports, or why there is none
  * (built without CUDA: nothing of CUDA is linked or loaded; no device or no
  * driver: the runtime's error text). */
@@ -114,7 +187,8 @@ static void print_gpu(void) {
     printf("                (training.device=cuda is not implemented yet: docs/gpu.md)\n");
 }
 
-static int preflight(const cli_config_args *a) {
+/* out: the JSON document (--json) to add "preflight" to, or NULL: text. */
+static int preflight(const cli_config_args *a, json_t *out) {
     mxp_config cfg;
     int rc = cli_resolve_config(a, &cfg, NULL);
     if (rc != CLI_EXIT_OK) return rc;
@@ -149,6 +223,11 @@ static int preflight(const cli_config_args *a) {
         return CLI_EXIT_FAIL;
     }
     const mxp_model_spec *sp = mxp_model_get_spec(m);
+    if (out) {
+        json_object_set_new(out, "preflight", preflight_json(&rep, sp, B));
+        mxp_world_model_destroy(wm);
+        return CLI_EXIT_OK;
+    }
     printf("\npreflight: %d FP32 batches of %lld on the configured world model\n", rep.n_batches,
            (long long)B);
     printf("%-6s %-10s %14s %14s\n", "layer", "kind", "max |output|", "max |grad|");
@@ -170,27 +249,36 @@ static int preflight(const cli_config_args *a) {
 
 int cmd_doctor(int argc, char **argv) {
     cli_config_args a = {0};
-    bool pre = false;
+    bool pre = false, json = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             help(stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(argv[i], "--preflight") == 0) {
             pre = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
         } else {
             int took = cli_take_config_arg(argc, argv, &i, &a);
             if (took < 0) return CLI_EXIT_USAGE;
             if (took > 0) continue;
-            cli_error("unexpected argument '%s'; accepted: --preflight, --config FILE, --help, "
-                      "key=value", argv[i]);
+            cli_error("unexpected argument '%s'; accepted: --preflight, --json, --config FILE, "
+                      "--help, key=value", argv[i]);
             return CLI_EXIT_USAGE;
         }
     }
     cli_install_logger();
     mxp_log_set_level(MXP_LOG_WARN);
-    print_cpu();
-    print_gpu();
-    return pre ? preflight(&a) : CLI_EXIT_OK;
+    if (!json) {
+        print_cpu();
+        print_gpu();
+        return pre ? preflight(&a, NULL) : CLI_EXIT_OK;
+    }
+    json_t *j = cpu_json();
+    int rc = pre ? preflight(&a, j) : CLI_EXIT_OK;
+    if (rc == CLI_EXIT_OK) cli_json_print(j);
+    json_decref(j);
+    return rc;
 }
 
 /* ---- the guard in `mixprec train` ------------------------------------------ */

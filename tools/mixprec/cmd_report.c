@@ -13,7 +13,8 @@
  * that benchmark's plots instead (bench_train_plot.c).
  *
  * Exit codes: 0 ok; 1 gnuplot missing or failed (report.md is still
- * written); 2 usage; 3 the store cannot be read or outputs written.
+ * written) or the store cannot be read; 2 usage: no run store in RUN_DIR,
+ * not a run store, unknown --run; 3 outputs could not be written.
  */
 #include "bench_train.h"
 #include "obs_glue.h"
@@ -29,6 +30,8 @@
 #define PATH_LEN (2 * MXP_CONFIG_STR_MAX + 64)
 #define MAX_MD_EVENTS 200
 #define MAX_MARKS 40
+#define MAX_VALS 4096
+#define MSG_MAX 1024 /* a whole event message: report.md never cuts one */
 
 static void help(FILE *f) {
     fputs("usage: mixprec report RUN_DIR [--run RUN_ID] [--db FILE] [-o OUT_DIR]\n"
@@ -49,7 +52,7 @@ static void help(FILE *f) {
 typedef struct md_event {
     int64_t step;
     double t;
-    char kind[32], severity[16], message[160];
+    char kind[32], severity[16], message[MSG_MAX];
 } md_event;
 
 typedef struct report_state {
@@ -66,7 +69,19 @@ typedef struct report_state {
     int64_t marks[MAX_MARKS];
     char mark_kind[MAX_MARKS][24];
     int n_marks;
+    FILE *vals;          /* validation losses (events of kind "validation") */
+    int64_t n_vals, last_step;
+    double val_min, val_max;
+    double loss_min, loss_max, gn_min, gn_max, frac_max; /* plot ranges */
+    int64_t over_first, over_last, n_over; /* overflow (skipped) steps */
+    double scale_min, scale_max;
 } report_state;
+
+static void widen(double *lo, double *hi, double v) {
+    if (!(v > 0) || !isfinite(v)) return;
+    if (isnan(*lo) || v < *lo) *lo = v;
+    if (isnan(*hi) || v > *hi) *hi = v;
+}
 
 static void put_num(FILE *f, double v) {
     if (isfinite(v))
@@ -87,6 +102,18 @@ static void on_step(void *user, const mxp_obs_step_row *r) {
     put_num(rs->steps, r->duration_s * 1e3);
     fprintf(rs->steps, " %lld\n", (long long)r->epoch);
     rs->n_steps++;
+    rs->last_step = r->step;
+    widen(&rs->loss_min, &rs->loss_max, r->loss);
+    widen(&rs->gn_min, &rs->gn_max, r->grad_norm);
+    widen(&rs->scale_min, &rs->scale_max, r->scale);
+    if (isfinite(r->zero_fraction) && r->zero_fraction > rs->frac_max)
+        rs->frac_max = r->zero_fraction;
+    if (isfinite(r->near_overflow_fraction) && r->near_overflow_fraction > rs->frac_max)
+        rs->frac_max = r->near_overflow_fraction;
+    if (r->overflow) {
+        if (rs->n_over++ == 0) rs->over_first = r->step;
+        rs->over_last = r->step;
+    }
     if (isfinite(r->loss)) {
         rs->last_loss = r->loss;
         if (isnan(rs->min_loss) || r->loss < rs->min_loss) rs->min_loss = r->loss;
@@ -128,7 +155,7 @@ static void copy_clean(char *dst, size_t n, const char *src) {
 
 static void on_event(void *user, const mxp_obs_event_row *e) {
     report_state *rs = user;
-    char msg[160];
+    char msg[MSG_MAX];
     copy_clean(msg, sizeof msg, e->message);
     fprintf(rs->events, "%lld\t%s\t%s\t%s\n", (long long)e->step, e->kind, e->severity, msg);
     rs->ev_total++;
@@ -140,8 +167,22 @@ static void on_event(void *user, const mxp_obs_event_row *e) {
         copy_clean(m->severity, sizeof m->severity, e->severity);
         snprintf(m->message, sizeof m->message, "%s", msg);
     }
+    const char *lp = e->detail ? strstr(e->detail, "\"loss\":") : NULL;
+    if (strcmp(e->kind, "validation") == 0 && lp && rs->n_vals < MAX_VALS) {
+        double v = strtod(lp + 7, NULL);
+        /* step -1 events (the end of the run) sit at the last step */
+        int64_t at = e->step >= 0 ? e->step : rs->last_step;
+        if (isfinite(v) && v > 0) {
+            fprintf(rs->vals, "%lld %.9g\n", (long long)at, v);
+            widen(&rs->val_min, &rs->val_max, v);
+            rs->n_vals++;
+        }
+    }
     bool mark = strcmp(e->kind, "fallback") == 0 || strcmp(e->kind, "precision_change") == 0 ||
                 strcmp(e->kind, "rollback") == 0;
+    /* one mark per kind and step (alerts of a rollback step repeat it) */
+    for (int i = 0; mark && i < rs->n_marks; i++)
+        if (rs->marks[i] == e->step && strcmp(rs->mark_kind[i], e->kind) == 0) mark = false;
     if (mark && rs->n_marks < MAX_MARKS) {
         rs->marks[rs->n_marks] = e->step;
         copy_clean(rs->mark_kind[rs->n_marks], sizeof rs->mark_kind[0], e->kind);
@@ -191,19 +232,50 @@ static void gp_quote(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
+/* Rollbacks (red, solid), fallbacks (orange, dashed) and operator switches
+ * (blue, dotted) as vertical lines; labels of marks at the same step are
+ * stacked so they never print over each other. */
 static void gp_marks(FILE *f, const report_state *rs) {
     fputs("unset arrow\nunset label\n", f);
     for (int i = 0; i < rs->n_marks; i++) {
-        fprintf(f, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 2 lw 1.5 "
-                   "lc rgb '#e36209'\n", (long long)rs->marks[i], (long long)rs->marks[i]);
-        fprintf(f, "set label '%s' at %lld, graph 0.97 right rotate by 90 offset -0.4,0 "
-                   "tc rgb '#e36209' font ',9'\n", rs->mark_kind[i], (long long)rs->marks[i]);
+        const char *k = rs->mark_kind[i];
+        const bool rb = strcmp(k, "rollback") == 0, fb = strcmp(k, "fallback") == 0;
+        const char *col = rb ? "#d7263d" : fb ? "#e36209" : "#0969da";
+        /* labels of marks within 2% of the run of each other stack */
+        const int64_t near = rs->last_step / 50 > 0 ? rs->last_step / 50 : 1;
+        int same = 0;
+        for (int j = 0; j < i; j++) same += llabs(rs->marks[j] - rs->marks[i]) <= near;
+        fprintf(f, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt %d lw 2 "
+                   "lc rgb '%s' front\n", (long long)rs->marks[i], (long long)rs->marks[i],
+                rb ? 1 : fb ? 2 : 3, col);
+        fprintf(f, "set label '%s (step %lld)' at %lld, graph %.2f left offset 0.5,0 "
+                   "tc rgb '%s' font ',10' front\n", k, (long long)rs->marks[i],
+                (long long)rs->marks[i], 0.95 - 0.07 * same, col);
     }
+}
+
+/* Tick marks with numbers on a log-10 axis: 1-2-5 (or 1..9) per decade
+ * when the data spans few decades, decades otherwise; gnuplot's own log
+ * tics label decades only, and a loss between 0.3 and 0.9 got none. */
+static void gp_log_tics(FILE *f, const char *axis, double lo, double hi) {
+    if (!(lo > 0) || !(hi >= lo)) return;
+    int a = (int)floor(log10(lo)), b = (int)ceil(log10(hi)), dec = b - a;
+    static const double m9[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, m3[] = {1, 2, 5}, m1[] = {1};
+    const double *m = dec <= 1 ? m9 : dec <= 3 ? m3 : m1;
+    int nm = dec <= 1 ? 9 : dec <= 3 ? 3 : 1, every = dec <= 8 ? 1 : (dec + 7) / 8, n = 0;
+    fprintf(f, "set %stics (", axis);
+    for (int e = a; e <= b; e += every)
+        for (int i = 0; i < nm; i++) {
+            double v = m[i] * pow(10.0, e);
+            if (v < lo / 1.2 || v > hi * 1.2) continue;
+            fprintf(f, "%s'%.3g' %.9g", n++ ? ", " : "", v, v);
+        }
+    fputs(")\n", f);
 }
 
 static void write_script(FILE *f, const char *out, const report_state *rs, double clip_ms) {
     char p[PATH_LEN + 32];
-    fputs("set terminal pngcairo size 1100,520 enhanced font 'DejaVu Sans,11'\n"
+    fputs("set terminal pngcairo size 1100,560 enhanced font 'DejaVu Sans,11'\n"
           "set datafile missing 'NaN'\nset grid lc rgb '#dddddd'\nset key top right opaque\n"
           "set xlabel 'step'\nset autoscale xfixmin\nset autoscale xfixmax\n", f);
     fputs("data = ", f);
@@ -216,30 +288,72 @@ static void write_script(FILE *f, const char *out, const report_state *rs, doubl
     gp_quote(f, p);
     fputc('\n', f);
     gp_marks(f, rs);
-    fputs("\nset title 'Training loss'\nset logscale y 10\nset ylabel 'loss (log)'\n"
-          "set format y '%.0e'\n"
-          "plot data using 1:2 with lines lw 1.2 lc rgb '#1f6feb' title 'training loss'\n", f);
+    double lo = rs->loss_min, hi = rs->loss_max;
+    if (rs->n_vals) {
+        lo = fmin(lo, rs->val_min);
+        hi = fmax(hi, rs->val_max);
+    }
+    fputs("\nset title 'Training and validation loss'\nset logscale y 10\nset ylabel 'loss (log)'\n",
+          f);
+    gp_log_tics(f, "y", lo, hi);
+    fputs("set autoscale yfix\nset offsets graph 0.01, graph 0.01, graph 0.05, graph 0.05\n"
+          "plot data using 1:2 with lines lw 1.2 lc rgb '#1f6feb' title 'training loss'", f);
+    if (rs->n_vals) {
+        fputs(", \\\n     ", f);
+        snprintf(p, sizeof p, "%s/validation.tsv", out);
+        gp_quote(f, p);
+        fputs(" using 1:2 with linespoints pt 7 ps 1.4 lw 2 lc rgb '#8250df' "
+              "title 'validation loss'", f);
+    }
+    fputs("\nset ytics autofreq\n", f);
     /* loss scale */
     snprintf(p, sizeof p, "%s/loss_scale.png", out);
     fputs("set output ", f);
     gp_quote(f, p);
-    fputs("\nset title 'Loss scale and overflow (skipped) steps'\nset logscale y 2\n"
-          "set ylabel 'loss scale (log2)'\nset format y '2^{%L}'\n"
-          "plot data using 1:3 with steps lw 1.5 lc rgb '#8250df' title 'loss scale', \\\n"
-          "     data using 1:($4 > 0 ? $3 : 1/0) with points pt 9 ps 1.2 lc rgb '#d7263d' "
-          "title 'overflow (skipped step)'\n", f);
+    /* the whole run, and below it the steps around the overflows when they
+     * crowd into a small part of it (they were squeezed on the axis) */
+    const int64_t span = rs->last_step > 0 ? rs->last_step : 1;
+    const bool zoom = rs->n_over > 0 && (rs->over_last - rs->over_first) * 4 < span;
+    fprintf(f, "\nset multiplot layout %d,1\n", zoom ? 2 : 1);
+    fprintf(f, "set title 'Loss scale and overflow (skipped) steps: %lld of %lld steps'\n"
+               "set logscale y 2\nset ylabel 'loss scale (log2)'\nset format y '2^{%%L}'\n"
+               "set autoscale yfix\nset offsets graph 0.02, graph 0.02, graph 0.1, graph 0.1\n",
+            (long long)rs->n_over, (long long)rs->n_steps);
+    const char *scale_plot =
+        "plot data using 1:3 with steps lw 1.5 lc rgb '#8250df' title 'loss scale', \\\n"
+        "     data using 1:($4 > 0 ? $3 : 1/0) with points pt 9 ps 1.4 lc rgb '#d7263d' "
+        "title 'overflow (skipped step)'\n";
+    fputs(scale_plot, f);
+    if (zoom) {
+        int64_t pad = (rs->over_last - rs->over_first) / 4 + 5;
+        int64_t a = rs->over_first - pad > 0 ? rs->over_first - pad : 0;
+        fprintf(f, "set title 'zoom: steps %lld-%lld'\nset xrange [%lld:%lld]\n",
+                (long long)a, (long long)(rs->over_last + pad), (long long)a,
+                (long long)(rs->over_last + pad));
+        fputs(scale_plot, f);
+        fputs("set autoscale x\nset autoscale xfixmin\nset autoscale xfixmax\n", f);
+    }
+    fputs("unset multiplot\nset format y '%g'\n", f);
     /* gradient health */
     snprintf(p, sizeof p, "%s/grad_health.png", out);
     fputs("set output ", f);
     gp_quote(f, p);
+    /* the right axis reaches at least 6%: above the zero_grad (5%) and
+     * grad_near_overflow (1%) alert thresholds, so 7e-6 is a flat line,
+     * not a full-height bar */
+    const double fmax = rs->frac_max * 1.15 > 0.06 ? fmin(1.0, rs->frac_max * 1.15) : 0.06;
     fputs("\nset title 'Gradient health'\nset logscale y 10\nset ylabel 'global grad norm (log)'\n"
-          "set format y '%.0e'\nset y2tics\nset y2range [0:*]\nset y2label 'fraction'\n"
-          "set format y2 '%.2g'\n"
+          "set autoscale yfix\nset offsets graph 0.01, graph 0.01, graph 0.05, graph 0.05\n", f);
+    gp_log_tics(f, "y", rs->gn_min, rs->gn_max);
+    fprintf(f, "set y2tics\nset y2range [0:%.6g]\nset y2label 'fraction of gradients'\n"
+               "set format y2 '%%.3g'\n", fmax);
+    fputs(""
           "plot data using 1:5 with lines lw 1 lc rgb '#1a7f37' title 'grad norm', \\\n"
           "     data using 1:6 axes x1y2 with lines lw 1 lc rgb '#bf8700' title 'zero fraction', "
           "\\\n     data using 1:7 axes x1y2 with lines lw 1 lc rgb '#cf222e' "
           "title 'near-overflow fraction'\n"
-          "unset y2tics\nunset y2label\n", f);
+          "unset y2tics\nunset y2label\nset ytics autofreq\nset offsets 0, 0, 0, 0\n"
+          "set autoscale y\n", f);
     /* step time */
     snprintf(p, sizeof p, "%s/step_time.png", out);
     fputs("set output ", f);
@@ -279,10 +393,13 @@ static void write_md(FILE *f, const mxp_obs_run_summary *sum, const report_state
             (long long)sum->overflow_steps,
             sum->steps ? 100.0 * (double)sum->overflow_steps / (double)sum->steps : 0.0);
     fprintf(f, "| final / lowest training loss | %.6g / %.6g |\n", rs->last_loss, rs->min_loss);
+    if (rs->n_vals)
+        fprintf(f, "| validation loss | %lld measurement%s, lowest %.6g |\n",
+                (long long)rs->n_vals, rs->n_vals == 1 ? "" : "s", rs->val_min);
     fprintf(f, "| step time | median %.3g ms, p99 %.3g ms |\n", med, p99);
     fprintf(f, "| events | %lld |\n\n", (long long)sum->events);
     if (plots)
-        fputs("## Loss\n\n![training loss](loss.png)\n\n"
+        fputs("## Loss\n\n![training and validation loss](loss.png)\n\n"
               "## Loss scale and overflow events\n\n![loss scale](loss_scale.png)\n\n"
               "## Gradient health\n\n![gradient health](grad_health.png)\n\n"
               "## Step time\n\n![step time](step_time.png)\n\n", f);
@@ -342,9 +459,11 @@ int cmd_report(int argc, char **argv) {
     else
         snprintf(outp, sizeof outp, "%s/report", dir);
     if (stat(dbp, &sb) != 0) {
-        cli_error("no run store at '%s': %s (runs write it unless obs.store.enabled=false)", dbp,
-                  strerror(errno));
-        return CLI_EXIT_IO;
+        /* a wrong input, not an output that could not be written */
+        cli_error("'%s' holds no run store (%s: %s); accepted: a run directory written by "
+                  "`mixprec train` (it keeps metrics.db unless obs.store.enabled=false), a "
+                  "`mixprec bench train` directory, or --db FILE", dir, dbp, strerror(errno));
+        return CLI_EXIT_USAGE;
     }
     int e = cli_mkdirs(outp);
     if (e != 0) {
@@ -354,6 +473,10 @@ int cmd_report(int argc, char **argv) {
     report_state *rs = mxp_calloc(1, sizeof *rs);
     if (!rs) return CLI_EXIT_FAIL;
     rs->last_loss = rs->min_loss = NAN;
+    rs->loss_min = rs->loss_max = rs->gn_min = rs->gn_max = NAN;
+    rs->val_min = rs->val_max = rs->scale_min = rs->scale_max = NAN;
+    snprintf(p, sizeof p, "%s/validation.tsv", outp);
+    rs->vals = fopen(p, "w");
     snprintf(p, sizeof p, "%s/steps.tsv", outp);
     rs->steps = fopen(p, "w");
     snprintf(p, sizeof p, "%s/events.tsv", outp);
@@ -361,7 +484,7 @@ int cmd_report(int argc, char **argv) {
     int rc = CLI_EXIT_OK;
     mxp_obs_run_summary sum;
     mxp_error err = {0};
-    if (!rs->steps || !rs->events) {
+    if (!rs->steps || !rs->events || !rs->vals) {
         cli_error("cannot write into '%s'", outp);
         rc = CLI_EXIT_IO;
     } else {
@@ -370,11 +493,13 @@ int cmd_report(int argc, char **argv) {
         fputs("# step\tkind\tseverity\tmessage\n", rs->events);
         if (mxp_obs_store_read(dbp, run, &sum, on_step, on_event, rs, &err) != MXP_OK) {
             cli_error("%s", err.msg);
-            rc = CLI_EXIT_IO;
+            /* an unreadable store or an unknown --run: the input is wrong */
+            rc = err.status == MXP_ERR_IO ? CLI_EXIT_FAIL : CLI_EXIT_USAGE;
         }
     }
     if (rs->steps && fclose(rs->steps) != 0 && rc == CLI_EXIT_OK) rc = CLI_EXIT_IO;
     if (rs->events && fclose(rs->events) != 0 && rc == CLI_EXIT_OK) rc = CLI_EXIT_IO;
+    if (rs->vals && fclose(rs->vals) != 0 && rc == CLI_EXIT_OK) rc = CLI_EXIT_IO;
     snprintf(p, sizeof p, "%s/trend.tsv", outp);
     if (rc == CLI_EXIT_OK && !write_trend(p, rs)) {
         cli_error("cannot write '%s'", p);

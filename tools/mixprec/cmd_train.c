@@ -24,7 +24,7 @@
 
 static void help(FILE *f) {
     fputs("usage: mixprec train [--config FILE] [--json] [--quiet] [--serve]\n"
-          "                     [--log-format text|json] [key=value ...]\n"
+          "                     [--resume RUN_DIR|CKPT] [--log-format text|json] [key=value ...]\n"
           "\n"
           "Train the world model (an MLP predicting next-state delta and reward\n"
           "from a replay buffer of pendulum or cart-pole trajectories), or with\n"
@@ -314,7 +314,13 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     opt.resume = resume ? ckpt : NULL;
     mxp_error err = {0};
     mxp_run *run = NULL;
-    if (mxp_run_create(&cfg, &opt, &run, &err) != MXP_OK) {
+    if (!quiet) /* the data comes first: MuJoCo takes seconds */
+        cli_status("preparing the %s data ...", cfg.workload == MXP_WORKLOAD_WORLD_MODEL
+                                                    ? mxp_env_info_get(cfg.data.env)->name
+                                                    : "training");
+    mxp_status cs = mxp_run_create(&cfg, &opt, &run, &err);
+    cli_status_done();
+    if (cs != MXP_OK) {
         cli_error("%s", err.msg);
         return fail_code(&err);
     }
@@ -328,7 +334,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         mxp_run_destroy(run);
         return CLI_EXIT_OK;
     }
-    log_start(&cfg, comm, run);
+    log_start(mxp_run_config(run), comm, run); /* the run's: auto has chosen by now */
     rc = train_run(run, &cfg, comm, &ps, primary, json);
     mxp_run_destroy(run);
     return rc;

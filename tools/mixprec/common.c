@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
@@ -10,24 +12,171 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
 
+/* The bar now on the terminal (NULL: none): a log line clears it, prints,
+ * and redraws it, so no message lands in the middle of a bar. */
+static char g_bar[512];
+static bool g_bar_shown;
+static bool g_status_shown;
+
+static void bar_clear(void) {
+    if (g_bar_shown || g_status_shown) {
+        fputs("\r\033[K", g_bar_shown ? stdout : stderr);
+        fflush(g_bar_shown ? stdout : stderr);
+    }
+}
+
 static void log_to_stderr(void *user, mxp_log_level level, const char *msg) {
     (void)user;
+    bar_clear();
+    g_status_shown = false;
     fprintf(stderr, "[mixprec %s] %s\n", mxp_log_level_name(level), msg);
+    if (g_bar_shown) {
+        fputs(g_bar, stdout);
+        fflush(stdout);
+    }
+}
+
+void cli_status(const char *fmt, ...) {
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (isatty(STDERR_FILENO)) {
+        fprintf(stderr, "\r\033[K%s", line);
+        g_status_shown = true;
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+    fflush(stderr);
+}
+
+void cli_status_done(void) {
+    if (!g_status_shown) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    g_status_shown = false;
 }
 
 void cli_install_logger(void) { mxp_log_set_callback(log_to_stderr, NULL); }
 
+static bool g_errors_to_log, g_json_errors, g_json_error_done;
+static char g_last_error[1024];
+
+void cli_errors_to_log(bool on) { g_errors_to_log = on; }
+void cli_json_errors(bool on) { g_json_errors = on; }
+
 void cli_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("mixprec: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
     va_end(ap);
+    if (g_errors_to_log) {
+        mxp_log(MXP_LOG_ERROR, "%s", g_last_error);
+        return;
+    }
+    bar_clear();
+    g_status_shown = false;
+    fprintf(stderr, "mixprec: error: %s\n", g_last_error);
+    if (g_bar_shown) {
+        fputs(g_bar, stdout);
+        fflush(stdout);
+    }
+}
+
+void cli_json_print(const void *json) {
+    char *t = json_dumps((const json_t *)json, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    if (t) {
+        fputs(t, stdout);
+        fputc('\n', stdout);
+        free(t);
+    }
+}
+
+void *cli_json_typed(const char *text) {
+    if (!text) return json_null();
+    if (!strcmp(text, "true") || !strcmp(text, "false")) return json_boolean(text[0] == 't');
+    char *end = NULL;
+    errno = 0;
+    long long iv = strtoll(text, &end, 10);
+    if (*text && *end == '\0' && errno == 0) return json_integer(iv);
+    double dv = strtod(text, &end);
+    if (*text && *end == '\0' && isfinite(dv)) return json_real(dv);
+    if (text[0] == '{' || text[0] == '[') {
+        json_t *j = json_loads(text, JSON_DECODE_ANY, NULL);
+        if (j) return j;
+    }
+    return json_string(text);
+}
+
+const char *cli_exit_name(int rc) {
+    switch (rc) {
+    case CLI_EXIT_OK: return "ok";
+    case CLI_EXIT_FAIL: return "failed";
+    case CLI_EXIT_USAGE: return "usage";
+    case CLI_EXIT_IO: return "io";
+    case 4: return "stopped"; /* CLI_EXIT_GUARD_STOP (doctor.h) */
+    default: return "unknown";
+    }
+}
+
+static void json_escaped(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_error_exit(int rc) {
+    if (!g_json_errors || rc == CLI_EXIT_OK || g_json_error_done) return;
+    g_json_error_done = true;
+    fputs("{\"schema\":\"mixprec.error/1\",\"error\":{\"message\":", stdout);
+    json_escaped(stdout, g_last_error[0] ? g_last_error : cli_exit_name(rc));
+    fprintf(stdout, ",\"exit_code\":%d,\"exit_name\":\"%s\"}}\n", rc, cli_exit_name(rc));
+    fflush(stdout);
+}
+
+/* Levenshtein distance of a and b, both shorter than 32 bytes (else 99). */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= 32 || m >= 32) return 99;
+    int d[32][32];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[n][m];
+}
+
+const char *cli_did_you_mean(const char *word, const char *const *choices, int n) {
+    const char *best = NULL;
+    int bd = 3;
+    for (int i = 0; i < n; i++) {
+        int dd = edit_distance(word, choices[i]);
+        if (strlen(word) >= 3 && strncmp(choices[i], word, strlen(word)) == 0) dd = 1;
+        if (dd < bd) {
+            bd = dd;
+            best = choices[i];
+        }
+    }
+    return best;
 }
 
 int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a) {
@@ -106,10 +255,11 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
     }
     size_t n;
     const mxp_history_row *h = mxp_trainer_history(tr, &n);
+    /* epochs 1-based, as every log line, the bar and resume name them */
     fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
     for (size_t i = 0; i < n; i++)
         fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
-                (long long)h[i].epoch, h[i].loss, (double)h[i].scale, h[i].grad_norm,
+                (long long)h[i].epoch + 1, h[i].loss, (double)h[i].scale, h[i].grad_norm,
                 h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
     bad |= fclose(f) != 0;
     if (bad) {
@@ -119,7 +269,82 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
     return CLI_EXIT_OK;
 }
 
+/* "1:02:03", "02:03" */
+static void fmt_hms(char *out, size_t n, double s) {
+    if (!(s >= 0) || s > 359999) {
+        snprintf(out, n, "--:--");
+        return;
+    }
+    const int t = (int)(s + 0.5); /* < 100 h */
+    if (t >= 3600)
+        snprintf(out, n, "%d:%02d:%02d", t / 3600 % 100, t / 60 % 60, t % 60);
+    else
+        snprintf(out, n, "%02d:%02d", t / 60 % 60, t % 60);
+}
+
+/* 38.5k, 1.2M */
+static void fmt_rate(char *out, size_t n, double r) {
+    if (!(r >= 0))
+        snprintf(out, n, "-");
+    else if (r >= 1e6)
+        snprintf(out, n, "%.3gM", r / 1e6);
+    else if (r >= 1e4)
+        snprintf(out, n, "%.3gk", r / 1e3);
+    else
+        snprintf(out, n, "%.3g", r);
+}
+
+static int term_width(void) {
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
+    return 100;
+}
+
+/* The fields after the bar/step counter: timing, rates, lr, val, precision. */
+static void progress_fields(const cli_progress *ps, const mxp_progress *p, double now,
+                            char *out, size_t n) {
+    const double el = now - ps->t_start;
+    const int64_t done = p->step - ps->step0;
+    const double sps = el > 0 && done > 0 ? (double)done / el : NAN;
+    const double eta = sps > 0 ? (double)(p->total_steps - p->step) / sps : NAN;
+    char e1[64], e2[64], r1[32], r2[32];
+    fmt_hms(e1, sizeof e1, el);
+    fmt_hms(e2, sizeof e2, p->step >= p->total_steps ? 0.0 : eta);
+    fmt_rate(r1, sizeof r1, sps);
+    size_t pos = 0;
+    int w = snprintf(out, n, "elapsed %s ETA %s  %s steps/s", e1, e2, r1);
+    pos = w > 0 ? (size_t)w : 0;
+    if (ps->samples_per_step > 0 && pos < n) {
+        fmt_rate(r2, sizeof r2, sps * (double)ps->samples_per_step);
+        w = snprintf(out + pos, n - pos, " %s samples/s", r2);
+        pos += w > 0 ? (size_t)w : 0;
+    }
+    if (pos < n)
+        pos += (size_t)snprintf(out + pos, n - pos, "  loss %.4g", p->result->loss);
+    if (ps->tr && pos < n) {
+        mxp_trainer_state st;
+        mxp_trainer_get_state(ps->tr, &st);
+        mxp_train_stats ts;
+        mxp_trainer_stats(ps->tr, &ts);
+        pos += (size_t)snprintf(out + pos, n - pos, " lr %.3g", (double)st.lr);
+        if (pos < n && ps->val_loss > 0)
+            pos += (size_t)snprintf(out + pos, n - pos, " val %.4g", ps->val_loss);
+        if (pos < n)
+            pos += (size_t)snprintf(out + pos, n - pos, "  %s", mxp_precision_name(ts.precision));
+    } else if (pos < n && ps->val_loss > 0) {
+        pos += (size_t)snprintf(out + pos, n - pos, " val %.4g", ps->val_loss);
+    }
+    if (pos < n && p->result->scale != 1.0f)
+        snprintf(out + pos, n - pos, " scale %g", (double)p->result->scale);
+}
+
 void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
+    const double now = mxp_time_now();
+    if (ps->t_start <= 0) {
+        /* the first step's rate counts from its own start: one step back */
+        ps->t_start = now;
+        ps->step0 = p->step;
+    }
     if (p->epoch != ps->cur_epoch) {
         ps->cur_epoch = p->epoch;
         ps->loss_sum = 0;
@@ -131,27 +356,52 @@ void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
         ps->last_epoch_loss = ps->loss_sum / (double)ps->loss_n;
     }
     if (ps->quiet) return;
+    const bool last = p->step == p->total_steps;
+    const double pct = p->total_steps > 0 ? 100.0 * (double)p->step / (double)p->total_steps : 0;
+    char fields[256];
     if (ps->tty) {
-        const int width = 30;
-        int filled = (int)((double)width * (double)p->step / (double)p->total_steps);
-        char bar[64];
+        /* redraw at most 10 times a second (and the last step) */
+        if (!last && now - ps->t_drawn < 0.1 && ps->t_drawn > 0) return;
+        ps->t_drawn = now;
+        progress_fields(ps, p, now, fields, sizeof fields);
+        const int width = 20;
+        int filled = (int)((double)width * pct / 100.0);
+        if (filled > width) filled = width;
+        char bar[32];
         for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
         bar[width] = '\0';
-        fprintf(stdout, "\r[%s] step %lld/%lld  epoch %lld/%lld  loss %.5f  scale %g ", bar,
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                (long long)p->total_epochs, p->result->loss, p->result->scale);
-        if (p->step == p->total_steps) fputc('\n', stdout);
+        char line[sizeof g_bar];
+        int n = snprintf(line, sizeof line, "\r[%s] %3.0f%% step %lld/%lld epoch %lld/%lld  %s",
+                         bar, pct, (long long)p->step, (long long)p->total_steps,
+                         (long long)p->epoch + 1, (long long)p->total_epochs, fields);
+        /* never wider than the terminal: a wrapped bar cannot be redrawn */
+        int cols = term_width();
+        if (n > cols) line[cols] = '\0';
+        snprintf(g_bar, sizeof g_bar, "%s", line);
+        fputs("\r\033[K", stdout);
+        fputs(line, stdout);
+        g_bar_shown = true;
+        if (last) cli_progress_end(ps);
         fflush(stdout);
         return;
     }
     int64_t every = p->total_steps / 10 > 0 ? p->total_steps / 10 : 1;
-    if (p->step - ps->last_print >= every || p->step == p->total_steps || p->result->skipped) {
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.6f scale %g grad_norm %.4g%s\n",
-                (long long)p->step, (long long)p->total_steps, (long long)p->epoch + 1,
-                p->result->loss, p->result->scale, p->result->grad_norm,
+    if (p->step - ps->last_print >= every || last || p->result->skipped) {
+        progress_fields(ps, p, now, fields, sizeof fields);
+        fprintf(stderr, "step %lld/%lld (%.0f%%) epoch %lld/%lld  %s grad_norm %.4g%s\n",
+                (long long)p->step, (long long)p->total_steps, pct, (long long)p->epoch + 1,
+                (long long)p->total_epochs, fields, p->result->grad_norm,
                 p->result->skipped ? " SKIPPED" : "");
         ps->last_print = p->step;
     }
+}
+
+void cli_progress_end(cli_progress *ps) {
+    (void)ps;
+    if (!g_bar_shown) return;
+    fputc('\n', stdout); /* the final bar stays as the run's last line */
+    fflush(stdout);
+    g_bar_shown = false;
 }
 
 double cli_load_average(void) {

@@ -35,21 +35,35 @@ static void usage(FILE *f) {
           f);
 }
 
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} verbs[] = {{"train", cmd_train},   {"config", cmd_config},   {"ckpt", cmd_ckpt},
+             {"sample", cmd_sample}, {"eval", cmd_eval},       {"predict", cmd_predict},
+             {"bench", cmd_bench},   {"report", cmd_report},   {"doctor", cmd_doctor}};
+
+/* --json anywhere on the line: a failure prints a JSON error object on
+ * stdout too (cli_json_error_exit), whichever verb it is. */
+static bool wants_json(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--json") == 0) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
     const char *verb = argv[1];
-    if (strcmp(verb, "train") == 0) return cmd_train(argc - 1, argv + 1);
-    if (strcmp(verb, "config") == 0) return cmd_config(argc - 1, argv + 1);
-    if (strcmp(verb, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
-    if (strcmp(verb, "sample") == 0) return cmd_sample(argc - 1, argv + 1);
-    if (strcmp(verb, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
-    if (strcmp(verb, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
-    if (strcmp(verb, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
-    if (strcmp(verb, "report") == 0) return cmd_report(argc - 1, argv + 1);
-    if (strcmp(verb, "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
+    const int nv = (int)(sizeof verbs / sizeof verbs[0]);
+    for (int i = 0; i < nv; i++)
+        if (strcmp(verb, verbs[i].name) == 0) {
+            cli_json_errors(wants_json(argc, argv));
+            int rc = verbs[i].run(argc - 1, argv + 1);
+            cli_json_error_exit(rc);
+            return rc;
+        }
     if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
         printf("mixprec %s\n", MIXPREC_VERSION_STRING);
         return CLI_EXIT_OK;
@@ -58,6 +72,14 @@ int main(int argc, char **argv) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
-    cli_error("unknown command '%s'; accepted: train, config, ckpt, sample, bench, report, doctor, version, help", verb);
+    static const char *const all[] = {"train",  "config", "ckpt",   "sample",  "eval", "predict",
+                                      "bench",  "report", "doctor", "version", "help"};
+    const char *near = cli_did_you_mean(verb, all, (int)(sizeof all / sizeof all[0]));
+    if (near)
+        cli_error("unknown command '%s'; did you mean '%s'? (accepted: train, config, ckpt, "
+                  "sample, eval, predict, bench, report, doctor, version, help)", verb, near);
+    else
+        cli_error("unknown command '%s'; accepted: train, config, ckpt, sample, eval, predict, "
+                  "bench, report, doctor, version, help", verb);
     return CLI_EXIT_USAGE;
 }

@@ -25,6 +25,7 @@ struct obs_glue {
     mxp_obs *o;
     mxp_run *run;
     mxp_trainer *tr;
+    int64_t per_step; /* samples per optimizer step (this process) */
     double t_last;
     int64_t total_steps;
     bool json_logs;
@@ -95,12 +96,14 @@ static void log_json(void *user, mxp_log_level level, const char *msg) {
 
 void obs_glue_install_logger(void) {
     if (g_log_json == 1) mxp_log_set_callback(log_json, NULL);
+    cli_errors_to_log(g_log_json == 1); /* error lines are JSON lines too */
 }
 
 bool obs_glue_apply_config(mxp_config *cfg) {
     if (g_serve) cfg->obs.http_enabled = true;
     bool json = g_log_json >= 0 ? g_log_json == 1 : cfg->log_format == MXP_LOG_FORMAT_JSON;
     if (json) mxp_log_set_callback(log_json, NULL);
+    cli_errors_to_log(json);
     return json;
 }
 
@@ -214,6 +217,7 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
         return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_IO;
     }
     int64_t per_step = cfg->batch_size * cfg->grad_accum_steps;
+    g->per_step = per_step;
     int64_t spe = run->samples_per_epoch;
     g->total_steps = per_step > 0 ? spe / per_step * cfg->epochs : 0;
     char config_json[512];
@@ -224,24 +228,26 @@ int obs_glue_open(const mxp_config *cfg, const obs_glue_run *run, obs_glue **out
              (long long)cfg->epochs, (long long)cfg->batch_size,
              (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
              (long long)cfg->hidden, (long long)cfg->depth);
-    if (mxp_obs_run_begin(g->o, tr, g->total_steps, per_step, config_json, &err) != MXP_OK) {
-        cli_error("%s", err.msg);
-        mxp_obs_destroy(g->o);
-        mxp_free(g);
-        return CLI_EXIT_IO;
-    }
+    /* serve before the run begins: a port in use is a usage error with
+     * the way out, and no failed run is recorded for a run that never ran */
     if (cfg->obs.http_enabled) {
         if (mxp_obs_serve(g->o, &err) != MXP_OK) {
-            cli_error("%s", err.msg);
-            mxp_obs_run_end(g->o, MXP_RUN_FAILED, err.msg, NULL);
+            cli_error("%s; accepted: a free port, or obs.http.port=0 for any free port",
+                      err.msg);
             mxp_obs_destroy(g->o);
             mxp_free(g);
-            return err.status == MXP_ERR_CONFIG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            return CLI_EXIT_USAGE;
         }
         const char *addr = cfg->obs.http_address;
         bool v6 = strchr(addr, ':') != NULL;
         mxp_log(MXP_LOG_INFO, "obs: serving http://%s%s%s:%d/ (metrics at /metrics)",
                 v6 ? "[" : "", addr, v6 ? "]" : "", mxp_obs_port(g->o));
+    }
+    if (mxp_obs_run_begin(g->o, tr, g->total_steps, per_step, config_json, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        mxp_obs_destroy(g->o);
+        mxp_free(g);
+        return CLI_EXIT_IO;
     }
     g->guard = run->guard;
     g->canary_divergence = !(cfg->obs.fp32_baseline_loss > 0);
@@ -285,6 +291,7 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
         g->total_steps = p->total_steps;
         mxp_obs_set_total_steps(g->o, p->total_steps);
     }
+    mxp_obs_set_run_step(g->o, p->step); /* the header's "step N / total" */
     mxp_error err = {0};
     if (mxp_obs_record_step(g->o, p->epoch, p->result, dur, &err) != MXP_OK && !g->store_warned) {
         mxp_log(MXP_LOG_WARN, "obs: %s (training goes on; further store errors not shown)",
@@ -307,6 +314,10 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p) {
 
 void obs_glue_on_progress(void *user, const mxp_progress *p) {
     obs_glue_progress *ps = user;
+    if (ps->obs && !ps->base.tr) { /* lr, precision and samples/s on the bar */
+        ps->base.tr = ps->obs->tr;
+        ps->base.samples_per_step = ps->obs->per_step;
+    }
     obs_glue_step(ps->obs, p);
     cli_progress_update(&ps->base, p);
 }
