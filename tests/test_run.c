@@ -16,6 +16,9 @@
  *     (MXP_ERR_CONFIG);
  *   - a fault-injection window that passed before the checkpoint is not
  *     re-armed by the resume (the same bit-exact comparison, with faults);
+ *   - a stop request belongs to the train() call it stopped: train()
+ *     again on the same run continues bit for bit (the straight run is the
+ *     oracle); one made between calls stops the next call after one step;
  *   - the stats JSON holds the fields it says (checked by a tiny scan);
  *   - mxp_obs_run_observer: the run's SQLite store, read back through the
  *     store reader, holds every step with the losses the run reported.
@@ -222,6 +225,69 @@ static void check_resume(mxp_workload w, mxp_precision p, const char *extra, con
     CHECK_MSG(same_tensors(fa, fb), "%s: final tensors differ", tag);
 }
 
+/* ---- stop requests ---------------------------------------------------------- */
+
+/* A stop request belongs to the train() call it stopped: stop at k, then
+ * train() again on the same run continues the interrupted call and gives
+ * the straight run's losses bit for bit (the oracle); a request made
+ * between calls stops the next call after exactly one step, and the call
+ * after that runs to the end. */
+static void test_stop_rule(void) {
+    mxp_error err = {0};
+    mxp_config ca, cb;
+    CHECK_OK(make_cfg(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "stop-straight", NULL,
+                      &ca, &err), &err);
+    CHECK_OK(make_cfg(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "stop-again", NULL, &cb,
+                      &err), &err);
+    static rec ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    mxp_run *run = NULL;
+    CHECK_OK(open_run(&ca, &ra, NULL, &run, &err), &err);
+    if (!run) return;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_destroy(run);
+    const int64_t total = ra.n, k = total / 3 + 1;
+    CHECK_MSG(total >= 8, "stop rule: only %lld steps", (long long)total);
+
+    rb.stop_at = k;
+    CHECK_OK(open_run(&cb, &rb, NULL, &run, &err), &err);
+    if (!run) return;
+    mxp_run_info st;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(st.stopped && st.training_steps == k, "first call: stopped=%d after %lld, asked %lld",
+              st.stopped, (long long)st.training_steps, (long long)k);
+    rb.stop_at = 0;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(!st.stopped && st.finished && st.training_steps == total,
+              "second call: stopped=%d finished=%d after %lld of %lld steps", st.stopped,
+              st.finished, (long long)st.training_steps, (long long)total);
+    CHECK_MSG(rb.n == total, "stop + train again: %lld steps, straight %lld", (long long)rb.n,
+              (long long)total);
+    int64_t diff = -1;
+    for (int64_t i = 0; i < total && i < rb.n && diff < 0; i++)
+        if (memcmp(&rb.loss[i], &ra.loss[i], sizeof(double)) != 0) diff = i;
+    CHECK_MSG(diff < 0, "stop at %lld + train again: loss of step %lld differs", (long long)k,
+              (long long)diff + 1);
+
+    /* between calls: the next call (a new one: 1 epoch) stops after one step */
+    mxp_run_request_stop(run);
+    CHECK_OK(mxp_run_train(run, 1, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(st.stopped && st.training_steps == total + 1,
+              "request between calls: stopped=%d after %lld steps, expected %lld", st.stopped,
+              (long long)st.training_steps, (long long)total + 1);
+    CHECK_OK(mxp_run_train(run, 1, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    /* the interrupted one-epoch call runs to its end (cfg: 2 epochs) */
+    CHECK_MSG(!st.stopped && st.training_steps == total + total / 2,
+              "after the honoured request: stopped=%d after %lld steps, expected %lld",
+              st.stopped, (long long)st.training_steps, (long long)(total + total / 2));
+    mxp_run_destroy(run);
+}
+
 /* ---- run directories ------------------------------------------------------ */
 
 /* A listing of dir (recursive): names, sizes and modification times. */
@@ -383,6 +449,7 @@ int main(void) {
     /* NaN gradients in steps 3..5 (skipped steps): a resume after the
      * window does not re-arm it (the guard counts on from the checkpoint) */
     check_resume(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "fault.kind=nan", "-fault");
+    test_stop_rule();
     test_run_dirs();
     test_observer();
     test_rm_rf(g_dir);

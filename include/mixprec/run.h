@@ -207,7 +207,15 @@ mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
 mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_error *err);
 
 /* Ask the run to stop after the current step (checkpoint written when
- * checkpoints are on). Async-signal-safe: sets one sig_atomic_t. */
+ * checkpoints are on). Async-signal-safe: sets one sig_atomic_t.
+ * The request belongs to one train() call: the call in flight checks it at
+ * every step boundary, stops there (info.stopped) and clears it when it
+ * returns, so a later mxp_run_train continues the interrupted call (same
+ * batches and learning rates, as after a resume). A request made while no
+ * call is in flight (before the first, between two) or after the call's
+ * last step boundary stays set and stops the next call after its first
+ * step; so does one that a call never reached (it failed before the next
+ * step boundary). */
 void mxp_run_request_stop(mxp_run *run);
 /* Ask for a precision switch at the next step boundary: the one switch
  * point (operator signal, HTTP, guard, scaler fallback and the advisor all

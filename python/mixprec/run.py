@@ -291,16 +291,18 @@ class Run:
                 # An Event, not Thread.join: an interrupted join marks a live
                 # thread stopped on Python 3.11 (its bpo-45274 handling). The
                 # timeout lets a SIGINT that a library thread took be seen
-                # here within 0.2 s; the stop is asked again on every wake-up
-                # so that one asked before train() began is not lost.
+                # here within 0.2 s. The stop is asked once: one asked before
+                # the call began stops it at its first step, and asking again
+                # after the call honoured it would stop the next train().
+                asked = False
                 while not done.is_set():
                     try:
-                        if interrupted:
+                        if interrupted and not asked:
+                            asked = True
                             self.stop()
                         done.wait(0.2)
                     except KeyboardInterrupt:
                         interrupted = True
-                        self.stop()
                 t.join()
             else:
                 work()
@@ -320,8 +322,10 @@ class Run:
 
     def stop(self):
         """Ask the run to stop after the step in progress (safe from any
-        thread and from a progress callback); train() then returns. The
-        request stays: to go on, continue with Run.resume(output dir)."""
+        thread and from a progress callback); train() then returns, and a
+        later train() on this Run continues where it stopped (as
+        Run.resume(output dir) would). Asked while no train() runs, it
+        stops the next train() after its first step."""
         if self._ptr:
             _lib.lib().mxp_run_request_stop(self._ptr)
 

@@ -149,6 +149,31 @@ class RunTest(TmpDirCase):
         for n in sa:
             np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
 
+    def test_train_after_stop_continues_like_the_straight_run(self):
+        straight = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
+        st_a = straight.train()
+        total = st_a["total_steps"]
+        k = total // 3
+        stops = [k]  # the steps to stop at (the first call's step k only)
+
+        def cb(p):
+            if stops and p["step"] == stops[0]:
+                stops.pop()
+                run.stop()
+        run = mixprec.Run(mixprec.Config(**small(self.path("b"))), store=False, progress=cb,
+                          progress_every=1)
+        self.assertEqual(run.train()["total_steps"], k)
+        st = run.train()  # the stop was spent: this call continues to the end
+        self.assertFalse(st["stopped"])
+        self.assertTrue(st["finished"])
+        self.assertEqual(st["total_steps"], total)
+        self.assertEqual(st["last_loss"], st_a["last_loss"])
+        for n, v in straight.state_dict().items():
+            np.testing.assert_array_equal(run.state_dict()[n], v, err_msg=n)
+        run.stop()  # between calls: the next call stops after its first step
+        self.assertEqual(run.train(num_epochs=1)["total_steps"], total + 1)
+        self.assertFalse(run.train(num_epochs=1)["stopped"])
+
     def test_save_and_resume_from_file(self):
         run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
         run.train(num_epochs=1)
@@ -251,7 +276,7 @@ class RunTest(TmpDirCase):
         # lines meanwhile: a Python log callback would let it run either way.
         mixprec.set_log_level(logging.ERROR)
         self.addCleanup(mixprec.set_log_level, logging.INFO)
-        run = mixprec.Run(mixprec.Config(**small(self.path("g"), **{"training.epochs": 400})))
+        run = mixprec.Run(mixprec.Config(**small(self.path("g"), **{"training.epochs": 2000})))
         done = threading.Event()
         box = {}
 
