@@ -166,8 +166,9 @@ typedef struct mxp_run_options {
      * calls its destroy at mxp_run_destroy (also when create fails). */
     const mxp_workload_provider *provider;
     /* In-memory user arrays instead of cfg's data (dataset.h,
-     * mxp_workload_provider_dataset; borrowed for the create call only);
-     * NULL: none. */
+     * mxp_workload_provider_dataset; borrowed for the create call only;
+     * cfg needs no data.path); NULL: none. A regressor needs these or
+     * data.path: without either mxp_run_create fails (MXP_ERR_CONFIG). */
     const struct mxp_dataset *data;
     /* Data parallelism (dist.h); NULL: one process. Borrowed. */
     mxp_comm *comm;

@@ -11,9 +11,9 @@ overrides; the kill switch ENABLE_FP16_TRAINING=false (or
 MIXPREC_FORCE_FP32=1) wins over all of them. The environment is read when
 the Config is made (and again by with_overrides), as the CLI reads it at
 start. A bad key or value raises ConfigError with the library's message,
-at construction; a rule across keys (e.g. the regressor needs data) is
-checked at construction too and raised when the config is used
-(Config.check(), a Run), since the Run's data= may satisfy it.
+at construction; a rule across keys is checked at construction too and
+raised when the config is used (Config.check(), a Run). The regressor's
+need for data is the Run's check (data.path or the Run's data=).
 """
 import ctypes
 import json

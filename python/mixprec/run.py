@@ -29,7 +29,6 @@ from .config import Config
 from .errors import Error, GuardStop
 
 _EVENTS_KEPT = 64
-_MEMORY = "(memory)"  # data.path of a regressor run on arrays (see Run.__init__)
 
 
 def _nan_to_none(v):
@@ -76,12 +75,6 @@ class Run:
             extra["model.init_from"] = self._init_path(init)
         if data is not None and not isinstance(data, dict):
             extra["data.path"] = os.fspath(data)
-        elif isinstance(data, dict) and config["model.workload"] == "regressor" and \
-                config.source("data.path") == "default":
-            # the config check wants data.path for the regressor even when the
-            # arrays come from memory (mxp_run_options.data wins over it); a
-            # resume passes data= again
-            extra["data.path"] = _MEMORY
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -133,10 +126,6 @@ class Run:
         never interrupted. Pass `data` again when the run trained on
         arrays."""
         cfg = Config.from_checkpoint(path, **(config or {}))
-        if data is None and cfg["data.path"] == _MEMORY:
-            raise Error("resume %s: the run trained on arrays from memory; pass the same "
-                        "arrays again: Run.resume(path, data={...})" % os.fspath(path),
-                        "invalid_arg")
         return cls(cfg, data=data, _resume=cfg.checkpoint, **kw)
 
     def close(self):
