@@ -19,6 +19,8 @@
  *   - a stop request belongs to the train() call it stopped: train()
  *     again on the same run continues bit for bit (the straight run is the
  *     oracle); one made between calls stops the next call after one step;
+ *   - the summary (mxp_run_summary_json) carries its schema and the core
+ *     fields, the guard's state included, for every workload;
  *   - the stats JSON holds the fields it says (checked by a tiny scan);
  *   - mxp_obs_run_observer: the run's SQLite store, read back through the
  *     store reader, holds every step with the losses the run reported.
@@ -29,6 +31,7 @@
 #include <mixprec/mixprec.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +291,58 @@ static void test_stop_rule(void) {
     mxp_run_destroy(run);
 }
 
+/* ---- the summary ------------------------------------------------------------ */
+
+/* mxp_run_summary_json: for every workload the object carries its schema
+ * and the core fields of docs/json.md, the guard's state included (a
+ * tiny scan for each key; python/tests checks it against the CLI's file
+ * with a JSON parser), the evaluation under the split's name, and -1 when
+ * the buffer is too small. */
+static void test_summary(void) {
+    static const char *const core[] = {
+        "\"schema\":\"mixprec.summary/1\"", "\"workload\":", "\"run_id\":", "\"precision\":",
+        "\"emulated\":", "\"kill_switch\":", "\"fp16_enabled_runtime\":",
+        "\"training_steps\":", "\"optimizer_steps\":", "\"skipped_steps\":",
+        "\"overflow_rate\":", "\"current_scale\":", "\"epochs\":2,", "\"batch_size\":",
+        "\"grad_accum_steps\":", "\"seed\":", "\"memory_bytes\":{", "\"fp32_layers\":",
+        "\"fp32_layers_kept\":[", "\"fp16_accumulate\":", "\"final_train_loss\":",
+        "\"guard\":{", "\"world_size\":1,", "\"wall_time_s\":", "\"samples\":",
+        "\"samples_per_s\":"};
+    const mxp_workload wls[3] = {MXP_WORKLOAD_WORLD_MODEL, MXP_WORKLOAD_CLASSIFIER,
+                                 MXP_WORKLOAD_GPT};
+    const char *names[3] = {"world_model", "classifier", "gpt"};
+    for (int w = 0; w < 3; w++) {
+        mxp_error err = {0};
+        mxp_config cfg;
+        char dir[64];
+        snprintf(dir, sizeof dir, "summary-%s", names[w]);
+        CHECK_OK(make_cfg(wls[w], MXP_PRECISION_MIXED_FP16, dir, NULL, &cfg, &err), &err);
+        mxp_run *run = NULL;
+        static rec r;
+        memset(&r, 0, sizeof r);
+        CHECK_OK(open_run(&cfg, &r, NULL, &run, &err), &err);
+        if (!run) continue;
+        CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+        mxp_run_eval ev;
+        CHECK_OK(mxp_run_evaluate(run, &ev, &err), &err);
+        static char js[1 << 16];
+        int n = mxp_run_summary_json(run, &ev, NAN, js, sizeof js);
+        CHECK_MSG(n > 0 && (size_t)n == strlen(js) && js[0] == '{' && js[n - 1] == '}',
+                  "%s: summary length %d", names[w], n);
+        for (size_t k = 0; n > 0 && k < sizeof core / sizeof core[0]; k++)
+            CHECK_MSG(strstr(js, core[k]) != NULL, "%s: summary lacks %s", names[w], core[k]);
+        char key[96];
+        snprintf(key, sizeof key, "\"workload\":\"%s\"", names[w]);
+        CHECK_MSG(n > 0 && strstr(js, key), "%s: %s", names[w], js);
+        snprintf(key, sizeof key, "\"%s_loss\":", ev.name);
+        CHECK_MSG(n > 0 && strstr(js, key), "%s: no %s", names[w], key);
+        CHECK(mxp_run_summary_json(run, NULL, NAN, js, sizeof js) > 0 && !strstr(js, key));
+        CHECK(mxp_run_summary_json(run, &ev, NAN, js, 64) == -1);
+        CHECK(mxp_run_summary_json(NULL, &ev, NAN, js, sizeof js) == -1);
+        mxp_run_destroy(run);
+    }
+}
+
 /* ---- run directories ------------------------------------------------------ */
 
 /* A listing of dir (recursive): names, sizes and modification times. */
@@ -450,6 +505,7 @@ int main(void) {
      * window does not re-arm it (the guard counts on from the checkpoint) */
     check_resume(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "fault.kind=nan", "-fault");
     test_stop_rule();
+    test_summary();
     test_run_dirs();
     test_observer();
     test_rm_rf(g_dir);

@@ -257,6 +257,20 @@ void mxp_run_stats(const mxp_run *run, mxp_run_info *out);
 /* The stats as one JSON object: its length, or -1 when it does not fit. */
 int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
 
+/* The run's summary, schema "mixprec.summary/1" (docs/json.md): the one
+ * object every front end writes to OUTPUT_DIR/summary.json (`mixprec
+ * train`, also its --json line; Python's Run.train), with the same core
+ * fields for every workload: workload, run id, precision, steps, overflow
+ * rate, loss scale, plan, memory, per-layer precision, the guard's state
+ * (null without a guard), losses, data-parallel traffic, time. eval: the
+ * held-out evaluation to report as "<split>_loss" (and _accuracy,
+ * _bits_per_char where not NaN); NULL: none. train_loss: the
+ * final_train_loss to report; NaN: the run's mean loss of its last
+ * finished epoch (epoch_mean_loss). Returns the length written (no
+ * newline), or -1 when it does not fit in cap (or run/buf is NULL). */
+int mxp_run_summary_json(mxp_run *run, const mxp_run_eval *eval, double train_loss, char *buf,
+                         size_t cap);
+
 mxp_trainer *mxp_run_trainer(mxp_run *run);
 mxp_model *mxp_run_model(mxp_run *run);
 mxp_guard *mxp_run_guard(mxp_run *run); /* NULL when the guard is off */

@@ -299,6 +299,7 @@ class Run:
                 self._bar.close()
                 self._bar = None
         _lib.check(box["s"], err)
+        self._write_summary()
         if interrupted:
             raise KeyboardInterrupt
         if self._cb_error is not None:
@@ -333,6 +334,34 @@ class Run:
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy),
                 "bits_per_char": _nan_to_none(ev.bits_per_char)}
+
+    def summary(self):
+        """The run's summary, the object of the CLI's summary.json (schema
+        "mixprec.summary/1", docs/json.md; the library's
+        mxp_run_summary_json), with a fresh held-out evaluation. train()
+        writes it to output.dir/summary.json after every call."""
+        ev = _capi.RunEval()
+        err = _lib.CError()
+        L = _lib.lib()
+        with self._lock:
+            ptr = self._live()
+            _lib.check(L.mxp_run_evaluate(ptr, ctypes.byref(ev), ctypes.byref(err)), err)
+            cap = 1 << 16
+            while True:
+                buf = ctypes.create_string_buffer(cap)
+                n = L.mxp_run_summary_json(ptr, ctypes.byref(ev), float("nan"), buf, cap)
+                if n >= 0 or cap >= 1 << 24:
+                    break
+                cap *= 4
+        if n < 0:
+            raise Error("the run's summary does not fit in %d bytes" % cap, "internal")
+        return json.loads(buf.value.decode())
+
+    def _write_summary(self):
+        out = self.config["output.dir"]
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "summary.json"), "w") as f:
+            f.write(json.dumps(self.summary(), separators=(",", ":")) + "\n")
 
     def save(self, path):
         """Write a checkpoint of the current state to path (atomically)."""

@@ -72,6 +72,14 @@ class SeedUsageTest(TmpDirCase):
         np.testing.assert_array_equal(other.predict(x), model.predict(x))
 
 
+# docs/json.md: the summary's core fields, the same for every workload
+SUMMARY_CORE = ("schema", "workload", "run_id", "precision", "emulated", "kill_switch",
+                "fp16_enabled_runtime", "training_steps", "optimizer_steps", "skipped_steps",
+                "overflow_rate", "current_scale", "epochs", "batch_size", "grad_accum_steps",
+                "seed", "memory_bytes", "fp32_layers", "fp32_layers_kept", "fp16_accumulate",
+                "final_train_loss", "wall_time_s", "samples", "samples_per_s", "guard")
+
+
 class RunTest(TmpDirCase):
     def test_stats_agree_with_cli_summary(self):
         need_cli(self)
@@ -100,6 +108,24 @@ class RunTest(TmpDirCase):
                                        delta=1e-6 * abs(summ["final_train_loss"]))
                 self.assertAlmostEqual(run.evaluate()["loss"], summ["val_loss"],
                                        delta=1e-6 * abs(summ["val_loss"]))
+                # the Run writes the CLI's summary.json: one writer, one schema
+                with open(os.path.join(b["output.dir"], "summary.json")) as f:
+                    py = json.load(f)
+                self.assertEqual(summ["schema"], "mixprec.summary/1")
+                self.assertEqual(sorted(py), sorted(summ))
+                for k in SUMMARY_CORE:
+                    self.assertIn(k, py)
+                for k in ("schema", "workload", "precision", "training_steps", "skipped_steps",
+                          "overflow_rate", "current_scale", "memory_bytes", "fp32_layers_kept",
+                          "fp16_accumulate", "params", "world_size"):
+                    self.assertEqual(py[k], summ[k], k)
+                for k in ("precision", "events", "fallbacks", "rollbacks"):
+                    self.assertEqual(py["guard"][k], summ["guard"][k], k)
+                self.assertAlmostEqual(py["final_train_loss"], summ["final_train_loss"],
+                                       delta=1e-6 * abs(summ["final_train_loss"]))
+                ev = run.evaluate()["loss"]  # the JSON has 9 significant digits
+                self.assertAlmostEqual(py["val_loss"], ev, delta=1e-8 * abs(ev))
+                self.assertEqual(run.summary()["run_id"], st["run_id"])
                 run.close()
 
     def test_train_arguments_are_honoured(self):
