@@ -281,7 +281,7 @@ int cmd_doctor(int argc, char **argv) {
     return rc;
 }
 
-/* ---- the guard in `mixprec train` ------------------------------------------ */
+/* ---- the SIGUSR1 handler of `mixprec train` ------------------------------ */
 
 void doctor_install_signal(void) {
     mxp_error err = {0};
