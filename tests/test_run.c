@@ -21,6 +21,8 @@
  *     oracle); one made between calls stops the next call after one step;
  *   - the summary (mxp_run_summary_json) carries its schema and the core
  *     fields, the guard's state included, for every workload;
+ *   - mxp_run_resume_config: checkpoint, stored config, saved precision,
+ *     output.dir of a run directory;
  *   - the stats JSON holds the fields it says (checked by a tiny scan);
  *   - mxp_obs_run_observer: the run's SQLite store, read back through the
  *     store reader, holds every step with the losses the run reported.
@@ -343,6 +345,49 @@ static void test_summary(void) {
     }
 }
 
+/* ---- the config of a resume ------------------------------------------------- */
+
+/* mxp_run_resume_config (the CLI's --resume and Python's from_checkpoint):
+ * a run directory gives its newest checkpoint, the stored config, the
+ * saved precision and output.dir = the directory; sources applied after it
+ * win; a path without checkpoints is an error naming it. */
+static void test_resume_config(void) {
+    char dir[256], ckpt[MXP_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/wm-mixed_fp16-straight", g_dir);
+    mxp_error err = {0};
+    mxp_config_builder *b = NULL;
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    CHECK_OK(mxp_run_resume_config(dir, b, ckpt, sizeof ckpt, &err), &err);
+    CHECK_OK(mxp_config_apply_override(b, "training.lr=0.125", &err), &err);
+    mxp_config cfg;
+    CHECK_OK(mxp_config_resolve(b, &cfg, &err), &err);
+    mxp_config_builder_destroy(b);
+    char want[300];
+    snprintf(want, sizeof want, "%s/checkpoints/ckpt-", dir);
+    CHECK_MSG(strncmp(ckpt, want, strlen(want)) == 0, "checkpoint %s, want %s*", ckpt, want);
+    CHECK_MSG(strcmp(cfg.output_dir, dir) == 0, "output.dir %s", cfg.output_dir);
+    CHECK(cfg.workload == MXP_WORKLOAD_WORLD_MODEL && cfg.precision == MXP_PRECISION_MIXED_FP16);
+    CHECK(cfg.epochs == 2 && cfg.trainer.optim.lr == 0.125f);
+    /* the chosen file resumes like the directory, without moving output.dir */
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    CHECK_OK(mxp_config_apply_override(b, "output.dir=elsewhere", &err), &err);
+    CHECK_OK(mxp_run_resume_config(ckpt, b, NULL, 0, &err), &err);
+    CHECK_OK(mxp_config_resolve(b, &cfg, &err), &err);
+    mxp_config_builder_destroy(b);
+    CHECK_MSG(strcmp(cfg.output_dir, dir) == 0, "file: output.dir %s (stored: %s)",
+              cfg.output_dir, dir);
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    snprintf(want, sizeof want, "%s/no-such-run", g_dir);
+    err = (mxp_error){0};
+    CHECK(mxp_run_resume_config(want, b, ckpt, sizeof ckpt, &err) != MXP_OK &&
+          strstr(err.msg, "no-such-run") != NULL);
+    CHECK(mxp_run_resume_config(NULL, b, NULL, 0, &err) == MXP_ERR_INVALID_ARG);
+    mxp_config_builder_destroy(b);
+}
+
 /* ---- run directories ------------------------------------------------------ */
 
 /* A listing of dir (recursive): names, sizes and modification times. */
@@ -506,6 +551,7 @@ int main(void) {
     check_resume(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "fault.kind=nan", "-fault");
     test_stop_rule();
     test_summary();
+    test_resume_config();
     test_run_dirs();
     test_observer();
     test_rm_rf(g_dir);

@@ -201,6 +201,22 @@ void mxp_run_destroy(mxp_run *run);
  * against this run (MXP_ERR_CONFIG naming the mismatch). */
 mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
 
+/* The config sources of a resume, below the user's: into b (fresh from
+ * mxp_config_builder_create) apply the checkpoint's stored config, the
+ * precision it was in when saved (after a fallback: the fallback's, with
+ * training.fp16_accumulate=fp32 unless that is fp16 or mixed_fp16),
+ * model.init_from=none when the recorded file is gone (the checkpoint
+ * holds the weights), and output.dir=path when path is a run directory.
+ * The caller applies a YAML file, the environment and overrides on top and
+ * resolves: `mixprec train --resume` and Python's Config.from_checkpoint
+ * both do. path: a run directory, its checkpoints/ directory (the newest
+ * checkpoint that verifies) or a checkpoint file (checked: checksums,
+ * dtypes, finite values). ckpt (n bytes; NULL: not wanted): the checkpoint
+ * file chosen, for mxp_run_options.resume. Errors: IO (no checkpoint),
+ * FORMAT (not a mixprec checkpoint), CONFIG (its stored config). */
+mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt, size_t n,
+                                 mxp_error *err);
+
 /* Train `epochs` epochs at micro-batch `batch_size` (0: cfg's values).
  * After a resume, continues the interrupted call (same batches and
  * learning rates). Returns MXP_OK also when a stop request or a guard's

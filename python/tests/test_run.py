@@ -200,6 +200,26 @@ class RunTest(TmpDirCase):
         self.assertEqual(run.train(num_epochs=1)["total_steps"], total + 1)
         self.assertFalse(run.train(num_epochs=1)["stopped"])
 
+    def test_from_checkpoint_is_the_cli_resume_config(self):
+        # one library function (mxp_run_resume_config) for both front ends:
+        # the CLI resumes the directory that Config.from_checkpoint describes
+        need_cli(self)
+        out = self.path("fc")
+        run = mixprec.Run(mixprec.Config(**small(out, **{"training.precision": "mixed_bf16"})),
+                          init=mixprec.Run(mixprec.Config(**small(self.path("i")))).state_dict())
+        self.assertNotEqual(run.config["model.init_from"], "none")
+        run.train(num_epochs=1)
+        run.close()  # removes the init file: the checkpoint holds the weights
+        cfg = mixprec.Config.from_checkpoint(out, training={"lr": 0.125})
+        self.assertEqual(cfg["output.dir"], out)
+        self.assertTrue(cfg.checkpoint.startswith(os.path.join(out, "checkpoints", "ckpt-")))
+        self.assertEqual(cfg["training.precision"], "mixed_bf16")
+        self.assertEqual(float(cfg["training.lr"]), 0.125)
+        self.assertEqual(cfg["model.init_from"], "none")
+        run_cli("train", "--quiet", "--resume", out)  # the gone init file is no error
+        with open(os.path.join(out, "summary.json")) as f:
+            self.assertTrue(json.load(f)["resumed"])
+
     def test_save_and_resume_from_file(self):
         run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
         run.train(num_epochs=1)
