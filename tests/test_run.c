@@ -16,6 +16,13 @@
  *     (MXP_ERR_CONFIG);
  *   - a fault-injection window that passed before the checkpoint is not
  *     re-armed by the resume (the same bit-exact comparison, with faults);
+ *   - a stop request belongs to the train() call it stopped: train()
+ *     again on the same run continues bit for bit (the straight run is the
+ *     oracle); one made between calls stops the next call after one step;
+ *   - the summary (mxp_run_summary_json) carries its schema and the core
+ *     fields, the guard's state included, for every workload;
+ *   - mxp_run_resume_config: checkpoint, stored config, saved precision,
+ *     output.dir of a run directory;
  *   - the stats JSON holds the fields it says (checked by a tiny scan);
  *   - mxp_obs_run_observer: the run's SQLite store, read back through the
  *     store reader, holds every step with the losses the run reported.
@@ -26,6 +33,7 @@
 #include <mixprec/mixprec.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +230,164 @@ static void check_resume(mxp_workload w, mxp_precision p, const char *extra, con
     CHECK_MSG(same_tensors(fa, fb), "%s: final tensors differ", tag);
 }
 
+/* ---- stop requests ---------------------------------------------------------- */
+
+/* A stop request belongs to the train() call it stopped: stop at k, then
+ * train() again on the same run continues the interrupted call and gives
+ * the straight run's losses bit for bit (the oracle); a request made
+ * between calls stops the next call after exactly one step, and the call
+ * after that runs to the end. */
+static void test_stop_rule(void) {
+    mxp_error err = {0};
+    mxp_config ca, cb;
+    CHECK_OK(make_cfg(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "stop-straight", NULL,
+                      &ca, &err), &err);
+    CHECK_OK(make_cfg(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "stop-again", NULL, &cb,
+                      &err), &err);
+    static rec ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    mxp_run *run = NULL;
+    CHECK_OK(open_run(&ca, &ra, NULL, &run, &err), &err);
+    if (!run) return;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_destroy(run);
+    const int64_t total = ra.n, k = total / 3 + 1;
+    CHECK_MSG(total >= 8, "stop rule: only %lld steps", (long long)total);
+
+    rb.stop_at = k;
+    CHECK_OK(open_run(&cb, &rb, NULL, &run, &err), &err);
+    if (!run) return;
+    mxp_run_info st;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(st.stopped && st.training_steps == k, "first call: stopped=%d after %lld, asked %lld",
+              st.stopped, (long long)st.training_steps, (long long)k);
+    rb.stop_at = 0;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(!st.stopped && st.finished && st.training_steps == total,
+              "second call: stopped=%d finished=%d after %lld of %lld steps", st.stopped,
+              st.finished, (long long)st.training_steps, (long long)total);
+    CHECK_MSG(rb.n == total, "stop + train again: %lld steps, straight %lld", (long long)rb.n,
+              (long long)total);
+    int64_t diff = -1;
+    for (int64_t i = 0; i < total && i < rb.n && diff < 0; i++)
+        if (memcmp(&rb.loss[i], &ra.loss[i], sizeof(double)) != 0) diff = i;
+    CHECK_MSG(diff < 0, "stop at %lld + train again: loss of step %lld differs", (long long)k,
+              (long long)diff + 1);
+
+    /* between calls: the next call (a new one: 1 epoch) stops after one step */
+    mxp_run_request_stop(run);
+    CHECK_OK(mxp_run_train(run, 1, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    CHECK_MSG(st.stopped && st.training_steps == total + 1,
+              "request between calls: stopped=%d after %lld steps, expected %lld", st.stopped,
+              (long long)st.training_steps, (long long)total + 1);
+    CHECK_OK(mxp_run_train(run, 1, 0, &err), &err);
+    mxp_run_stats(run, &st);
+    /* the interrupted one-epoch call runs to its end (cfg: 2 epochs) */
+    CHECK_MSG(!st.stopped && st.training_steps == total + total / 2,
+              "after the honoured request: stopped=%d after %lld steps, expected %lld",
+              st.stopped, (long long)st.training_steps, (long long)(total + total / 2));
+    mxp_run_destroy(run);
+}
+
+/* ---- the summary ------------------------------------------------------------ */
+
+/* mxp_run_summary_json: for every workload the object carries its schema
+ * and the core fields of docs/json.md, the guard's state included (a
+ * tiny scan for each key; python/tests checks it against the CLI's file
+ * with a JSON parser), the evaluation under the split's name, and -1 when
+ * the buffer is too small. */
+static void test_summary(void) {
+    static const char *const core[] = {
+        "\"schema\":\"mixprec.summary/1\"", "\"workload\":", "\"run_id\":", "\"precision\":",
+        "\"emulated\":", "\"kill_switch\":", "\"fp16_enabled_runtime\":",
+        "\"training_steps\":", "\"optimizer_steps\":", "\"skipped_steps\":",
+        "\"overflow_rate\":", "\"current_scale\":", "\"epochs\":2,", "\"batch_size\":",
+        "\"grad_accum_steps\":", "\"seed\":", "\"memory_bytes\":{", "\"fp32_layers\":",
+        "\"fp32_layers_kept\":[", "\"fp16_accumulate\":", "\"final_train_loss\":",
+        "\"guard\":{", "\"world_size\":1,", "\"wall_time_s\":", "\"samples\":",
+        "\"samples_per_s\":"};
+    const mxp_workload wls[3] = {MXP_WORKLOAD_WORLD_MODEL, MXP_WORKLOAD_CLASSIFIER,
+                                 MXP_WORKLOAD_GPT};
+    const char *names[3] = {"world_model", "classifier", "gpt"};
+    for (int w = 0; w < 3; w++) {
+        mxp_error err = {0};
+        mxp_config cfg;
+        char dir[64];
+        snprintf(dir, sizeof dir, "summary-%s", names[w]);
+        CHECK_OK(make_cfg(wls[w], MXP_PRECISION_MIXED_FP16, dir, NULL, &cfg, &err), &err);
+        mxp_run *run = NULL;
+        static rec r;
+        memset(&r, 0, sizeof r);
+        CHECK_OK(open_run(&cfg, &r, NULL, &run, &err), &err);
+        if (!run) continue;
+        CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+        mxp_run_eval ev;
+        CHECK_OK(mxp_run_evaluate(run, &ev, &err), &err);
+        static char js[1 << 16];
+        int n = mxp_run_summary_json(run, &ev, NAN, js, sizeof js);
+        CHECK_MSG(n > 0 && (size_t)n == strlen(js) && js[0] == '{' && js[n - 1] == '}',
+                  "%s: summary length %d", names[w], n);
+        for (size_t k = 0; n > 0 && k < sizeof core / sizeof core[0]; k++)
+            CHECK_MSG(strstr(js, core[k]) != NULL, "%s: summary lacks %s", names[w], core[k]);
+        char key[96];
+        snprintf(key, sizeof key, "\"workload\":\"%s\"", names[w]);
+        CHECK_MSG(n > 0 && strstr(js, key), "%s: %s", names[w], js);
+        snprintf(key, sizeof key, "\"%s_loss\":", ev.name);
+        CHECK_MSG(n > 0 && strstr(js, key), "%s: no %s", names[w], key);
+        CHECK(mxp_run_summary_json(run, NULL, NAN, js, sizeof js) > 0 && !strstr(js, key));
+        CHECK(mxp_run_summary_json(run, &ev, NAN, js, 64) == -1);
+        CHECK(mxp_run_summary_json(NULL, &ev, NAN, js, sizeof js) == -1);
+        mxp_run_destroy(run);
+    }
+}
+
+/* ---- the config of a resume ------------------------------------------------- */
+
+/* mxp_run_resume_config (the CLI's --resume and Python's from_checkpoint):
+ * a run directory gives its newest checkpoint, the stored config, the
+ * saved precision and output.dir = the directory; sources applied after it
+ * win; a path without checkpoints is an error naming it. */
+static void test_resume_config(void) {
+    char dir[256], ckpt[MXP_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/wm-mixed_fp16-straight", g_dir);
+    mxp_error err = {0};
+    mxp_config_builder *b = NULL;
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    CHECK_OK(mxp_run_resume_config(dir, b, ckpt, sizeof ckpt, &err), &err);
+    CHECK_OK(mxp_config_apply_override(b, "training.lr=0.125", &err), &err);
+    mxp_config cfg;
+    CHECK_OK(mxp_config_resolve(b, &cfg, &err), &err);
+    mxp_config_builder_destroy(b);
+    char want[300];
+    snprintf(want, sizeof want, "%s/checkpoints/ckpt-", dir);
+    CHECK_MSG(strncmp(ckpt, want, strlen(want)) == 0, "checkpoint %s, want %s*", ckpt, want);
+    CHECK_MSG(strcmp(cfg.output_dir, dir) == 0, "output.dir %s", cfg.output_dir);
+    CHECK(cfg.workload == MXP_WORKLOAD_WORLD_MODEL && cfg.precision == MXP_PRECISION_MIXED_FP16);
+    CHECK(cfg.epochs == 2 && cfg.trainer.optim.lr == 0.125f);
+    /* the chosen file resumes like the directory, without moving output.dir */
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    CHECK_OK(mxp_config_apply_override(b, "output.dir=elsewhere", &err), &err);
+    CHECK_OK(mxp_run_resume_config(ckpt, b, NULL, 0, &err), &err);
+    CHECK_OK(mxp_config_resolve(b, &cfg, &err), &err);
+    mxp_config_builder_destroy(b);
+    CHECK_MSG(strcmp(cfg.output_dir, dir) == 0, "file: output.dir %s (stored: %s)",
+              cfg.output_dir, dir);
+    CHECK_OK(mxp_config_builder_create(&b, &err), &err);
+    if (!b) return;
+    snprintf(want, sizeof want, "%s/no-such-run", g_dir);
+    err = (mxp_error){0};
+    CHECK(mxp_run_resume_config(want, b, ckpt, sizeof ckpt, &err) != MXP_OK &&
+          strstr(err.msg, "no-such-run") != NULL);
+    CHECK(mxp_run_resume_config(NULL, b, NULL, 0, &err) == MXP_ERR_INVALID_ARG);
+    mxp_config_builder_destroy(b);
+}
+
 /* ---- run directories ------------------------------------------------------ */
 
 /* A listing of dir (recursive): names, sizes and modification times. */
@@ -383,6 +549,9 @@ int main(void) {
     /* NaN gradients in steps 3..5 (skipped steps): a resume after the
      * window does not re-arm it (the guard counts on from the checkpoint) */
     check_resume(MXP_WORKLOAD_WORLD_MODEL, MXP_PRECISION_MIXED_FP16, "fault.kind=nan", "-fault");
+    test_stop_rule();
+    test_summary();
+    test_resume_config();
     test_run_dirs();
     test_observer();
     test_rm_rf(g_dir);

@@ -10,7 +10,8 @@
  * must match a PyTorch nn.Sequential loaded from `mixprec ckpt export
  * --torch` to 1e-5 relative (tests/torch_check.py; it also recomputes the
  * world model's standardisation statistics with NumPy). The in-memory path
- * (mxp_run_options.data) must give the same losses as the file, bit for bit.
+ * (mxp_run_options.data) must give the same losses as the file, bit for bit,
+ * and needs no data.path (a regressor without either is refused by name).
  * Skips (77) without /usr/bin/python3 + numpy; the torch comparison alone
  * is skipped without torch.
  */
@@ -214,6 +215,43 @@ static void test_split(void) {
     }
 }
 
+/* A regressor on arrays in memory needs no data.path: the config resolves
+ * without it, mxp_run_create trains on mxp_run_options.data, and without
+ * either it refuses with MXP_ERR_CONFIG naming both ways to give data. */
+static void test_regressor_without_path(void) {
+    mxp_error err = {0};
+    float x[40 * 3], y[40 * 2];
+    for (int i = 0; i < 40 * 3; i++) x[i] = (float)((i * 5) % 13) * 0.1f;
+    for (int i = 0; i < 40 * 2; i++) y[i] = (float)((i * 3) % 7) * 0.2f;
+    const int64_t xs[2] = {40, 3}, ys[2] = {40, 2};
+    const char *kv[] = {"model.workload=regressor", "training.batch_size=4", "training.epochs=1",
+                        "checkpoint.enabled=false", "model.layers=[linear:8, tanh, linear]"};
+    mxp_config cfg;
+    if (!make_config(kv, 5, &cfg)) return; /* resolves: the data may come from memory */
+    mxp_run *run = NULL;
+    mxp_status s = mxp_run_create(&cfg, NULL, &run, &err);
+    CHECK_MSG(s == MXP_ERR_CONFIG && run == NULL, "regressor without data: status %d", (int)s);
+    CHECK_MSG(strstr(err.msg, "data.path") && strstr(err.msg, "mxp_run_options.data"),
+              "the error names data.path and mxp_run_options.data: %s", err.msg);
+    mxp_dataset *d = NULL;
+    CHECK_OK(mxp_dataset_create(&d, &err), &err);
+    if (!d) return;
+    CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, xs, x, &err), &err);
+    CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_F32, 2, ys, y, &err), &err);
+    mxp_run_options o = mxp_run_options_default();
+    o.data = d;
+    CHECK_OK(mxp_run_create(&cfg, &o, &run, &err), &err);
+    mxp_dataset_destroy(d);
+    if (!run) return;
+    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    mxp_run_info info;
+    mxp_run_stats(run, &info);
+    CHECK_MSG(info.finished && info.training_steps > 0 && isfinite(info.last_loss),
+              "regressor from memory: finished=%d steps=%lld loss=%g", info.finished,
+              (long long)info.training_steps, info.last_loss);
+    mxp_run_destroy(run);
+}
+
 int main(void) {
     if (access("/usr/bin/python3", X_OK) != 0) {
         printf("test_user_run: SKIP (no /usr/bin/python3)\n");
@@ -230,6 +268,7 @@ int main(void) {
         return 77;
     }
     test_split();
+    test_regressor_without_path();
     test_world_model();
     test_supervised(true);
     test_supervised(false);

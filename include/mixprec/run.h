@@ -166,8 +166,9 @@ typedef struct mxp_run_options {
      * calls its destroy at mxp_run_destroy (also when create fails). */
     const mxp_workload_provider *provider;
     /* In-memory user arrays instead of cfg's data (dataset.h,
-     * mxp_workload_provider_dataset; borrowed for the create call only);
-     * NULL: none. */
+     * mxp_workload_provider_dataset; borrowed for the create call only;
+     * cfg needs no data.path); NULL: none. A regressor needs these or
+     * data.path: without either mxp_run_create fails (MXP_ERR_CONFIG). */
     const struct mxp_dataset *data;
     /* Data parallelism (dist.h); NULL: one process. Borrowed. */
     mxp_comm *comm;
@@ -200,6 +201,22 @@ void mxp_run_destroy(mxp_run *run);
  * against this run (MXP_ERR_CONFIG naming the mismatch). */
 mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
 
+/* The config sources of a resume, below the user's: into b (fresh from
+ * mxp_config_builder_create) apply the checkpoint's stored config, the
+ * precision it was in when saved (after a fallback: the fallback's, with
+ * training.fp16_accumulate=fp32 unless that is fp16 or mixed_fp16),
+ * model.init_from=none when the recorded file is gone (the checkpoint
+ * holds the weights), and output.dir=path when path is a run directory.
+ * The caller applies a YAML file, the environment and overrides on top and
+ * resolves: `mixprec train --resume` and Python's Config.from_checkpoint
+ * both do. path: a run directory, its checkpoints/ directory (the newest
+ * checkpoint that verifies) or a checkpoint file (checked: checksums,
+ * dtypes, finite values). ckpt (n bytes; NULL: not wanted): the checkpoint
+ * file chosen, for mxp_run_options.resume. Errors: IO (no checkpoint),
+ * FORMAT (not a mixprec checkpoint), CONFIG (its stored config). */
+mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt, size_t n,
+                                 mxp_error *err);
+
 /* Train `epochs` epochs at micro-batch `batch_size` (0: cfg's values).
  * After a resume, continues the interrupted call (same batches and
  * learning rates). Returns MXP_OK also when a stop request or a guard's
@@ -207,7 +224,15 @@ mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
 mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_error *err);
 
 /* Ask the run to stop after the current step (checkpoint written when
- * checkpoints are on). Async-signal-safe: sets one sig_atomic_t. */
+ * checkpoints are on). Async-signal-safe: sets one sig_atomic_t.
+ * The request belongs to one train() call: the call in flight checks it at
+ * every step boundary, stops there (info.stopped) and clears it when it
+ * returns, so a later mxp_run_train continues the interrupted call (same
+ * batches and learning rates, as after a resume). A request made while no
+ * call is in flight (before the first, between two) or after the call's
+ * last step boundary stays set and stops the next call after its first
+ * step; so does one that a call never reached (it failed before the next
+ * step boundary). */
 void mxp_run_request_stop(mxp_run *run);
 /* Ask for a precision switch at the next step boundary: the one switch
  * point (operator signal, HTTP, guard, scaler fallback and the advisor all
@@ -247,6 +272,20 @@ typedef struct mxp_run_info {
 void mxp_run_stats(const mxp_run *run, mxp_run_info *out);
 /* The stats as one JSON object: its length, or -1 when it does not fit. */
 int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
+
+/* The run's summary, schema "mixprec.summary/1" (docs/json.md): the one
+ * object every front end writes to OUTPUT_DIR/summary.json (`mixprec
+ * train`, also its --json line; Python's Run.train), with the same core
+ * fields for every workload: workload, run id, precision, steps, overflow
+ * rate, loss scale, plan, memory, per-layer precision, the guard's state
+ * (null without a guard), losses, data-parallel traffic, time. eval: the
+ * held-out evaluation to report as "<split>_loss" (and _accuracy,
+ * _bits_per_char where not NaN); NULL: none. train_loss: the
+ * final_train_loss to report; NaN: the run's mean loss of its last
+ * finished epoch (epoch_mean_loss). Returns the length written (no
+ * newline), or -1 when it does not fit in cap (or run/buf is NULL). */
+int mxp_run_summary_json(mxp_run *run, const mxp_run_eval *eval, double train_loss, char *buf,
+                         size_t cap);
 
 mxp_trainer *mxp_run_trainer(mxp_run *run);
 mxp_model *mxp_run_model(mxp_run *run);

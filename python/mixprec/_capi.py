@@ -127,6 +127,7 @@ def declare():
     f(L, "mxp_run_save", c_int, P, c_char_p, E)
     f(L, "mxp_run_stats", None, P, POINTER(RunInfo))
     f(L, "mxp_run_stats_json", c_int, P, c_char_p, c_size_t)
+    f(L, "mxp_run_summary_json", c_int, P, POINTER(RunEval), c_double, c_char_p, c_size_t)
     f(L, "mxp_run_model", P, P)
     f(L, "mxp_run_config", P, P)
     f(L, "mxp_model_get_spec", POINTER(ModelSpec), P)

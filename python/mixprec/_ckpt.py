@@ -1,42 +1,16 @@
 """mixprec._ckpt: checkpoint files from Python.
 
-resolve(path) finds the checkpoint a resume continues (the library's
-mxp_ckpt_find_latest: newest verified one of a directory);
-config_overrides(file) reads the config and precision a checkpoint was
-written with from its safetensors header (the `config` and `precision`
-metadata, as `mixprec train --resume` applies them); read/write_safetensors
-move NumPy arrays in and out of safetensors files (F32, F16, BF16).
+read_header(file) reads a safetensors header; read/write_safetensors move
+NumPy arrays in and out of safetensors files (F32, F16, BF16). (The config
+of a resume is the library's mxp_run_resume_config: config.py.)
 """
-import ctypes
 import json
 import os
 import struct
 
 import numpy as np
 
-from . import _capi, _lib
-
-
-def resolve(path):
-    """(checkpoint file, is_run_dir) for a run dir, checkpoints dir or file."""
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        if not os.path.exists(path):
-            raise _lib.Error("resume %s: no such file or directory" % path, "io_error")
-        return path, False
-    d = os.path.join(path, "checkpoints")
-    run_dir = os.path.isdir(d)
-    if not run_dir:
-        d = path
-    L = _capi.declare()
-    buf = ctypes.create_string_buffer(_capi.CKPT_PATH_MAX)
-    err = _lib.CError()
-    s = L.mxp_ckpt_find_latest(os.fsencode(d), False, None, buf, len(buf), None,
-                               ctypes.byref(err))
-    if s != 0:
-        err.msg = ("resume %s: %s" % (path, err.msg.decode("utf-8", "replace"))).encode()[:511]
-    _lib.check(s, err)
-    return buf.value.decode(), run_dir
+from . import _lib
 
 
 def read_header(path):
@@ -54,28 +28,6 @@ def read_header(path):
             return json.loads(f.read(n)), 8 + n
         except ValueError as e:
             raise _lib.Error("%s: header is not JSON (%s)" % (path, e), "format_error") from None
-
-
-def config_overrides(path):
-    """[(key, value)] that resume applies below the user's sources."""
-    h, _ = read_header(path)
-    meta = h.get("__metadata__", {})
-    if "config" not in meta:
-        raise _lib.Error("%s: no stored config: not a mixprec checkpoint" % path,
-                         "format_error")
-    L = _lib.lib()
-    out = [(k, v) for k, v in json.loads(meta["config"]).items()
-           if L.mxp_config_key_find(k.encode()) >= 0]
-    # The checkpoint holds the weights: a model.init_from file that is gone
-    # (Run(init=state_dict) wrote it to a temporary folder) is not needed.
-    out = [(k, "none" if k == "model.init_from" and v != "none" and not os.path.exists(v)
-            else v) for k, v in out]
-    prec = meta.get("precision")
-    if prec:
-        out.append(("training.precision", prec))
-        if prec not in ("fp16", "mixed_fp16"):
-            out.append(("training.fp16_accumulate", "fp32"))
-    return out
 
 
 _DT = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I32": np.int32,

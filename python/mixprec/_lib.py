@@ -193,6 +193,7 @@ def _declare(L):
     _fn(L, "mxp_config_apply_env", c_int, P, P, E)
     _fn(L, "mxp_config_apply_override", c_int, P, c_char_p, E)
     _fn(L, "mxp_config_resolve", c_int, P, P, E)
+    _fn(L, "mxp_run_resume_config", c_int, c_char_p, P, c_char_p, ctypes.c_size_t, E)
     _fn(L, "mxp_config_num_keys", c_int)
     _fn(L, "mxp_config_key_name", c_char_p, c_int)
     _fn(L, "mxp_config_key_help", c_char_p, c_int)

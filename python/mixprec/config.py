@@ -11,16 +11,16 @@ overrides; the kill switch ENABLE_FP16_TRAINING=false (or
 MIXPREC_FORCE_FP32=1) wins over all of them. The environment is read when
 the Config is made (and again by with_overrides), as the CLI reads it at
 start. A bad key or value raises ConfigError with the library's message,
-at construction; a rule across keys (e.g. the regressor needs data) is
-checked at construction too and raised when the config is used
-(Config.check(), a Run), since the Run's data= may satisfy it.
+at construction; a rule across keys is checked at construction too and
+raised when the config is used (Config.check(), a Run). The regressor's
+need for data is the Run's check (data.path or the Run's data=).
 """
 import ctypes
 import json
 import math
 import os
 
-from . import _lib
+from . import _capi, _lib
 from .errors import ConfigError
 
 # sizeof(mxp_config) is 3456 bytes in this version; resolve writes into a
@@ -54,16 +54,23 @@ def _flatten(prefix, value, out):
 class Builder:
     """An owned mxp_config_builder with the sources applied (internal)."""
 
-    def __init__(self, yaml_path, overrides, base=()):
+    def __init__(self, yaml_path, overrides, resume=None):
         L = _lib.lib()
         self._L = L
         self.ptr = ctypes.c_void_p()
+        self.checkpoint = None
         err = _lib.CError()
         _lib.check(L.mxp_config_builder_create(ctypes.byref(self.ptr), ctypes.byref(err)), err)
         try:
-            for k, v in base:  # a checkpoint's config, below everything else
-                kv = ("%s=%s" % (k, v)).encode()
-                _lib.check(L.mxp_config_apply_override(self.ptr, kv, ctypes.byref(err)), err)
+            if resume is not None:  # a checkpoint's config, below everything else
+                buf = ctypes.create_string_buffer(_capi.CKPT_PATH_MAX)
+                s = L.mxp_run_resume_config(os.fsencode(resume), self.ptr, buf, len(buf),
+                                            ctypes.byref(err))
+                if s != 0:
+                    err.msg = ("resume %s: %s" % (resume, err.msg.decode("utf-8", "replace"))
+                               ).encode()[:511]
+                _lib.check(s, err)
+                self.checkpoint = buf.value.decode()
             if yaml_path is not None:
                 _lib.check(L.mxp_config_apply_file(self.ptr, os.fsencode(yaml_path),
                                                    ctypes.byref(err)), err)
@@ -107,16 +114,16 @@ class Config:
         overrides = []
         for k, v in sections.items():
             _flatten(k, v, overrides)
-        self._base = []
+        self._resume = None
         self._yaml = os.fspath(_yaml) if _yaml is not None else None
         self._overrides = overrides
         self._b = Builder(self._yaml, self._overrides)
 
     @classmethod
-    def _make(cls, base, yaml_path, overrides):
+    def _make(cls, resume, yaml_path, overrides):
         c = cls.__new__(cls)
-        c._base, c._yaml, c._overrides = list(base), yaml_path, list(overrides)
-        c._b = Builder(c._yaml, c._overrides, c._base)
+        c._resume, c._yaml, c._overrides = resume, yaml_path, list(overrides)
+        c._b = Builder(c._yaml, c._overrides, c._resume)
         return c
 
     @classmethod
@@ -132,17 +139,14 @@ class Config:
         it was in when saved (after a fallback: the fallback's), output.dir =
         PATH when PATH is a run directory, then the YAML file, environment
         and `sections` on top. `path`: run directory, checkpoints directory
-        or checkpoint file (the newest verified one of a directory)."""
-        from . import _ckpt
-        ckpt, run_dir = _ckpt.resolve(path)
-        base = _ckpt.config_overrides(ckpt)
-        if run_dir:
-            base.append(("output.dir", os.fspath(path)))
+        or checkpoint file (the newest verified one of a directory). The
+        library's mxp_run_resume_config, as the CLI."""
         overrides = []
         for k, v in sections.items():
             _flatten(k, v, overrides)
-        c = cls._make(base, os.fspath(_yaml) if _yaml is not None else None, overrides)
-        c.checkpoint = ckpt
+        c = cls._make(os.fspath(path), os.fspath(_yaml) if _yaml is not None else None,
+                      overrides)
+        c.checkpoint = c._b.checkpoint
         return c
 
     def with_overrides(self, **sections):
@@ -150,7 +154,7 @@ class Config:
         extra = []
         for k, v in sections.items():
             _flatten(k, v, extra)
-        c = Config._make(self._base, self._yaml, self._overrides + extra)
+        c = Config._make(self._resume, self._yaml, self._overrides + extra)
         if hasattr(self, "checkpoint"):
             c.checkpoint = self.checkpoint
         return c

@@ -29,7 +29,6 @@ from .config import Config
 from .errors import Error, GuardStop
 
 _EVENTS_KEPT = 64
-_MEMORY = "(memory)"  # data.path of a regressor run on arrays (see Run.__init__)
 
 
 def _nan_to_none(v):
@@ -76,12 +75,6 @@ class Run:
             extra["model.init_from"] = self._init_path(init)
         if data is not None and not isinstance(data, dict):
             extra["data.path"] = os.fspath(data)
-        elif isinstance(data, dict) and config["model.workload"] == "regressor" and \
-                config.source("data.path") == "default":
-            # the config check wants data.path for the regressor even when the
-            # arrays come from memory (mxp_run_options.data wins over it); a
-            # resume passes data= again
-            extra["data.path"] = _MEMORY
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -133,10 +126,6 @@ class Run:
         never interrupted. Pass `data` again when the run trained on
         arrays."""
         cfg = Config.from_checkpoint(path, **(config or {}))
-        if data is None and cfg["data.path"] == _MEMORY:
-            raise Error("resume %s: the run trained on arrays from memory; pass the same "
-                        "arrays again: Run.resume(path, data={...})" % os.fspath(path),
-                        "invalid_arg")
         return cls(cfg, data=data, _resume=cfg.checkpoint, **kw)
 
     def close(self):
@@ -291,16 +280,18 @@ class Run:
                 # An Event, not Thread.join: an interrupted join marks a live
                 # thread stopped on Python 3.11 (its bpo-45274 handling). The
                 # timeout lets a SIGINT that a library thread took be seen
-                # here within 0.2 s; the stop is asked again on every wake-up
-                # so that one asked before train() began is not lost.
+                # here within 0.2 s. The stop is asked once: one asked before
+                # the call began stops it at its first step, and asking again
+                # after the call honoured it would stop the next train().
+                asked = False
                 while not done.is_set():
                     try:
-                        if interrupted:
+                        if interrupted and not asked:
+                            asked = True
                             self.stop()
                         done.wait(0.2)
                     except KeyboardInterrupt:
                         interrupted = True
-                        self.stop()
                 t.join()
             else:
                 work()
@@ -308,6 +299,7 @@ class Run:
                 self._bar.close()
                 self._bar = None
         _lib.check(box["s"], err)
+        self._write_summary()
         if interrupted:
             raise KeyboardInterrupt
         if self._cb_error is not None:
@@ -320,8 +312,10 @@ class Run:
 
     def stop(self):
         """Ask the run to stop after the step in progress (safe from any
-        thread and from a progress callback); train() then returns. The
-        request stays: to go on, continue with Run.resume(output dir)."""
+        thread and from a progress callback); train() then returns, and a
+        later train() on this Run continues where it stopped (as
+        Run.resume(output dir) would). Asked while no train() runs, it
+        stops the next train() after its first step."""
         if self._ptr:
             _lib.lib().mxp_run_request_stop(self._ptr)
 
@@ -340,6 +334,34 @@ class Run:
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy),
                 "bits_per_char": _nan_to_none(ev.bits_per_char)}
+
+    def summary(self):
+        """The run's summary, the object of the CLI's summary.json (schema
+        "mixprec.summary/1", docs/json.md; the library's
+        mxp_run_summary_json), with a fresh held-out evaluation. train()
+        writes it to output.dir/summary.json after every call."""
+        ev = _capi.RunEval()
+        err = _lib.CError()
+        L = _lib.lib()
+        with self._lock:
+            ptr = self._live()
+            _lib.check(L.mxp_run_evaluate(ptr, ctypes.byref(ev), ctypes.byref(err)), err)
+            cap = 1 << 16
+            while True:
+                buf = ctypes.create_string_buffer(cap)
+                n = L.mxp_run_summary_json(ptr, ctypes.byref(ev), float("nan"), buf, cap)
+                if n >= 0 or cap >= 1 << 24:
+                    break
+                cap *= 4
+        if n < 0:
+            raise Error("the run's summary does not fit in %d bytes" % cap, "internal")
+        return json.loads(buf.value.decode())
+
+    def _write_summary(self):
+        out = self.config["output.dir"]
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "summary.json"), "w") as f:
+            f.write(json.dumps(self.summary(), separators=(",", ":")) + "\n")
 
     def save(self, path):
         """Write a checkpoint of the current state to path (atomically)."""

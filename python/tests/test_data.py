@@ -220,8 +220,9 @@ class DataTest(TmpDirCase):
         with self.assertRaises(mixprec.Error) as cm:  # arrays are not in the checkpoint
             mixprec.Run.resume(self.path("t"))
         self.assertIn("data=", str(cm.exception))
-        self.assertEqual(mixprec.Config.from_checkpoint(self.path("t"))["model.layers"],
-                         ",".join(LAYERS))
+        back_cfg = mixprec.Config.from_checkpoint(self.path("t"))
+        self.assertEqual(back_cfg["model.layers"], ",".join(LAYERS))
+        self.assertEqual(back_cfg["data.path"], "none")  # no placeholder path
         back = mixprec.Run.resume(self.path("t"), data=data)
         st = back.train()
         self.assertEqual(st["total_steps"], total)
@@ -246,9 +247,11 @@ class DataTest(TmpDirCase):
         with self.assertRaises(mixprec.ConfigError):
             mixprec.Run(self.cfg("regressor", "e4"), data={"x": x, "y": y},
                         model=["linear:abc", "linear"])
+        self.cfg("regressor", "e5").check()  # the data may come from memory
         with self.assertRaises(mixprec.ConfigError) as cm:  # regressor without data
             mixprec.Run(self.cfg("regressor", "e5"))
         self.assertIn("data.path", str(cm.exception))
+        self.assertIn("data=", str(cm.exception))
         run = mixprec.Run(self.cfg("regressor", "e6"), data={"x": x, "y": y}, model=LAYERS)
         with self.assertRaises(mixprec.Error) as cm:
             run.predict(x[:, :3])

@@ -73,6 +73,14 @@ class SeedUsageTest(TmpDirCase):
         np.testing.assert_array_equal(other.predict(x), model.predict(x))
 
 
+# docs/json.md: the summary's core fields, the same for every workload
+SUMMARY_CORE = ("schema", "workload", "run_id", "precision", "emulated", "kill_switch",
+                "fp16_enabled_runtime", "training_steps", "optimizer_steps", "skipped_steps",
+                "overflow_rate", "current_scale", "epochs", "batch_size", "grad_accum_steps",
+                "seed", "memory_bytes", "fp32_layers", "fp32_layers_kept", "fp16_accumulate",
+                "final_train_loss", "wall_time_s", "samples", "samples_per_s", "guard")
+
+
 class RunTest(TmpDirCase):
     def test_stats_agree_with_cli_summary(self):
         need_cli(self)
@@ -101,6 +109,24 @@ class RunTest(TmpDirCase):
                                        delta=1e-6 * abs(summ["final_train_loss"]))
                 self.assertAlmostEqual(run.evaluate()["loss"], summ["val_loss"],
                                        delta=1e-6 * abs(summ["val_loss"]))
+                # the Run writes the CLI's summary.json: one writer, one schema
+                with open(os.path.join(b["output.dir"], "summary.json")) as f:
+                    py = json.load(f)
+                self.assertEqual(summ["schema"], "mixprec.summary/1")
+                self.assertEqual(sorted(py), sorted(summ))
+                for k in SUMMARY_CORE:
+                    self.assertIn(k, py)
+                for k in ("schema", "workload", "precision", "training_steps", "skipped_steps",
+                          "overflow_rate", "current_scale", "memory_bytes", "fp32_layers_kept",
+                          "fp16_accumulate", "params", "world_size"):
+                    self.assertEqual(py[k], summ[k], k)
+                for k in ("precision", "events", "fallbacks", "rollbacks"):
+                    self.assertEqual(py["guard"][k], summ["guard"][k], k)
+                self.assertAlmostEqual(py["final_train_loss"], summ["final_train_loss"],
+                                       delta=1e-6 * abs(summ["final_train_loss"]))
+                ev = run.evaluate()["loss"]  # the JSON has 9 significant digits
+                self.assertAlmostEqual(py["val_loss"], ev, delta=1e-8 * abs(ev))
+                self.assertEqual(run.summary()["run_id"], st["run_id"])
                 run.close()
 
     def test_train_arguments_are_honoured(self):
@@ -149,6 +175,51 @@ class RunTest(TmpDirCase):
         self.assertEqual(sorted(sa), sorted(sb))
         for n in sa:
             np.testing.assert_array_equal(sa[n], sb[n], err_msg=n)
+
+    def test_train_after_stop_continues_like_the_straight_run(self):
+        straight = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
+        st_a = straight.train()
+        total = st_a["total_steps"]
+        k = total // 3
+        stops = [k]  # the steps to stop at (the first call's step k only)
+
+        def cb(p):
+            if stops and p["step"] == stops[0]:
+                stops.pop()
+                run.stop()
+        run = mixprec.Run(mixprec.Config(**small(self.path("b"))), store=False, progress=cb,
+                          progress_every=1)
+        self.assertEqual(run.train()["total_steps"], k)
+        st = run.train()  # the stop was spent: this call continues to the end
+        self.assertFalse(st["stopped"])
+        self.assertTrue(st["finished"])
+        self.assertEqual(st["total_steps"], total)
+        self.assertEqual(st["last_loss"], st_a["last_loss"])
+        for n, v in straight.state_dict().items():
+            np.testing.assert_array_equal(run.state_dict()[n], v, err_msg=n)
+        run.stop()  # between calls: the next call stops after its first step
+        self.assertEqual(run.train(num_epochs=1)["total_steps"], total + 1)
+        self.assertFalse(run.train(num_epochs=1)["stopped"])
+
+    def test_from_checkpoint_is_the_cli_resume_config(self):
+        # one library function (mxp_run_resume_config) for both front ends:
+        # the CLI resumes the directory that Config.from_checkpoint describes
+        need_cli(self)
+        out = self.path("fc")
+        run = mixprec.Run(mixprec.Config(**small(out, **{"training.precision": "mixed_bf16"})),
+                          init=mixprec.Run(mixprec.Config(**small(self.path("i")))).state_dict())
+        self.assertNotEqual(run.config["model.init_from"], "none")
+        run.train(num_epochs=1)
+        run.close()  # removes the init file: the checkpoint holds the weights
+        cfg = mixprec.Config.from_checkpoint(out, training={"lr": 0.125})
+        self.assertEqual(cfg["output.dir"], out)
+        self.assertTrue(cfg.checkpoint.startswith(os.path.join(out, "checkpoints", "ckpt-")))
+        self.assertEqual(cfg["training.precision"], "mixed_bf16")
+        self.assertEqual(float(cfg["training.lr"]), 0.125)
+        self.assertEqual(cfg["model.init_from"], "none")
+        run_cli("train", "--quiet", "--resume", out)  # the gone init file is no error
+        with open(os.path.join(out, "summary.json")) as f:
+            self.assertTrue(json.load(f)["resumed"])
 
     def test_save_and_resume_from_file(self):
         run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)

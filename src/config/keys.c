@@ -420,7 +420,7 @@ static const mxp_config_key kKeys[] = {
     KEY_STR("data.path", wl.data_path, "none",
             "world_model, classifier, regressor: the user's data, safetensors or NumPy .npz "
             "(docs/data.md); none = built-in data (world_model: data.env; classifier: "
-            "Fashion-MNIST); regressor needs it (none)"),
+            "Fashion-MNIST); regressor needs it or arrays in memory (mxp_run_options.data, Python Run(data=)) (none)"),
     KEY_INT("data.train_subset", MXP_STORE_I64, wl.train_subset, 0, 0, I32MAX,
             "classifier: training images used; gpt: training windows per epoch; 0 = all (0)"),
     KEY_INT("data.test_subset", MXP_STORE_I64, wl.test_subset, 0, 0, I32MAX,

@@ -160,10 +160,8 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
                              "with world_model, classifier or regressor",
                              l);
     }
-    if (!has_path && c->workload == MXP_WORKLOAD_REGRESSOR)
-        return mxp_error_set(err, MXP_ERR_CONFIG,
-                             "model.workload=regressor needs data.path=FILE (safetensors or .npz "
-                             "with x [N, D] and y [N, K]; docs/data.md)");
+    /* the regressor's data may come from memory (mxp_run_options.data):
+     * mxp_run_create refuses a regressor run without either */
     if (strcmp(c->init_from, "none") != 0 && c->workload == MXP_WORKLOAD_GPT) {
         describe(b, "model.init_from", l, sizeof l);
         return mxp_error_set(err, MXP_ERR_CONFIG,

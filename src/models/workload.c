@@ -22,6 +22,12 @@ mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_pro
     if (strcmp(cfg->wl.data_path, "none") != 0 && cfg->workload != MXP_WORKLOAD_GPT)
         return from_file(cfg, out, err);
     switch (cfg->workload) {
+    case MXP_WORKLOAD_REGRESSOR: /* no built-in data */
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "model.workload=regressor has no data: it needs data.path=FILE "
+                             "(safetensors or .npz with x [N, D] and y [N, K]; docs/data.md) "
+                             "or the arrays in memory (mxp_run_options.data; Python: "
+                             "Run(cfg, data={\"x\": ..., \"y\": ...}))");
     case MXP_WORKLOAD_WORLD_MODEL: return world_model_provider(cfg, out, err);
     case MXP_WORKLOAD_CLASSIFIER: return classifier_provider(cfg, out, err);
     case MXP_WORKLOAD_GPT: return gpt_provider(cfg, out, err);

@@ -292,6 +292,7 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         if (r->obs.begin) r->obs.begin(r->obs.self, r);
     }
     r->stopped = false;
+    bool honoured = false; /* this call stopped on mxp_run_request_stop */
     r->shuffled = -1;
     const double t0 = mxp_time_now();
     /* The loop reads the position every step, so a rollback (or a resume)
@@ -305,7 +306,8 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         if ((st = fill_step(r, p->step_in_epoch, batch, err)) != MXP_OK) break;
         bool guard_stop = false;
         if ((st = one_step(r, epoch, steps_per_epoch, &guard_stop, err)) != MXP_OK) break;
-        bool stop = r->stop_req || (r->stop_flag && *r->stop_flag) || guard_stop;
+        const bool asked = r->stop_req != 0;
+        bool stop = asked || (r->stop_flag && *r->stop_flag) || guard_stop;
         if (r->dp_size > 1 && /* a signal may reach the ranks at different steps */
             (st = mxp_dist_agree_any(mxp_trainer_comm(r->trainer), &stop, err)) != MXP_OK)
             break;
@@ -314,9 +316,14 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
             break;
         if (stop) {
             r->stopped = true;
+            honoured = asked;
             break;
         }
     }
+    /* a stop request is spent by the call that honoured it (one that came
+     * in while this call was finishing is the same stop); one that arrives
+     * after this point stops the next call at its first step boundary */
+    if (honoured) r->stop_req = 0;
     r->wall_s += mxp_time_now() - t0;
     /* done or stopped, a call that leaves non-finite weights or optimizer
      * state never reports success (checkpoints written with it are marked

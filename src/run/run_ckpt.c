@@ -279,3 +279,58 @@ mxp_status mxp_run_save(mxp_run *r, const char *path, mxp_error *err) {
     if (r->guard && mxp_guard_status_json(r->guard, gs, sizeof gs) > 0) a.guard_state = gs;
     return mxp_ckpt_save(path, &a, NULL, err);
 }
+
+/* ---- the config of a resume ------------------------------------------------ */
+
+static mxp_status put_kv(mxp_config_builder *b, const char *key, const char *val,
+                         mxp_error *err) {
+    char kv[MXP_CKPT_PATH_MAX + 64];
+    if ((size_t)snprintf(kv, sizeof kv, "%s=%s", key, val) >= sizeof kv)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s: value of %zu bytes is too long", key,
+                             strlen(val));
+    return mxp_config_apply_override(b, kv, err);
+}
+
+mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt, size_t n,
+                                 mxp_error *err) {
+    if (!path || !b)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_resume_config: NULL");
+    char file[MXP_CKPT_PATH_MAX];
+    bool run_dir = false;
+    mxp_status s = MXP_OK;
+    if (is_dir(path)) { /* a run directory (with checkpoints/) or a checkpoint directory */
+        char dir[MXP_CKPT_PATH_MAX];
+        if ((size_t)snprintf(dir, sizeof dir, "%s/checkpoints", path) >= sizeof dir)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG, "resume path '%.200s...' is too long",
+                                 path);
+        run_dir = is_dir(dir);
+        if (!run_dir) snprintf(dir, sizeof dir, "%s", path);
+        s = mxp_ckpt_find_latest(dir, false, NULL, file, sizeof file, NULL, err);
+    } else if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file) {
+        s = mxp_error_set(err, MXP_ERR_INVALID_ARG, "resume path '%.200s...' is too long", path);
+    }
+    if (s != MXP_OK) return s;
+    if (ckpt && n) snprintf(ckpt, n, "%s", file);
+    mxp_st_file *f = NULL;
+    mxp_ckpt_info info;
+    s = mxp_st_file_read(file, &f, err);
+    if (s == MXP_OK) s = mxp_ckpt_check(f, NULL, &info, err);
+    if (s == MXP_OK) s = mxp_ckpt_apply_config(f, b, err);
+    /* the mode the run was in when saved (after a fallback: the fallback's) */
+    if (s == MXP_OK) s = put_kv(b, "training.precision", mxp_precision_name(info.precision), err);
+    /* a fallback out of fp16/mixed_fp16 left no FP16 operands: the saved
+     * run accumulates in FP32 now, whatever training.fp16_accumulate said */
+    if (s == MXP_OK && info.precision != MXP_PRECISION_FP16 &&
+        info.precision != MXP_PRECISION_MIXED_FP16)
+        s = put_kv(b, "training.fp16_accumulate", "fp32", err);
+    /* the checkpoint holds the weights: a model.init_from file that is gone
+     * (Python's Run(init=state_dict) wrote it to a temporary folder) is not
+     * needed */
+    mxp_config stored;
+    if (s == MXP_OK && mxp_config_resolve(b, &stored, NULL) == MXP_OK &&
+        strcmp(stored.init_from, "none") != 0 && access(stored.init_from, F_OK) != 0)
+        s = put_kv(b, "model.init_from", "none", err);
+    if (s == MXP_OK && run_dir) s = put_kv(b, "output.dir", path, err);
+    mxp_st_file_destroy(f);
+    return s;
+}

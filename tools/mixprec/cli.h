@@ -109,7 +109,8 @@ int cmd_ckpt(int argc, char **argv);
 /* `mixprec train --resume` (cmd_ckpt.c): find the checkpoint of `resume`
  * (a file, a run directory or a checkpoint directory; newest that
  * verifies) into ckpt, and resolve the config from its stored config <
- * file < env < overrides (a run directory also sets output.dir). The run
+ * file < env < overrides (a run directory also sets output.dir): the
+ * library's mxp_run_resume_config, then the CLI's sources. The run
  * (mixprec/run.h) then loads it and checks it against the config. */
 int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
                       mxp_config *cfg);

@@ -620,44 +620,15 @@ int cmd_ckpt(int argc, char **argv) {
 int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
                       mxp_config *cfg) {
     mxp_error err = {0};
-    bool run_dir = false;
-    if (is_dir(resume)) {
-        char dir[MXP_CKPT_PATH_MAX];
-        ckpt_dir_of(resume, dir, sizeof dir);
-        run_dir = strcmp(dir, resume) != 0;
-        if (mxp_ckpt_find_latest(dir, false, NULL, ckpt, n, NULL, &err) != MXP_OK) {
-            cli_error("--resume %s: %s", resume, err.msg);
-            return CLI_EXIT_USAGE;
-        }
-    } else {
-        snprintf(ckpt, n, "%s", resume);
-    }
-    mxp_st_file *f = NULL;
     mxp_config_builder *b = NULL;
-    mxp_ckpt_info info;
-    mxp_status s = mxp_st_file_read(ckpt, &f, &err);
-    if (s == MXP_OK) s = mxp_ckpt_check(f, NULL, &info, &err);
-    if (s == MXP_OK) s = mxp_config_builder_create(&b, &err);
-    if (s == MXP_OK) s = mxp_ckpt_apply_config(f, b, &err);
-    /* the mode the run was in when saved (after a fallback: the fallback's) */
-    char prec[64];
-    snprintf(prec, sizeof prec, "training.precision=%s", mxp_precision_name(info.precision));
-    if (s == MXP_OK) s = mxp_config_apply_override(b, prec, &err);
-    /* a fallback out of fp16/mixed_fp16 left no FP16 operands: the saved
-     * run accumulates in FP32 now, whatever training.fp16_accumulate said */
-    if (s == MXP_OK && info.precision != MXP_PRECISION_FP16 &&
-        info.precision != MXP_PRECISION_MIXED_FP16)
-        s = mxp_config_apply_override(b, "training.fp16_accumulate=fp32", &err);
-    char od[MXP_CKPT_PATH_MAX + 16];
-    snprintf(od, sizeof od, "output.dir=%s", resume);
-    if (s == MXP_OK && run_dir) s = mxp_config_apply_override(b, od, &err);
+    mxp_status s = mxp_config_builder_create(&b, &err);
+    if (s == MXP_OK) s = mxp_run_resume_config(resume, b, ckpt, n, &err);
     if (s == MXP_OK && a->config_path) s = mxp_config_apply_file(b, a->config_path, &err);
     if (s == MXP_OK) s = mxp_config_apply_env(b, NULL, &err);
     for (int i = 0; s == MXP_OK && i < a->n_overrides; i++)
         s = mxp_config_apply_override(b, a->overrides[i], &err);
     if (s == MXP_OK) s = mxp_config_resolve(b, cfg, &err);
     mxp_config_builder_destroy(b);
-    mxp_st_file_destroy(f);
     if (s != MXP_OK) {
         cli_error("--resume %s: %s", resume, err.msg);
         return CLI_EXIT_USAGE;

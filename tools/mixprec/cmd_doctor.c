@@ -2,8 +2,8 @@
  * precisions run natively or emulated, the fallback chain, the GPU seen by
  * the CUDA backend or why there is none, and an optional
  * FP32 preflight of the configured workload with the advisor's verdicts),
- * and the guard's output in `mixprec train` (summary lines, JSON field,
- * exit code of a stop rule, SIGUSR1 handler).
+ * and the SIGUSR1 handler of `mixprec train` (its guard lines are
+ * train_summary.c's, the guard's JSON is in the library's summary).
  */
 #include "doctor.h"
 
@@ -281,50 +281,10 @@ int cmd_doctor(int argc, char **argv) {
     return rc;
 }
 
-/* ---- the guard in `mixprec train` ------------------------------------------ */
+/* ---- the SIGUSR1 handler of `mixprec train` ------------------------------ */
 
 void doctor_install_signal(void) {
     mxp_error err = {0};
     if (mxp_guard_install_signal(SIGUSR1, &err) != MXP_OK)
         mxp_log(MXP_LOG_WARN, "SIGUSR1 -> fp32 switch unavailable: %s", err.msg);
-}
-
-void doctor_print_guard(FILE *f, mxp_world_model *wm) {
-    mxp_guard *g = mxp_world_model_guard(wm);
-    if (!g) return;
-    mxp_guard_status st;
-    mxp_guard_get_status(g, &st);
-    size_t n;
-    const mxp_guard_event *ev = mxp_guard_events(g, &n);
-    int64_t sev[MXP_SEV_COUNT] = {0};
-    for (size_t i = 0; i < n; i++) sev[ev[i].severity]++;
-    fprintf(f, "guard            %lld events (P0 %lld, P1 %lld, P2 %lld); fallbacks %lld, "
-               "rollbacks %lld",
-            (long long)st.events, (long long)sev[MXP_SEV_P0], (long long)sev[MXP_SEV_P1],
-            (long long)sev[MXP_SEV_P2], (long long)st.fallbacks, (long long)st.rollbacks);
-    if (st.initial != st.current)
-        fprintf(f, "; precision %s -> %s", mxp_precision_name(st.initial),
-                mxp_precision_name(st.current));
-    if (st.stopped) fprintf(f, "; STOPPED by a guard rule");
-    fputc('\n', f);
-    if (st.canary_divergence == st.canary_divergence) /* not NaN: a canary ran */
-        fprintf(f, "fp32 canary      last divergence %.3g%%\n", 100 * st.canary_divergence);
-    const size_t show = 10;
-    for (size_t i = n > show ? n - show : 0; i < n; i++)
-        fprintf(f, "  [%s] %s\n", mxp_severity_name(ev[i].severity), ev[i].detail);
-}
-
-void doctor_guard_json(FILE *f, mxp_world_model *wm) {
-    char buf[8192];
-    mxp_guard *g = mxp_world_model_guard(wm);
-    if (g && mxp_guard_status_json(g, buf, sizeof buf) > 0)
-        fprintf(f, "\"guard\":%s,", buf);
-    else
-        fputs("\"guard\":null,", f);
-}
-
-int doctor_exit_code(mxp_world_model *wm, int rc) {
-    if (rc == CLI_EXIT_OK && mxp_guard_stopped(mxp_world_model_guard(wm)))
-        return CLI_EXIT_GUARD_STOP;
-    return rc;
 }

@@ -156,7 +156,8 @@ static int history_merge(const char *dir, const char *kept, double *last_epoch_l
 }
 
 static void write_summary_any(FILE *f, const mxp_config *cfg, const void *s) {
-    train_summary_json(f, cfg, s);
+    if (!train_summary_json(f, s))
+        cli_error("the summary of the run in '%s' could not be made", cfg->output_dir);
 }
 
 /* OUTPUT_DIR/summary.json alone (after history_merge). */
@@ -164,8 +165,8 @@ static int write_summary_file(const mxp_config *cfg, const train_summary *s) {
     char path[MXP_CONFIG_STR_MAX + 32];
     snprintf(path, sizeof path, "%s/summary.json", cfg->output_dir);
     FILE *f = fopen(path, "w");
-    if (f) train_summary_json(f, cfg, s);
-    if (!f || fclose(f) != 0) {
+    bool made = f && train_summary_json(f, s);
+    if (!f || fclose(f) != 0 || !made) {
         cli_error("cannot write '%s': %s", path, strerror(errno));
         return CLI_EXIT_IO;
     }
@@ -224,7 +225,7 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
         free(kept);
         return CLI_EXIT_FAIL;
     }
-    train_summary_fill(&s, run, comm, ps->base.loss_n ? ps->base.last_epoch_loss : NAN);
+    train_summary_fill(&s, run, ps->base.loss_n ? ps->base.last_epoch_loss : NAN);
     rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), write_summary_any, &s)
                  : CLI_EXIT_OK;
     if (kept && rc == CLI_EXIT_OK) { /* the whole run's history and last epoch's loss */
@@ -238,7 +239,7 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
                 s.info.last_checkpoint[0] ? "; checkpoint " : " (checkpoints disabled)",
                 s.info.last_checkpoint, cfg->output_dir);
     if (primary && json)
-        train_summary_json(stdout, cfg, &s);
+        train_summary_json(stdout, &s);
     else if (primary)
         train_summary_print(stdout, &s);
     if (rc == CLI_EXIT_OK && primary && cfg->workload == MXP_WORKLOAD_GPT)

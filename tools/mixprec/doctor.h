@@ -1,4 +1,4 @@
-/* tools/mixprec/doctor.h: `mixprec doctor` and the guard's pieces of
+/* tools/mixprec/doctor.h: `mixprec doctor` and the SIGUSR1 handler of
  * `mixprec train` (cmd_doctor.c). */
 #ifndef MIXPREC_DOCTOR_H
 #define MIXPREC_DOCTOR_H
@@ -13,12 +13,5 @@ int cmd_doctor(int argc, char **argv);
 
 /* `train`: install the SIGUSR1 -> FP32 handler (a warning when impossible). */
 void doctor_install_signal(void);
-/* `train`: the guard's lines after the summary (nothing without a guard). */
-void doctor_print_guard(FILE *f, mxp_world_model *wm);
-/* `train --json`: `"guard":{...},` for the summary object ("guard":null,). */
-void doctor_guard_json(FILE *f, mxp_world_model *wm);
-/* `train`: the exit code after a successful run: CLI_EXIT_GUARD_STOP when a
- * stop rule fired, else rc. */
-int doctor_exit_code(mxp_world_model *wm, int rc);
 
 #endif

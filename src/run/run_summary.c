@@ -1,0 +1,135 @@
+/* run/run_summary.c: the run's summary object, schema "mixprec.summary/1"
+ * (run.h: mxp_run_summary_json; docs/json.md lists the fields). Every front
+ * end writes OUTPUT_DIR/summary.json through it: `mixprec train` (also its
+ * --json line) and the Python binding's Run.train, so the object has one
+ * home and the same core fields for every workload, the guard's included.
+ * FILE-free: it fills a caller's buffer.
+ */
+#include "run/run_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Appends to a fixed buffer; `over` once something did not fit. */
+typedef struct jw {
+    char *buf;
+    size_t cap, len;
+    bool over;
+} jw;
+
+static void put(jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(jw *w, const char *fmt, ...) {
+    if (w->over) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(w->buf + w->len, w->cap - w->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= w->cap - w->len)
+        w->over = true;
+    else
+        w->len += (size_t)n;
+}
+
+static const char *tf(bool b) { return b ? "true" : "false"; }
+
+/* `"key":<%.9g or null>,` */
+static void put_num(jw *w, const char *key, double v) {
+    if (isfinite(v))
+        put(w, "\"%s\":%.9g,", key, v);
+    else
+        put(w, "\"%s\":null,", key);
+}
+
+/* Optimizer state bytes: AdamW m and v (8 per parameter), SGD momentum (4). */
+static size_t optimizer_bytes(mxp_trainer *tr) {
+    float *m = NULL, *v = NULL;
+    size_t n = 0;
+    int64_t t = 0;
+    mxp_trainer_optim_state(tr, &m, &v, &n, &t);
+    return ((m ? n : 0) + (v ? n : 0)) * sizeof(float);
+}
+
+/* `"memory_bytes":{...},"fp32_layers":"..","fp32_layers_kept":[..],
+ * "fp16_accumulate":"..",`: the model's memory, the per-layer FP32 override
+ * as configured and as the model keeps it (empty in fp32 mode, where every
+ * layer is FP32 anyway), the FP16 accumulation as the model runs it at the
+ * end (a precision fallback out of fp16 drops it). */
+static void put_model(jw *w, const mxp_config *cfg, mxp_trainer *tr) {
+    const mxp_model *m = mxp_trainer_model(tr);
+    mxp_model_memory mem;
+    mxp_model_memory_usage(m, &mem);
+    put(w, "\"memory_bytes\":{\"params\":%zu,\"master\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
+           "\"activations\":%zu},",
+        mem.params, mem.master, mem.grads, optimizer_bytes(tr), mem.activations);
+    char txt[256];
+    mxp_fp32_layers_format(&cfg->fp32_layers, txt, sizeof txt);
+    put(w, "\"fp32_layers\":\"%s\",\"fp32_layers_kept\":[", txt);
+    const uint64_t kept = mxp_model_fp32_layers(m);
+    const char *sep = "";
+    for (int l = 0; l < 64; l++)
+        if (kept >> l & 1) {
+            put(w, "%s%d", sep, l);
+            sep = ",";
+        }
+    put(w, "],");
+    const int acc_k = mxp_model_policy(m)->fp16_accum_k;
+    if (acc_k > 0)
+        put(w, "\"fp16_accumulate\":\"fp16 (emulated), k=%d\",", acc_k);
+    else
+        put(w, "\"fp16_accumulate\":\"fp32\",");
+}
+
+int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss, char *buf,
+                         size_t cap) {
+    if (!r || !buf || cap == 0) return -1;
+    jw w = {buf, cap, 0, false};
+    const mxp_config *cfg = &r->cfg;
+    mxp_run_info info;
+    mxp_run_stats(r, &info);
+    mxp_train_stats st;
+    mxp_trainer_stats(r->trainer, &st);
+    put(&w,
+        "{\"schema\":\"mixprec.summary/1\",\"workload\":\"%s\",\"run_id\":\"%s\","
+        "\"precision\":\"%s\",\"emulated\":%s,\"kill_switch\":%s,\"fp16_enabled_runtime\":%s,"
+        "\"training_steps\":%lld,\"optimizer_steps\":%lld,\"skipped_steps\":%lld,"
+        "\"overflow_rate\":%.6g,\"current_scale\":%.9g,\"epochs\":%lld,\"batch_size\":%lld,"
+        "\"grad_accum_steps\":%lld,\"seed\":%llu,\"params\":%lld,\"resumed\":%s,",
+        info.workload, info.run_id, mxp_precision_name(st.precision), tf(info.emulated),
+        tf(cfg->kill_switch), tf(st.fp16_enabled_runtime), (long long)st.training_steps,
+        (long long)st.optimizer_steps, (long long)st.skipped_steps, st.overflow_rate,
+        (double)st.current_scale, (long long)cfg->epochs, (long long)cfg->batch_size,
+        (long long)cfg->grad_accum_steps, (unsigned long long)cfg->seed,
+        (long long)mxp_model_num_params(r->model), tf(info.resumed));
+    /* the guard's state, or null without a guard */
+    if (r->guard) {
+        put(&w, "\"guard\":");
+        int n = w.over ? -1 : mxp_guard_status_json(r->guard, w.buf + w.len, w.cap - w.len);
+        if (n < 0)
+            w.over = true;
+        else
+            w.len += (size_t)n;
+        put(&w, ",");
+    } else {
+        put(&w, "\"guard\":null,");
+    }
+    put_model(&w, cfg, r->trainer);
+    put_num(&w, "final_train_loss", isnan(train_loss) ? info.epoch_mean_loss : train_loss);
+    if (eval) {
+        char key[64];
+        snprintf(key, sizeof key, "%s_loss", eval->name);
+        put_num(&w, key, eval->loss);
+        snprintf(key, sizeof key, "%s_accuracy", eval->name);
+        if (!isnan(eval->accuracy)) put_num(&w, key, eval->accuracy);
+        snprintf(key, sizeof key, "%s_bits_per_char", eval->name);
+        if (!isnan(eval->bits_per_char)) put_num(&w, key, eval->bits_per_char);
+    }
+    mxp_comm_stats cs;
+    mxp_comm_get_stats(mxp_trainer_comm(r->trainer), &cs);
+    put(&w, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,", r->dp_size,
+        (unsigned long long)cs.bytes_sent, cs.seconds);
+    const double sps = info.wall_s > 0 ? (double)info.samples_trained / info.wall_s : 0;
+    put(&w, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}", info.wall_s,
+        (long long)info.samples_trained, sps);
+    return w.over ? -1 : (int)w.len;
+}
