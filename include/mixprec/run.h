@@ -101,7 +101,7 @@ typedef struct mxp_workload_provider {
     /* Metadata every checkpoint must carry to use the model without the
      * training data (a JSON object text, metadata "workload_meta": the
      * user-data standardisation statistics, the GPT vocabulary); valid
-     * until destroy. Optional (helper "data"). */
+     * until destroy. Optional. */
     const char *(*checkpoint_meta)(void *self);
 } mxp_workload_provider;
 

@@ -12,7 +12,7 @@ _DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int32):
            np.dtype(np.int64): 3}
 
 
-class Dataset:
+class Dataset(_lib.Handle):
     """An owned mxp_dataset holding copies of a dict of arrays."""
 
     def __init__(self, arrays):
@@ -55,8 +55,6 @@ class Dataset:
             self._L.mxp_dataset_destroy(self.ptr)
             self.ptr = ctypes.c_void_p()
 
-    def __del__(self):
-        self.close()
 
 
 def layers_text(model):

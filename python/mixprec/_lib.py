@@ -31,6 +31,27 @@ c_int, c_int64, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_int64,
                                                   ctypes.c_void_p)
 
 
+class Handle:
+    """An owner of a library object: close() releases it (subclasses define
+    it); garbage collection and `with` blocks call it. Errors while the
+    interpreter shuts down are ignored."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class CError(ctypes.Structure):
     """struct mxp_error (mixprec/base.h)."""
     _fields_ = [("status", c_int), ("msg", ctypes.c_char * ERROR_MSG_MAX)]

@@ -51,7 +51,7 @@ def _flatten(prefix, value, out):
         out.append((prefix, _text(value)))
 
 
-class Builder:
+class Builder(_lib.Handle):
     """An owned mxp_config_builder with the sources applied (internal)."""
 
     def __init__(self, yaml_path, overrides, resume=None):
@@ -103,8 +103,6 @@ class Builder:
             self._L.mxp_config_builder_destroy(self.ptr)
             self.ptr = ctypes.c_void_p()
 
-    def __del__(self):
-        self.close()
 
 
 class Config:

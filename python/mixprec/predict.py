@@ -63,7 +63,7 @@ def _dataset_arrays(L, d):
     return out
 
 
-class Predictor:
+class Predictor(_lib.Handle):
     """The model of one checkpoint (see the module docstring). precision:
     a mode name to compute in, or None for the checkpoint's."""
 
@@ -141,15 +141,3 @@ class Predictor:
         if self.ptr:
             self._L.mxp_predictor_destroy(self.ptr)
             self.ptr = c_void_p()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -35,7 +35,7 @@ def _nan_to_none(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-class Run:
+class Run(_lib.Handle):
     """A training run. See the module docstring and docs/python.md.
 
     config: a Config (or a dict of sections for Config(**dict); None: the
@@ -143,18 +143,6 @@ class Run:
             import shutil
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def _live(self):
         if not self._ptr:
