@@ -237,8 +237,9 @@ void mxp_run_request_stop(mxp_run *run);
 /* Ask for a precision switch at the next step boundary: the one switch
  * point (operator signal, HTTP, guard, scaler fallback and the advisor all
  * end there): the switch, a scaler reset, one event. reason: free text
- * ("operator", "http", ...; copied, may be NULL). Not signal safe: a
- * signal handler uses mxp_guard_request_fp32. */
+ * ("operator", "http", ...; copied, may be NULL). Safe to call from
+ * another thread while mxp_run_train runs; not signal safe: a signal
+ * handler uses mxp_guard_request_fp32. */
 void mxp_run_request_precision(mxp_run *run, mxp_precision to, const char *reason);
 
 /* Held-out evaluation through the provider (MXP_ERR_UNSUPPORTED without). */

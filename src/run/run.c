@@ -126,7 +126,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     if (r->wl.rows_per_sample < 1) r->wl.rows_per_sample = 1;
     r->dp_size = 1;
     r->shuffled = -1;
-    r->pending_prec = -1;
+    atomic_init(&r->pending_prec, -1);
     r->last_loss = r->epoch_mean = NAN;
     r->loss_epoch = -1;
     r->max_batch = cfg->batch_size;
@@ -183,9 +183,9 @@ static void shuffle(mxp_run *r, int64_t epoch) {
  * trainer refuses (a mode this machine cannot run) is logged and training
  * goes on in the current mode. */
 static void apply_precision_request(mxp_run *r) {
-    if (r->pending_prec < 0) return;
-    mxp_precision to = (mxp_precision)r->pending_prec;
-    r->pending_prec = -1;
+    const int req = atomic_exchange_explicit(&r->pending_prec, -1, memory_order_acquire);
+    if (req < 0) return;
+    mxp_precision to = (mxp_precision)req;
     mxp_precision from = mxp_model_policy(r->model)->mode;
     if (to == from) {
         mxp_log(MXP_LOG_INFO, "%s: already computing in %s", r->pending_reason,
@@ -352,8 +352,8 @@ void mxp_run_request_stop(mxp_run *r) {
 
 void mxp_run_request_precision(mxp_run *r, mxp_precision to, const char *reason) {
     if (!r || (int)to < 0 || to >= MXP_PRECISION_COUNT) return;
-    r->pending_prec = (int)to;
     snprintf(r->pending_reason, sizeof r->pending_reason, "%s", reason ? reason : "request");
+    atomic_store_explicit(&r->pending_prec, (int)to, memory_order_release);
 }
 
 mxp_status mxp_run_evaluate(mxp_run *r, mxp_run_eval *out, mxp_error *err) {
