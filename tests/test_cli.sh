@@ -7,13 +7,7 @@
 #  - the kill switch forces fp32 and logs the documented line;
 #  - train --json writes a parseable summary and history.csv;
 #  - config show reports sources; --help works on every verb.
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 
 small="data.trajectories=8 data.episode_length=40 model.hidden=16 training.epochs=1 training.batch_size=16"
 

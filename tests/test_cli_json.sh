@@ -15,13 +15,7 @@
 #    verifies;
 #  - help texts: train's usage has --resume, ckpt export lists the FP8
 #    dtypes, no literal "%%", model.depth states its range.
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 small="data.trajectories=16 data.episode_length=50 model.hidden=16 model.depth=2 training.batch_size=16 training.epochs=1"
 py() { /usr/bin/python3 - "$@"; }
 

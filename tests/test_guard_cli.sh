@@ -13,13 +13,7 @@
 #    fp16): the starting state is never a rollback point (no "rolled back"),
 #    the run exits 1 naming the non-finite tensor, records the run failed,
 #    and every checkpoint it wrote is marked unhealthy.
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 small="data.trajectories=16 data.episode_length=50 model.hidden=32 model.depth=2 training.batch_size=16 checkpoint.enabled=false obs.store.enabled=false"
 
 "$bin" doctor > doctor.txt 2>&1 || fail "doctor exit $?"

@@ -12,13 +12,7 @@
 #    fallback + rollback), weights x 1e6 (overflow, fallback), a tensor
 #    squeezed under FP16's smallest normal (underflow);
 #  - training.precision=auto logs the precision it chose, not fp32.
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 alerts() { grep -cE "guard \[P[012]\]" "$1"; }
 
 modes="fp32 mixed_bf16"

@@ -9,13 +9,7 @@
 #  - a status line says what happens before the first step (data);
 #  - the plain log lines carry the same fields;
 #  - one epoch numbering: history.csv, log lines and the bar count from 1.
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 small="data.trajectories=32 data.episode_length=100 model.hidden=32 model.depth=2 training.batch_size=16 training.epochs=2 checkpoint.enabled=false obs.store.enabled=false"
 run="$bin train $small training.precision=mixed_fp16 fault.kind=nan fault.step=150 fault.count=1 output.dir=tty"
 

@@ -16,13 +16,7 @@
 #    longer than the old 160-byte cut);
 #  - a directory without a run store is a usage error (exit 2) that says so,
 #    not "could not write outputs".
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 command -v gnuplot > /dev/null || { echo "SKIP: gnuplot not installed (scripts/install-deps.sh)"; exit 0; }
 
 "$bin" train --quiet output.dir=run checkpoint.enabled=false training.epochs=2 \
