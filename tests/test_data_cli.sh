@@ -12,17 +12,12 @@
 # Data written by /usr/bin/python3 numpy (tests/data_cases.py,
 # tests/user_run_cases.py); exit 77 without it.
 set -u
-bin=$(realpath "$1")
 src=$(realpath "$2")
+. "$(dirname "$0")/cli_lib.sh" "$1"
 [ -x /usr/bin/python3 ] || { echo "SKIP: no /usr/bin/python3"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 mkdir cases runs
 /usr/bin/python3 "$src/tests/data_cases.py" cases && /usr/bin/python3 "$src/tests/user_run_cases.py" . ||
   { echo "SKIP: numpy could not write the data"; exit 77; }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # ---- the three commands -----------------------------------------------------
 cat > wm.yaml <<'EOF'

@@ -12,13 +12,7 @@
 #  - a checkpoint of another workload is refused with exit 2;
 #  - data parallel for any workload: mpirun -np 2 of the GPT at batch 4
 #    gives the losses of one process at batch 8 (relative 1e-6).
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh" "$1"
 # every file below a directory with its checksum (names, sizes, contents)
 snap() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 
