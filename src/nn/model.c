@@ -41,6 +41,17 @@ const char *mxp_loss_kind_name(mxp_loss_kind k) {
     return loss_kind_names[k];
 }
 
+/* nn_internal.h */
+mxp_model_spec nn_spec_empty(int64_t in_dim, mxp_loss_kind loss, int64_t max_batch) {
+    mxp_model_spec s;
+    memset(&s, 0, sizeof s);
+    s.in_dim = in_dim;
+    s.max_batch = max_batch;
+    s.loss = loss;
+    s.layernorm_eps = 1e-5f;
+    return s;
+}
+
 /* depth x (linear(hidden) -> [layernorm] -> act) then linear(out_dim). A
  * depth that needs more than MXP_MODEL_MAX_LAYERS layers yields a spec whose
  * n_layers says how many were asked for, so create rejects it by name. */
@@ -48,12 +59,7 @@ mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
                                   int64_t out_dim, mxp_layer_kind act,
                                   bool layernorm, mxp_loss_kind loss,
                                   int64_t max_batch) {
-    mxp_model_spec s;
-    memset(&s, 0, sizeof s);
-    s.in_dim = in_dim;
-    s.max_batch = max_batch;
-    s.loss = loss;
-    s.layernorm_eps = 1e-5f;
+    mxp_model_spec s = nn_spec_empty(in_dim, loss, max_batch);
     if (depth < 0) {
         s.n_layers = 0;
         return s;

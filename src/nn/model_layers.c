@@ -61,12 +61,7 @@ mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_d
         s[L - 1] = '\0';
         s++;
     }
-    mxp_model_spec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.in_dim = in_dim;
-    spec.max_batch = max_batch;
-    spec.loss = loss;
-    spec.layernorm_eps = 1e-5f;
+    mxp_model_spec spec = nn_spec_empty(in_dim, loss, max_batch);
     size_t pos = 0;
     char item[64];
     bool too_long, last_bare = false;

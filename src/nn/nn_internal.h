@@ -268,6 +268,11 @@ void nn_ext_init(const mxp_model *m, int l, mxp_rng *r, float *dst);
 /* Spec checks for the GPT kinds (names the field and the accepted range). */
 mxp_status nn_ext_validate(const mxp_model_spec *s, mxp_error *err);
 
+/* An empty spec (no layers) with the fields every builder sets the same
+ * way: input width, largest batch, loss, layernorm epsilon 1e-5
+ * (mxp_model_spec_mlp, mxp_model_spec_layers). */
+mxp_model_spec nn_spec_empty(int64_t in_dim, mxp_loss_kind loss, int64_t max_batch);
+
 /* Default rows per chunk of a block's FP32 scratch (rounded up to whole
  * sequences): small enough that the [R, 4C] chunk is a fraction of the
  * saved tensors, large enough that the GEMMs keep their speed (128: the
