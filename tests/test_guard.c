@@ -416,6 +416,47 @@ static void test_canary_threshold(void) {
                       (long long)st.fired[rules[ri]]);
             rig_free(&r);
         }
+    /* the floor (guard.canary.loss_floor): a probe whose targets are the
+     * FP32 model's own predictions plus +-d has an FP32 loss of about d^2,
+     * far below the targets' variance; the divergence is then relative to
+     * floor = loss_floor x (mean per-column population variance of the
+     * targets), computed here in long double */
+    {
+        float pred[B * OUT], saved[B * OUT];
+        memcpy(saved, ys, sizeof ys);
+        r = rig_make(MXP_PRECISION_FP32, &c, false); /* same seed, same weights */
+        CHECK_OK(mxp_model_predict(r.m, xs, B, pred, &err), &err);
+        rig_free(&r);
+        for (int i = 0; i < B * OUT; i++) ys[i] = pred[i] + (i % 2 ? 0x1p-9f : -0x1p-9f);
+        long double var = 0;
+        for (int j = 0; j < OUT; j++) {
+            long double mu = 0, ss = 0;
+            for (int i = 0; i < B; i++) mu += ys[i * OUT + j];
+            mu /= B;
+            for (int i = 0; i < B; i++) ss += (ys[i * OUT + j] - mu) * (ys[i * OUT + j] - mu);
+            var += ss / B;
+        }
+        var /= OUT;
+        for (int k = 0; k < 3; k++) {
+            const double fr[3] = {0.0, 1e-3, 1.0};
+            mxp_guard_config cf = c;
+            cf.canary_loss_floor = fr[k];
+            r = rig_make(MXP_PRECISION_MIXED_BF16, &cf, true);
+            CHECK_OK(mxp_guard_canary(r.g, &div, &lw, &l32, &err), &err);
+            const double floor = (double)((long double)fr[k] * var);
+            CHECK_MSG(l32 < 1e-4 && (double)var > 100 * l32, "l32 %g var %g", l32, (double)var);
+            CHECK_MSG(fabs(div - fabs(lw - l32) / fmax(l32, floor)) <= 1e-12 * div,
+                      "floor %g: div %.17g, expected %.17g", fr[k], div,
+                      fabs(lw - l32) / fmax(l32, floor));
+            if (k == 2) CHECK_MSG(div < 0.01 * fabs(lw - l32) / l32, "div %g", div);
+            rig_free(&r);
+        }
+        memcpy(ys, saved, sizeof ys);
+        mxp_guard_config bad = c;
+        bad.canary_loss_floor = 1.5;
+        CHECK(mxp_guard_config_validate(&bad, &err) == MXP_ERR_INVALID_ARG &&
+              strstr(err.msg, "guard.canary.loss_floor=1.5; accepted: 0..1"));
+    }
     /* fp32 runs no canary (it would compare FP32 with itself) */
     c.rules[MXP_RULE_CANARY_DIVERGENCE].threshold = 0;
     r = rig_make(MXP_PRECISION_FP32, &c, true);

@@ -137,6 +137,9 @@ typedef struct mxp_guard_config {
     mxp_guard_rule_config rules[MXP_RULE_COUNT];
     int64_t canary_every;       /* guard.canary.every_steps: K, 0 = off (100) */
     int64_t canary_batch;       /* guard.canary.batch_size: probe rows (64) */
+    double canary_loss_floor;   /* guard.canary.loss_floor: the divergence is relative
+                                   to max(loss_fp32, this x the probe's best
+                                   constant-prediction loss), 0..1 (1e-3) */
     int64_t headroom_every;     /* guard.headroom.every_steps: full scans (10) */
     bool anomaly_mode;          /* guard.anomaly_mode (false) */
     bool allow_emulated;        /* guard.fallback.allow_emulated (false) */

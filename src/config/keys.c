@@ -263,6 +263,10 @@ static const mxp_config_key kKeys[] = {
             "FP32 canary every K steps, >= 0; 0 = off (100)"),
     KEY_INT("guard.canary.batch_size", MXP_STORE_I64, guard.canary_batch, 64, 1, I32MAX,
             "rows of the canary's probe batch (capped at training.batch_size), >= 1 (64)"),
+    KEY_FLT("guard.canary.loss_floor", MXP_STORE_F64, guard.canary_loss_floor, 1e-3, 0.0, false,
+            1.0, false, false,
+            "canary divergence is relative to max(loss_fp32, x * the probe's constant-prediction "
+            "loss), 0..1 (0.001)"),
     KEY_INT("guard.headroom.every_steps", MXP_STORE_I64, guard.headroom_every, 10, 1, I32MAX,
             "full per-layer scans (underflow counts) every N steps, >= 1 (10)"),
     KEY_BOOL("guard.fallback.allow_emulated", MXP_STORE_BOOL, OFF(guard.allow_emulated), false,

@@ -98,7 +98,7 @@ mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t, const mxp
     if ((s = mxp_monitor_create(g->model, false, &g->mon, err)) != MXP_OK) goto fail;
     mxp_monitor_set_anomaly(g->mon, c->anomaly_mode, c->rules[MXP_RULE_HEADROOM].threshold);
     if (probe && c->canary_every > 0) {
-        if ((s = guard_canary_init(&g->canary, g->model, probe, err)) != MXP_OK) goto fail;
+        if ((s = guard_canary_init(&g->canary, g->model, probe, c->canary_loss_floor, err)) != MXP_OK) goto fail;
         g->have_canary = true;
     }
     g->events = mxp_calloc(GUARD_EVENTS_KEPT, sizeof *g->events);

@@ -68,13 +68,15 @@ typedef struct guard_canary {
     float *x, *y;      /* probe copies */
     int32_t *labels;
     mxp_batch probe;
+    double floor;      /* smallest loss the divergence is relative to */
 } guard_canary;
 
 mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batch *probe,
-                             mxp_error *err);
+                             double loss_floor, mxp_error *err);
 void guard_canary_free(guard_canary *c);
 /* Loss of the probe in the working precision (m) and in FP32 from m's
- * parameters; *div = |lw - l32| / |l32| (inf when lw is not finite). */
+ * parameters; *div = |lw - l32| / max(|l32|, floor) (inf when lw is not
+ * finite); floor = loss_floor x the probe's best constant-prediction loss. */
 mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *lw,
                             double *l32, mxp_error *err);
 /* Copy m's parameters (master, else widened work) into dst, an FP32 model

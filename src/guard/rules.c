@@ -127,6 +127,7 @@ mxp_guard_config mxp_guard_config_default(void) {
     c.rules[MXP_RULE_UNDERFLOW] = (mxp_guard_rule_config){0.05, 1, A};
     c.canary_every = 100;
     c.canary_batch = 64;
+    c.canary_loss_floor = 1e-3;
     c.headroom_every = 10;
     c.anomaly_mode = false;
     c.allow_emulated = false;
@@ -172,6 +173,10 @@ mxp_status mxp_guard_config_validate(const mxp_guard_config *c, mxp_error *err) 
         if (ints[i].v < ints[i].lo)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s=%lld; accepted: >= %lld",
                                  ints[i].name, (long long)ints[i].v, (long long)ints[i].lo);
+    if (!(c->canary_loss_floor >= 0.0 && c->canary_loss_floor <= 1.0))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "guard.canary.loss_floor=%g; accepted: 0..1 (a fraction of the "
+                             "probe's constant-prediction loss)", c->canary_loss_floor);
     const mxp_fault_config *f = &c->fault;
     if ((unsigned)f->kind >= MXP_FAULT_KIND_COUNT || (unsigned)f->pass >= MXP_FAULT_PASS_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
