@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 enum { SCRATCH_SLOTS = 64 };
+enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 /* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
  * of a small problem to a worker costs more than it saves whenever the
  * second CPU is not free at once. Measured on the 2-vCPU development VM
@@ -57,6 +58,10 @@ enum { SCRATCH_SLOTS = 64 };
  * 0.178 ms on 2 (docs/kernels.md); the base model's GEMMs (>= 9 MFLOP)
  * keep both threads. */
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
+/* A packed B block of at most this many bytes (short K blocks: K = batch
+ * in a weight gradient) is swept row of tiles by row of tiles, so each K
+ * block's pass over C streams along C's rows (gemm_block). */
+#define ROWS_FIRST_MAX_BP ((size_t)512 * 1024)
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
@@ -111,24 +116,72 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
     mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode);
 }
 
+/* Whether this thread may use the _UNIT store modes (alpha == 1): the
+ * multiplications they leave out are exact only while MXCSR keeps
+ * subnormals (FTZ and DAZ clear). Read in the thread that runs the range:
+ * the pool gives each part the caller's FTZ/DAZ bits. */
+static bool unit_ok(const gemm_plan *p) {
+    return p->alpha == 1.0f && (_mm_getcsr() & (MXCSR_FTZ | MXCSR_DAZ)) == 0;
+}
+
+/* The store of the K block at pc: beta on the first (beta == 0 never reads
+ * C), add on later ones; the _UNIT form when unit and beta is 0 or 1. */
+static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
+    if (pc > 0) return unit ? MXP_GEMM_STORE_ADD_UNIT : MXP_GEMM_STORE_ADD;
+    if (p->beta == 0.0f) return unit ? MXP_GEMM_STORE_SET_UNIT : MXP_GEMM_STORE_SET;
+    return unit && p->beta == 1.0f ? MXP_GEMM_STORE_BETA_UNIT : MXP_GEMM_STORE_BETA;
+}
+
+/* One packed block: the micro-tiles of C[ic .. ic+mc)[jc .. jc+nc) for the
+ * K block at pc (length kc), from Ap (mc x kc) and Bp (kc x nc). With
+ * rows_first the tiles are visited row of tiles by row of tiles (ir outer,
+ * jr inner), so C is read and written along its rows, 14 at a time, and
+ * the B micro-panels stream from L2; otherwise column of tiles by column
+ * (jr outer, BLIS's order: a B micro-panel stays in L1 while the A
+ * micro-panels stream). The order changes nothing in any tile. */
+static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
+                       size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
+                       bool any, const uint8_t *sub_a, const uint8_t *sub_b, bool rows_first) {
+    size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
+    size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
+    size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
+    for (size_t o = 0; o < outer; o++) {
+        for (size_t q = 0; q < inner; q++) {
+            size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
+            int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
+            float *c = p->C + (ic + ir) * p->ldc + jc + jr;
+            if (!p->dp)
+                mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c, p->ldc, mr, nr,
+                                       p->alpha, p->beta, mode);
+            else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
+                tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
+            else
+                mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
+                                        (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
+                                        p->alpha, p->beta, mode);
+        }
+    }
+}
+
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
     uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    const bool unit = unit_ok(p);
     for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
         size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
-            size_t kc = min_sz(p->kb, p->K - pc), kp = (kc + 1) / 2;
-            mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
-                                  : p->beta == 0.0f ? MXP_GEMM_STORE_SET
-                                                    : MXP_GEMM_STORE_BETA;
+            size_t kc = min_sz(p->kb, p->K - pc);
+            mxp_gemm_store mode = store_mode(p, pc, unit);
             bool any_b = false;
-            size_t bp1_for = SIZE_MAX;
             if (p->dp)
                 any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
                                              (uint32_t *)s->bp, sub_b);
             else
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
+            /* bytes of this packed B block (FP32 words or BF16 pairs) */
+            size_t bp_bytes = nc * (p->dp ? (kc + 1) / 2 : kc) * sizeof(float);
+            bool rows_first = bp_bytes <= ROWS_FIRST_MAX_BP;
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
                 bool any = any_b;
@@ -137,23 +190,7 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                                                 (uint32_t *)s->ap, sub_a);
                 else
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                for (size_t jr = 0; jr < nc; jr += MXP_GEMM_NR) {
-                    int nr = (int)min_sz(MXP_GEMM_NR, nc - jr);
-                    for (size_t ir = 0; ir < mc; ir += MXP_GEMM_MR) {
-                        int mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
-                        float *c = p->C + (ic + ir) * p->ldc + jc + jr;
-                        if (!p->dp)
-                            mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c,
-                                                   p->ldc, mr, nr, p->alpha, p->beta, mode);
-                        else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
-                            tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode,
-                                          &bp1_for);
-                        else
-                            mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
-                                                    (const uint32_t *)s->bp + jr * kp, c,
-                                                    p->ldc, mr, nr, p->alpha, p->beta, mode);
-                    }
-                }
+                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, rows_first);
             }
         }
     }
@@ -167,11 +204,10 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     const float *bb = p->b.base;
     /* op(B)(k, j) = X_b[j][k]: at j*ld + k (k_contig) or k*ld + j */
     const size_t sj = p->b.k_contig ? p->b.ld : 1, sk = p->b.k_contig ? 1 : p->b.ld;
+    const bool unit = unit_ok(p);
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
-        mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
-                              : p->beta == 0.0f ? MXP_GEMM_STORE_SET
-                                                : MXP_GEMM_STORE_BETA;
+        mxp_gemm_store mode = store_mode(p, pc, unit);
         mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
         for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
             int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);

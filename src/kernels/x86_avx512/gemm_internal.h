@@ -140,10 +140,19 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
 
 /* ---- microkernels (gemm_ukernel.c) -------------------------------------- */
 
+/* How a microkernel writes its tile. Each operation is rounded separately,
+ * in this order, as in the generic kernel. The _UNIT modes are the same
+ * with alpha == 1 (and, for BETA, beta == 1) without the multiplications
+ * by 1: those are exact (the same bits) unless MXCSR flushes subnormals,
+ * so the driver picks them only when FTZ and DAZ are both clear
+ * (gemm.c, store_mode). */
 typedef enum mxp_gemm_store {
-    MXP_GEMM_STORE_SET,  /* C = alpha*acc            (C not read) */
-    MXP_GEMM_STORE_BETA, /* C = alpha*acc + beta*C */
-    MXP_GEMM_STORE_ADD,  /* C = alpha*acc + C        (later K blocks) */
+    MXP_GEMM_STORE_SET,       /* C = alpha*acc            (C not read) */
+    MXP_GEMM_STORE_BETA,      /* C = alpha*acc + beta*C */
+    MXP_GEMM_STORE_ADD,       /* C = C + alpha*acc        (later K blocks) */
+    MXP_GEMM_STORE_SET_UNIT,  /* C = acc */
+    MXP_GEMM_STORE_BETA_UNIT, /* C = acc + C */
+    MXP_GEMM_STORE_ADD_UNIT,  /* C = C + acc */
     MXP_GEMM_STORE_COUNT
 } mxp_gemm_store;
 

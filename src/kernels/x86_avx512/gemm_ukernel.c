@@ -17,7 +17,8 @@
  * computed it, so results do not depend on tiling or thread split.
  *
  * The store mirrors the generic kernel's arithmetic: alpha*acc (+ beta*C on
- * the first K block, + C on later ones), each operation rounded separately.
+ * the first K block, + C on later ones), each operation rounded separately;
+ * the _UNIT store modes leave out multiplications by 1 (gemm_internal.h).
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 
@@ -26,6 +27,21 @@
 
 static_assert(MXP_GEMM_MR == 14 && MXP_GEMM_NV == 2,
               "the switch in the ukernel entry points lists MR = 14, NV <= 2");
+
+/* The value to store at p (lanes m) for the accumulator acc under mode
+ * (mxp_gemm_store; operand order as the generic kernel's). */
+static inline __attribute__((always_inline)) __m512
+store_value(__m512 acc, const float *p, __mmask16 m, __m512 va, __m512 vb, mxp_gemm_store mode) {
+    switch (mode) {
+    case MXP_GEMM_STORE_SET: return _mm512_mul_ps(va, acc);
+    case MXP_GEMM_STORE_BETA:
+        return _mm512_add_ps(_mm512_mul_ps(va, acc), _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, p)));
+    case MXP_GEMM_STORE_ADD: return _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), _mm512_mul_ps(va, acc));
+    case MXP_GEMM_STORE_SET_UNIT: return acc;
+    case MXP_GEMM_STORE_BETA_UNIT: return _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, p));
+    default: return _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), acc);
+    }
+}
 
 /* Write the mr x (16*(nv-1) + popcount(last)) tile acc into C. */
 static inline __attribute__((always_inline)) void
@@ -38,12 +54,7 @@ store_tile(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int
         for (int v = 0; v < nv; v++) {
             __mmask16 m = v == nv - 1 ? last : (__mmask16)0xffff;
             float *p = c + (size_t)r * ldc + 16 * v;
-            __m512 x = _mm512_mul_ps(va, acc[r][v]);
-            if (mode == MXP_GEMM_STORE_BETA)
-                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, p)));
-            else if (mode == MXP_GEMM_STORE_ADD)
-                x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), x);
-            _mm512_mask_storeu_ps(p, m, x);
+            _mm512_mask_storeu_ps(p, m, store_value(acc[r][v], p, m, va, vb, mode));
         }
     }
 }
@@ -201,12 +212,7 @@ uk_f32_bt(size_t kc, const float *a, const float *b, size_t sj, size_t sk, float
         int rows = m - 16 * v < 16 ? m - 16 * v : 16;
         for (int l = 0; l < rows; l++) {
             float *p = c + (size_t)(16 * v + l) * ldc;
-            __m512 x = _mm512_mul_ps(va, t[l]);
-            if (mode == MXP_GEMM_STORE_BETA)
-                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cm, p)));
-            else if (mode == MXP_GEMM_STORE_ADD)
-                x = _mm512_add_ps(_mm512_maskz_loadu_ps(cm, p), x);
-            _mm512_mask_storeu_ps(p, cm, x);
+            _mm512_mask_storeu_ps(p, cm, store_value(t[l], p, cm, va, vb, mode));
         }
     }
 }
