@@ -113,7 +113,7 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
         *bp1_for = j0;
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode);
+    mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode, true);
 }
 
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
@@ -152,13 +152,13 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;
             if (!p->dp)
                 mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c, p->ldc, mr, nr,
-                                       p->alpha, p->beta, mode);
+                                       p->alpha, p->beta, mode, !rows_first);
             else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
             else
                 mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
-                                        p->alpha, p->beta, mode);
+                                        p->alpha, p->beta, mode, !rows_first);
         }
     }
 }

@@ -158,10 +158,11 @@ typedef enum mxp_gemm_store {
 
 /* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * Ap^T Bp over kc, with Ap
  * an MR-wide and Bp an NR-wide FP32 micro-panel (mxp_avx512_pack_f32).
- * 1 <= mr <= MR, 1 <= nr <= NR. */
+ * 1 <= mr <= MR, 1 <= nr <= NR. pfc: prefetch the C tile into L1 before
+ * the k loop (worth it when C is not being streamed along its rows). */
 void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp,
                             float *c, size_t ldc, int mr, int nr, float alpha,
-                            float beta, mxp_gemm_store mode);
+                            float beta, mxp_gemm_store mode, bool pfc);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
  * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel
@@ -176,6 +177,6 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 /* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode);
+                             float beta, mxp_gemm_store mode, bool pfc);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */
