@@ -8,19 +8,26 @@
  * calling thread: our GEMM with 1 thread (mxp_avx512_gemm_ex), oneDNN with
  * OMP_NUM_THREADS=1 and OMP_WAIT_POLICY=passive (set here before loading).
  * For each shape and dtype the implementations are warmed up, then sampled
- * alternately (ours, baseline, oneDNN, ours, ...) `reps` times; each sample
- * is enough calls to last >= 5 ms of CPU time; the figure is the median.
+ * in rounds (ours, baseline, oneDNN; the next round starts one further on,
+ * since the first sample of a round read 3-4% slower) `reps` times; each sample
+ * is one untimed call (the caches hold the previous implementation's
+ * buffers) and then enough calls to last >= 5 ms of CPU time; the figure is
+ * the median.
  *
  * oneDNN 2.6 (libdnnl.so.2, dlopen): dnnl_sgemm for f32 and for f16 inputs
  * (it has no f16 GEMM; it gets FP32 copies, conversion not timed), and
  * dnnl_gemm_bf16bf16f32 for bf16. --base LIB loads another build of
  * libmixprec (RTLD_DEEPBIND, so its GEMM calls its own packers) and calls
- * its mxp_avx512_gemm_ex: "before" and "after" in the same process. Before
+ * its mxp_avx512_gemm_ex: "before" and "after" in the same process.
+ * --ours LIB loads "ours" the same way instead of calling the linked
+ * library: identical code measured once linked and once loaded read up to
+ * 3-8% apart on some shapes, so before/after comparisons load both. Before
  * timing, ours and the baseline run once on the same inputs and C, and
  * their results are compared bit for bit ("bits" column: same / DIFF).
  *
  * usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]
  *                       [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]
+ *                       [--ours LIB]
  * Shapes: tools/mixprec/bench_shapes.h (the list `mixprec bench kernels
  * --shapes` uses). Not a test: it prints, and exits 1 only on bad usage or
  * when the baseline's bits differ.
@@ -47,6 +54,7 @@ typedef int (*dnnl_bf16_fn)(char, char, int64_t, int64_t, int64_t, float, const 
 enum { IMPL_OURS, IMPL_BASE, IMPL_DNNL, IMPL_COUNT };
 
 static struct {
+    gemm_ex_fn ours; /* --ours LIB, else this build's (linked) */
     gemm_ex_fn base;
     dnnl_sgemm_fn sgemm;
     dnnl_bf16_fn bf16;
@@ -70,7 +78,7 @@ static void run_call(const call *c) {
     const mxp_gemm_args *g = &c->g;
     char ta = g->trans_a ? 'T' : 'N', tb = g->trans_b ? 'T' : 'N';
     switch (c->impl) {
-    case IMPL_OURS: mxp_avx512_gemm_ex(g, &one); break;
+    case IMPL_OURS: lib.ours(g, &one); break;
     case IMPL_BASE: lib.base(g, &one); break;
     default:
         if (g->a_type == MXP_DTYPE_BF16)
@@ -83,8 +91,11 @@ static void run_call(const call *c) {
     }
 }
 
-/* CPU seconds of `calls` calls. */
+/* CPU seconds of `calls` calls, after one untimed call (the previous
+ * sample belonged to another implementation, whose buffers now fill the
+ * caches). */
 static double sample(const call *c, int calls) {
+    run_call(c);
     double t0 = thread_cpu_s();
     for (int i = 0; i < calls; i++) run_call(c);
     return thread_cpu_s() - t0;
@@ -107,14 +118,15 @@ static void *random_buf(mxp_dtype t, size_t n, unsigned seed, float *f32) {
 
 static void usage(void) {
     fputs("usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]\n"
-          "                      [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]\n",
+          "                      [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]\n"
+          "                      [--ours LIB]\n",
           stderr);
 }
 
 int main(int argc, char **argv) {
     int reps = 5, warm = 2;
     bench_shape_set set = BENCH_SHAPES_TRAINING;
-    const char *only = NULL, *base_path = NULL, *dtype = "all";
+    const char *only = NULL, *base_path = NULL, *ours_path = NULL, *dtype = "all";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -126,6 +138,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--warm") == 0) warm = atoi(v);
         else if (strcmp(a, "--only") == 0) only = v;
         else if (strcmp(a, "--base") == 0) base_path = v;
+        else if (strcmp(a, "--ours") == 0) ours_path = v;
         else if (strcmp(a, "--dtype") == 0) dtype = v;
         else if (strcmp(a, "--shapes") == 0) {
             int k = 0;
@@ -157,11 +170,15 @@ int main(int argc, char **argv) {
         *(void **)&lib.bf16 = dlsym(dnl, "dnnl_gemm_bf16bf16f32");
     }
     if (!lib.sgemm || !lib.bf16) printf("oneDNN: not available (%s)\n", dlerror());
-    if (base_path) {
-        void *bl = dlopen(base_path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-        if (bl) *(void **)&lib.base = dlsym(bl, "mxp_avx512_gemm_ex");
-        if (!lib.base) {
-            fprintf(stderr, "bench_gemm_cpu: cannot load %s: %s\n", base_path, dlerror());
+    lib.ours = mxp_avx512_gemm_ex;
+    const char *paths[2] = {base_path, ours_path};
+    gemm_ex_fn *fns[2] = {&lib.base, &lib.ours};
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i]) continue;
+        void *l = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        *fns[i] = l ? (gemm_ex_fn)(uintptr_t)dlsym(l, "mxp_avx512_gemm_ex") : NULL;
+        if (!*fns[i]) {
+            fprintf(stderr, "bench_gemm_cpu: cannot load %s: %s\n", paths[i], dlerror());
             return 1;
         }
     }
@@ -193,8 +210,8 @@ int main(int argc, char **argv) {
     if (!c || !c_ref || !c_init) return 1;
     for (size_t i = 0; i < mn; i++) c_init[i] = (float)(i % 7) * 0.25f - 0.75f;
 
-    printf("one thread, GFLOP/s of thread CPU time, median of %d samples (>= 5 ms each) "
-           "after %d warm-up calls, alternating; ratio = / oneDNN\n", reps, warm);
+    printf("one thread, GFLOP/s of thread CPU time, median of %d samples (>= 5 ms each, after "
+           "an untimed call) after %d warm-up calls, alternating; ratio = / oneDNN\n", reps, warm);
     printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
     if (lib.base) printf(" %8s", "base");
     printf(" %8s %7s", "onednn", "ours/dn");
@@ -238,9 +255,11 @@ int main(int argc, char **argv) {
                 per[k] = one > 0 ? (int)(0.005 / one) + 1 : 1;
             }
             double med[IMPL_COUNT] = {0}, x[IMPL_COUNT][101];
-            for (int r = 0; r < reps; r++)
-                for (int k = 0; k < IMPL_COUNT; k++)
+            for (int r = 0; r < reps; r++) /* the first of a round reads slower: rotate */
+                for (int q = 0; q < IMPL_COUNT; q++) {
+                    int k = (q + r) % IMPL_COUNT;
                     if (have[k]) x[k][r] = sample(&calls[k], per[k]) / per[k];
+                }
             for (int k = 0; k < IMPL_COUNT; k++) {
                 if (!have[k]) continue;
                 qsort(x[k], (size_t)reps, sizeof(double), cmp_double);

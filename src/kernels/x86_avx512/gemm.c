@@ -62,6 +62,12 @@ enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
  * in a weight gradient) is swept row of tiles by row of tiles, so each K
  * block's pass over C streams along C's rows (gemm_block). */
 #define ROWS_FIRST_MAX_BP ((size_t)512 * 1024)
+/* FP32 operands are read in place (in_place) only when their rows are at
+ * most this many elements apart: each k step of a micro-panel then stays
+ * within a page or two. With 2048-wide rows (8 KiB apart) every k step of
+ * a 14- or 32-wide panel is a new page, and reading in place was 5-7%
+ * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
+#define IN_PLACE_MAX_LD 1024
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
@@ -113,7 +119,8 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
         *bp1_for = j0;
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode, true);
+    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, p->ldc, mr, nr,
+                           p->alpha, p->beta, mode, true);
 }
 
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
@@ -141,7 +148,8 @@ static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
  * micro-panels stream). The order changes nothing in any tile. */
 static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
-                       bool any, const uint8_t *sub_a, const uint8_t *sub_b, bool rows_first) {
+                       bool any, const uint8_t *sub_a, const uint8_t *sub_b, bool rows_first,
+                       const float *a_in, const float *b_in) {
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
@@ -151,8 +159,10 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;
             if (!p->dp)
-                mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c, p->ldc, mr, nr,
-                                       p->alpha, p->beta, mode, !rows_first);
+                mxp_avx512_ukernel_f32(
+                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
+                    b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
+                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first);
             else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
             else
@@ -161,6 +171,18 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                                         p->alpha, p->beta, mode, !rows_first);
         }
     }
+}
+
+/* Where an operand can be read in place instead of packed: an FP32
+ * operand on the F32 path whose rows r are contiguous for each k (op(A)
+ * = A^T, op(B) = B: X(r, k) at k*ld + r), which is the packed panel's
+ * layout with stride ld instead of the panel width. Returns the address of
+ * X(r0, k0), or NULL when the operand must be packed. Reading in place
+ * gives the same values as packing (FP32 packs by copying), so the same
+ * bits. */
+static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0) {
+    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig || x->ld > IN_PLACE_MAX_LD) return NULL;
+    return (const float *)x->base + k0 * x->ld + r0;
 }
 
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
@@ -173,24 +195,27 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
             size_t kc = min_sz(p->kb, p->K - pc);
             mxp_gemm_store mode = store_mode(p, pc, unit);
+            /* bytes of this packed B block (FP32 words or BF16 pairs) */
+            size_t bp_bytes = nc * (p->dp ? (kc + 1) / 2 : kc) * sizeof(float);
+            bool rows_first = bp_bytes <= ROWS_FIRST_MAX_BP;
+            const float *b_in = rows_first ? in_place(&p->b, p->dp, jc, pc) : NULL;
             bool any_b = false;
             if (p->dp)
                 any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
                                              (uint32_t *)s->bp, sub_b);
-            else
+            else if (!b_in)
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
-            /* bytes of this packed B block (FP32 words or BF16 pairs) */
-            size_t bp_bytes = nc * (p->dp ? (kc + 1) / 2 : kc) * sizeof(float);
-            bool rows_first = bp_bytes <= ROWS_FIRST_MAX_BP;
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
+                const float *a_in = rows_first ? in_place(&p->a, p->dp, ic, pc) : NULL;
                 bool any = any_b;
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
-                else
+                else if (!a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, rows_first);
+                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, rows_first,
+                           a_in, b_in);
             }
         }
     }

@@ -156,12 +156,16 @@ typedef enum mxp_gemm_store {
     MXP_GEMM_STORE_COUNT
 } mxp_gemm_store;
 
-/* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * Ap^T Bp over kc, with Ap
- * an MR-wide and Bp an NR-wide FP32 micro-panel (mxp_avx512_pack_f32).
- * 1 <= mr <= MR, 1 <= nr <= NR. pfc: prefetch the C tile into L1 before
- * the k loop (worth it when C is not being streamed along its rows). */
-void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp,
-                            float *c, size_t ldc, int mr, int nr, float alpha,
+/* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * sum_k A(r, k) B(k, j)
+ * over kc, with A(r, k) = ap[r + k*sa] and B(k, j) = bp[j + k*sb]: an
+ * MR-wide and an NR-wide FP32 micro-panel (mxp_avx512_pack_f32; sa = MR,
+ * sb = NR; bp 64-byte aligned, zero-padded) or FP32 operands read in place
+ * (sa = lda; sb = ldb with b_in_place: unaligned loads, and none past
+ * column nr). Reads only rows r < mr of A. 1 <= mr <= MR, 1 <= nr <= NR.
+ * pfc: prefetch the C tile into L1 before the k loop (worth it when C is
+ * not being streamed along its rows). */
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
+                            bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
                             float beta, mxp_gemm_store mode, bool pfc);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=

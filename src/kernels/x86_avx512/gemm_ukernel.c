@@ -84,9 +84,16 @@ prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
     }
 }
 
+/* The F32 tile. A(r, k) = a[r + k*sa] and B(k, 16 v + l) = b[16 v + l +
+ * k*sb]: the packed micro-panels (sa = MR, sb = NR) or, on the F32 path,
+ * op(A) and op(B) read in place where they are contiguous along the rows
+ * of the tile (sa = lda) or along its columns (sb = ldb). With b_in_place
+ * the last B vector is loaded with the column mask, so nothing past column
+ * nr is read; a packed panel is 64-byte aligned and zero-padded to NR. */
 static inline __attribute__((always_inline)) void
-uk_f32(size_t kc, const float *a, const float *b, float *c, size_t ldc, const int mr,
-       const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode, bool pfc) {
+uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c, size_t ldc,
+       const int mr, const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode,
+       bool pfc, const bool b_in_place) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
@@ -96,15 +103,18 @@ uk_f32(size_t kc, const float *a, const float *b, float *c, size_t ldc, const in
     for (size_t k = 0; k < kc; k++) {
         __m512 bv[MXP_GEMM_NV];
 #pragma GCC unroll 2
-        for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+        for (int v = 0; v < nv; v++)
+            bv[v] = !b_in_place ? _mm512_load_ps(b + 16 * v)
+                    : v == nv - 1 ? _mm512_maskz_loadu_ps(last, b + 16 * v)
+                                  : _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
             __m512 ar = _mm512_set1_ps(a[r]);
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
         }
-        a += MXP_GEMM_MR;
-        b += MXP_GEMM_NR;
+        a += sa;
+        b += sb;
     }
     store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
 }
@@ -142,6 +152,15 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
         else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode, pfc);         \
         break;
 
+/* The F32 tile's call for row count MRC: a and b with their k strides. */
+#define UKF_CASE(fn, MRC)                                                      \
+    case MRC:                                                                  \
+        if (nv == 1 && bm) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, true); \
+        else if (nv == 1) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, false); \
+        else if (bm) fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, true); \
+        else fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, false); \
+        break;
+
 #define UK_SWITCH(fn)                                                          \
     switch (mr) {                                                              \
         UK_CASE(fn, 1) UK_CASE(fn, 2) UK_CASE(fn, 3) UK_CASE(fn, 4)            \
@@ -157,14 +176,21 @@ static inline __mmask16 last_mask(int nr, int *nv) {
     return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
 
-void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp, float *c,
-                            size_t ldc, int mr, int nr, float alpha, float beta,
-                            mxp_gemm_store mode, bool pfc) {
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
+                            bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
+                            float beta, mxp_gemm_store mode, bool pfc) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
     size_t k = kc;
     const float *a = ap, *b = bp;
-    UK_SWITCH(uk_f32)
+    const bool bm = b_in_place;
+    switch (mr) {
+        UKF_CASE(uk_f32, 1) UKF_CASE(uk_f32, 2) UKF_CASE(uk_f32, 3) UKF_CASE(uk_f32, 4)
+        UKF_CASE(uk_f32, 5) UKF_CASE(uk_f32, 6) UKF_CASE(uk_f32, 7) UKF_CASE(uk_f32, 8)
+        UKF_CASE(uk_f32, 9) UKF_CASE(uk_f32, 10) UKF_CASE(uk_f32, 11) UKF_CASE(uk_f32, 12)
+        UKF_CASE(uk_f32, 13) UKF_CASE(uk_f32, 14)
+    default: break;
+    }
 }
 
 /* Prefetch distance of the small-M kernel, in k steps (each 14-28 FMAs). */
