@@ -236,7 +236,7 @@ static void test_edges(void) {
 static void test_blocks_and_threads(void) {
     static const struct { size_t M, N, K; } shapes[] = {
         {40, 300, 513}, {700, 40, 300}, {20, 2100, 70}, {160, 96, 130}, {97, 250, 129},
-        {45, 70, 1101}, {17, 40, 2051},
+        {45, 70, 1101}, {17, 40, 2051}, {40, 700, 1100},
     };
     static const mxp_dtype pairs[][2] = {
         {MXP_DTYPE_F32, MXP_DTYPE_F32}, {MXP_DTYPE_BF16, MXP_DTYPE_BF16},
@@ -529,7 +529,7 @@ static float f32_path_oracle(const gcase *c, const gbufs *b, size_t i, size_t j)
 static void test_f32_sequence(void) {
     static const struct { size_t M, N, K; } sh[] = {
         {29, 67, 32}, {256, 70, 32}, {45, 1030, 24}, {3, 100, 1}, {70, 33, 129},
-        {31, 200, 40}, {17, 45, 700}, {50, 40, 1100}, {32, 64, 96},
+        {31, 200, 40}, {17, 45, 700}, {50, 40, 1100}, {32, 64, 96}, {16, 640, 520},
     };
     static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 1.0f}, {1.0f, 0.75f},
                                   {-1.25f, 0.0f}};

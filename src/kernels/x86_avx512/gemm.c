@@ -221,6 +221,61 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
     }
 }
 
+/* Words (FP32 values or BF16 pairs) of a K block of length kc. */
+static size_t k_words(const gemm_plan *p, size_t kc) { return p->dp ? (kc + 1) / 2 : kc; }
+
+/* C[m0 .. m1)[n0 .. n1) when its rows fit one packed A block (m1 - m0 <=
+ * MC) but an NC-wide packed B block would not fit in L2 (a batch-32..256
+ * layer with a wide weight): K blocks outer; per K block op(A) is packed
+ * once, and op(B) in chunks of nc_max columns whose packed form (at most
+ * ROWS_FIRST_MAX_BP bytes) stays in L2 while the tiles read it, instead
+ * of a 2 MiB block that is written to L3 and read back. Each tile gets
+ * the same K blocks in the same order and the same microkernel calls as
+ * in gemm_range, so the results are the same bits. */
+static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
+                          const gemm_scratch *s, size_t nc_max) {
+    uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    const bool unit = unit_ok(p);
+    const size_t mc = m1 - m0;
+    for (size_t pc = 0; pc < p->K; pc += p->kb) {
+        size_t kc = min_sz(p->kb, p->K - pc);
+        mxp_gemm_store mode = store_mode(p, pc, unit);
+        bool any_a = false;
+        if (p->dp)
+            any_a = mxp_avx512_pack_bf16(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, (uint32_t *)s->ap,
+                                         sub_a);
+        else
+            mxp_avx512_pack_f32(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, s->ap);
+        for (size_t jc = n0; jc < n1; jc += nc_max) {
+            size_t nc = min_sz(nc_max, n1 - jc);
+            bool any = any_a;
+            if (p->dp)
+                any |= mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
+                                            (uint32_t *)s->bp, sub_b);
+            else
+                mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
+            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, true, NULL, NULL);
+        }
+    }
+}
+
+/* The range [m0, m1) x [n0, n1) by gemm_range_l2 when it applies, else by
+ * gemm_range. It applies to BF16-pair panels and to a widened (non-FP32)
+ * op(B): bench_gemm_cpu, one thread, 32/128/256 x 2048 x 2048 NN: bf16
+ * +15-20% / +5-8% / +4%, f16 +10-20% / +5% / +1-2%; with FP32 operands it
+ * gained nothing (and 2-4% less at 256 x 2048 x 2048), so they keep
+ * gemm_range. */
+static void gemm_range_any(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
+                           const gemm_scratch *s) {
+    size_t kw = k_words(p, p->kb) * sizeof(float);
+    size_t nc_max = ROWS_FIRST_MAX_BP / kw / MXP_GEMM_NR * MXP_GEMM_NR;
+    if ((p->dp || p->b.type != MXP_DTYPE_F32) && m1 - m0 <= MXP_GEMM_MC &&
+        nc_max >= MXP_GEMM_NR && min_sz(MXP_GEMM_NC, n1 - n0) * kw > ROWS_FIRST_MAX_BP)
+        gemm_range_l2(p, m0, m1, n0, n1, s, nc_max);
+    else
+        gemm_range(p, m0, m1, n0, n1, s);
+}
+
 /* C[0 .. M)[n0 .. n1) on the small-M path (M <= NR, op(B) FP32): per K
  * block, op(A) is packed as one NR-wide panel over the rows of C, and
  * op(B) is read in place, MR columns of C at a time. Same K blocks, same
@@ -256,9 +311,9 @@ static void gemm_part(void *ctx, int index, int count) {
     if (p->small)
         gemm_range_small(p, lo, hi, &scratch[index]);
     else if (p->split_n)
-        gemm_range(p, 0, p->M, lo, hi, &scratch[index]);
+        gemm_range_any(p, 0, p->M, lo, hi, &scratch[index]);
     else
-        gemm_range(p, lo, hi, 0, p->N, &scratch[index]);
+        gemm_range_any(p, lo, hi, 0, p->N, &scratch[index]);
 }
 
 /* Length of the K blocks for a depth-K product with blocks of at most kmax
