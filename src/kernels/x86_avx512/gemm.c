@@ -13,7 +13,17 @@
  *           for ir in MC step MR   ... while Ap micro-panels stream by
  *             microkernel: C[MR x NR] (=, beta*C +, or +=) alpha * Ap Bp
  * The first K block applies beta (beta == 0 stores without reading C); later
- * blocks add into C, as the generic kernel does.
+ * blocks add into C, as the generic kernel does. Variations that leave every
+ * tile's instruction sequence as it is (docs/kernels.md, issue 16):
+ *   - a packed B block of at most ROWS_FIRST_MAX_BP bytes (short K blocks)
+ *     is swept row of tiles by row of tiles, streaming C along its rows,
+ *     and FP32 operands contiguous along the tile's rows or columns are
+ *     read in place instead of packed (gemm_block, in_place);
+ *   - a batch-sized row range with a wide B that must be widened or paired
+ *     runs K blocks outermost with B packed in L2-sized chunks
+ *     (gemm_range_l2);
+ *   - alpha == 1 (and beta == 1) stores skip the multiplications by 1 when
+ *     MXCSR keeps subnormals (store_mode).
  *
  * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
