@@ -70,6 +70,11 @@ assert d["rows"] and all(isinstance(r["value"], (int, float)) for r in d["rows"]
 assert {r["section"] for r in d["rows"]} >= {"peak", "gemm", "bandwidth"}
 PY
 
+"$bin" bench kernels --shapes nope --no-peers > /dev/null 2> shapes.err
+rc=$?
+[ $rc -eq 2 ] && grep -q 'accepted: core, training, all' shapes.err ||
+  fail "bench kernels --shapes nope: exit $rc, $(cat shapes.err)"
+
 # failures under --json: a JSON error object on stdout
 "$bin" ckpt inspect nothing.safetensors --json > e1.json 2> /dev/null
 rc=$?

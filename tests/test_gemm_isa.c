@@ -23,7 +23,10 @@
  * compute paths (FP32 widening and vdpbf16ps), BF16 subnormals (which must
  * leave the vdpbf16ps path), bit-exact widening of every input value, and
  * bit-identical results for 1 and 2 threads, and the small-M path (M <= 32,
- * FP32 B read in place) on edge sizes, bit-identical to the packed path.
+ * FP32 B read in place) on edge sizes, bit-identical to the packed path;
+ * the F32 path bit for bit against a scalar oracle of its documented FMA
+ * sequence (K blocks, fma per product in k order, the store's roundings),
+ * and alpha = beta = 1 under flush-to-zero (multiplications by 1 kept).
  * Buffers are malloc'ed to their
  * exact extent so ASan sees any read past the end.
  */
@@ -233,7 +236,7 @@ static void test_edges(void) {
 static void test_blocks_and_threads(void) {
     static const struct { size_t M, N, K; } shapes[] = {
         {40, 300, 513}, {700, 40, 300}, {20, 2100, 70}, {160, 96, 130}, {97, 250, 129},
-        {45, 70, 1101}, {17, 40, 2051},
+        {45, 70, 1101}, {17, 40, 2051}, {40, 700, 1100},
     };
     static const mxp_dtype pairs[][2] = {
         {MXP_DTYPE_F32, MXP_DTYPE_F32}, {MXP_DTYPE_BF16, MXP_DTYPE_BF16},
@@ -500,6 +503,103 @@ static void test_degenerate(void) {
     for (int i = 0; i < 6; i++) CHECK(C[i] == 2.0f * (float)i);
 }
 
+/* The F32 path's per-element instruction sequence, as a scalar oracle:
+ * K cut into ceil(K / 512) blocks of equal even length (the last shorter);
+ * per block acc = +0, then acc = fma(a_k, b_k, acc) in increasing k (one
+ * rounding each); the first block stores alpha*acc + beta*c (beta == 0:
+ * alpha*acc), later blocks c + alpha*acc, each operation rounded. The
+ * AVX-512 kernel must match it bit for bit whatever its tile order (row or
+ * column sweeps of a block, small-M path), thread split, and whether it
+ * leaves out multiplications by 1 (alpha == 1, beta == 1). */
+static float f32_path_oracle(const gcase *c, const gbufs *b, size_t i, size_t j) {
+    size_t nb = (c->K + 511) / 512, kb = (c->K + nb - 1) / nb;
+    kb += kb & 1;
+    float out = b->C0[i * b->ldc + j];
+    for (size_t p0 = 0; p0 < c->K; p0 += kb) {
+        float acc = 0.0f;
+        for (size_t k = p0; k < c->K && k < p0 + kb; k++)
+            acc = fmaf(opa(c, b, i, k), opb(c, b, k, j), acc);
+        volatile float x = c->alpha * acc; /* rounded to float here */
+        if (p0 > 0) out = out + x;
+        else out = c->beta == 0.0f ? x : x + c->beta * out;
+    }
+    return out;
+}
+
+static void test_f32_sequence(void) {
+    static const struct { size_t M, N, K; } sh[] = {
+        {29, 67, 32}, {256, 70, 32}, {45, 1030, 24}, {3, 100, 1}, {70, 33, 129},
+        {31, 200, 40}, {17, 45, 700}, {50, 40, 1100}, {32, 64, 96}, {16, 640, 520},
+    };
+    static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 1.0f}, {1.0f, 0.75f},
+                                  {-1.25f, 0.0f}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (int tr = 0; tr < 4; tr++)
+            for (size_t q = 0; q < sizeof ab / sizeof ab[0]; q++) {
+                gcase c = {MXP_DTYPE_F32, (tr + (int)s) % 3 == 1 ? MXP_DTYPE_F16 : MXP_DTYPE_F32,
+                           tr & 1, (tr >> 1) & 1, sh[s].M, sh[s].N, sh[s].K, 3, 1, 2,
+                           ab[q][0], ab[q][1]};
+                gbufs b = bufs_make(&c);
+                float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+                for (int th = 1; th <= 2; th++) {
+                    memcpy(got, b.C0, b.nc * sizeof(float));
+                    mxp_gemm_args g = args_for(&c, &b, got);
+                    mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
+                    mxp_avx512_gemm_ex(&g, &o);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < c.M; i++)
+                        for (size_t j = 0; j < c.N; j++) {
+                            float want = f32_path_oracle(&c, &b, i, j);
+                            bad += test_f32_bits(got[i * b.ldc + j]) != test_f32_bits(want);
+                        }
+                    test_checks++;
+                    if (bad) {
+                        test_fail(__FILE__, __LINE__,
+                                  "F32 sequence %zux%zux%zu tr %d alpha %g beta %g, %d threads: "
+                                  "%zu elements differ from the scalar FMA sequence",
+                                  c.M, c.N, c.K, tr, (double)c.alpha, (double)c.beta, th, bad);
+                    }
+                }
+                free(got);
+                bufs_free(&b);
+            }
+}
+
+/* With MXCSR.FTZ on (here without DAZ, the combination where leaving the
+ * multiplications by 1 out would show), alpha = beta = 1 must still
+ * multiply: 1 * c flushes a subnormal c to zero, so C = a*b + c gives
+ * exactly a*b for a subnormal c (a*b near 2^-120, so that c would show in
+ * the sum), and a*b + c with flushing off. */
+static void test_unit_store_ftz(void) {
+    enum { M = 20, N = 40, K = 1 };
+    float A[M * K], B[K * N], C[M * N];
+    for (int on = 0; on < 2; on++)
+        for (int th = 1; th <= 2; th++) {
+            for (int i = 0; i < M; i++) A[i] = 0x1p-60f * (1.0f + (float)i / 64.0f);
+            for (int j = 0; j < N; j++) B[j] = 0x1p-60f * (1.0f + (float)j / 128.0f);
+            for (int i = 0; i < M * N; i++) C[i] = 0x1p-130f * (float)(1 + i % 5);
+            mxp_gemm_args g = {.M = M, .N = N, .K = K, .a_type = MXP_DTYPE_F32, .A = A, .lda = K,
+                               .b_type = MXP_DTYPE_F32, .B = B, .ldb = N, .C = C, .ldc = N,
+                               .alpha = 1.0f, .beta = 1.0f};
+            mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, true};
+            unsigned csr = _mm_getcsr();
+            _mm_setcsr(on ? csr | (1u << 15) : csr & ~((1u << 15) | (1u << 6)));
+            mxp_avx512_gemm_ex(&g, &o);
+            _mm_setcsr(csr);
+            size_t bad = 0;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float sub = 0x1p-130f * (float)(1 + (i * N + j) % 5);
+                    float want = on ? A[i] * B[j] : A[i] * B[j] + sub;
+                    bad += test_f32_bits(C[i * N + j]) != test_f32_bits(want);
+                }
+            test_checks++;
+            if (bad)
+                test_fail(__FILE__, __LINE__, "alpha = beta = 1 with FTZ %s, %d threads: %zu "
+                          "elements wrong", on ? "on" : "off", th, bad);
+        }
+}
+
 int main(void) {
     const mxp_cpu_features *f = mxp_cpu_features_get();
     if (!mxp_avx512_usable(f)) {
@@ -516,5 +616,7 @@ int main(void) {
     test_nonfinite();
     test_blocks_and_threads();
     test_small_m();
+    test_f32_sequence();
+    test_unit_store_ftz();
     return test_finish("test_gemm_isa");
 }

@@ -5,6 +5,8 @@
  *   bench_time.c    median-of-samples timing after a warm-up;
  *   bench_peak.c    machine peak: FP32 FMA, vdpbf16ps and AVX512-FP16
  *                   register-only loops, on 1 and on all threads;
+ *   bench_shapes.h  the GEMM shape lists (core, training), shared with
+ *                   bench/bench_gemm_cpu.c;
  *   bench_gemm.c    GEMM GFLOP/s through a kernel table, per dtype pair and
  *                   shape, and the optional peers (oneDNN, OpenBLAS) loaded
  *                   with dlopen at run time, never linked;
@@ -15,6 +17,7 @@
 #ifndef MIXPREC_TOOLS_BENCH_H
 #define MIXPREC_TOOLS_BENCH_H
 
+#include "bench_shapes.h"
 #include "kernels/kernels.h"
 
 #include <mixprec/mixprec.h>
@@ -52,12 +55,6 @@ bool bench_peak_supported(bench_peak_kind k);
 double bench_peak_measure(bench_peak_kind k, int threads, int reps, double run_s);
 
 /* ---- GEMM (bench_gemm.c) ------------------------------------------------ */
-
-typedef struct bench_gemm_shape {
-    const char *label; /* "square", "wm-256 fwd", ... */
-    int64_t M, N, K;
-    bool trans_a, trans_b;
-} bench_gemm_shape;
 
 /* Operand buffers large enough for every shape (random values in [-1, 1]
  * stored in each dtype). */

@@ -73,7 +73,7 @@ static mxp_gemm_args shape_args(const bench_gemm_bufs *b, const bench_gemm_shape
         .trans_a = s->trans_a, .trans_b = s->trans_b, .M = s->M, .N = s->N, .K = s->K,
         .a_type = at, .A = b->a[at], .lda = s->trans_a ? s->M : s->K,
         .b_type = bt, .B = b->b[bt], .ldb = s->trans_b ? s->K : s->N,
-        .C = b->c, .ldc = s->N, .alpha = 1.0f, .beta = 0.0f,
+        .C = b->c, .ldc = s->N, .alpha = 1.0f, .beta = s->beta,
     };
 }
 

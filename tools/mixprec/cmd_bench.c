@@ -25,7 +25,7 @@
 
 static void help(FILE *f) {
     fputs("usage: mixprec bench kernels [--csv FILE] [--json] [--reps N] [--quick]\n"
-          "                             [--no-generic] [--no-peers]\n"
+          "                             [--shapes core|training|all] [--no-generic] [--no-peers]\n"
           "       mixprec bench train --help   (every precision mode on the workloads)\n"
           "\n"
           "Measure the kernels of the active table (MIXPREC_FORCE_ISA=generic forces\n"
@@ -39,6 +39,11 @@ static void help(FILE *f) {
           "                mixprec.bench_kernels/1, docs/json.md; the tables go to stderr)\n"
           "  --reps N      timed samples per measurement, 1..1000 (default 7; quick 3)\n"
           "  --quick       fewer shapes and smaller buffers (about 20 s)\n"
+          "  --shapes SET  GEMM shapes: core (default: square, rectangular and the\n"
+          "                batch-32 world-model layers), training (every GEMM of a\n"
+          "                training step of the benchmark MLPs: hidden 256/512/2048 at\n"
+          "                batch 32..512, forward NT, dX NN, dW TN, in f32, bf16 and\n"
+          "                f16; a few minutes) or all\n"
           "  --no-generic  skip the generic-table rows (its large GEMMs are slow)\n"
           "  --no-peers    do not load oneDNN/OpenBLAS\n",
           f);
@@ -48,6 +53,7 @@ typedef struct bench_opts {
     const char *csv_path;
     int reps;
     bool quick, generic, peers, json;
+    bench_shape_set shapes;
 } bench_opts;
 
 typedef struct bench_out {
@@ -123,30 +129,6 @@ static void run_peak(const bench_opts *opt, bench_out *o, int threads,
 
 /* ---- GEMM ------------------------------------------------------------------- */
 
-static const bench_gemm_shape shapes_full[] = {
-    {"square", 256, 256, 256, false, false},
-    {"square", 512, 512, 512, false, false},
-    {"square", 1024, 1024, 1024, false, false},
-    {"square", 2048, 2048, 2048, false, false},
-    {"wide-k", 256, 2048, 512, false, false},
-    {"deep-k", 256, 512, 2048, false, false},
-    {"tall", 4096, 1024, 1024, false, false},
-    {"wm-256 fwd", 32, 256, 256, false, true},
-    {"wm-256 bwd dX", 32, 256, 256, false, false},
-    {"wm-256 bwd dW", 256, 256, 32, true, false},
-    {"wm-2048 fwd", 32, 2048, 2048, false, true},
-    {"wm-2048 bwd dX", 32, 2048, 2048, false, false},
-    {"wm-2048 bwd dW", 2048, 2048, 32, true, false},
-};
-static const bench_gemm_shape shapes_quick[] = {
-    {"square", 256, 256, 256, false, false},
-    {"square", 512, 512, 512, false, false},
-    {"square", 1024, 1024, 1024, false, false},
-    {"wm-256 fwd", 32, 256, 256, false, true},
-    {"wm-256 bwd dX", 32, 256, 256, false, false},
-    {"wm-256 bwd dW", 256, 256, 32, true, false},
-    {"wm-2048 fwd", 32, 2048, 2048, false, true},
-};
 static const mxp_dtype gemm_pairs[][2] = {
     {MXP_DTYPE_F32, MXP_DTYPE_F32},
     {MXP_DTYPE_BF16, MXP_DTYPE_BF16},
@@ -163,9 +145,8 @@ static void pair_name(mxp_dtype a, mxp_dtype b, char *out, size_t n) {
 static int run_gemm(const bench_opts *opt, bench_out *o, int threads,
                     const double peak[BENCH_PEAK_KIND_COUNT]) {
     const mxp_kernels *act = mxp_kernels_get(), *gen = mxp_kernels_generic();
-    const bench_gemm_shape *shapes = opt->quick ? shapes_quick : shapes_full;
-    size_t nshapes = opt->quick ? sizeof shapes_quick / sizeof shapes_quick[0]
-                                : sizeof shapes_full / sizeof shapes_full[0];
+    bench_gemm_shape shapes[BENCH_SHAPES_MAX];
+    size_t nshapes = (size_t)bench_shapes_fill(opt->shapes, opt->quick, shapes);
     int64_t mk = 1, kn = 1, mn = 1;
     for (size_t i = 0; i < nshapes; i++) {
         if (shapes[i].M * shapes[i].K > mk) mk = shapes[i].M * shapes[i].K;
@@ -199,6 +180,7 @@ static int run_gemm(const bench_opts *opt, bench_out *o, int threads,
                  (long long)s->K);
         for (size_t q = 0; q < sizeof gemm_pairs / sizeof gemm_pairs[0]; q++) {
             mxp_dtype at = gemm_pairs[q][0], bt = gemm_pairs[q][1];
+            if (s->training && at == MXP_DTYPE_F8_E4M3) continue; /* f32, bf16, f16 only */
             char dt[32];
             pair_name(at, bt, dt, sizeof dt);
             bench_peak_kind pk = bench_gemm_peak_kind(act, at, bt);
@@ -281,7 +263,7 @@ static void run_loops(const bench_opts *opt, bench_out *o) {
 }
 
 static int bench_kernels(int argc, char **argv) {
-    bench_opts opt = {NULL, 0, false, true, true, false};
+    bench_opts opt = {NULL, 0, false, true, true, false, BENCH_SHAPES_CORE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -295,6 +277,15 @@ static int bench_kernels(int argc, char **argv) {
             opt.peers = false;
         } else if (strcmp(a, "--json") == 0) {
             opt.json = true;
+        } else if (strcmp(a, "--shapes") == 0) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            int k = 0;
+            while (v && k < BENCH_SHAPES_COUNT && strcmp(v, bench_shape_set_names[k]) != 0) k++;
+            if (!v || k == BENCH_SHAPES_COUNT) {
+                cli_error("--shapes %s is invalid; accepted: core, training, all", v ? v : "(none)");
+                return CLI_EXIT_USAGE;
+            }
+            opt.shapes = (bench_shape_set)k;
         } else if (strcmp(a, "--csv") == 0 || strcmp(a, "--reps") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value", a);
@@ -314,7 +305,7 @@ static int bench_kernels(int argc, char **argv) {
             }
         } else {
             cli_error("unexpected argument '%s'; accepted: --csv FILE, --json, --reps N, --quick, "
-                      "--no-generic, --no-peers", a);
+                      "--shapes SET, --no-generic, --no-peers", a);
             return CLI_EXIT_USAGE;
         }
     }
@@ -343,9 +334,10 @@ static int bench_kernels(int argc, char **argv) {
     const mxp_kernels *act = mxp_kernels_get();
     int threads = mxp_threads_max();
     const char *force = getenv("MIXPREC_FORCE_ISA");
-    printf("mixprec bench kernels: table %s%s%s, threads %d, median of %d samples%s\n",
+    printf("mixprec bench kernels: table %s%s%s, threads %d, median of %d samples%s, "
+           "shapes %s\n",
            act->isa, force ? " (MIXPREC_FORCE_ISA=" : "", force ? force : "", threads, opt.reps,
-           force ? ")" : "");
+           force ? ")" : "", bench_shape_set_names[opt.shapes]);
     print_cpu();
     print_load("at start");
     double peak[BENCH_PEAK_KIND_COUNT];

@@ -13,7 +13,17 @@
  *           for ir in MC step MR   ... while Ap micro-panels stream by
  *             microkernel: C[MR x NR] (=, beta*C +, or +=) alpha * Ap Bp
  * The first K block applies beta (beta == 0 stores without reading C); later
- * blocks add into C, as the generic kernel does.
+ * blocks add into C, as the generic kernel does. Variations that leave every
+ * tile's instruction sequence as it is (docs/kernels.md, issue 16):
+ *   - a packed B block of at most ROWS_FIRST_MAX_BP bytes (short K blocks)
+ *     is swept row of tiles by row of tiles, streaming C along its rows,
+ *     and FP32 operands contiguous along the tile's rows or columns are
+ *     read in place instead of packed (gemm_block, in_place);
+ *   - a batch-sized row range with a wide B that must be widened or paired
+ *     runs K blocks outermost with B packed in L2-sized chunks
+ *     (gemm_range_l2);
+ *   - alpha == 1 (and beta == 1) stores skip the multiplications by 1 when
+ *     MXCSR keeps subnormals (store_mode).
  *
  * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
@@ -49,6 +59,7 @@
 #include <stdint.h>
 
 enum { SCRATCH_SLOTS = 64 };
+enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 /* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
  * of a small problem to a worker costs more than it saves whenever the
  * second CPU is not free at once. Measured on the 2-vCPU development VM
@@ -57,6 +68,16 @@ enum { SCRATCH_SLOTS = 64 };
  * 0.178 ms on 2 (docs/kernels.md); the base model's GEMMs (>= 9 MFLOP)
  * keep both threads. */
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
+/* A packed B block of at most this many bytes (short K blocks: K = batch
+ * in a weight gradient) is swept row of tiles by row of tiles, so each K
+ * block's pass over C streams along C's rows (gemm_block). */
+#define ROWS_FIRST_MAX_BP ((size_t)512 * 1024)
+/* FP32 operands are read in place (in_place) only when their rows are at
+ * most this many elements apart: each k step of a micro-panel then stays
+ * within a page or two. With 2048-wide rows (8 KiB apart) every k step of
+ * a 14- or 32-wide panel is a new page, and reading in place was 5-7%
+ * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
+#define IN_PLACE_MAX_LD 1024
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
@@ -108,55 +129,161 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
         *bp1_for = j0;
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, s->bp1, c, p->ldc, mr, nr, p->alpha, p->beta, mode);
+    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, p->ldc, mr, nr,
+                           p->alpha, p->beta, mode, true);
+}
+
+/* Whether this thread may use the _UNIT store modes (alpha == 1): the
+ * multiplications they leave out are exact only while MXCSR keeps
+ * subnormals (FTZ and DAZ clear). Read in the thread that runs the range:
+ * the pool gives each part the caller's FTZ/DAZ bits. */
+static bool unit_ok(const gemm_plan *p) {
+    return p->alpha == 1.0f && (_mm_getcsr() & (MXCSR_FTZ | MXCSR_DAZ)) == 0;
+}
+
+/* The store of the K block at pc: beta on the first (beta == 0 never reads
+ * C), add on later ones; the _UNIT form when unit and beta is 0 or 1. */
+static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
+    if (pc > 0) return unit ? MXP_GEMM_STORE_ADD_UNIT : MXP_GEMM_STORE_ADD;
+    if (p->beta == 0.0f) return unit ? MXP_GEMM_STORE_SET_UNIT : MXP_GEMM_STORE_SET;
+    return unit && p->beta == 1.0f ? MXP_GEMM_STORE_BETA_UNIT : MXP_GEMM_STORE_BETA;
+}
+
+/* One packed block: the micro-tiles of C[ic .. ic+mc)[jc .. jc+nc) for the
+ * K block at pc (length kc), from Ap (mc x kc) and Bp (kc x nc). With
+ * rows_first the tiles are visited row of tiles by row of tiles (ir outer,
+ * jr inner), so C is read and written along its rows, 14 at a time, and
+ * the B micro-panels stream from L2; otherwise column of tiles by column
+ * (jr outer, BLIS's order: a B micro-panel stays in L1 while the A
+ * micro-panels stream). The order changes nothing in any tile. */
+static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
+                       size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
+                       bool any, const uint8_t *sub_a, const uint8_t *sub_b, bool rows_first,
+                       const float *a_in, const float *b_in) {
+    size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
+    size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
+    size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
+    for (size_t o = 0; o < outer; o++) {
+        for (size_t q = 0; q < inner; q++) {
+            size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
+            int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
+            float *c = p->C + (ic + ir) * p->ldc + jc + jr;
+            if (!p->dp)
+                mxp_avx512_ukernel_f32(
+                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
+                    b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
+                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first);
+            else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
+                tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
+            else
+                mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
+                                        (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
+                                        p->alpha, p->beta, mode, !rows_first);
+        }
+    }
+}
+
+/* Where an operand can be read in place instead of packed: an FP32
+ * operand on the F32 path whose rows r are contiguous for each k (op(A)
+ * = A^T, op(B) = B: X(r, k) at k*ld + r), which is the packed panel's
+ * layout with stride ld instead of the panel width. Returns the address of
+ * X(r0, k0), or NULL when the operand must be packed. Reading in place
+ * gives the same values as packing (FP32 packs by copying), so the same
+ * bits. */
+static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0) {
+    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig || x->ld > IN_PLACE_MAX_LD) return NULL;
+    return (const float *)x->base + k0 * x->ld + r0;
 }
 
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
     uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    const bool unit = unit_ok(p);
     for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
         size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
-            size_t kc = min_sz(p->kb, p->K - pc), kp = (kc + 1) / 2;
-            mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
-                                  : p->beta == 0.0f ? MXP_GEMM_STORE_SET
-                                                    : MXP_GEMM_STORE_BETA;
+            size_t kc = min_sz(p->kb, p->K - pc);
+            mxp_gemm_store mode = store_mode(p, pc, unit);
+            /* bytes of this packed B block (FP32 words or BF16 pairs) */
+            size_t bp_bytes = nc * (p->dp ? (kc + 1) / 2 : kc) * sizeof(float);
+            bool rows_first = bp_bytes <= ROWS_FIRST_MAX_BP;
+            const float *b_in = rows_first ? in_place(&p->b, p->dp, jc, pc) : NULL;
             bool any_b = false;
-            size_t bp1_for = SIZE_MAX;
             if (p->dp)
                 any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
                                              (uint32_t *)s->bp, sub_b);
-            else
+            else if (!b_in)
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
+                const float *a_in = rows_first ? in_place(&p->a, p->dp, ic, pc) : NULL;
                 bool any = any_b;
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
-                else
+                else if (!a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                for (size_t jr = 0; jr < nc; jr += MXP_GEMM_NR) {
-                    int nr = (int)min_sz(MXP_GEMM_NR, nc - jr);
-                    for (size_t ir = 0; ir < mc; ir += MXP_GEMM_MR) {
-                        int mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
-                        float *c = p->C + (ic + ir) * p->ldc + jc + jr;
-                        if (!p->dp)
-                            mxp_avx512_ukernel_f32(kc, s->ap + ir * kc, s->bp + jr * kc, c,
-                                                   p->ldc, mr, nr, p->alpha, p->beta, mode);
-                        else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
-                            tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode,
-                                          &bp1_for);
-                        else
-                            mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
-                                                    (const uint32_t *)s->bp + jr * kp, c,
-                                                    p->ldc, mr, nr, p->alpha, p->beta, mode);
-                    }
-                }
+                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, rows_first,
+                           a_in, b_in);
             }
         }
     }
+}
+
+/* Words (FP32 values or BF16 pairs) of a K block of length kc. */
+static size_t k_words(const gemm_plan *p, size_t kc) { return p->dp ? (kc + 1) / 2 : kc; }
+
+/* C[m0 .. m1)[n0 .. n1) when its rows fit one packed A block (m1 - m0 <=
+ * MC) but an NC-wide packed B block would not fit in L2 (a batch-32..256
+ * layer with a wide weight): K blocks outer; per K block op(A) is packed
+ * once, and op(B) in chunks of nc_max columns whose packed form (at most
+ * ROWS_FIRST_MAX_BP bytes) stays in L2 while the tiles read it, instead
+ * of a 2 MiB block that is written to L3 and read back. Each tile gets
+ * the same K blocks in the same order and the same microkernel calls as
+ * in gemm_range, so the results are the same bits. */
+static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
+                          const gemm_scratch *s, size_t nc_max) {
+    uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    const bool unit = unit_ok(p);
+    const size_t mc = m1 - m0;
+    for (size_t pc = 0; pc < p->K; pc += p->kb) {
+        size_t kc = min_sz(p->kb, p->K - pc);
+        mxp_gemm_store mode = store_mode(p, pc, unit);
+        bool any_a = false;
+        if (p->dp)
+            any_a = mxp_avx512_pack_bf16(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, (uint32_t *)s->ap,
+                                         sub_a);
+        else
+            mxp_avx512_pack_f32(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, s->ap);
+        for (size_t jc = n0; jc < n1; jc += nc_max) {
+            size_t nc = min_sz(nc_max, n1 - jc);
+            bool any = any_a;
+            if (p->dp)
+                any |= mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
+                                            (uint32_t *)s->bp, sub_b);
+            else
+                mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
+            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, true, NULL, NULL);
+        }
+    }
+}
+
+/* The range [m0, m1) x [n0, n1) by gemm_range_l2 when it applies, else by
+ * gemm_range. It applies to BF16-pair panels and to a widened (non-FP32)
+ * op(B): bench_gemm_cpu, one thread, 32/128/256 x 2048 x 2048 NN: bf16
+ * +15-20% / +5-8% / +4%, f16 +10-20% / +5% / +1-2%; with FP32 operands it
+ * gained nothing (and 2-4% less at 256 x 2048 x 2048), so they keep
+ * gemm_range. */
+static void gemm_range_any(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
+                           const gemm_scratch *s) {
+    size_t kw = k_words(p, p->kb) * sizeof(float);
+    size_t nc_max = ROWS_FIRST_MAX_BP / kw / MXP_GEMM_NR * MXP_GEMM_NR;
+    if ((p->dp || p->b.type != MXP_DTYPE_F32) && m1 - m0 <= MXP_GEMM_MC &&
+        nc_max >= MXP_GEMM_NR && min_sz(MXP_GEMM_NC, n1 - n0) * kw > ROWS_FIRST_MAX_BP)
+        gemm_range_l2(p, m0, m1, n0, n1, s, nc_max);
+    else
+        gemm_range(p, m0, m1, n0, n1, s);
 }
 
 /* C[0 .. M)[n0 .. n1) on the small-M path (M <= NR, op(B) FP32): per K
@@ -167,11 +294,10 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     const float *bb = p->b.base;
     /* op(B)(k, j) = X_b[j][k]: at j*ld + k (k_contig) or k*ld + j */
     const size_t sj = p->b.k_contig ? p->b.ld : 1, sk = p->b.k_contig ? 1 : p->b.ld;
+    const bool unit = unit_ok(p);
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
-        mxp_gemm_store mode = pc > 0 ? MXP_GEMM_STORE_ADD
-                              : p->beta == 0.0f ? MXP_GEMM_STORE_SET
-                                                : MXP_GEMM_STORE_BETA;
+        mxp_gemm_store mode = store_mode(p, pc, unit);
         mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
         for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
             int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);
@@ -195,9 +321,9 @@ static void gemm_part(void *ctx, int index, int count) {
     if (p->small)
         gemm_range_small(p, lo, hi, &scratch[index]);
     else if (p->split_n)
-        gemm_range(p, 0, p->M, lo, hi, &scratch[index]);
+        gemm_range_any(p, 0, p->M, lo, hi, &scratch[index]);
     else
-        gemm_range(p, lo, hi, 0, p->N, &scratch[index]);
+        gemm_range_any(p, lo, hi, 0, p->N, &scratch[index]);
 }
 
 /* Length of the K blocks for a depth-K product with blocks of at most kmax

@@ -140,19 +140,33 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
 
 /* ---- microkernels (gemm_ukernel.c) -------------------------------------- */
 
+/* How a microkernel writes its tile. Each operation is rounded separately,
+ * in this order, as in the generic kernel. The _UNIT modes are the same
+ * with alpha == 1 (and, for BETA, beta == 1) without the multiplications
+ * by 1: those are exact (the same bits) unless MXCSR flushes subnormals,
+ * so the driver picks them only when FTZ and DAZ are both clear
+ * (gemm.c, store_mode). */
 typedef enum mxp_gemm_store {
-    MXP_GEMM_STORE_SET,  /* C = alpha*acc            (C not read) */
-    MXP_GEMM_STORE_BETA, /* C = alpha*acc + beta*C */
-    MXP_GEMM_STORE_ADD,  /* C = alpha*acc + C        (later K blocks) */
+    MXP_GEMM_STORE_SET,       /* C = alpha*acc            (C not read) */
+    MXP_GEMM_STORE_BETA,      /* C = alpha*acc + beta*C */
+    MXP_GEMM_STORE_ADD,       /* C = C + alpha*acc        (later K blocks) */
+    MXP_GEMM_STORE_SET_UNIT,  /* C = acc */
+    MXP_GEMM_STORE_BETA_UNIT, /* C = acc + C */
+    MXP_GEMM_STORE_ADD_UNIT,  /* C = C + acc */
     MXP_GEMM_STORE_COUNT
 } mxp_gemm_store;
 
-/* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * Ap^T Bp over kc, with Ap
- * an MR-wide and Bp an NR-wide FP32 micro-panel (mxp_avx512_pack_f32).
- * 1 <= mr <= MR, 1 <= nr <= NR. */
-void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp,
-                            float *c, size_t ldc, int mr, int nr, float alpha,
-                            float beta, mxp_gemm_store mode);
+/* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * sum_k A(r, k) B(k, j)
+ * over kc, with A(r, k) = ap[r + k*sa] and B(k, j) = bp[j + k*sb]: an
+ * MR-wide and an NR-wide FP32 micro-panel (mxp_avx512_pack_f32; sa = MR,
+ * sb = NR; bp 64-byte aligned, zero-padded) or FP32 operands read in place
+ * (sa = lda; sb = ldb with b_in_place: unaligned loads, and none past
+ * column nr). Reads only rows r < mr of A. 1 <= mr <= MR, 1 <= nr <= NR.
+ * pfc: prefetch the C tile into L1 before the k loop (worth it when C is
+ * not being streamed along its rows). */
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
+                            bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
+                            float beta, mxp_gemm_store mode, bool pfc);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
  * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel
@@ -167,6 +181,6 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 /* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode);
+                             float beta, mxp_gemm_store mode, bool pfc);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */

@@ -129,6 +129,16 @@ static inline void prefetch_elem(mxp_dtype t, const void *base, size_t idx) {
     _mm_prefetch((const char *)base + idx * es + PREFETCH_BYTES, _MM_HINT_T0);
 }
 
+/* Prefetch distance, in k rows, of the packers that stream k-major rows
+ * (X(r, k) at k*ld + r): each k reads one run of rows of X, and a new run
+ * often starts on a new page, where the hardware prefetcher starts over. */
+enum { PREFETCH_ROWS = 2 };
+
+static inline void prefetch_row_ahead(mxp_dtype t, const void *base, size_t idx, size_t ld) {
+    size_t es = t == MXP_DTYPE_F32 ? 4 : t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2 ? 1 : 2;
+    _mm_prefetch((const char *)((uintptr_t)base + (idx + PREFETCH_ROWS * ld) * es), _MM_HINT_T0);
+}
+
 /* Rows of the 16-row slice s of a panel that hold data (0 .. 16). */
 static inline size_t slice_rows(size_t prow, int s) {
     return prow > (size_t)s ? min_sz(prow - (size_t)s, 16) : 0;
@@ -180,6 +190,7 @@ pack_f32_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
             float *pd = dst + p0 * kc + k * (size_t)w;
             for (int s = 0; s < w; s += 16) {
                 size_t vr = slice_rows(prow, s);
+                if (vr) prefetch_row_ahead(t, x->base, at + p0 + (size_t)s, ld);
                 __m512 v = vr ? load16_f32(t, x->base, at + p0 + (size_t)s, lanes16(vr))
                               : _mm512_setzero_ps();
                 _mm512_mask_storeu_ps(pd + s, lanes16((size_t)(w - s)), v);
@@ -280,6 +291,40 @@ pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
     }
 }
 
+/* pack_bf16_rcontig for BF16 X: per k pair and panel, one (masked) load of
+ * up to 32 rows from each of the two k rows and one vpermt2w per 16 panel
+ * words, which interleaves them into pairs (word r = X[r][k] | X[r][k+1]
+ * << 16), instead of widening 16 values at a time and combining them.
+ * Same panel bits and subnormal flags. */
+static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
+                                   size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+    const uint16_t *base = x->base;
+    size_t ld = x->ld, kp = (kc + 1) / 2;
+    /* word j of lo: rk[j] (low half), rk1[j] (high half); hi: rows 16 .. 31 */
+    const __m512i idx_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                            40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
+                                            1, 32, 0);
+    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+    for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) sub[p0 / (size_t)w] = 0;
+    for (size_t q = 0; q < kp; q++) {
+        const uint16_t *rk = base + (k0 + 2 * q) * ld + r0;
+        const bool second = 2 * q + 1 < kc;
+        for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+            __mmask32 m = lanes32(min_sz((size_t)w, rows - p0));
+            prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
+            prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
+            __m512i a = _mm512_maskz_loadu_epi16(m, rk + p0);
+            __m512i b = second ? _mm512_maskz_loadu_epi16(m, rk + ld + p0) : _mm512_setzero_si512();
+            if (bf16_subnormal_lanes(a) | bf16_subnormal_lanes(b)) sub[p0 / (size_t)w] = 1;
+            uint32_t *pd = dst + p0 * kp + q * (size_t)w;
+            _mm512_mask_storeu_epi32(pd, lanes16((size_t)w), _mm512_permutex2var_epi16(a, idx_lo, b));
+            if (w > 16)
+                _mm512_mask_storeu_epi32(pd + 16, lanes16((size_t)w - 16),
+                                         _mm512_permutex2var_epi16(a, idx_hi, b));
+        }
+    }
+}
+
 #define PACK_DISPATCH_BF16(fn, t, ...)                                         \
     switch (t) {                                                               \
     case MXP_DTYPE_F8_E4M3: fn(MXP_DTYPE_F8_E4M3, __VA_ARGS__); break;         \
@@ -291,6 +336,8 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
                           size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
     if (x->k_contig) {
         PACK_DISPATCH_BF16(pack_bf16_kcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
+    } else if (x->type == MXP_DTYPE_BF16) {
+        pack_bf16_rcontig_bf16(x, r0, rows, k0, kc, w, dst, sub);
     } else {
         PACK_DISPATCH_BF16(pack_bf16_rcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
     }

@@ -17,7 +17,8 @@
  * computed it, so results do not depend on tiling or thread split.
  *
  * The store mirrors the generic kernel's arithmetic: alpha*acc (+ beta*C on
- * the first K block, + C on later ones), each operation rounded separately.
+ * the first K block, + C on later ones), each operation rounded separately;
+ * the _UNIT store modes leave out multiplications by 1 (gemm_internal.h).
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 
@@ -26,6 +27,21 @@
 
 static_assert(MXP_GEMM_MR == 14 && MXP_GEMM_NV == 2,
               "the switch in the ukernel entry points lists MR = 14, NV <= 2");
+
+/* The value to store at p (lanes m) for the accumulator acc under mode
+ * (mxp_gemm_store; operand order as the generic kernel's). */
+static inline __attribute__((always_inline)) __m512
+store_value(__m512 acc, const float *p, __mmask16 m, __m512 va, __m512 vb, mxp_gemm_store mode) {
+    switch (mode) {
+    case MXP_GEMM_STORE_SET: return _mm512_mul_ps(va, acc);
+    case MXP_GEMM_STORE_BETA:
+        return _mm512_add_ps(_mm512_mul_ps(va, acc), _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, p)));
+    case MXP_GEMM_STORE_ADD: return _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), _mm512_mul_ps(va, acc));
+    case MXP_GEMM_STORE_SET_UNIT: return acc;
+    case MXP_GEMM_STORE_BETA_UNIT: return _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, p));
+    default: return _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), acc);
+    }
+}
 
 /* Write the mr x (16*(nv-1) + popcount(last)) tile acc into C. */
 static inline __attribute__((always_inline)) void
@@ -38,12 +54,7 @@ store_tile(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int
         for (int v = 0; v < nv; v++) {
             __mmask16 m = v == nv - 1 ? last : (__mmask16)0xffff;
             float *p = c + (size_t)r * ldc + 16 * v;
-            __m512 x = _mm512_mul_ps(va, acc[r][v]);
-            if (mode == MXP_GEMM_STORE_BETA)
-                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, p)));
-            else if (mode == MXP_GEMM_STORE_ADD)
-                x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), x);
-            _mm512_mask_storeu_ps(p, m, x);
+            _mm512_mask_storeu_ps(p, m, store_value(acc[r][v], p, m, va, vb, mode));
         }
     }
 }
@@ -58,7 +69,10 @@ static inline __attribute__((always_inline)) void prefetch_at(const void *base, 
 /* Prefetch the mr rows of the C tile (columns 0 .. 16*nv) into L1 before
  * the k loop, so the store at its end does not wait on C: on large GEMMs C
  * lives in L3 or memory, and each K block reads and writes every tile once.
- * (No effect on results.) */
+ * Only in the column-of-tiles sweep (pfc): in the row sweep C is walked
+ * along its rows, which the hardware prefetcher follows, and the 28-42
+ * prefetches cost about 3% of a short (K = 32) block. (No effect on
+ * results.) */
 static inline __attribute__((always_inline)) void
 prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
 #pragma GCC unroll 16
@@ -70,40 +84,50 @@ prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
     }
 }
 
+/* The F32 tile. A(r, k) = a[r + k*sa] and B(k, 16 v + l) = b[16 v + l +
+ * k*sb]: the packed micro-panels (sa = MR, sb = NR) or, on the F32 path,
+ * op(A) and op(B) read in place where they are contiguous along the rows
+ * of the tile (sa = lda) or along its columns (sb = ldb). With b_in_place
+ * the last B vector is loaded with the column mask, so nothing past column
+ * nr is read; a packed panel is 64-byte aligned and zero-padded to NR. */
 static inline __attribute__((always_inline)) void
-uk_f32(size_t kc, const float *a, const float *b, float *c, size_t ldc, const int mr,
-       const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
+uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c, size_t ldc,
+       const int mr, const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode,
+       bool pfc, const bool b_in_place) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
-    prefetch_c(c, ldc, mr, nv);
+    if (pfc) prefetch_c(c, ldc, mr, nv);
     for (size_t k = 0; k < kc; k++) {
         __m512 bv[MXP_GEMM_NV];
 #pragma GCC unroll 2
-        for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+        for (int v = 0; v < nv; v++)
+            bv[v] = !b_in_place ? _mm512_load_ps(b + 16 * v)
+                    : v == nv - 1 ? _mm512_maskz_loadu_ps(last, b + 16 * v)
+                                  : _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
             __m512 ar = _mm512_set1_ps(a[r]);
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
         }
-        a += MXP_GEMM_MR;
-        b += MXP_GEMM_NR;
+        a += sa;
+        b += sb;
     }
     store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
 }
 
 static inline __attribute__((always_inline)) void
 uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, const int mr,
-        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
+        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode, bool pfc) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
-    prefetch_c(c, ldc, mr, nv);
+    if (pfc) prefetch_c(c, ldc, mr, nv);
     for (size_t q = 0; q < kp; q++) {
         __m512bh bv[MXP_GEMM_NV];
 #pragma GCC unroll 2
@@ -124,8 +148,17 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
  * the inlined body (registers, unrolling) for each edge shape. */
 #define UK_CASE(fn, MRC)                                                       \
     case MRC:                                                                  \
-        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode);     \
-        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode);             \
+        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode, pfc); \
+        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode, pfc);         \
+        break;
+
+/* The F32 tile's call for row count MRC: a and b with their k strides. */
+#define UKF_CASE(fn, MRC)                                                      \
+    case MRC:                                                                  \
+        if (nv == 1 && bm) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, true); \
+        else if (nv == 1) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, false); \
+        else if (bm) fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, true); \
+        else fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, false); \
         break;
 
 #define UK_SWITCH(fn)                                                          \
@@ -143,14 +176,21 @@ static inline __mmask16 last_mask(int nr, int *nv) {
     return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
 
-void mxp_avx512_ukernel_f32(size_t kc, const float *ap, const float *bp, float *c,
-                            size_t ldc, int mr, int nr, float alpha, float beta,
-                            mxp_gemm_store mode) {
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
+                            bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
+                            float beta, mxp_gemm_store mode, bool pfc) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
     size_t k = kc;
     const float *a = ap, *b = bp;
-    UK_SWITCH(uk_f32)
+    const bool bm = b_in_place;
+    switch (mr) {
+        UKF_CASE(uk_f32, 1) UKF_CASE(uk_f32, 2) UKF_CASE(uk_f32, 3) UKF_CASE(uk_f32, 4)
+        UKF_CASE(uk_f32, 5) UKF_CASE(uk_f32, 6) UKF_CASE(uk_f32, 7) UKF_CASE(uk_f32, 8)
+        UKF_CASE(uk_f32, 9) UKF_CASE(uk_f32, 10) UKF_CASE(uk_f32, 11) UKF_CASE(uk_f32, 12)
+        UKF_CASE(uk_f32, 13) UKF_CASE(uk_f32, 14)
+    default: break;
+    }
 }
 
 /* Prefetch distance of the small-M kernel, in k steps (each 14-28 FMAs). */
@@ -201,12 +241,7 @@ uk_f32_bt(size_t kc, const float *a, const float *b, size_t sj, size_t sk, float
         int rows = m - 16 * v < 16 ? m - 16 * v : 16;
         for (int l = 0; l < rows; l++) {
             float *p = c + (size_t)(16 * v + l) * ldc;
-            __m512 x = _mm512_mul_ps(va, t[l]);
-            if (mode == MXP_GEMM_STORE_BETA)
-                x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cm, p)));
-            else if (mode == MXP_GEMM_STORE_ADD)
-                x = _mm512_add_ps(_mm512_maskz_loadu_ps(cm, p), x);
-            _mm512_mask_storeu_ps(p, cm, x);
+            _mm512_mask_storeu_ps(p, cm, store_value(t[l], p, cm, va, vb, mode));
         }
     }
 }
@@ -231,7 +266,7 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode) {
+                             float beta, mxp_gemm_store mode, bool pfc) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
     size_t k = kp;
