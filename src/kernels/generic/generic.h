@@ -61,6 +61,16 @@ void mxp_generic_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src, siz
 float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
                                float scale);
 
+/* fused.c: bias_act_store, and its row loop over table k's unfused kernels
+ * (rows [r0, r1) of e; the part's absmax / non-finite counts into *p), which
+ * ISA variants call per thread part with their own table. */
+typedef struct mxp_epilogue_part {
+    float y_amax, a_amax;
+    int64_t y_nonfinite, a_nonfinite;
+} mxp_epilogue_part;
+void mxp_epilogue_rows(const mxp_kernels *k, const mxp_epilogue *e, int64_t r0, int64_t r1,
+                       mxp_epilogue_part *p);
+void mxp_generic_bias_act_store(mxp_epilogue *e);
 /* optim.c */
 void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
                        float *v, size_t n, const mxp_adamw_hparams *h,

@@ -32,6 +32,7 @@ static const mxp_kernels generic_table = {
     .sumsq = mxp_generic_sumsq,
     .absmax = mxp_generic_absmax,
     .unscale_stats = mxp_generic_unscale_stats,
+    .bias_act_store = mxp_generic_bias_act_store,
     .adamw = mxp_generic_adamw,
     .sgd = mxp_generic_sgd,
 };

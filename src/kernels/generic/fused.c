@@ -1,0 +1,102 @@
+/* kernels/generic/fused.c: fused passes, the portable reference.
+ *
+ * Entry points: mxp_generic_bias_act_store (contract: mxp_epilogue in
+ * kernels/kernels.h) and mxp_epilogue_rows, the row loop that every table's
+ * bias_act_store runs (the AVX-512 one splits the rows over the thread pool
+ * and calls it per part with its own table).
+ *
+ * How it stays bit-identical to the unfused sequence: the rows are cut into
+ * pieces of at most EPI_SEG elements (whole rows when a row fits, else
+ * segments of one row), and each piece goes through the unfused kernels of
+ * the given table one after the other while it is in L1: add_bias,
+ * convert, absmax, then (with an activation) the widening convert, the
+ * activation, the convert into a_type and absmax. Every output element is
+ * computed by the same kernel from the same inputs as in the unfused pass
+ * (those kernels are element-wise, add_bias row-wise per element), and the
+ * absmax / non-finite count of a tensor is the max / sum over its pieces,
+ * which is exact in any order. A piece is far below the size at which a
+ * table's element-wise kernels use the thread pool, so they run inline.
+ */
+#include "kernels/generic/generic.h"
+
+#include <string.h>
+
+enum { EPI_SEG = 1024 }; /* elements per piece: y, its store, x, a and a's store fit L1 */
+
+static void *elem_at(void *base, mxp_dtype t, size_t i) {
+    return (unsigned char *)base + i * mxp_dtype_info(t)->size;
+}
+
+typedef void (*act_fwd_fn)(float *y, const float *x, size_t n);
+
+static act_fwd_fn act_of(const mxp_kernels *k, mxp_act a) {
+    switch (a) {
+    case MXP_ACT_RELU: return k->relu_fwd;
+    case MXP_ACT_GELU: return k->gelu_fwd;
+    case MXP_ACT_TANH: return k->tanh_fwd;
+    default: return NULL;
+    }
+}
+
+/* One piece: `rows` rows of `w` elements starting at element `off` of the
+ * tensors, bias columns from c0. */
+static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64_t rows,
+                  int64_t w, int64_t c0, mxp_epilogue_part *p, float *tx, float *ta) {
+    const size_t n = (size_t)rows * (size_t)w;
+    float *y = e->y + off;
+    k->add_bias(y, e->bias ? e->bias + c0 : NULL, rows, w);
+    void *yo = elem_at(e->y_out, e->y_type, off);
+    if (yo != (void *)y) {
+        if (e->y_type == MXP_DTYPE_F32) memcpy(yo, y, n * sizeof(float));
+        else k->convert(e->y_type, yo, MXP_DTYPE_F32, y, n);
+    }
+    int64_t nf = 0;
+    float am = k->absmax(y, n, &nf);
+    if (am > p->y_amax) p->y_amax = am;
+    p->y_nonfinite += nf;
+    act_fwd_fn f = act_of(k, e->act);
+    if (!f) return;
+    const float *x = y;
+    if (e->y_type != MXP_DTYPE_F32) {
+        k->convert(MXP_DTYPE_F32, tx, e->y_type, yo, n);
+        x = tx;
+    }
+    float *a = e->a_type == MXP_DTYPE_F32 ? (float *)elem_at(e->a_out, e->a_type, off) : ta;
+    f(a, x, n);
+    if (e->a_type != MXP_DTYPE_F32)
+        k->convert(e->a_type, elem_at(e->a_out, e->a_type, off), MXP_DTYPE_F32, a, n);
+    nf = 0;
+    am = k->absmax(a, n, &nf);
+    if (am > p->a_amax) p->a_amax = am;
+    p->a_nonfinite += nf;
+}
+
+void mxp_epilogue_rows(const mxp_kernels *k, const mxp_epilogue *e, int64_t r0, int64_t r1,
+                       mxp_epilogue_part *p) {
+    float tx[EPI_SEG], ta[EPI_SEG];
+    memset(p, 0, sizeof *p);
+    const int64_t C = e->C;
+    if (C <= 0 || r1 <= r0) return;
+    if (C <= EPI_SEG) { /* whole rows */
+        const int64_t per = EPI_SEG / C;
+        for (int64_t r = r0; r < r1; r += per) {
+            const int64_t rows = r1 - r < per ? r1 - r : per;
+            piece(k, e, (size_t)r * (size_t)C, rows, C, 0, p, tx, ta);
+        }
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) /* segments of one row */
+        for (int64_t c = 0; c < C; c += EPI_SEG) {
+            const int64_t w = C - c < EPI_SEG ? C - c : EPI_SEG;
+            piece(k, e, (size_t)r * (size_t)C + (size_t)c, 1, w, c, p, tx, ta);
+        }
+}
+
+void mxp_generic_bias_act_store(mxp_epilogue *e) {
+    mxp_epilogue_part p;
+    mxp_epilogue_rows(mxp_kernels_generic(), e, 0, e->B, &p);
+    e->y_amax = p.y_amax;
+    e->y_nonfinite = p.y_nonfinite;
+    e->a_amax = p.a_amax;
+    e->a_nonfinite = p.a_nonfinite;
+}
