@@ -1,6 +1,7 @@
 /* tests/test_fused.c: every fused path is bit-identical to the unfused one.
  *
- * 1. Kernel: bias_act_store (kernels.h, mxp_epilogue) of the generic table
+ * 1. Kernels: bias_act_store and act_bwd_store (kernels.h, mxp_epilogue,
+ *    mxp_act_bwd) of the generic table
  *    and, where the CPU runs it, the AVX-512 table, against the unfused
  *    sequence of the SAME table's kernels that its contract names (add_bias,
  *    convert, absmax, widen, activation, convert, absmax), compared bit for
@@ -8,9 +9,11 @@
  *    BF16 / FP16 stores, no activation / relu / gelu / tanh, with and
  *    without bias, on shapes that take each path of the row loop (whole
  *    rows, row segments, the pool split) and on data with NaN, +-Inf,
- *    subnormals and values that overflow FP16 when stored.
+ *    subnormals and values that overflow FP16 when stored; the backward
+ *    pass likewise over dy / saved / dx dtypes and lengths.
  * 2. Model: MLPs (gelu, relu, tanh) in every precision mode, trained for a
- *    few steps with the fused forward epilogue and with it off
+ *    few steps with the fused forward epilogue and activation backward and
+ *    with them off
  *    (nn_model_set_fusion): losses, all weights, the first non-finite site
  *    and the monitor's per-layer statistics must be identical; also with a
  *    batch that overflows FP16 (sites) and with a full monitor scan (which
@@ -131,10 +134,66 @@ static void kernel_case(const mxp_kernels *k, int64_t B, int64_t C, mxp_dtype yt
     free(yo1), free(yo2), free(ao1), free(ao2);
 }
 
+static void act_bwd(const mxp_kernels *k, mxp_act a, float *dx, const float *dy, const float *s,
+                    size_t n) {
+    switch (a) {
+    case MXP_ACT_RELU: k->relu_bwd(dx, dy, s, n); break;
+    case MXP_ACT_GELU: k->gelu_bwd(dx, dy, s, n); break;
+    case MXP_ACT_TANH: k->tanh_bwd(dx, dy, s, n); break;
+    default: break;
+    }
+}
+
+/* act_bwd_store against widen, act_bwd, convert, absmax of the same table. */
+static void bwd_case(const mxp_kernels *k, size_t n, mxp_dtype gt, mxp_dtype st, mxp_dtype xt,
+                     mxp_act act, bool specials, uint64_t seed) {
+    const size_t xs = mxp_dtype_info(xt)->size;
+    float *v = test_xmalloc(n * sizeof(float)), *dy32 = test_xmalloc(n * sizeof(float));
+    float *s32 = test_xmalloc(n * sizeof(float)), *dx32 = test_xmalloc(n * sizeof(float));
+    unsigned char *dy = test_xmalloc(n * 4), *s = test_xmalloc(n * 4);
+    unsigned char *dx1 = test_xmalloc(n * 4), *dx2 = test_xmalloc(n * 4);
+    mxp_rng r;
+    mxp_rng_init(&r, seed);
+    fill(v, n, &r, specials);
+    k->convert(gt, dy, MXP_DTYPE_F32, v, n);
+    fill(v, n, &r, specials);
+    if (act == MXP_ACT_TANH) k->tanh_fwd(v, v, n); /* tanh saves its output */
+    k->convert(st, s, MXP_DTYPE_F32, v, n);
+    memset(dx1, 0xa5, n * 4);
+    memset(dx2, 0x5a, n * 4);
+    mxp_act_bwd e = {.act = act, .n = n, .dy_type = gt, .dy = dy, .s_type = st, .s = s,
+                     .dx_type = xt, .dx = dx1};
+    k->act_bwd_store(&e);
+    k->convert(MXP_DTYPE_F32, dy32, gt, dy, n);
+    k->convert(MXP_DTYPE_F32, s32, st, s, n);
+    act_bwd(k, act, dx32, dy32, s32, n);
+    k->convert(xt, dx2, MXP_DTYPE_F32, dx32, n);
+    int64_t nf = 0;
+    const float am = k->absmax(dx32, n, &nf);
+    char what[160];
+    snprintf(what, sizeof what, "%s bwd n=%zu dy %s s %s dx %s act %d specials %d", k->isa, n,
+             mxp_dtype_name(gt), mxp_dtype_name(st), mxp_dtype_name(xt), (int)act, specials);
+    CHECK_MSG(memcmp(dx1, dx2, n * xs) == 0, "%s: dx differs", what);
+    CHECK_MSG(test_f32_bits(e.dx_amax) == test_f32_bits(am) && e.dx_nonfinite == nf,
+              "%s: amax %g/%g nonfinite %lld/%lld", what, (double)e.dx_amax, (double)am,
+              (long long)e.dx_nonfinite, (long long)nf);
+    free(v), free(dy32), free(s32), free(dx32), free(dy), free(s), free(dx1), free(dx2);
+}
+
 static void test_kernel(const mxp_kernels *k) {
-    /* whole rows (C <= piece), multi-piece rows, row segments, the pool split */
+    /* short, several pieces, a ragged tail, the pool split */
+    static const size_t sizes[] = {1, 37, 3000, 70001};
+    uint64_t bseed = 1000;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int gt = 0; gt < 3; gt++)
+            for (int st = 0; st < 3; st++)
+                for (int act = 1; act < MXP_ACT_COUNT; act++, bseed++)
+                    bwd_case(k, sizes[i], store_types[gt], store_types[st],
+                             store_types[(gt + act) % 3], (mxp_act)act, bseed % 2 == 1, bseed);
+    /* whole rows (C <= piece), multi-piece rows, row segments, the pool split
+     * (70 x 2048: also without an activation) */
     static const int64_t shapes[][2] = {{1, 1}, {3, 5}, {7, 65}, {64, 700},
-                                        {5, 2500}, {40, 2048}, {129, 513}};
+                                        {5, 2500}, {70, 2048}, {129, 513}};
     uint64_t seed = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int yt = 0; yt < 3; yt++)

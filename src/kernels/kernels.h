@@ -111,6 +111,28 @@ typedef struct mxp_epilogue {
     int64_t y_nonfinite, a_nonfinite;
 } mxp_epilogue;
 
+/* One fused pass of an element-wise activation's backward (slot
+ * act_bwd_store), n elements. Bit for bit this sequence of the SAME table's
+ * kernels (the unfused driver path):
+ *   dy32 = dy widened to FP32 (convert; dy itself when F32), likewise s32;
+ *   dx32 = act_bwd(dy32, s32)       relu/gelu: s = the activation's input,
+ *                                   tanh: s = its output;
+ *   convert(dx_type, dx, F32, dx32, n);  dx_amax = absmax(dx32, n, &dx_nonfinite).
+ * dx must not overlap dy or s. Independent of the thread count. */
+typedef struct mxp_act_bwd {
+    mxp_act act; /* not MXP_ACT_NONE */
+    size_t n;
+    mxp_dtype dy_type;
+    const void *dy; /* [n] */
+    mxp_dtype s_type;
+    const void *s;  /* [n] */
+    mxp_dtype dx_type;
+    void *dx;       /* [n] */
+    /* results */
+    float dx_amax;
+    int64_t dx_nonfinite;
+} mxp_act_bwd;
+
 typedef struct mxp_kernels {
     const char *isa; /* "generic", "avx512", ... */
 
@@ -203,6 +225,8 @@ typedef struct mxp_kernels {
     /* --- fused passes (bit-identical to the unfused kernels they replace) ---
      * The linear layer's forward epilogue: see mxp_epilogue. */
     void (*bias_act_store)(mxp_epilogue *e);
+    /* An activation's backward, its store and its scan: see mxp_act_bwd. */
+    void (*act_bwd_store)(mxp_act_bwd *e);
 
     /* --- optimizers on flat FP32 gradients ---
      * AdamW (decoupled weight decay, PyTorch torch.optim.AdamW semantics):

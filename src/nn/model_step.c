@@ -108,11 +108,31 @@ static void scan_output(mxp_model *m, mxp_nonfinite_site *site,
 /* scan_output for a scan a fused pass already did (amax, nf of the FP32
  * values): the monitor records it when it keeps plain scans (the only kind
  * the driver fuses under), then the site check is scan_output's. */
-static void scan_given(mxp_model *m, mxp_nonfinite_site *site, int layer, const char *op,
-                       float amax, int64_t nf, mxp_dtype t, const void *stored, size_t n) {
+static void scan_given(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
+                       const char *op, float amax, int64_t nf, mxp_dtype t,
+                       const void *stored, size_t n) {
     if (!site) return;
-    if (m->mon) nn_mon_record(m, layer, MXP_MON_OUT, n, t, amax, nf);
-    scan_finish(m, site, false, layer, op, amax, nf, t, stored, n);
+    if (m->mon) nn_mon_record(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT, n, t, amax, nf);
+    scan_finish(m, site, backward, layer, op, amax, nf, t, stored, n);
+}
+
+/* store_output then scan_output of v32 [rows, cols], as one pass of the
+ * table's bias_act_store (no bias, no activation: the same convert and the
+ * same absmax, in one pass, split over the pool) unless fusion is off or
+ * the monitor wants more than the plain scan. */
+static void store_scan(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
+                       const char *op, float *v32, mxp_dtype t, void *dst, int64_t rows,
+                       int64_t cols) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (!m->fuse || (site && !nn_mon_plain(m))) {
+        store_output(m, t, dst, v32, n);
+        scan_output(m, site, backward, layer, op, v32, t, dst, n);
+        return;
+    }
+    mxp_epilogue e = {.y = v32, .B = rows, .C = cols, .y_type = t, .y_out = dst,
+                      .act = MXP_ACT_NONE};
+    m->k->bias_act_store(&e);
+    scan_given(m, site, backward, layer, op, e.y_amax, e.y_nonfinite, t, dst, n);
 }
 
 /* Elements of layer L's "weight" part: up to its bias for linear and
@@ -214,10 +234,10 @@ static void forward_fused(mxp_model *m, int l, int span, int64_t B,
         e.a_out = b->acts[l + 2];
     }
     m->k->bias_act_store(&e);
-    scan_given(m, site, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
+    scan_given(m, site, false, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
                b->acts[l + 1], n);
     if (span == 2)
-        scan_given(m, site, l + 1, vtables[m->layers[l + 1].kind].name, e.a_amax,
+        scan_given(m, site, false, l + 1, vtables[m->layers[l + 1].kind].name, e.a_amax,
                    e.a_nonfinite, e.a_type, b->acts[l + 2], n);
 }
 
@@ -247,8 +267,7 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
         if (anomaly) check_weights(m, site, l, vt->name);
         vt->forward(m, l, B, y32);
         if (site) nn_fault_apply(m, false, l, y32, n);
-        store_output(m, t, b->acts[l + 1], y32, n);
-        scan_output(m, site, false, l, vt->name, y32, t, b->acts[l + 1], n);
+        store_scan(m, site, false, l, vt->name, y32, t, b->acts[l + 1], B, m->width[l + 1]);
     }
 }
 
@@ -352,6 +371,29 @@ static int first_param_layer(const mxp_model *m) {
     return m->n_layers;
 }
 
+/* The fused backward of an element-wise activation layer l (kernels.h,
+ * mxp_act_bwd: widen dY and the saved tensor, the derivative, the store in
+ * the grad dtype and the scan in one pass, the bits of the unfused layer
+ * call + store + scan), under the forward epilogue's conditions, and not
+ * with per-layer loss scaling (that rescales dx between the two). Writes
+ * dX into dst (dtype gt) and returns true, or returns false: run unfused. */
+static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dst,
+                               mxp_dtype gt, mxp_nonfinite_site *site) {
+    const mxp_act a = act_kind(m->layers[l].kind);
+    if (!m->fuse || a == MXP_ACT_NONE || m->grad_scales) return false;
+    if (site && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
+        return false;
+    const nn_bufs *b = &m->b;
+    const int s = a == MXP_ACT_TANH ? l + 1 : l; /* tanh's derivative reads its output */
+    const size_t n = (size_t)B * (size_t)m->layers[l].in;
+    mxp_act_bwd e = {.act = a, .n = n, .dy_type = b->grad_type, .dy = dy,
+                     .s_type = b->act_type[s], .s = b->acts[s], .dx_type = gt, .dx = dst};
+    m->k->act_bwd_store(&e);
+    scan_given(m, site, true, l, vtables[m->layers[l].kind].name, e.dx_amax, e.dx_nonfinite,
+               gt, dst, n);
+    return true;
+}
+
 /* Layers L-1 .. first parameter layer: dX into the ping-pong grad buffers
  * (dY of the last layer is in g[0]), parameter grads += into the slab. */
 static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
@@ -363,6 +405,10 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         const nn_layer_vtable *vt = &vtables[L->kind];
         const bool need_dx = l > lo;
         const mxp_dtype gt = b->gtype[l]; /* dX: the gradient of acts[l] */
+        if (need_dx && backward_act_fused(m, l, B, b->g[cur], b->g[cur ^ 1], gt, site)) {
+            cur ^= 1;
+            continue; /* no parameters: nothing for scan_param_grads */
+        }
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
@@ -378,9 +424,7 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
                 nn_fault_apply(m, true, l, dx32, (size_t)B * (size_t)L->in);
         }
         if (need_dx) {
-            const size_t n = (size_t)B * (size_t)L->in;
-            store_output(m, gt, b->g[cur ^ 1], dx32, n);
-            scan_output(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], n);
+            store_scan(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], B, L->in);
             cur ^= 1;
         }
         scan_param_grads(m, site, l, vt->name);
@@ -481,10 +525,9 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
     m->time_forward_s += t1 - t0;
 
     if (backward) {
-        const size_t n = (size_t)b->B * (size_t)mxp_model_out_dim(m);
         if (!fused) {
-            store_output(m, gt, m->b.g[0], dpred32, n);
-            scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
+            store_scan(m, site, true, -1, lname, dpred32, gt, m->b.g[0], b->B,
+                       mxp_model_out_dim(m));
         } else if (site && !site->found && nf_grad > 0) {
             site_set(m, site, true, -1, lname, nf_grad, "grad_input");
         }

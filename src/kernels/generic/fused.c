@@ -1,9 +1,10 @@
 /* kernels/generic/fused.c: fused passes, the portable reference.
  *
- * Entry points: mxp_generic_bias_act_store (contract: mxp_epilogue in
- * kernels/kernels.h) and mxp_epilogue_rows, the row loop that every table's
- * bias_act_store runs (the AVX-512 one splits the rows over the thread pool
- * and calls it per part with its own table).
+ * Entry points: mxp_generic_bias_act_store, mxp_generic_act_bwd_store
+ * (contracts: mxp_epilogue, mxp_act_bwd in kernels/kernels.h), and
+ * mxp_epilogue_rows / mxp_act_bwd_range, the loops that every table's
+ * version runs (the AVX-512 one splits the work over the thread pool and
+ * calls them per part with its own table).
  *
  * How it stays bit-identical to the unfused sequence: the rows are cut into
  * pieces of at most EPI_SEG elements (whole rows when a row fits, else
@@ -14,7 +15,9 @@
  * computed by the same kernel from the same inputs as in the unfused pass
  * (those kernels are element-wise, add_bias row-wise per element), and the
  * absmax / non-finite count of a tensor is the max / sum over its pieces,
- * which is exact in any order. A piece is far below the size at which a
+ * which is exact in any order. The backward pass (act_bwd_store) is the
+ * same idea over plain element ranges: widen dy and the saved tensor, the
+ * activation's backward, convert into dx_type, absmax. A piece is far below the size at which a
  * table's element-wise kernels use the thread pool, so they run inline.
  */
 #include "kernels/generic/generic.h"
@@ -99,4 +102,50 @@ void mxp_generic_bias_act_store(mxp_epilogue *e) {
     e->y_nonfinite = p.y_nonfinite;
     e->a_amax = p.a_amax;
     e->a_nonfinite = p.a_nonfinite;
+}
+
+typedef void (*act_bwd_fn)(float *dx, const float *dy, const float *s, size_t n);
+
+static act_bwd_fn act_bwd_of(const mxp_kernels *k, mxp_act a) {
+    switch (a) {
+    case MXP_ACT_RELU: return k->relu_bwd;
+    case MXP_ACT_GELU: return k->gelu_bwd;
+    case MXP_ACT_TANH: return k->tanh_bwd;
+    default: return NULL;
+    }
+}
+
+/* A read-only FP32 view of n elements of buf (dtype t) at element off. */
+static const float *view_at(const mxp_kernels *k, mxp_dtype t, const void *buf, size_t off,
+                            size_t n, float *tmp) {
+    const void *p = (const unsigned char *)buf + off * mxp_dtype_info(t)->size;
+    if (t == MXP_DTYPE_F32) return p;
+    k->convert(MXP_DTYPE_F32, tmp, t, p, n);
+    return tmp;
+}
+
+void mxp_act_bwd_range(const mxp_kernels *k, const mxp_act_bwd *e, size_t lo, size_t hi,
+                       float *amax, int64_t *nonfinite) {
+    float tdy[EPI_SEG], ts[EPI_SEG], tdx[EPI_SEG];
+    act_bwd_fn f = act_bwd_of(k, e->act);
+    *amax = 0.0f;
+    *nonfinite = 0;
+    if (!f) return;
+    for (size_t off = lo; off < hi; off += EPI_SEG) {
+        const size_t n = hi - off < EPI_SEG ? hi - off : EPI_SEG;
+        const float *dy = view_at(k, e->dy_type, e->dy, off, n, tdy);
+        const float *s = view_at(k, e->s_type, e->s, off, n, ts);
+        void *dxo = elem_at(e->dx, e->dx_type, off);
+        float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
+        f(dx, dy, s, n);
+        if (e->dx_type != MXP_DTYPE_F32) k->convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
+        int64_t nf = 0;
+        const float am = k->absmax(dx, n, &nf);
+        if (am > *amax) *amax = am;
+        *nonfinite += nf;
+    }
+}
+
+void mxp_generic_act_bwd_store(mxp_act_bwd *e) {
+    mxp_act_bwd_range(mxp_kernels_generic(), e, 0, e->n, &e->dx_amax, &e->dx_nonfinite);
 }

@@ -71,6 +71,10 @@ typedef struct mxp_epilogue_part {
 void mxp_epilogue_rows(const mxp_kernels *k, const mxp_epilogue *e, int64_t r0, int64_t r1,
                        mxp_epilogue_part *p);
 void mxp_generic_bias_act_store(mxp_epilogue *e);
+/* act_bwd_store's loop over elements [lo, hi) with table k's kernels. */
+void mxp_act_bwd_range(const mxp_kernels *k, const mxp_act_bwd *e, size_t lo, size_t hi,
+                       float *amax, int64_t *nonfinite);
+void mxp_generic_act_bwd_store(mxp_act_bwd *e);
 /* optim.c */
 void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
                        float *v, size_t n, const mxp_adamw_hparams *h,

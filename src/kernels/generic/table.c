@@ -33,6 +33,7 @@ static const mxp_kernels generic_table = {
     .absmax = mxp_generic_absmax,
     .unscale_stats = mxp_generic_unscale_stats,
     .bias_act_store = mxp_generic_bias_act_store,
+    .act_bwd_store = mxp_generic_act_bwd_store,
     .adamw = mxp_generic_adamw,
     .sgd = mxp_generic_sgd,
 };
