@@ -24,7 +24,7 @@
 
 #include <string.h>
 
-enum { EPI_SEG = 1024 }; /* elements per piece: y, its store, x, a and a's store fit L1 */
+enum { EPI_SEG = MXP_EPI_SEG };
 
 static void *elem_at(void *base, mxp_dtype t, size_t i) {
     return (unsigned char *)base + i * mxp_dtype_info(t)->size;
@@ -42,7 +42,7 @@ static act_fwd_fn act_of(const mxp_kernels *k, mxp_act a) {
 }
 
 /* One piece: `rows` rows of `w` elements starting at element `off` of the
- * tensors, bias columns from c0. */
+ * tensors, bias columns from c0 (mxp_epi_piece_fn). */
 static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64_t rows,
                   int64_t w, int64_t c0, mxp_epilogue_part *p, float *tx, float *ta) {
     const size_t n = (size_t)rows * (size_t)w;
@@ -74,9 +74,10 @@ static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64
     p->a_nonfinite += nf;
 }
 
-void mxp_epilogue_rows(const mxp_kernels *k, const mxp_epilogue *e, int64_t r0, int64_t r1,
-                       mxp_epilogue_part *p) {
-    float tx[EPI_SEG], ta[EPI_SEG];
+void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
+                       int64_t r0, int64_t r1, mxp_epilogue_part *p) {
+    float tx[MXP_EPI_SEG], ta[MXP_EPI_SEG];
+    if (!fn) fn = piece;
     memset(p, 0, sizeof *p);
     const int64_t C = e->C;
     if (C <= 0 || r1 <= r0) return;
@@ -84,20 +85,20 @@ void mxp_epilogue_rows(const mxp_kernels *k, const mxp_epilogue *e, int64_t r0, 
         const int64_t per = EPI_SEG / C;
         for (int64_t r = r0; r < r1; r += per) {
             const int64_t rows = r1 - r < per ? r1 - r : per;
-            piece(k, e, (size_t)r * (size_t)C, rows, C, 0, p, tx, ta);
+            fn(k, e, (size_t)r * (size_t)C, rows, C, 0, p, tx, ta);
         }
         return;
     }
     for (int64_t r = r0; r < r1; r++) /* segments of one row */
         for (int64_t c = 0; c < C; c += EPI_SEG) {
             const int64_t w = C - c < EPI_SEG ? C - c : EPI_SEG;
-            piece(k, e, (size_t)r * (size_t)C + (size_t)c, 1, w, c, p, tx, ta);
+            fn(k, e, (size_t)r * (size_t)C + (size_t)c, 1, w, c, p, tx, ta);
         }
 }
 
 void mxp_generic_bias_act_store(mxp_epilogue *e) {
     mxp_epilogue_part p;
-    mxp_epilogue_rows(mxp_kernels_generic(), e, 0, e->B, &p);
+    mxp_epilogue_rows(mxp_kernels_generic(), NULL, e, 0, e->B, &p);
     e->y_amax = p.y_amax;
     e->y_nonfinite = p.y_nonfinite;
     e->a_amax = p.a_amax;
@@ -124,28 +125,33 @@ static const float *view_at(const mxp_kernels *k, mxp_dtype t, const void *buf, 
     return tmp;
 }
 
-void mxp_act_bwd_range(const mxp_kernels *k, const mxp_act_bwd *e, size_t lo, size_t hi,
-                       float *amax, int64_t *nonfinite) {
-    float tdy[EPI_SEG], ts[EPI_SEG], tdx[EPI_SEG];
+/* One piece of act_bwd_store: elements [off, off + n) (mxp_bwd_piece_fn). */
+static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, size_t n,
+                      float *amax, int64_t *nonfinite, float *tdy, float *ts, float *tdx) {
     act_bwd_fn f = act_bwd_of(k, e->act);
+    if (!f) return;
+    const float *dy = view_at(k, e->dy_type, e->dy, off, n, tdy);
+    const float *s = view_at(k, e->s_type, e->s, off, n, ts);
+    void *dxo = elem_at(e->dx, e->dx_type, off);
+    float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
+    f(dx, dy, s, n);
+    if (e->dx_type != MXP_DTYPE_F32) k->convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
+    int64_t nf = 0;
+    const float am = k->absmax(dx, n, &nf);
+    if (am > *amax) *amax = am;
+    *nonfinite += nf;
+}
+
+void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_bwd *e,
+                       size_t lo, size_t hi, float *amax, int64_t *nonfinite) {
+    float tdy[MXP_EPI_SEG], ts[MXP_EPI_SEG], tdx[MXP_EPI_SEG];
+    if (!fn) fn = bwd_piece;
     *amax = 0.0f;
     *nonfinite = 0;
-    if (!f) return;
-    for (size_t off = lo; off < hi; off += EPI_SEG) {
-        const size_t n = hi - off < EPI_SEG ? hi - off : EPI_SEG;
-        const float *dy = view_at(k, e->dy_type, e->dy, off, n, tdy);
-        const float *s = view_at(k, e->s_type, e->s, off, n, ts);
-        void *dxo = elem_at(e->dx, e->dx_type, off);
-        float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
-        f(dx, dy, s, n);
-        if (e->dx_type != MXP_DTYPE_F32) k->convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
-        int64_t nf = 0;
-        const float am = k->absmax(dx, n, &nf);
-        if (am > *amax) *amax = am;
-        *nonfinite += nf;
-    }
+    for (size_t off = lo; off < hi; off += EPI_SEG)
+        fn(k, e, off, hi - off < EPI_SEG ? hi - off : EPI_SEG, amax, nonfinite, tdy, ts, tdx);
 }
 
 void mxp_generic_act_bwd_store(mxp_act_bwd *e) {
-    mxp_act_bwd_range(mxp_kernels_generic(), e, 0, e->n, &e->dx_amax, &e->dx_nonfinite);
+    mxp_act_bwd_range(mxp_kernels_generic(), NULL, e, 0, e->n, &e->dx_amax, &e->dx_nonfinite);
 }
