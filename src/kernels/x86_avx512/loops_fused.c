@@ -134,6 +134,17 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
     if (e->a_type != MXP_DTYPE_F32) mxp_avx512_convert(e->a_type, ao, MXP_DTYPE_F32, a, n);
 }
 
+/* The loop of bwd_piece with the derivative expression G (of dy, s, m). */
+#define BWD_LOOP(G)                                                                  \
+    for (size_t i = 0; i < n; i += 16) {                                             \
+        __mmask16 m = lanes16(n - i);                                                \
+        __m512 dy = load_wide(e->dy_type, e->dy, off + i, m);                        \
+        __m512 s = load_wide(e->s_type, e->s, off + i, m);                           \
+        __m512 g = G;                                                                \
+        _mm512_mask_storeu_ps(dx + i, m, g);                                         \
+        amax_add(&acc, g, m);                                                        \
+    }
+
 /* The backward piece (mxp_bwd_piece_fn; the file comment). */
 static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, size_t n,
                       float *amax, int64_t *nonfinite, float *tdy, float *ts, float *tdx) {
@@ -142,15 +153,10 @@ static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, si
     float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
     amax_acc acc;
     amax_init(&acc);
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = lanes16(n - i);
-        __m512 dy = load_wide(e->dy_type, e->dy, off + i, m);
-        __m512 s = load_wide(e->s_type, e->s, off + i, m);
-        __m512 g = e->act == MXP_ACT_RELU   ? v_relu_grad(dy, s, m)
-                   : e->act == MXP_ACT_GELU ? v_gelu_grad(dy, s)
-                                            : v_tanh_grad(dy, s);
-        _mm512_mask_storeu_ps(dx + i, m, g);
-        amax_add(&acc, g, m);
+    switch (e->act) { /* one loop per derivative: constants stay in registers */
+    case MXP_ACT_RELU: BWD_LOOP(v_relu_grad(dy, s, m)); break;
+    case MXP_ACT_GELU: BWD_LOOP(v_gelu_grad(dy, s)); break;
+    default: BWD_LOOP(v_tanh_grad(dy, s)); break;
     }
     amax_fold(&acc, dx, n, amax, nonfinite);
     if (e->dx_type != MXP_DTYPE_F32) mxp_avx512_convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
