@@ -10,7 +10,8 @@
  *    without bias, on shapes that take each path of the row loop (whole
  *    rows, row segments, the pool split) and on data with NaN, +-Inf,
  *    subnormals and values that overflow FP16 when stored; the backward
- *    pass likewise over dy / saved / dx dtypes and lengths.
+ *    pass likewise over dy / saved / dx dtypes and lengths; bias_grad_typed
+ *    against bias_grad of the widened copy (FP32, BF16, FP16, E4M3).
  * 2. Model: MLPs (gelu, relu, tanh) in every precision mode, trained for a
  *    few steps with the fused forward epilogue and activation backward and
  *    with them off
@@ -180,7 +181,34 @@ static void bwd_case(const mxp_kernels *k, size_t n, mxp_dtype gt, mxp_dtype st,
     free(v), free(dy32), free(s32), free(dx32), free(dy), free(s), free(dx1), free(dx2);
 }
 
+/* bias_grad_typed against bias_grad of the widened copy (same table), onto
+ * a non-zero accumulator. */
+static void bias_grad_case(const mxp_kernels *k, int64_t B, int64_t C, mxp_dtype t,
+                           uint64_t seed) {
+    const size_t n = (size_t)B * (size_t)C;
+    float *v = test_xmalloc(n * sizeof(float)), *w = test_xmalloc(n * sizeof(float));
+    float *d1 = test_xmalloc((size_t)C * sizeof(float)), *d2 = test_xmalloc((size_t)C * sizeof(float));
+    unsigned char *dy = test_xmalloc(n * 4);
+    mxp_rng r;
+    mxp_rng_init(&r, seed);
+    fill(v, n, &r, seed % 2 == 1);
+    k->convert(t, dy, MXP_DTYPE_F32, v, n);
+    k->convert(MXP_DTYPE_F32, w, t, dy, n);
+    for (int64_t c = 0; c < C; c++) d1[c] = d2[c] = 0.37f * (float)c - 5.0f;
+    k->bias_grad_typed(d1, t, dy, B, C);
+    k->bias_grad(d2, w, B, C);
+    CHECK_MSG(memcmp(d1, d2, (size_t)C * sizeof(float)) == 0, "%s bias_grad_typed %s B=%lld "
+              "C=%lld differs", k->isa, mxp_dtype_name(t), (long long)B, (long long)C);
+    free(v), free(w), free(d1), free(d2), free(dy);
+}
+
 static void test_kernel(const mxp_kernels *k) {
+    static const int64_t bg[][2] = {{1, 1}, {7, 65}, {33, 64}, {256, 130}, {512, 70}, {5, 2048}};
+    static const mxp_dtype bg_types[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16,
+                                         MXP_DTYPE_F8_E4M3};
+    for (size_t i = 0; i < sizeof bg / sizeof bg[0]; i++)
+        for (size_t t = 0; t < sizeof bg_types / sizeof bg_types[0]; t++)
+            bias_grad_case(k, bg[i][0], bg[i][1], bg_types[t], 500 + i * 4 + t);
     /* short, several pieces, a ragged tail, the pool split */
     static const size_t sizes[] = {1, 37, 3000, 70001};
     uint64_t bseed = 1000;

@@ -227,6 +227,10 @@ typedef struct mxp_kernels {
     void (*bias_act_store)(mxp_epilogue *e);
     /* An activation's backward, its store and its scan: see mxp_act_bwd. */
     void (*act_bwd_store)(mxp_act_bwd *e);
+    /* bias_grad of dy stored in dtype t ([B, C]), widened as it is read:
+     * bit for bit bias_grad(dbias, convert(F32, dy), B, C) of the same
+     * table ("+="), without the FP32 copy. */
+    void (*bias_grad_typed)(float *dbias, mxp_dtype t, const void *dy, int64_t B, int64_t C);
 
     /* --- optimizers on flat FP32 gradients ---
      * AdamW (decoupled weight decay, PyTorch torch.optim.AdamW semantics):

@@ -63,9 +63,13 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
     const nn_layer *L = &m->layers[l];
     const mxp_dtype gt = m->b.gtype[l + 1]; /* dY: the gradient of acts[l+1] */
 
-    /* db += column sums of dY, in FP32 */
-    const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
-    m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+    /* db += column sums of dY, in FP32 (fused: dY widened as it is read) */
+    if (m->fuse) {
+        m->k->bias_grad_typed(m->grads + L->b_off, gt, dy, B, L->out);
+    } else {
+        const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
+        m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+    }
 
     /* dW[out, in] += dY^T [out, B] @ X [B, in] */
     mxp_dtype xt;

@@ -1,7 +1,7 @@
 /* kernels/generic/fused.c: fused passes, the portable reference.
  *
- * Entry points: mxp_generic_bias_act_store, mxp_generic_act_bwd_store
- * (contracts: mxp_epilogue, mxp_act_bwd in kernels/kernels.h), and
+ * Entry points: mxp_generic_bias_act_store, mxp_generic_act_bwd_store,
+ * mxp_generic_bias_grad_typed (contracts in kernels/kernels.h), and
  * mxp_epilogue_rows / mxp_act_bwd_range, the loops that every table's
  * version runs (the AVX-512 one splits the work over the thread pool and
  * calls them per part with its own table).
@@ -154,4 +154,24 @@ void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_
 
 void mxp_generic_act_bwd_store(mxp_act_bwd *e) {
     mxp_act_bwd_range(mxp_kernels_generic(), NULL, e, 0, e->n, &e->dx_amax, &e->dx_nonfinite);
+}
+
+/* The reference adds row by row into dbias (rowwise.c), so widening a row
+ * segment at a time and adding it is the same sequence of additions. */
+void mxp_generic_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                 int64_t C) {
+    if (t == MXP_DTYPE_F32) {
+        mxp_generic_bias_grad(dbias, dy, B, C);
+        return;
+    }
+    float tmp[EPI_SEG];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c += EPI_SEG) {
+            const int64_t w = C - c < EPI_SEG ? C - c : EPI_SEG;
+            mxp_convert(MXP_DTYPE_F32, tmp, t,
+                        (const unsigned char *)dy +
+                            ((size_t)b * (size_t)C + (size_t)c) * mxp_dtype_info(t)->size,
+                        (size_t)w);
+            mxp_generic_bias_grad(dbias + c, tmp, 1, w);
+        }
 }

@@ -87,6 +87,8 @@ void mxp_generic_bias_act_store(mxp_epilogue *e);
 void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_bwd *e,
                        size_t lo, size_t hi, float *amax, int64_t *nonfinite);
 void mxp_generic_act_bwd_store(mxp_act_bwd *e);
+void mxp_generic_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                 int64_t C);
 /* optim.c */
 void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
                        float *v, size_t n, const mxp_adamw_hparams *h,

@@ -98,5 +98,7 @@ void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
 /* ---- loops_fused.c ---- */
 void mxp_avx512_bias_act_store(mxp_epilogue *e);
 void mxp_avx512_act_bwd_store(mxp_act_bwd *e);
+void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                int64_t C);
 
 #endif /* MIXPREC_KERNELS_AVX512_LOOPS_H */

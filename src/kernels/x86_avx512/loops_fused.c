@@ -1,7 +1,7 @@
 /* kernels/x86_avx512/loops_fused.c: the AVX-512 fused passes.
  *
- * Entry points: mxp_avx512_bias_act_store, mxp_avx512_act_bwd_store
- * (contracts: mxp_epilogue, mxp_act_bwd in kernels/kernels.h). The loops
+ * Entry points: mxp_avx512_bias_act_store, mxp_avx512_act_bwd_store,
+ * mxp_avx512_bias_grad_typed (contracts in kernels/kernels.h). The loops
  * over pieces of at most MXP_EPI_SEG elements are the reference's
  * (mxp_epilogue_rows, mxp_act_bwd_range in kernels/generic/fused.c); the
  * pieces are this file's, in registers, for FP32/BF16/FP16 tensors (other
@@ -235,4 +235,51 @@ void mxp_avx512_act_bwd_store(mxp_act_bwd *e) {
     }
     e->dx_amax = c.amax[0];
     e->dx_nonfinite = c.nonfinite[0];
+}
+
+/* Lanes k of element i of dy (any dtype) as FP32: load_wide for FP32 /
+ * BF16 / FP16, else this table's convert of those lanes (exact widening). */
+static inline __m512 load_any(mxp_dtype t, const void *dy, size_t i, __mmask16 k) {
+    if (reg_type(t)) return load_wide(t, dy, i, k);
+    float tmp[16] = {0};
+    const unsigned n = (unsigned)__builtin_popcount((unsigned)k);
+    mxp_avx512_convert(MXP_DTYPE_F32, tmp, t,
+                       (const unsigned char *)dy + i * mxp_dtype_info(t)->size, n);
+    return _mm512_maskz_loadu_ps(k, tmp);
+}
+
+/* mxp_avx512_bias_grad (loops_rows.c) with the rows widened as they are
+ * read: the same column blocks, each column summed over b in row order
+ * from zero and added to dbias once, so the bits are those of bias_grad on
+ * the widened copy. */
+void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                int64_t C) {
+    if (t == MXP_DTYPE_F32) {
+        mxp_avx512_bias_grad(dbias, dy, B, C);
+        return;
+    }
+    if (C <= 0 || B <= 0) return;
+    const size_t n = (size_t)C;
+    size_t c = 0;
+    for (; c + 64 <= n; c += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) {
+            const size_t r = (size_t)b * n + c;
+            a0 = _mm512_add_ps(a0, load_any(t, dy, r, 0xffff));
+            a1 = _mm512_add_ps(a1, load_any(t, dy, r + 16, 0xffff));
+            a2 = _mm512_add_ps(a2, load_any(t, dy, r + 32, 0xffff));
+            a3 = _mm512_add_ps(a3, load_any(t, dy, r + 48, 0xffff));
+        }
+        _mm512_storeu_ps(dbias + c, _mm512_add_ps(_mm512_loadu_ps(dbias + c), a0));
+        _mm512_storeu_ps(dbias + c + 16, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 16), a1));
+        _mm512_storeu_ps(dbias + c + 32, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 32), a2));
+        _mm512_storeu_ps(dbias + c + 48, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 48), a3));
+    }
+    for (; c < n; c += 16) {
+        __mmask16 k = lanes16(n - c);
+        __m512 a = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) a = _mm512_add_ps(a, load_any(t, dy, (size_t)b * n + c, k));
+        _mm512_mask_storeu_ps(dbias + c, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbias + c), a));
+    }
 }
