@@ -9,7 +9,12 @@
  * grads, forward, loss, backward, fused unscale/finite/stats pass, update
  * and recast. Reports the median over --steps timed steps after --warmup,
  * and the mean time per step in each phase (forward, backward, safety pass,
- * optimizer) from the trainer's phase clocks.
+ * optimizer) from the trainer's phase clocks, with the fastest step's phase
+ * times beside them (on a shared machine the minimum is what the code can
+ * do, the mean what the machine granted), the process and calling-thread
+ * CPU time per step, and the kernel thread pool's fork/join count and time
+ * per step (kernels/threads.h, mxp_threads_stats: forks, the wall time
+ * inside them, and how long the caller waited for the workers at the join).
  *
  * usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N]
  *        [--batch N] [--steps N] [--warmup N] [--precision MODE]
@@ -17,9 +22,13 @@
  * Threads: MIXPREC_NUM_THREADS (kernel thread pool); ISA: MIXPREC_FORCE_ISA.
  * Not a test: prints timings, exits 0 on success, 2 on bad arguments.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime and its CPU-time clocks */
 #include <mixprec/mixprec.h>
 
+#include "kernels/threads.h"
+
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +42,13 @@ typedef struct args {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* CPU seconds of the process or of the calling thread. */
+static double cpu_now(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int usage(const char *why) {
@@ -111,7 +127,8 @@ int main(int argc, char **argv) {
     size_t nx = (size_t)(a.batch * a.in), ny = (size_t)(a.batch * a.out);
     float *x = mxp_calloc(nx, sizeof *x), *y = mxp_calloc(ny, sizeof *y);
     double *ms = mxp_calloc((size_t)a.steps, sizeof *ms);
-    if (!x || !y || !ms) {
+    double *phs = mxp_calloc((size_t)a.steps * 4, sizeof *phs); /* per step, per phase */
+    if (!x || !y || !ms || !phs) {
         fprintf(stderr, "bench_train_step: out of memory\n");
         return 1;
     }
@@ -122,18 +139,43 @@ int main(int argc, char **argv) {
     mxp_batch b = {.x = x, .y = y, .B = a.batch};
     mxp_step_result res;
     int skipped = 0;
-    mxp_train_stats st0 = {0}, st1;
+    mxp_train_stats st0 = {0}, st1, sa, sb;
+    mxp_threads_stats p0 = {0}, p1;
+    double cpu0 = 0, thr0 = 0;
+    int min_step = 0;
     for (int s = 0; s < a.warmup + a.steps; s++) {
-        if (s == a.warmup) mxp_trainer_stats(t, &st0);
+        if (s == a.warmup) {
+            mxp_trainer_stats(t, &st0);
+            mxp_threads_stats_get(&p0);
+            cpu0 = cpu_now(CLOCK_PROCESS_CPUTIME_ID);
+            thr0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+        }
+        mxp_trainer_stats(t, &sa);
         double t0 = mxp_time_now();
         if (mxp_trainer_step(t, &b, 1, &res, &err) != MXP_OK) {
             fprintf(stderr, "bench_train_step: step %d: %s\n", s, err.msg);
             return 1;
         }
         double dt = mxp_time_now() - t0;
-        if (s >= a.warmup) ms[s - a.warmup] = dt * 1e3;
+        mxp_trainer_stats(t, &sb);
+        if (s >= a.warmup) {
+            int k = s - a.warmup;
+            ms[k] = dt * 1e3;
+            if (ms[k] < ms[min_step]) min_step = k;
+            phs[4 * k + 0] = (sb.time_forward_s - sa.time_forward_s) * 1e3;
+            phs[4 * k + 1] = (sb.time_backward_s - sa.time_backward_s) * 1e3;
+            phs[4 * k + 2] = (sb.time_safety_s - sa.time_safety_s) * 1e3;
+            phs[4 * k + 3] = (sb.time_optimizer_s - sa.time_optimizer_s) * 1e3;
+        }
         skipped += res.skipped;
     }
+    const double cpu_ms = (cpu_now(CLOCK_PROCESS_CPUTIME_ID) - cpu0) * 1e3 / a.steps;
+    const double thr_ms = (cpu_now(CLOCK_THREAD_CPUTIME_ID) - thr0) * 1e3 / a.steps;
+    mxp_threads_stats_get(&p1);
+    const double forks = (double)(p1.forks - p0.forks) / a.steps;
+    const double fork_ms = (double)(p1.fork_ns - p0.fork_ns) * 1e-6 / a.steps;
+    const double wait_ms = (double)(p1.join_wait_ns - p0.join_wait_ns) * 1e-6 / a.steps;
+    const double *fast = phs + 4 * min_step; /* the phases of the fastest step */
     qsort(ms, (size_t)a.steps, sizeof *ms, cmp_double);
     double med = ms[a.steps / 2];
     /* Mean ms per timed step in each phase (the trainer's phase clocks). */
@@ -150,20 +192,31 @@ int main(int argc, char **argv) {
                "\"depth\":%d,\"out\":%lld,\"batch\":%lld,\"steps\":%d,\"median_ms\":%.5f,"
                "\"min_ms\":%.5f,\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"skipped\":%d,"
                "\"threads\":\"%s\",\"isa\":\"%s\",\"ftz\":%s,\"forward_ms\":%.5f,"
-               "\"backward_ms\":%.5f,\"safety_ms\":%.5f,\"optimizer_ms\":%.5f}\n",
+               "\"backward_ms\":%.5f,\"safety_ms\":%.5f,\"optimizer_ms\":%.5f,"
+               "\"min_step_phases_ms\":[%.5f,%.5f,%.5f,%.5f],\"cpu_ms\":%.5f,"
+               "\"caller_cpu_ms\":%.5f,\"forks_per_step\":%.2f,\"fork_ms\":%.5f,"
+               "\"join_wait_ms\":%.5f}\n",
                mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, a.steps, med, ms[0],
                (double)a.batch / (med * 1e-3), res.loss, skipped, thr ? thr : "default",
-               isa ? isa : "auto", a.ftz ? "true" : "false", ph[0], ph[1], ph[2], ph[3]);
+               isa ? isa : "auto", a.ftz ? "true" : "false", ph[0], ph[1], ph[2], ph[3],
+               fast[0], fast[1], fast[2], fast[3], cpu_ms, thr_ms, forks, fork_ms, wait_ms);
     else
         printf("mixprec %s in=%lld hidden=%lldx%d out=%lld batch=%lld: median %.4f ms/step "
                "(min %.4f), %.0f samples/s, final loss %.5g, %d skipped\n",
                mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, med, ms[0], (double)a.batch / (med * 1e-3),
                res.loss, skipped);
-    if (!a.json)
+    if (!a.json) {
         printf("  mean per step: forward %.4f ms, backward %.4f ms, safety %.4f ms, "
                "optimizer %.4f ms\n", ph[0], ph[1], ph[2], ph[3]);
+        printf("  fastest step:  forward %.4f ms, backward %.4f ms, safety %.4f ms, "
+               "optimizer %.4f ms\n", fast[0], fast[1], fast[2], fast[3]);
+        printf("  cpu per step: process %.4f ms, calling thread %.4f ms\n", cpu_ms, thr_ms);
+        printf("  pool per step: %.2f fork/joins, %.4f ms inside them, %.4f ms waiting at "
+               "the join\n", forks, fork_ms, wait_ms);
+    }
+    mxp_free(phs);
     mxp_free(x);
     mxp_free(y);
     mxp_free(ms);

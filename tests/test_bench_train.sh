@@ -137,6 +137,22 @@ for r in rows:
     assert all(p >= 0 for p in ph) and float(r["ms_step"]) > 0, r
     assert sum(ph) <= float(r["ms_step"]) * 1.5 + 0.01, r
     assert r["in"] == "72" and r["out"] == "65", r
+    # roofline: GEMM flops of forward + backward, recomputed from the shape
+    B, h, d = int(r["batch"]), int(r["hidden"]), int(r["depth"])
+    fwd = 2 * B * (72 * h + (d - 1) * h * h + h * 65)
+    want_gf = (3 * fwd - 2 * B * 72 * h) / 1e9
+    assert abs(float(r["gflop_step"]) - want_gf) <= 1e-6 * want_gf, (r, want_gf)
+    gfs = want_gf / (float(r["ms_step"]) * 1e-3)
+    assert abs(float(r["gflops"]) - gfs) <= 1e-3 * gfs + 1e-3, (r, gfs)
+    # BF16 dot products only for BF16 operands (FP32 FMA elsewhere, and
+    # everywhere on the generic table or without AVX512-BF16)
+    if "vdpbf16ps" in r["peak_kind"]:
+        assert r["precision"] in ("mixed_bf16", "bf16"), r
+    else:
+        assert "vfmadd231ps" in r["peak_kind"], r
+    pk = float(r["peak_gflops"] or "nan")
+    if pk > 0:  # nan where this CPU cannot run the peak loop
+        assert abs(float(r["pct_of_peak"]) - 100 * gfs / pk) <= 0.01 + 1e-3 * gfs, r
 print(f"steps.csv: {len(rows)} rows ok")
 EOF
 fi

@@ -13,6 +13,11 @@
  * the packed GEMM path, M = 32 the small-M path. Skips the
  * AVX-512 parts on CPUs without it, and everything MXCSR-specific where
  * mxp_fpenv_set_ftz reports no flush mode (non-x86).
+ *
+ * The pool's fork/join counters (mxp_threads_stats): a count-1 run is
+ * inline, a run over all threads is one fork whose wall time spans a
+ * worker's 2 ms sleep (causality: the join follows the worker's end, which
+ * follows the publish by the sleep), and the join wait is part of it.
  */
 #include "kernels/threads.h"
 #include "kernels/x86_avx512/gemm_internal.h"
@@ -22,6 +27,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { JOB_MAX = 8 };
 
@@ -54,6 +60,39 @@ static void test_pool_flush(void) {
         if (n >= 2) CHECK(!pthread_equal(s.tid[0], s.tid[1])); /* a worker ran index 1 */
     }
     CHECK(mxp_fpenv_set_ftz(false));
+}
+
+static void sleepy(void *ctx, int index, int count) {
+    (void)ctx;
+    (void)count;
+    if (index == 1) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_pool_stats(void) {
+    mxp_threads_stats s0, s1, s2;
+    mxp_threads_stats_get(&s0);
+    mxp_threads_run(1, sleepy, NULL);
+    mxp_threads_stats_get(&s1);
+    CHECK(s1.inline_runs == s0.inline_runs + 1 && s1.forks == s0.forks);
+    CHECK(s1.fork_ns == s0.fork_ns && s1.join_wait_ns == s0.join_wait_ns);
+    const int n = mxp_threads_max();
+    mxp_threads_run(n, sleepy, NULL);
+    mxp_threads_stats_get(&s2);
+    if (n == 1) {
+        CHECK(s2.inline_runs == s1.inline_runs + 1 && s2.forks == s1.forks);
+        return;
+    }
+    CHECK_MSG(s2.forks == s1.forks + 1 && s2.inline_runs == s1.inline_runs,
+              "forks %lld -> %lld, inline %lld -> %lld", (long long)s1.forks,
+              (long long)s2.forks, (long long)s1.inline_runs, (long long)s2.inline_runs);
+    const int64_t fork_ns = s2.fork_ns - s1.fork_ns, wait_ns = s2.join_wait_ns - s1.join_wait_ns;
+    CHECK_MSG(fork_ns >= 2000000, "fork of a job with a 2 ms index lasted %lld ns",
+              (long long)fork_ns);
+    CHECK_MSG(wait_ns >= 0 && wait_ns <= fork_ns, "join wait %lld ns of a %lld ns fork",
+              (long long)wait_ns, (long long)fork_ns);
 }
 
 static float pow2f(int e) { return ldexpf(1.0f, e); }
@@ -121,9 +160,10 @@ static void test_eltwise_flush(void) {
 }
 
 int main(void) {
+    test_pool_stats();
     if (!mxp_fpenv_set_ftz(false)) {
-        printf("test_kernel_threads: skipped (no flush-to-zero mode on this platform)\n");
-        return 0;
+        printf("test_kernel_threads: flush parts skipped (no flush-to-zero mode here)\n");
+        return test_finish("test_kernel_threads");
     }
     test_pool_flush();
     if (mxp_avx512_usable(mxp_cpu_features_get())) {

@@ -74,6 +74,65 @@ typedef struct mxp_weights {
     uint64_t seed, counter;
 } mxp_weights;
 
+/* The activation of a fused epilogue. */
+typedef enum mxp_act {
+    MXP_ACT_NONE,
+    MXP_ACT_RELU,
+    MXP_ACT_GELU,
+    MXP_ACT_TANH,
+    MXP_ACT_COUNT
+} mxp_act;
+
+/* One fused pass over a linear layer's FP32 GEMM output, and the
+ * element-wise activation after it (slot bias_act_store). Shapes: [B, C],
+ * rows contiguous. Bit for bit the same as this sequence of the SAME
+ * table's kernels (the unfused driver path, nn/model_step.c):
+ *   add_bias(y, bias, B, C);                        y += bias (bias may be NULL)
+ *   convert(y_type, y_out, F32, y, B*C);            skipped when y_out == y
+ *   y_amax = absmax(y, B*C, &y_nonfinite);
+ * and, when act != MXP_ACT_NONE, with x = y when y_type is F32, else x =
+ * convert(F32, y_out) (the stored values, widened):
+ *   a = act_fwd(x);   convert(a_type, a_out, F32, a, B*C);
+ *   a_amax = absmax(a, B*C, &a_nonfinite);          a is FP32, before its store
+ * y_out may be y itself only when y_type is F32; a_out must not overlap y or
+ * y_out. The result does not depend on the thread count: every value is
+ * element-wise, and absmax/non-finite counts combine exactly. */
+typedef struct mxp_epilogue {
+    float *y;          /* [B, C] FP32 GEMM output; bias added in place */
+    const float *bias; /* [C] or NULL */
+    int64_t B, C;
+    mxp_dtype y_type;  /* storage of y */
+    void *y_out;       /* [B, C] in y_type */
+    mxp_act act;
+    mxp_dtype a_type;  /* storage of the activation (act != NONE) */
+    void *a_out;       /* [B, C] in a_type (act != NONE) */
+    /* results */
+    float y_amax, a_amax;
+    int64_t y_nonfinite, a_nonfinite;
+} mxp_epilogue;
+
+/* One fused pass of an element-wise activation's backward (slot
+ * act_bwd_store), n elements. Bit for bit this sequence of the SAME table's
+ * kernels (the unfused driver path):
+ *   dy32 = dy widened to FP32 (convert; dy itself when F32), likewise s32;
+ *   dx32 = act_bwd(dy32, s32)       relu/gelu: s = the activation's input,
+ *                                   tanh: s = its output;
+ *   convert(dx_type, dx, F32, dx32, n);  dx_amax = absmax(dx32, n, &dx_nonfinite).
+ * dx must not overlap dy or s. Independent of the thread count. */
+typedef struct mxp_act_bwd {
+    mxp_act act; /* not MXP_ACT_NONE */
+    size_t n;
+    mxp_dtype dy_type;
+    const void *dy; /* [n] */
+    mxp_dtype s_type;
+    const void *s;  /* [n] */
+    mxp_dtype dx_type;
+    void *dx;       /* [n] */
+    /* results */
+    float dx_amax;
+    int64_t dx_nonfinite;
+} mxp_act_bwd;
+
 typedef struct mxp_kernels {
     const char *isa; /* "generic", "avx512", ... */
 
@@ -162,6 +221,16 @@ typedef struct mxp_kernels {
      * that lived in the low-precision format); pass INFINITY to disable. */
     void (*unscale_stats)(float *g, size_t n, float inv_scale,
                           float near_overflow_at, mxp_grad_stats *out);
+
+    /* --- fused passes (bit-identical to the unfused kernels they replace) ---
+     * The linear layer's forward epilogue: see mxp_epilogue. */
+    void (*bias_act_store)(mxp_epilogue *e);
+    /* An activation's backward, its store and its scan: see mxp_act_bwd. */
+    void (*act_bwd_store)(mxp_act_bwd *e);
+    /* bias_grad of dy stored in dtype t ([B, C]), widened as it is read:
+     * bit for bit bias_grad(dbias, convert(F32, dy), B, C) of the same
+     * table ("+="), without the FP32 copy. */
+    void (*bias_grad_typed)(float *dbias, mxp_dtype t, const void *dy, int64_t B, int64_t C);
 
     /* --- optimizers on flat FP32 gradients ---
      * AdamW (decoupled weight decay, PyTorch torch.optim.AdamW semantics):

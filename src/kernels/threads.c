@@ -12,6 +12,11 @@
  * for PAUSE_SECONDS and then yield the CPU: with pure spinning, two threads
  * that the scheduler put on one CPU (a busy machine) took 100x longer.
  *
+ * Counters (mxp_threads_stats): forks, runs done inline on the caller, the
+ * wall time of each fork/join and the part of it the caller spent waiting
+ * for the workers after its own indices; relaxed atomics, a few clock reads
+ * per fork (a fork costs microseconds, the clock tens of nanoseconds).
+ *
  * Floating-point environment: MXCSR is per thread, so the caller's
  * flush-to-zero / denormals-are-zero bits (mxp_fpenv_set_ftz) are copied
  * into the job, and each worker runs its index with exactly those bits and
@@ -52,6 +57,8 @@ static struct {
     unsigned flush; /* the caller's MXCSR FTZ/DAZ bits for this job */
     int nthreads; /* caller + workers actually started */
     pthread_t tid[THREADS_MAX];
+    /* counters (mxp_threads_stats); written by the run's owner, read by anyone */
+    atomic_llong forks, inline_runs, fork_ns, join_wait_ns;
 } pool = {
     .busy = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -182,14 +189,25 @@ int mxp_threads_max(void) {
     return threads_max;
 }
 
+void mxp_threads_stats_get(mxp_threads_stats *out) {
+    out->forks = atomic_load_explicit(&pool.forks, memory_order_relaxed);
+    out->inline_runs = atomic_load_explicit(&pool.inline_runs, memory_order_relaxed);
+    out->fork_ns = atomic_load_explicit(&pool.fork_ns, memory_order_relaxed);
+    out->join_wait_ns = atomic_load_explicit(&pool.join_wait_ns, memory_order_relaxed);
+}
+
+static long long to_ns(double s) { return (long long)(s * 1e9 + 0.5); }
+
 void mxp_threads_run(int count, mxp_parallel_fn fn, void *ctx) {
     if (count <= 0) return;
     pthread_once(&pool_once, pool_start);
     if (count == 1 || pool.nthreads == 1 || atomic_load(&pool.forked) ||
         pthread_mutex_trylock(&pool.busy) != 0) {
+        atomic_fetch_add_explicit(&pool.inline_runs, 1, memory_order_relaxed);
         for (int i = 0; i < count; i++) fn(ctx, i, count);
         return;
     }
+    const double t_fork = mxp_time_now();
     const int workers = pool.nthreads - 1;
     pool.fn = fn;
     pool.ctx = ctx;
@@ -213,5 +231,9 @@ void mxp_threads_run(int count, mxp_parallel_fn fn, void *ctx) {
             pthread_cond_wait(&pool.done, &pool.lock);
         pthread_mutex_unlock(&pool.lock);
     }
+    const double t_join = mxp_time_now();
+    atomic_fetch_add_explicit(&pool.forks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.fork_ns, to_ns(t_join - t_fork), memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.join_wait_ns, to_ns(t_join - t0), memory_order_relaxed);
     pthread_mutex_unlock(&pool.busy);
 }

@@ -33,4 +33,19 @@ int mxp_threads_max(void);
 /* Run fn(ctx, i, count) for i in [0, count); see the file comment. */
 void mxp_threads_run(int count, mxp_parallel_fn fn, void *ctx);
 
+/* Cumulative fork/join counters of the pool since the process started
+ * (process-wide; read them before and after a training step and subtract).
+ * A "fork" is an mxp_threads_run that handed indices to pool workers; a
+ * run that executed all indices on the caller (count 1, one thread, a busy
+ * pool, a forked process) counts as `inline_runs`. */
+typedef struct mxp_threads_stats {
+    int64_t forks;       /* runs handed to the workers (one fork/join each) */
+    int64_t inline_runs; /* runs of count >= 1 executed on the caller alone */
+    int64_t fork_ns;     /* wall time of the forked runs, publish to join */
+    int64_t join_wait_ns; /* of which the caller waited for the workers
+                             after finishing its own indices */
+} mxp_threads_stats;
+
+void mxp_threads_stats_get(mxp_threads_stats *out);
+
 #endif /* MIXPREC_KERNELS_THREADS_H */

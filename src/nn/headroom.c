@@ -2,7 +2,8 @@
  *
  * Entry points: mxp_monitor_create/_destroy/_reset/_set_full/_set_anomaly,
  * mxp_model_set_monitor, mxp_monitor_layer/_hist/_anomaly,
- * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_note_site,
+ * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_record, nn_mon_plain,
+ * nn_mon_note_site,
  * nn_mon_begin_pass, nn_mon_anomaly, nn_count_nonfinite.
  *
  * The driver (model_step.c) already scans every layer output it stores for
@@ -247,6 +248,21 @@ float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
     } else {
         amax = m->k->absmax(v, n, &nf);
     }
+    nn_mon_record(m, layer, which, n, t, amax, nf);
+    *nonfinite = nf;
+    return amax;
+}
+
+bool nn_mon_plain(const mxp_model *m) {
+    return !m->mon || (!m->mon->hist && !m->mon->full);
+}
+
+void nn_mon_record(mxp_model *m, int layer, mxp_monitor_tensor which, size_t n, mxp_dtype t,
+                   float amax, int64_t nf) {
+    mxp_monitor *mon = m->mon;
+    if (layer < 0) layer = mon->n_layers; /* the loss gradient's slot */
+    mxp_layer_stats *ls = &mon->layers[layer];
+    mxp_tensor_stats *st = &ls->t[which];
     if (amax > st->absmax) st->absmax = amax;
     st->n += (int64_t)n;
     st->nonfinite += nf;
@@ -256,8 +272,6 @@ float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
     } else if (which == MXP_MON_DX) {
         ls->grad_type = t;
     }
-    *nonfinite = nf;
-    return amax;
 }
 
 static double headroom_of(mxp_dtype t, float absmax) {

@@ -1,6 +1,7 @@
 /* nn/layer_linear.c: fully connected layer y = x W^T + b (PyTorch nn.Linear).
  *
- * Entry points: nn_linear_forward, nn_linear_backward (see nn_internal.h).
+ * Entry points: nn_linear_forward, nn_linear_backward, nn_linear_forward_gemm
+ * (the GEMM alone, for the driver's fused epilogue; see nn_internal.h).
  * Shapes: x [B, in], W [out, in] (work slab, weight dtype), b [out],
  * y [B, out]. The matmul operands enter in their stored dtypes (x cast to the
  * policy's matmul input dtype when its activation dtype differs); the GEMM
@@ -32,6 +33,11 @@ void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
         nn_fp8_linear_forward(m, l, B, y32);
         return;
     }
+    const float *bias = nn_linear_forward_gemm(m, l, B, y32);
+    m->k->add_bias(y32, bias, B, m->layers[l].out);
+}
+
+const float *nn_linear_forward_gemm(mxp_model *m, int l, int64_t B, float *y32) {
     const nn_layer *L = &m->layers[l];
     mxp_dtype xt, wt, bt;
     const void *x = nn_matmul_input(m, l, B, &xt);
@@ -45,8 +51,7 @@ void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32) {
         .C = y32, .ldc = L->out, .alpha = 1.0f, .beta = 0.0f,
     };
     linear_gemm(m, &g);
-    const float *bias = nn_view_f32(m, bt, bw, (size_t)L->out, m->b.p0);
-    m->k->add_bias(y32, bias, B, L->out);
+    return nn_view_f32(m, bt, bw, (size_t)L->out, m->b.p0);
 }
 
 void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
@@ -58,9 +63,13 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
     const nn_layer *L = &m->layers[l];
     const mxp_dtype gt = m->b.gtype[l + 1]; /* dY: the gradient of acts[l+1] */
 
-    /* db += column sums of dY, in FP32 */
-    const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
-    m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+    /* db += column sums of dY, in FP32 (fused: dY widened as it is read) */
+    if (m->fuse) {
+        m->k->bias_grad_typed(m->grads + L->b_off, gt, dy, B, L->out);
+    } else {
+        const float *dy32 = nn_view_f32(m, gt, dy, (size_t)B * (size_t)L->out, m->b.sa);
+        m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+    }
 
     /* dW[out, in] += dY^T [out, B] @ X [B, in] */
     mxp_dtype xt;

@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const layer_kind_names[] = {
@@ -316,6 +317,8 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
     m->spec = *spec;
     m->policy = *policy;
     m->k = mxp_kernels_get();
+    const char *fz = getenv("MIXPREC_FUSION"); /* "0": the unfused path, for timing */
+    m->fuse = !(fz && strcmp(fz, "0") == 0);
     m->fp8_cfg = mxp_fp8_config_default();
     if ((s = build_structure(m, err))) goto fail;
     if ((s = nn_plan_bufs(m, policy, &m->b, err))) goto fail;
@@ -517,6 +520,10 @@ const void *nn_layer_weights(const mxp_model *m, int l, size_t off, mxp_dtype *t
     }
     *type = m->policy.weight;
     return nn_work_at(m, off);
+}
+
+void nn_model_set_fusion(mxp_model *m, bool on) {
+    if (m) m->fuse = on;
 }
 
 mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err) {

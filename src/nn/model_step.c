@@ -68,6 +68,25 @@ static void site_set(mxp_model *m, mxp_nonfinite_site *site, bool backward,
     nn_mon_note_site(m, site, what);
 }
 
+/* The site check of a scan: amax and nf of the FP32 values, whose copy
+ * `stored` in dtype t is what the next layer reads; the stored copy is
+ * counted only when the FP32 values have non-finite ones or their largest
+ * overflows in t. */
+static void scan_finish(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
+                        const char *op, float amax, int64_t nf, mxp_dtype t,
+                        const void *stored, size_t n) {
+    if (site->found) return;
+    int64_t count = nf;
+    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
+        int64_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
+        if (c > count) count = c;
+    }
+    if (count > 0)
+        site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
+}
+
 /* Record the output (FP32 values v32, stored copy `stored` in dtype t) in
  * site when it is the first non-finite one. The cheap path is one absmax
  * over v32; the stored copy is counted only when v32 has non-finite values
@@ -83,16 +102,37 @@ static void scan_output(mxp_model *m, mxp_nonfinite_site *site,
     float amax = mon ? nn_mon_scan(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT,
                                    v32, n, t, &nf)
                      : m->k->absmax(v32, n, &nf);
-    if (site->found) return;
-    int64_t count = nf;
-    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
-        int64_t c = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
-        if (c > count) count = c;
+    scan_finish(m, site, backward, layer, op, amax, nf, t, stored, n);
+}
+
+/* scan_output for a scan a fused pass already did (amax, nf of the FP32
+ * values): the monitor records it when it keeps plain scans (the only kind
+ * the driver fuses under), then the site check is scan_output's. */
+static void scan_given(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
+                       const char *op, float amax, int64_t nf, mxp_dtype t,
+                       const void *stored, size_t n) {
+    if (!site) return;
+    if (m->mon) nn_mon_record(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT, n, t, amax, nf);
+    scan_finish(m, site, backward, layer, op, amax, nf, t, stored, n);
+}
+
+/* store_output then scan_output of v32 [rows, cols], as one pass of the
+ * table's bias_act_store (no bias, no activation: the same convert and the
+ * same absmax, in one pass, split over the pool) unless fusion is off or
+ * the monitor wants more than the plain scan. */
+static void store_scan(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
+                       const char *op, float *v32, mxp_dtype t, void *dst, int64_t rows,
+                       int64_t cols) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (!m->fuse || (site && !nn_mon_plain(m))) {
+        store_output(m, t, dst, v32, n);
+        scan_output(m, site, backward, layer, op, v32, t, dst, n);
+        return;
     }
-    if (count > 0)
-        site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
+    mxp_epilogue e = {.y = v32, .B = rows, .C = cols, .y_type = t, .y_out = dst,
+                      .act = MXP_ACT_NONE};
+    m->k->bias_act_store(&e);
+    scan_given(m, site, backward, layer, op, e.y_amax, e.y_nonfinite, t, dst, n);
 }
 
 /* Elements of layer L's "weight" part: up to its bias for linear and
@@ -147,6 +187,60 @@ static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
     site_set(m, site, true, l, op, nf, "grad_param");
 }
 
+/* ---- the fused forward epilogue ---------------------------------------------------
+ * A linear layer l (not in its FP8 form) runs its GEMM alone, then ONE pass
+ * of the kernel table's bias_act_store over the GEMM output adds the bias,
+ * stores the result in acts[l+1]'s dtype, scans it, and, when layer l+1 is
+ * an element-wise activation, computes that activation from the stored
+ * values, stores it in acts[l+2]'s dtype and scans it too (kernels.h,
+ * mxp_epilogue: the same bits as the unfused layer calls, stores and
+ * scans). The scans feed the site and a plain monitor exactly as
+ * scan_output does. Not fused: anomaly mode, a full or histogram monitor
+ * scan, an armed fault on either layer, and m->fuse off. */
+
+static mxp_act act_kind(mxp_layer_kind k) {
+    switch (k) {
+    case MXP_LAYER_RELU: return MXP_ACT_RELU;
+    case MXP_LAYER_GELU: return MXP_ACT_GELU;
+    case MXP_LAYER_TANH: return MXP_ACT_TANH;
+    default: return MXP_ACT_NONE;
+    }
+}
+
+/* Layers the fused epilogue covers from layer l (0: none, 1: the linear
+ * layer, 2: it and the activation after it, l + 1 < n_run). */
+static int fusable(const mxp_model *m, int l, int n_run, const mxp_nonfinite_site *site) {
+    if (!m->fuse || m->layers[l].kind != MXP_LAYER_LINEAR) return 0;
+    if (m->fp8 && !nn_layer_fp32(m, l)) return 0;
+    if (site && (!nn_mon_plain(m) || nn_mon_anomaly(m))) return 0;
+    if (site && nn_fault_targets(m, false, l)) return 0;
+    if (l + 1 >= n_run || act_kind(m->layers[l + 1].kind) == MXP_ACT_NONE) return 1;
+    return site && nn_fault_targets(m, false, l + 1) ? 1 : 2;
+}
+
+/* Forward of layers l .. l + span - 1 through the fused epilogue. */
+static void forward_fused(mxp_model *m, int l, int span, int64_t B,
+                          mxp_nonfinite_site *site) {
+    nn_bufs *b = &m->b;
+    const mxp_dtype t = b->act_type[l + 1];
+    const size_t n = (size_t)B * (size_t)m->width[l + 1];
+    float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
+    mxp_epilogue e = {.y = y32, .B = B, .C = m->width[l + 1], .y_type = t,
+                      .y_out = b->acts[l + 1], .act = MXP_ACT_NONE};
+    e.bias = nn_linear_forward_gemm(m, l, B, y32);
+    if (span == 2) {
+        e.act = act_kind(m->layers[l + 1].kind);
+        e.a_type = b->act_type[l + 2];
+        e.a_out = b->acts[l + 2];
+    }
+    m->k->bias_act_store(&e);
+    scan_given(m, site, false, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
+               b->acts[l + 1], n);
+    if (span == 2)
+        scan_given(m, site, false, l + 1, vtables[m->layers[l + 1].kind].name, e.a_amax,
+                   e.a_nonfinite, e.a_type, b->acts[l + 2], n);
+}
+
 void nn_forward(mxp_model *m, const float *x, int64_t B,
                 mxp_nonfinite_site *site) {
     nn_bufs *b = &m->b;
@@ -160,6 +254,12 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
     store_output(m, b->act_type[0], b->acts[0], x, (size_t)B * (size_t)m->width[0]);
     const int n_run = b->fused_head ? m->n_layers - 1 : m->n_layers; /* head: head_fused */
     for (int l = 0; l < n_run; l++) {
+        const int span = fusable(m, l, n_run, site);
+        if (span > 0) {
+            forward_fused(m, l, span, B, site);
+            l += span - 1;
+            continue;
+        }
         const nn_layer_vtable *vt = &vtables[m->layers[l].kind];
         const mxp_dtype t = b->act_type[l + 1];
         const size_t n = (size_t)B * (size_t)m->width[l + 1];
@@ -167,8 +267,7 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
         if (anomaly) check_weights(m, site, l, vt->name);
         vt->forward(m, l, B, y32);
         if (site) nn_fault_apply(m, false, l, y32, n);
-        store_output(m, t, b->acts[l + 1], y32, n);
-        scan_output(m, site, false, l, vt->name, y32, t, b->acts[l + 1], n);
+        store_scan(m, site, false, l, vt->name, y32, t, b->acts[l + 1], B, m->width[l + 1]);
     }
 }
 
@@ -272,6 +371,29 @@ static int first_param_layer(const mxp_model *m) {
     return m->n_layers;
 }
 
+/* The fused backward of an element-wise activation layer l (kernels.h,
+ * mxp_act_bwd: widen dY and the saved tensor, the derivative, the store in
+ * the grad dtype and the scan in one pass, the bits of the unfused layer
+ * call + store + scan), under the forward epilogue's conditions, and not
+ * with per-layer loss scaling (that rescales dx between the two). Writes
+ * dX into dst (dtype gt) and returns true, or returns false: run unfused. */
+static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dst,
+                               mxp_dtype gt, mxp_nonfinite_site *site) {
+    const mxp_act a = act_kind(m->layers[l].kind);
+    if (!m->fuse || a == MXP_ACT_NONE || m->grad_scales) return false;
+    if (site && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
+        return false;
+    const nn_bufs *b = &m->b;
+    const int s = a == MXP_ACT_TANH ? l + 1 : l; /* tanh's derivative reads its output */
+    const size_t n = (size_t)B * (size_t)m->layers[l].in;
+    mxp_act_bwd e = {.act = a, .n = n, .dy_type = b->grad_type, .dy = dy,
+                     .s_type = b->act_type[s], .s = b->acts[s], .dx_type = gt, .dx = dst};
+    m->k->act_bwd_store(&e);
+    scan_given(m, site, true, l, vtables[m->layers[l].kind].name, e.dx_amax, e.dx_nonfinite,
+               gt, dst, n);
+    return true;
+}
+
 /* Layers L-1 .. first parameter layer: dX into the ping-pong grad buffers
  * (dY of the last layer is in g[0]), parameter grads += into the slab. */
 static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
@@ -283,6 +405,10 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         const nn_layer_vtable *vt = &vtables[L->kind];
         const bool need_dx = l > lo;
         const mxp_dtype gt = b->gtype[l]; /* dX: the gradient of acts[l] */
+        if (need_dx && backward_act_fused(m, l, B, b->g[cur], b->g[cur ^ 1], gt, site)) {
+            cur ^= 1;
+            continue; /* no parameters: nothing for scan_param_grads */
+        }
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
@@ -298,9 +424,7 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
                 nn_fault_apply(m, true, l, dx32, (size_t)B * (size_t)L->in);
         }
         if (need_dx) {
-            const size_t n = (size_t)B * (size_t)L->in;
-            store_output(m, gt, b->g[cur ^ 1], dx32, n);
-            scan_output(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], n);
+            store_scan(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], B, L->in);
             cur ^= 1;
         }
         scan_param_grads(m, site, l, vt->name);
@@ -401,10 +525,9 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
     m->time_forward_s += t1 - t0;
 
     if (backward) {
-        const size_t n = (size_t)b->B * (size_t)mxp_model_out_dim(m);
         if (!fused) {
-            store_output(m, gt, m->b.g[0], dpred32, n);
-            scan_output(m, site, true, -1, lname, dpred32, gt, m->b.g[0], n);
+            store_scan(m, site, true, -1, lname, dpred32, gt, m->b.g[0], b->B,
+                       mxp_model_out_dim(m));
         } else if (site && !site->found && nf_grad > 0) {
             site_set(m, site, true, -1, lname, nf_grad, "grad_input");
         }

@@ -129,6 +129,9 @@ struct mxp_model {
     mxp_fp32_layers fp32_sel;  /* per-layer FP32 override as asked (amp.h) */
     uint64_t fp32_mask;        /* resolved: bit l = linear layer l kept FP32 (any mode
                                   but fp32; nn_layer_fp32) */
+    bool fuse;                 /* fused forward epilogues (model_step.c; default on,
+                                  MIXPREC_FUSION=0 or nn_model_set_fusion turn
+                                  them off; the bits are the same either way) */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
 };
@@ -154,6 +157,10 @@ const nn_layer_vtable *nn_layer_vtable_get(mxp_layer_kind kind);
 void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
                         float *dx32);
+/* nn_linear_forward without its bias: y32 [B, out] = x W^T only; returns the
+ * FP32 bias [out] to add (widened into p0 when stored narrower). Not for
+ * the FP8 form (m->fp8 and the layer not kept FP32). */
+const float *nn_linear_forward_gemm(mxp_model *m, int l, int64_t B, float *y32);
 void nn_relu_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_relu_backward(mxp_model *m, int l, int64_t B, const void *dy,
                       float *dx32);
@@ -235,6 +242,13 @@ mxp_status nn_fp8_make(const mxp_model *m, const mxp_precision_policy *p,
  * -1 (the loss gradient) is recorded in the monitor's slot n_layers. */
 float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
                   const float *v, size_t n, mxp_dtype t, int64_t *nonfinite);
+/* The recording half of nn_mon_scan, for a scan done elsewhere (a fused
+ * pass): amax and nf of n values about to be stored in t. */
+void nn_mon_record(mxp_model *m, int layer, mxp_monitor_tensor which, size_t n, mxp_dtype t,
+                   float amax, int64_t nf);
+/* No monitor, or one whose scans are plain absmax passes (not full, no
+ * histograms): what a fused pass can report through nn_mon_record. */
+bool nn_mon_plain(const mxp_model *m);
 /* Record the first non-finite site since the monitor's reset (what:
  * "output", "weight", "grad_input", ...) and, in anomaly mode, its first
  * forward culprit. No-op without a monitor. */
@@ -284,6 +298,10 @@ mxp_model_spec nn_spec_empty(int64_t in_dim, mxp_loss_kind loss, int64_t max_bat
  * grads zeroed; nothing changes on error.
  * Results are bit-identical for every value (tests/test_gpt.c). */
 mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err);
+
+/* Fused forward epilogues on or off (model_step.c): for tests comparing the
+ * two paths bit for bit, and for timing them. */
+void nn_model_set_fusion(mxp_model *m, bool on);
 
 /* Causal self-attention of Bs sequences of T rows (attention.c): qkv
  * [Bs*T, 3C] and att [Bs, H, T, T] in dtype at; scores rounded to st (the

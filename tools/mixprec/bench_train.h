@@ -114,6 +114,11 @@ typedef struct bt_step_row {
     double ms_step, ms_forward, ms_backward, ms_safety, ms_optimizer, ms_other;
     double final_loss;
     int64_t skipped;
+    /* roofline: GEMM flops of one step (forward + backward, as
+     * docs/kernels.md counts them), achieved at ms_step, and the measured
+     * peak of the instruction this mode's GEMMs use (peak_name) */
+    double gflop_step, gflops, peak_gflops, pct_peak;
+    const char *peak_name;
 } bt_step_row;
 
 enum { BT_MAX_STEP_ROWS = 3 * MXP_PRECISION_COUNT };

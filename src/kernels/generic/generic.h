@@ -61,6 +61,34 @@ void mxp_generic_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src, siz
 float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
                                float scale);
 
+/* fused.c: bias_act_store / act_bwd_store and their loops over table k's
+ * unfused kernels, which ISA variants run per thread part with their own
+ * table and, optionally, their own piece kernel (fn; NULL: the reference
+ * piece). A piece holds at most MXP_EPI_SEG elements; tx, ta (tdy, ts, tdx)
+ * are FP32 scratch of that size. A piece kernel must give the bits of the
+ * reference piece over table k and fold its absmax / non-finite count
+ * into the running ones (max, +). */
+enum { MXP_EPI_SEG = 1024 }; /* y, its store, x, a and a's store fit L1 */
+typedef struct mxp_epilogue_part {
+    float y_amax, a_amax;
+    int64_t y_nonfinite, a_nonfinite;
+} mxp_epilogue_part;
+typedef void (*mxp_epi_piece_fn)(const mxp_kernels *k, const mxp_epilogue *e, size_t off,
+                                 int64_t rows, int64_t w, int64_t c0, mxp_epilogue_part *p,
+                                 float *tx, float *ta);
+typedef void (*mxp_bwd_piece_fn)(const mxp_kernels *k, const mxp_act_bwd *e, size_t off,
+                                 size_t n, float *amax, int64_t *nonfinite, float *tdy,
+                                 float *ts, float *tdx);
+/* Rows [r0, r1) of e; the part's absmax / non-finite counts into *p. */
+void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
+                       int64_t r0, int64_t r1, mxp_epilogue_part *p);
+void mxp_generic_bias_act_store(mxp_epilogue *e);
+/* Elements [lo, hi) of e; their absmax / non-finite count. */
+void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_bwd *e,
+                       size_t lo, size_t hi, float *amax, int64_t *nonfinite);
+void mxp_generic_act_bwd_store(mxp_act_bwd *e);
+void mxp_generic_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                 int64_t C);
 /* optim.c */
 void mxp_generic_adamw(const mxp_weights *w, const float *g, float *m,
                        float *v, size_t n, const mxp_adamw_hparams *h,

@@ -32,6 +32,9 @@ static const mxp_kernels generic_table = {
     .sumsq = mxp_generic_sumsq,
     .absmax = mxp_generic_absmax,
     .unscale_stats = mxp_generic_unscale_stats,
+    .bias_act_store = mxp_generic_bias_act_store,
+    .act_bwd_store = mxp_generic_act_bwd_store,
+    .bias_grad_typed = mxp_generic_bias_grad_typed,
     .adamw = mxp_generic_adamw,
     .sgd = mxp_generic_sgd,
 };

@@ -33,6 +33,9 @@ void mxp_avx512_fill_loops(mxp_kernels *t) {
     t->sumsq = mxp_avx512_sumsq;
     t->absmax = mxp_avx512_absmax;
     t->unscale_stats = mxp_avx512_unscale_stats;
+    t->bias_act_store = mxp_avx512_bias_act_store;
+    t->act_bwd_store = mxp_avx512_act_bwd_store;
+    t->bias_grad_typed = mxp_avx512_bias_grad_typed;
     t->adamw = mxp_avx512_adamw;
     t->sgd = mxp_avx512_sgd;
 }

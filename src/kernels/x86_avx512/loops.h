@@ -4,7 +4,8 @@
  * Entry points (all implement the mxp_kernels slot of the same name, see
  * kernels/kernels.h): conversions (loops_convert.c), element-wise ops
  * (loops_eltwise.c), row-wise ops and losses (loops_rows.c), reductions and
- * the fused gradient pass (loops_grad.c), optimizers (loops_optim.c);
+ * the fused gradient pass (loops_grad.c), optimizers (loops_optim.c), the
+ * fused forward epilogue (loops_fused.c);
  * loops.c puts them into the table. They are compiled with the AVX-512
  * flags of CMakeLists.txt and may only be called once mxp_avx512_usable()
  * holds for this CPU (dispatch.c and the tests check it).
@@ -93,5 +94,11 @@ void mxp_avx512_adamw(const mxp_weights *w, const float *g, float *m,
                       int64_t t);
 void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
                     size_t n, const mxp_sgd_hparams *h, int64_t t);
+
+/* ---- loops_fused.c ---- */
+void mxp_avx512_bias_act_store(mxp_epilogue *e);
+void mxp_avx512_act_bwd_store(mxp_act_bwd *e);
+void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                int64_t C);
 
 #endif /* MIXPREC_KERNELS_AVX512_LOOPS_H */

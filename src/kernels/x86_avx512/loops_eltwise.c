@@ -9,6 +9,9 @@
  * is written, so y may alias x and dx may alias dy. Buffers of PAR_MIN
  * elements or more are split over the kernel thread pool (loops_simd.h).
  *
+ * The per-vector formulas live in loops_simd.h (v_relu, v_gelu, ...), shared
+ * with the fused passes of loops_fused.c.
+ *
  * Agreement with the generic kernels (kernels/generic/eltwise.c):
  *   bit-exact: relu_fwd/bwd, tanh_bwd, axpy, scale (same operations in the
  *     same order, no FMA contraction);
@@ -19,53 +22,33 @@
  */
 #include "kernels/x86_avx512/loops_simd.h"
 
-#define INV_SQRT2 0.70710678118654752440f
-#define INV_SQRT2PI 0.39894228040143267794f
-
 static void relu_fwd_range(float *y, const float *x, size_t n) {
-    const __m512 zero = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-        /* v <= 0 -> +0 (also turns -0 into +0); NaN compares false: kept */
-        __mmask16 le = _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_mask_blend_ps(le, v, zero));
+        _mm512_mask_storeu_ps(y + i, k, v_relu(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
 
 static void relu_bwd_range(float *dx, const float *dy, const float *x, size_t n) {
-    const __m512 zero = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __mmask16 gt = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), zero,
-                                               _CMP_GT_OQ);
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_maskz_loadu_ps(gt, dy + i));
+        __m512 g = v_relu_grad(_mm512_maskz_loadu_ps(k, dy + i), _mm512_maskz_loadu_ps(k, x + i), k);
+        _mm512_mask_storeu_ps(dx + i, k, g);
     }
 }
 
 static void gelu_fwd_range(float *y, const float *x, size_t n) {
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    const __m512 c = _mm512_set1_ps(INV_SQRT2);
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-        __m512 e = v_erf(_mm512_mul_ps(v, c));
-        __m512 r = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e));
-        _mm512_mask_storeu_ps(y + i, k, r);
+        _mm512_mask_storeu_ps(y + i, k, v_gelu(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
 
 static void gelu_bwd_range(float *dx, const float *dy, const float *x, size_t n) {
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    const __m512 mhalf = _mm512_set1_ps(-0.5f);
-    const __m512 c = _mm512_set1_ps(INV_SQRT2), cp = _mm512_set1_ps(INV_SQRT2PI);
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-        __m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, v_erf(_mm512_mul_ps(v, c))));
-        __m512 pdf = _mm512_mul_ps(cp, v_exp(_mm512_mul_ps(_mm512_mul_ps(mhalf, v), v)));
-        __m512 d = _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dy + i), d));
+        __m512 g = v_gelu_grad(_mm512_maskz_loadu_ps(k, dy + i), _mm512_maskz_loadu_ps(k, x + i));
+        _mm512_mask_storeu_ps(dx + i, k, g);
     }
 }
 
@@ -77,12 +60,10 @@ static void tanh_fwd_range(float *y, const float *x, size_t n) {
 }
 
 static void tanh_bwd_range(float *dx, const float *dy, const float *y, size_t n) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __m512 yv = _mm512_maskz_loadu_ps(k, y + i);
-        __m512 d = _mm512_sub_ps(one, _mm512_mul_ps(yv, yv));
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dy + i), d));
+        __m512 g = v_tanh_grad(_mm512_maskz_loadu_ps(k, dy + i), _mm512_maskz_loadu_ps(k, y + i));
+        _mm512_mask_storeu_ps(dx + i, k, g);
     }
 }
 

@@ -181,4 +181,48 @@ static inline __m512 v_tanh(__m512 x) {
     return _mm512_mask_blend_ps(is_small, big, small);
 }
 
+/* ---- activations per vector: the one home of their formulas (used by
+ * loops_eltwise.c and the fused passes of loops_fused.c). Each is the
+ * generic kernel's formula in its order with separate multiplies and adds;
+ * only erf/exp/tanh come from the vector math above. ---- */
+
+#define V_INV_SQRT2 0.70710678118654752440f
+#define V_INV_SQRT2PI 0.39894228040143267794f
+
+/* relu: v <= 0 -> +0 (also -0 -> +0); NaN compares false and is kept. */
+static inline __m512 v_relu(__m512 v) {
+    const __m512 zero = _mm512_setzero_ps();
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v, zero);
+}
+
+/* relu backward: dy where x > 0, else +0 (lanes outside k: +0). */
+static inline __m512 v_relu_grad(__m512 dy, __m512 x, __mmask16 k) {
+    __mmask16 gt = _mm512_mask_cmp_ps_mask(k, x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps(gt, dy);
+}
+
+/* exact GELU: (0.5 x) (1 + erf(x / sqrt 2)) */
+static inline __m512 v_gelu(__m512 v) {
+    __m512 e = v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2)));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                         _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+/* GELU backward: dy (Phi(x) + x phi(x)) */
+static inline __m512 v_gelu_grad(__m512 dy, __m512 v) {
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    __m512 cdf = _mm512_mul_ps(
+        half, _mm512_add_ps(one, v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2)))));
+    __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(V_INV_SQRT2PI),
+                               v_exp(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), v), v)));
+    __m512 d = _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
+    return _mm512_mul_ps(dy, d);
+}
+
+/* tanh backward from the output y: dy (1 - y^2) */
+static inline __m512 v_tanh_grad(__m512 dy, __m512 y) {
+    __m512 d = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(y, y));
+    return _mm512_mul_ps(dy, d);
+}
+
 #endif /* MIXPREC_KERNELS_AVX512_LOOPS_SIMD_H */

@@ -1,0 +1,285 @@
+/* kernels/x86_avx512/loops_fused.c: the AVX-512 fused passes.
+ *
+ * Entry points: mxp_avx512_bias_act_store, mxp_avx512_act_bwd_store,
+ * mxp_avx512_bias_grad_typed (contracts in kernels/kernels.h). The loops
+ * over pieces of at most MXP_EPI_SEG elements are the reference's
+ * (mxp_epilogue_rows, mxp_act_bwd_range in kernels/generic/fused.c); the
+ * pieces are this file's, in registers, for FP32/BF16/FP16 tensors (other
+ * dtypes take the reference piece over this table's kernels):
+ *   forward: one loop adds the bias and scans y (absmax_range's test:
+ *     |v| < Inf counts as finite, max over those), the store into y_type
+ *     is mxp_avx512_convert of the piece, a second loop widens the stored
+ *     values (exact: a shift for BF16, vcvtph2ps for FP16), applies the
+ *     activation (loops_simd.h v_relu / v_gelu / v_tanh, the formulas of
+ *     the element-wise kernels) and scans it, then mxp_avx512_convert;
+ *   backward: one loop widens dY and the saved tensor, applies the
+ *     derivative (v_*_grad) and scans it, then mxp_avx512_convert.
+ * Every value is the same operation on the same operands as in the
+ * unfused AVX-512 kernels (add_bias adds, the activations, the converts),
+ * and max / count are exact, so the bits are theirs (tests/test_fused.c);
+ * the passes saved are the separate add_bias, widen and absmax loops. The
+ * backward pass splits [0, n) at PAR_ALIGN boundaries (par_range). Passes of EPI_PAR_MIN elements or more are split
+ * into one block of rows per pool thread; the parts' absmax / non-finite
+ * counts are combined in part order (max and sum: exact, so the result does
+ * not depend on the thread count). The thresholds (below) are lower than
+ * the plain element-wise one (PAR_MIN) because these passes do the work of
+ * two to seven of those per element.
+ */
+#include "kernels/x86_avx512/loops_simd.h"
+
+#include "kernels/generic/generic.h"
+
+#include <string.h>
+
+/* Pool thresholds (elements): with an activation the pass costs tens of
+ * flops per element, so 32K elements (~0.1 ms on one core) pay for a
+ * fork/join (microseconds); a plain store + scan (act NONE) is a few
+ * cycles per element and forks from 128K on. Below: on the caller. */
+enum { EPI_PAR_MIN = 1 << 15, EPI_STORE_PAR_MIN = 1 << 17, EPI_PARTS_MAX = 64 };
+
+/* ---- in-register pieces ---- */
+
+static bool reg_type(mxp_dtype t) {
+    return t == MXP_DTYPE_F32 || t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F16;
+}
+
+/* Lanes k of element i of buf (dtype t: F32, BF16 or F16) as FP32, exactly. */
+static inline __m512 load_wide(mxp_dtype t, const void *buf, size_t i, __mmask16 k) {
+    if (t == MXP_DTYPE_F32) return _mm512_maskz_loadu_ps(k, (const float *)buf + i);
+    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)buf + i);
+    if (t == MXP_DTYPE_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* The scan of a piece in registers, cheaply: the largest |v| bit pattern
+ * (for non-negative floats the unsigned order of the bits is the order of
+ * the values; +Inf and NaN patterns lie above every finite one). When that
+ * is a non-finite pattern, the piece (FP32, in L1) is scanned again with
+ * absmax_range's rules (mxp_avx512_absmax): finite values only, the rest
+ * counted. Either way the result is absmax's. */
+typedef struct amax_acc {
+    __m512i bits;
+} amax_acc;
+
+static inline void amax_init(amax_acc *a) { a->bits = _mm512_setzero_si512(); }
+
+static inline void amax_add(amax_acc *a, __m512 v, __mmask16 k) {
+    a->bits = _mm512_mask_max_epu32(a->bits, k, a->bits, _mm512_castps_si512(_mm512_abs_ps(v)));
+}
+
+/* Fold the scan of the FP32 piece v [n] into *amax, *nonfinite. */
+static inline void amax_fold(const amax_acc *a, const float *v, size_t n, float *amax,
+                             int64_t *nonfinite) {
+    const uint32_t u = _mm512_reduce_max_epu32(a->bits);
+    float m;
+    if (u >= 0x7f800000u) { /* a NaN or an infinity in the piece: the exact rules */
+        int64_t nf = 0;
+        m = mxp_avx512_absmax(v, n, &nf);
+        *nonfinite += nf;
+    } else {
+        memcpy(&m, &u, sizeof m);
+    }
+    if (m > *amax) *amax = m;
+}
+
+static void *elem_at(void *base, mxp_dtype t, size_t i) {
+    return (unsigned char *)base + i * mxp_dtype_info(t)->size;
+}
+
+/* The activation loop of epi_piece for activation function F. */
+#define ACT_LOOP(F)                                                                  \
+    do {                                                                             \
+        amax_init(&acc);                                                             \
+        for (size_t i = 0; i < n; i += 16) {                                         \
+            __mmask16 m = lanes16(n - i);                                            \
+            __m512 v = F(load_wide(e->y_type, src, i, m));                           \
+            _mm512_mask_storeu_ps(a + i, m, v);                                      \
+            amax_add(&acc, v, m);                                                    \
+        }                                                                            \
+        amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);                          \
+    } while (0)
+
+/* The forward piece (mxp_epi_piece_fn; the file comment). */
+static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64_t rows,
+                      int64_t w, int64_t c0, mxp_epilogue_part *p, float *tx, float *ta) {
+    (void)k, (void)tx;
+    const size_t n = (size_t)rows * (size_t)w, W = (size_t)w;
+    float *y = e->y + off;
+    const float *bias = e->bias ? e->bias + c0 : NULL;
+    amax_acc acc;
+    amax_init(&acc);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + (size_t)r * W;
+        for (size_t i = 0; i < W; i += 16) {
+            __mmask16 m = lanes16(W - i);
+            __m512 v = _mm512_maskz_loadu_ps(m, yr + i);
+            if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + i));
+            _mm512_mask_storeu_ps(yr + i, m, v);
+            amax_add(&acc, v, m);
+        }
+    }
+    amax_fold(&acc, y, n, &p->y_amax, &p->y_nonfinite);
+    void *yo = elem_at(e->y_out, e->y_type, off);
+    if (yo != (void *)y) mxp_avx512_convert(e->y_type, yo, MXP_DTYPE_F32, y, n);
+    if (e->act == MXP_ACT_NONE) return;
+    const void *src = e->y_type == MXP_DTYPE_F32 ? (const void *)y : yo;
+    void *ao = elem_at(e->a_out, e->a_type, off);
+    float *a = e->a_type == MXP_DTYPE_F32 ? (float *)ao : ta;
+    switch (e->act) { /* one loop per activation: constants stay in registers */
+    case MXP_ACT_RELU: ACT_LOOP(v_relu); break;
+    case MXP_ACT_GELU: ACT_LOOP(v_gelu); break;
+    default: ACT_LOOP(v_tanh); break;
+    }
+    if (e->a_type != MXP_DTYPE_F32) mxp_avx512_convert(e->a_type, ao, MXP_DTYPE_F32, a, n);
+}
+
+/* The loop of bwd_piece with the derivative expression G (of dy, s, m). */
+#define BWD_LOOP(G)                                                                  \
+    for (size_t i = 0; i < n; i += 16) {                                             \
+        __mmask16 m = lanes16(n - i);                                                \
+        __m512 dy = load_wide(e->dy_type, e->dy, off + i, m);                        \
+        __m512 s = load_wide(e->s_type, e->s, off + i, m);                           \
+        __m512 g = G;                                                                \
+        _mm512_mask_storeu_ps(dx + i, m, g);                                         \
+        amax_add(&acc, g, m);                                                        \
+    }
+
+/* The backward piece (mxp_bwd_piece_fn; the file comment). */
+static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, size_t n,
+                      float *amax, int64_t *nonfinite, float *tdy, float *ts, float *tdx) {
+    (void)k, (void)tdy, (void)ts;
+    void *dxo = elem_at(e->dx, e->dx_type, off);
+    float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
+    amax_acc acc;
+    amax_init(&acc);
+    switch (e->act) { /* one loop per derivative: constants stay in registers */
+    case MXP_ACT_RELU: BWD_LOOP(v_relu_grad(dy, s, m)); break;
+    case MXP_ACT_GELU: BWD_LOOP(v_gelu_grad(dy, s)); break;
+    default: BWD_LOOP(v_tanh_grad(dy, s)); break;
+    }
+    amax_fold(&acc, dx, n, amax, nonfinite);
+    if (e->dx_type != MXP_DTYPE_F32) mxp_avx512_convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
+}
+
+/* ---- thread parts ---- */
+
+typedef struct epi_ctx {
+    const mxp_kernels *k;
+    mxp_epi_piece_fn fn;
+    const mxp_epilogue *e;
+    mxp_epilogue_part part[EPI_PARTS_MAX];
+} epi_ctx;
+
+static void epi_task(void *ctx, int i, int count) {
+    epi_ctx *c = ctx;
+    const int64_t B = c->e->B;
+    mxp_epilogue_rows(c->k, c->fn, c->e, B * i / count, B * (i + 1) / count, &c->part[i]);
+}
+
+void mxp_avx512_bias_act_store(mxp_epilogue *e) {
+    const bool reg = reg_type(e->y_type) && (e->act == MXP_ACT_NONE || reg_type(e->a_type));
+    epi_ctx c = {.k = mxp_kernels_avx512(), .fn = reg ? epi_piece : NULL, .e = e};
+    int count = 1;
+    const size_t min = e->act == MXP_ACT_NONE ? EPI_STORE_PAR_MIN : EPI_PAR_MIN;
+    if ((size_t)e->B * (size_t)e->C >= min) {
+        count = mxp_threads_max();
+        if (count > EPI_PARTS_MAX) count = EPI_PARTS_MAX;
+        if (count > e->B) count = (int)e->B;
+    }
+    if (count > 1) mxp_threads_run(count, epi_task, &c);
+    else epi_task(&c, 0, 1);
+    mxp_epilogue_part *t = &c.part[0];
+    for (int i = 1; i < count; i++) {
+        const mxp_epilogue_part *o = &c.part[i];
+        if (o->y_amax > t->y_amax) t->y_amax = o->y_amax;
+        if (o->a_amax > t->a_amax) t->a_amax = o->a_amax;
+        t->y_nonfinite += o->y_nonfinite;
+        t->a_nonfinite += o->a_nonfinite;
+    }
+    e->y_amax = t->y_amax;
+    e->y_nonfinite = t->y_nonfinite;
+    e->a_amax = t->a_amax;
+    e->a_nonfinite = t->a_nonfinite;
+}
+
+typedef struct bwd_ctx {
+    const mxp_kernels *k;
+    mxp_bwd_piece_fn fn;
+    const mxp_act_bwd *e;
+    float amax[EPI_PARTS_MAX];
+    int64_t nonfinite[EPI_PARTS_MAX];
+} bwd_ctx;
+
+static void bwd_task(void *ctx, int i, int count) {
+    bwd_ctx *c = ctx;
+    size_t lo, hi;
+    par_range(c->e->n, i, count, &lo, &hi);
+    mxp_act_bwd_range(c->k, c->fn, c->e, lo, hi, &c->amax[i], &c->nonfinite[i]);
+}
+
+void mxp_avx512_act_bwd_store(mxp_act_bwd *e) {
+    const bool reg = reg_type(e->dy_type) && reg_type(e->s_type) && reg_type(e->dx_type) &&
+                     e->act != MXP_ACT_NONE;
+    bwd_ctx c = {.k = mxp_kernels_avx512(), .fn = reg ? bwd_piece : NULL, .e = e};
+    int count = 1;
+    if (e->n >= EPI_PAR_MIN) {
+        count = mxp_threads_max();
+        if (count > EPI_PARTS_MAX) count = EPI_PARTS_MAX;
+    }
+    if (count > 1) mxp_threads_run(count, bwd_task, &c);
+    else bwd_task(&c, 0, 1);
+    for (int i = 1; i < count; i++) {
+        if (c.amax[i] > c.amax[0]) c.amax[0] = c.amax[i];
+        c.nonfinite[0] += c.nonfinite[i];
+    }
+    e->dx_amax = c.amax[0];
+    e->dx_nonfinite = c.nonfinite[0];
+}
+
+/* Lanes k of element i of dy (any dtype) as FP32: load_wide for FP32 /
+ * BF16 / FP16, else this table's convert of those lanes (exact widening). */
+static inline __m512 load_any(mxp_dtype t, const void *dy, size_t i, __mmask16 k) {
+    if (reg_type(t)) return load_wide(t, dy, i, k);
+    float tmp[16] = {0};
+    const unsigned n = (unsigned)__builtin_popcount((unsigned)k);
+    mxp_avx512_convert(MXP_DTYPE_F32, tmp, t,
+                       (const unsigned char *)dy + i * mxp_dtype_info(t)->size, n);
+    return _mm512_maskz_loadu_ps(k, tmp);
+}
+
+/* mxp_avx512_bias_grad (loops_rows.c) with the rows widened as they are
+ * read: the same column blocks, each column summed over b in row order
+ * from zero and added to dbias once, so the bits are those of bias_grad on
+ * the widened copy. */
+void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
+                                int64_t C) {
+    if (t == MXP_DTYPE_F32) {
+        mxp_avx512_bias_grad(dbias, dy, B, C);
+        return;
+    }
+    if (C <= 0 || B <= 0) return;
+    const size_t n = (size_t)C;
+    size_t c = 0;
+    for (; c + 64 <= n; c += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) {
+            const size_t r = (size_t)b * n + c;
+            a0 = _mm512_add_ps(a0, load_any(t, dy, r, 0xffff));
+            a1 = _mm512_add_ps(a1, load_any(t, dy, r + 16, 0xffff));
+            a2 = _mm512_add_ps(a2, load_any(t, dy, r + 32, 0xffff));
+            a3 = _mm512_add_ps(a3, load_any(t, dy, r + 48, 0xffff));
+        }
+        _mm512_storeu_ps(dbias + c, _mm512_add_ps(_mm512_loadu_ps(dbias + c), a0));
+        _mm512_storeu_ps(dbias + c + 16, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 16), a1));
+        _mm512_storeu_ps(dbias + c + 32, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 32), a2));
+        _mm512_storeu_ps(dbias + c + 48, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 48), a3));
+    }
+    for (; c < n; c += 16) {
+        __mmask16 k = lanes16(n - c);
+        __m512 a = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) a = _mm512_add_ps(a, load_any(t, dy, (size_t)b * n + c, k));
+        _mm512_mask_storeu_ps(dbias + c, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbias + c), a));
+    }
+}
