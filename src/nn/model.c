@@ -16,6 +16,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,25 @@ static float *staging(mxp_model *m, float **tmp) {
     return *tmp;
 }
 
+/* MIXPREC_FUSION: "1" (or unset) fused epilogue passes, "0" the unfused
+ * sequence (same bits; for timing). Read once; another value is logged and
+ * ignored. */
+static bool fusion_on = true;
+static void fusion_read(void) {
+    const char *v = getenv("MIXPREC_FUSION");
+    if (!v || strcmp(v, "1") == 0) return;
+    if (strcmp(v, "0") == 0)
+        fusion_on = false;
+    else
+        mxp_log(MXP_LOG_WARN, "MIXPREC_FUSION=%.40s is unknown and ignored; accepted: 0 "
+                "(unfused passes) or 1 (fused, the default)", v);
+}
+static bool fusion_default(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fusion_read);
+    return fusion_on;
+}
+
 static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
                                uint64_t seed, bool inference, mxp_model **out,
                                mxp_error *err) {
@@ -317,8 +337,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
     m->spec = *spec;
     m->policy = *policy;
     m->k = mxp_kernels_get();
-    const char *fz = getenv("MIXPREC_FUSION"); /* "0": the unfused path, for timing */
-    m->fuse = !(fz && strcmp(fz, "0") == 0);
+    m->fuse = fusion_default();
     m->fp8_cfg = mxp_fp8_config_default();
     if ((s = build_structure(m, err))) goto fail;
     if ((s = nn_plan_bufs(m, policy, &m->b, err))) goto fail;

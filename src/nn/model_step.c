@@ -68,6 +68,20 @@ static void site_set(mxp_model *m, mxp_nonfinite_site *site, bool backward,
     nn_mon_note_site(m, site, what);
 }
 
+/* Non-finite values of a scan: nf of the FP32 values (largest |v| amax),
+ * or of their stored copy in dtype t when that has more (it is read only
+ * when the FP32 values have non-finite ones or amax overflows in t). */
+static int64_t scan_count(float amax, int64_t nf, mxp_dtype t, const void *stored, size_t n) {
+    int64_t count = nf;
+    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
+        int64_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
+        if (c > count) count = c;
+    }
+    return count;
+}
+
 /* The site check of a scan: amax and nf of the FP32 values, whose copy
  * `stored` in dtype t is what the next layer reads; the stored copy is
  * counted only when the FP32 values have non-finite ones or their largest
@@ -76,13 +90,7 @@ static void scan_finish(mxp_model *m, mxp_nonfinite_site *site, bool backward, i
                         const char *op, float amax, int64_t nf, mxp_dtype t,
                         const void *stored, size_t n) {
     if (site->found) return;
-    int64_t count = nf;
-    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
-        int64_t c = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
-        if (c > count) count = c;
-    }
+    const int64_t count = scan_count(amax, nf, t, stored, n);
     if (count > 0)
         site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
 }
@@ -309,14 +317,7 @@ static int64_t scan_chunk(mxp_model *m, const mxp_nonfinite_site *site, bool bac
                                    &nf)
                      : m->k->absmax(v32, n, &nf);
     if (site->found) return 0;
-    int64_t count = nf;
-    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
-        int64_t c = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
-        if (c > count) count = c;
-    }
-    return count;
+    return scan_count(amax, nf, t, stored, n);
 }
 
 /* The lm_head (layer L-1) and the cross-entropy of batch b, fused in row
