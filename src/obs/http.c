@@ -1,31 +1,22 @@
 /* src/obs/http.c: the embedded HTTP server (libmicrohttpd, driven by one
- * thread of ours) serving the metrics, the training API and the dashboard
- * of an observer.
+ * thread of ours, http_conn.c) serving the metrics, the training API and
+ * the dashboard of an observer: routes, handlers, the token.
  *
  * Entry points: mxp_obs_serve, mxp_obs_port, mxp_obs_stop_serving,
  * mxp_obs_token_equal (obs.h).
  *
- * Limits: 16 KiB of request header memory per connection (MHD answers
- * 431/414 beyond), request bodies of at most 4 KiB (413, decided from
- * Content-Length before the body is read when it is given). Handlers copy
- * what they need under the observer's lock and format afterwards; the
- * training thread never waits on a client.
- * Slow clients (issue 15, item 2): every exchange has a deadline of
- * obs.http.timeout_s from its first byte (connection start, or the end of
- * the previous request on a keep-alive connection) to its last; a client
- * that trickles a header line a second is cut at the deadline, not kept
- * alive by its own trickle as an idle timeout would. At
- * obs.http.max_connections, a new connection evicts the oldest one that
- * has not yet delivered a complete request (slow senders, idle keep-alive),
- * so holding every slot cannot starve /metrics or the control API; MHD's
- * own limit is twice that, for connections that are busy being answered.
+ * Limits: 16 KiB of request header per connection (MHD answers 431/414
+ * beyond), request bodies of at most 4 KiB (413, decided from
+ * Content-Length before the body is read when it is given), one request
+ * per connection ("Connection: close"). Handlers copy what they need under
+ * the observer's lock and format afterwards; the training thread never
+ * waits on a client. Slow clients, eviction and the header gate (a NUL in
+ * the header is a 400 before MHD parses it): http_conn.c.
  * Answers: 404 unknown path, 405 (with Allow) wrong method, 400 malformed
- * query or body, HTTP/1.1 without Host, or a repeated Content-Length; 401
- * missing/wrong bearer token (constant-time compare); 403 control API
- * disabled, 409 run not running, 413 body too large. Known limitation:
- * libmicrohttpd 0.9.75 ends header values at an embedded NUL before we see
- * them, so "Bearer <token>\0garbage" still matches (the length check in
- * authorized() catches it with a library that reports the full length).
+ * query or body, a NUL byte in the header, HTTP/1.1 without Host, or a
+ * repeated Content-Length; 401 missing/wrong bearer token (constant-time
+ * compare); 403 control API disabled, 409 run not running, 413 body too
+ * large.
  * Reference: https://www.gnu.org/software/libmicrohttpd/manual/
  */
 #include <arpa/inet.h>
@@ -44,13 +35,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "obs/obs_internal.h"
+#include "obs/http_internal.h"
 
 #define MAX_BODY 4096
-#define HEADER_MEMORY (16 * 1024)
 #define TOKEN_MAX MXP_OBS_TOKEN_MAX
 #define TOKEN_MIN 8
-#define POLL_MS 100 /* deadline granularity and stop latency */
 
 typedef enum route {
     R_NOT_FOUND,
@@ -63,32 +52,6 @@ typedef enum route {
     R_PRECISION,
     R_COUNT
 } route;
-
-/* One client connection (MHD's socket context); the list and every field
- * belong to the server thread (all MHD callbacks run on it). */
-typedef struct conn {
-    struct conn *prev, *next;
-    int fd;
-    double deadline;  /* monotonic seconds: the exchange in progress ends by then */
-    double since;     /* when that exchange began (eviction picks the oldest) */
-    bool busy;        /* a complete request is being answered */
-    bool cut;         /* shut down; MHD closes it on its next pass */
-} conn;
-
-struct mxp_obs_server {
-    struct MHD_Daemon *d;
-    mxp_obs *o;
-    int port;
-    bool control; /* a token is configured */
-    char token[TOKEN_MAX + 1];
-    size_t token_len;
-    pthread_t th;
-    atomic_bool quit;
-    conn *conns;   /* newest first */
-    int n_conns;
-    int max_conns; /* obs.http.max_connections */
-    double timeout_s;
-};
 
 typedef struct request {
     route r;
@@ -139,6 +102,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned code, const ch
     MHD_add_response_header(resp, "Content-Type", type);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    /* one request per connection: each one passes http_conn.c's header gate */
+    MHD_add_response_header(resp, "Connection", "close");
     if (allow) MHD_add_response_header(resp, "Allow", allow);
     if (auth_challenge)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"mixprec\"");
@@ -378,12 +343,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return handle_precision(s, c, rq);
 }
 
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A request ended: the connection's next exchange gets a fresh deadline. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
@@ -396,81 +355,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn *k = ci ? ci->socket_context : NULL;
     if (!k) return;
     k->busy = false;
-    k->since = mono_now();
+    k->since = http_now();
     k->deadline = k->since + s->timeout_s;
-}
-
-static void cut(conn *k) {
-    if (k->cut) return;
-    shutdown(k->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes it */
-    k->cut = true;
-}
-
-/* Connection opened / closed. Over max_conns open connections, the oldest
- * one not busy being answered is cut (else the newcomer: every other one
- * is being served and ends by its deadline). */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code) {
-    mxp_obs_server *s = cls;
-    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        conn *k = *socket_context;
-        if (!k) return;
-        if (k->prev) k->prev->next = k->next;
-        else s->conns = k->next;
-        if (k->next) k->next->prev = k->prev;
-        s->n_conns--;
-        free(k);
-        *socket_context = NULL;
-        return;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    conn *k = calloc(1, sizeof *k);
-    if (!k || !ci) {
-        free(k);
-        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
-        return;
-    }
-    k->fd = ci->connect_fd;
-    k->since = mono_now();
-    k->deadline = k->since + s->timeout_s;
-    k->next = s->conns;
-    if (s->conns) s->conns->prev = k;
-    s->conns = k;
-    s->n_conns++;
-    *socket_context = k;
-    int live = 0;
-    conn *oldest = NULL;
-    for (conn *x = s->conns; x; x = x->next) {
-        if (x->cut) continue;
-        live++;
-        if (x != k && !x->busy && (!oldest || x->since <= oldest->since)) oldest = x;
-    }
-    if (live <= s->max_conns) return;
-    mxp_log(MXP_LOG_DEBUG, "http: %d connections: closing the oldest idle one", live);
-    cut(oldest ? oldest : k);
-}
-
-/* Cut every exchange past its deadline. */
-static void enforce_deadlines(mxp_obs_server *s) {
-    const double now = mono_now();
-    for (conn *k = s->conns; k; k = k->next)
-        if (!k->cut && now >= k->deadline) {
-            mxp_log(MXP_LOG_DEBUG, "http: request not complete after %g s: connection closed",
-                    s->timeout_s);
-            cut(k);
-        }
-}
-
-static void *serve_main(void *arg) {
-    mxp_obs_server *s = arg;
-    while (!atomic_load(&s->quit)) {
-        if (MHD_run_wait(s->d, POLL_MS) != MHD_YES) { /* never spin on an error */
-            struct timespec ts = {0, POLL_MS * 1000000L};
-            nanosleep(&ts, NULL);
-        }
-        enforce_deadlines(s);
-    }
-    return NULL;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -557,8 +443,7 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
     struct sockaddr_in a4 = {0};
     struct sockaddr_in6 a6 = {0};
     struct sockaddr *addr;
-    unsigned flags = MHD_USE_AUTO | MHD_USE_ERROR_LOG; /* polled by serve_main */
-    uint16_t port = (uint16_t)set->http_port;
+    const uint16_t port = (uint16_t)set->http_port;
     if (inet_pton(AF_INET, set->http_address, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
         a4.sin_port = htons(port);
@@ -567,7 +452,6 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
         a6.sin6_family = AF_INET6;
         a6.sin6_port = htons(port);
         addr = (struct sockaddr *)&a6;
-        flags |= MHD_USE_IPv6;
     } else {
         mxp_free(s);
         return mxp_error_set(err, MXP_ERR_CONFIG,
@@ -577,23 +461,32 @@ mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err) {
     s->max_conns = (int)set->http_max_connections;
     s->timeout_s = (double)set->http_timeout_s;
     atomic_init(&s->quit, false);
-    s->d = MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * set->http_max_connections),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)set->http_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEMORY,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-        on_connection, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
-    if (!s->d) {
+    mxp_error le = {0};
+    if (http_listen(s, addr, addr == (struct sockaddr *)&a4 ? sizeof a4 : sizeof a6, &le) !=
+        MXP_OK) {
         mxp_free(s);
         return mxp_error_set(err, MXP_ERR_IO,
                              "cannot serve HTTP on %s port %lld (in use, or not an address of "
-                             "this machine)", set->http_address, (long long)set->http_port);
+                             "this machine: %s)", set->http_address, (long long)set->http_port,
+                             le.msg);
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? (int)info->port : (int)port;
-    if (pthread_create(&s->th, NULL, serve_main, s) != 0) {
+    /* no listening socket of its own: http_conn.c accepts and hands over */
+    s->d = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request,
+        s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * set->http_max_connections),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)set->http_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_HEADER_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        http_on_connection, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+    if (!s->d || http_watch_mhd(s, &le) != MXP_OK) {
+        if (s->d) MHD_stop_daemon(s->d);
+        http_close_sockets(s);
+        mxp_free(s);
+        return mxp_error_set(err, MXP_ERR_IO, "cannot start the HTTP server (libmicrohttpd)");
+    }
+    if (pthread_create(&s->th, NULL, http_serve_main, s) != 0) {
         MHD_stop_daemon(s->d);
+        http_close_sockets(s);
         mxp_free(s);
         return mxp_error_set(err, MXP_ERR_STATE, "cannot start the HTTP server thread");
     }
@@ -613,6 +506,7 @@ void mxp_obs_stop_serving(mxp_obs *o) {
     if (!o || !o->server) return;
     atomic_store(&o->server->quit, true);
     pthread_join(o->server->th, NULL);
+    http_close_sockets(o->server);
     MHD_stop_daemon(o->server->d);
     explicit_bzero(o->server->token, sizeof o->server->token);
     mxp_free(o->server);
