@@ -1,4 +1,4 @@
-/* bench/bench_gemm_cpu.c: one-thread GEMM speed in thread CPU time, ours
+/* bench/bench_gemm_cpu.c: GEMM speed (one thread: in thread CPU time), ours
  * against oneDNN (and optionally a baseline libmixprec) in one process.
  *
  * Why CPU time: the development machine is shared (load 2-10 on 2 CPUs), so
@@ -25,9 +25,15 @@
  * timing, ours and the baseline run once on the same inputs and C, and
  * their results are compared bit for bit ("bits" column: same / DIFF).
  *
+ * --threads N (N > 1) measures N threads instead: wall-clock time
+ * (CLOCK_MONOTONIC; meaningful only on an otherwise idle machine), ours and
+ * the baseline with threads = N, oneDNN with OMP_NUM_THREADS=N and the
+ * OpenMP default wait policy (as `mixprec bench kernels` runs it), and
+ * MIXPREC_NUM_THREADS=N.
+ *
  * usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]
  *                       [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]
- *                       [--ours LIB]
+ *                       [--ours LIB] [--threads N]
  * Shapes: tools/mixprec/bench_shapes.h (the list `mixprec bench kernels
  * --shapes` uses). Not a test: it prints, and exits 1 only on bad usage or
  * when the baseline's bits differ.
@@ -67,14 +73,18 @@ typedef struct call {
     const float *b32;
 } call;
 
+static int nthreads = 1; /* --threads: 1 = thread CPU time, else wall clock */
+
+/* The clock of a sample: this thread's CPU time with one thread, else the
+ * wall clock (the other threads' work is not in this thread's CPU time). */
 static double thread_cpu_s(void) {
     struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(nthreads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static void run_call(const call *c) {
-    static const mxp_avx512_gemm_opts one = {MXP_GEMM_PATH_AUTO, 1, false};
+    const mxp_avx512_gemm_opts one = {MXP_GEMM_PATH_AUTO, nthreads, false};
     const mxp_gemm_args *g = &c->g;
     char ta = g->trans_a ? 'T' : 'N', tb = g->trans_b ? 'T' : 'N';
     switch (c->impl) {
@@ -119,7 +129,7 @@ static void *random_buf(mxp_dtype t, size_t n, unsigned seed, float *f32) {
 static void usage(void) {
     fputs("usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]\n"
           "                      [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]\n"
-          "                      [--ours LIB]\n",
+          "                      [--ours LIB] [--threads N]\n",
           stderr);
 }
 
@@ -140,6 +150,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--base") == 0) base_path = v;
         else if (strcmp(a, "--ours") == 0) ours_path = v;
         else if (strcmp(a, "--dtype") == 0) dtype = v;
+        else if (strcmp(a, "--threads") == 0) nthreads = atoi(v);
         else if (strcmp(a, "--shapes") == 0) {
             int k = 0;
             while (k < BENCH_SHAPES_COUNT && strcmp(v, bench_shape_set_names[k]) != 0) k++;
@@ -153,13 +164,15 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (reps < 1 || reps > 101 || warm < 0) {
+    if (reps < 1 || reps > 101 || warm < 0 || nthreads < 1 || nthreads > 64) {
         usage();
         return 1;
     }
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("MIXPREC_NUM_THREADS", "1", 1);
+    char nt[16];
+    snprintf(nt, sizeof nt, "%d", nthreads);
+    setenv("OMP_NUM_THREADS", nt, 1);
+    if (nthreads == 1) setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("MIXPREC_NUM_THREADS", nt, 1);
     if (strcmp(mxp_kernels_get()->isa, "avx512") != 0) {
         printf("bench_gemm_cpu: the avx512 table is not active on this CPU; nothing to do\n");
         return 0;
@@ -210,8 +223,13 @@ int main(int argc, char **argv) {
     if (!c || !c_ref || !c_init) return 1;
     for (size_t i = 0; i < mn; i++) c_init[i] = (float)(i % 7) * 0.25f - 0.75f;
 
-    printf("one thread, GFLOP/s of thread CPU time, median of %d samples (>= 5 ms each, after "
-           "an untimed call) after %d warm-up calls, alternating; ratio = / oneDNN\n", reps, warm);
+    if (nthreads == 1)
+        printf("one thread, GFLOP/s of thread CPU time");
+    else
+        printf("%d threads, GFLOP/s of wall-clock time", nthreads);
+    printf(", median of %d samples (>= 5 ms each, after an untimed call) after %d warm-up "
+           "calls, %s; ratio = / oneDNN\n", reps, warm,
+           nthreads == 1 ? "alternating" : "one implementation after the other");
     printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
     if (lib.base) printf(" %8s", "base");
     printf(" %8s %7s", "onednn", "ours/dn");
@@ -255,11 +273,24 @@ int main(int argc, char **argv) {
                 per[k] = one > 0 ? (int)(0.005 / one) + 1 : 1;
             }
             double med[IMPL_COUNT] = {0}, x[IMPL_COUNT][101];
-            for (int r = 0; r < reps; r++) /* the first of a round reads slower: rotate */
-                for (int q = 0; q < IMPL_COUNT; q++) {
-                    int k = (q + r) % IMPL_COUNT;
-                    if (have[k]) x[k][r] = sample(&calls[k], per[k]) / per[k];
+            if (nthreads == 1) {
+                for (int r = 0; r < reps; r++) /* the first of a round reads slower: rotate */
+                    for (int q = 0; q < IMPL_COUNT; q++) {
+                        int k = (q + r) % IMPL_COUNT;
+                        if (have[k]) x[k][r] = sample(&calls[k], per[k]) / per[k];
+                    }
+            } else {
+                /* Threads: one implementation after the other, each after
+                 * 50 ms of warm-up calls, since a pool's waiting workers
+                 * (OpenMP's spin for milliseconds) would take the CPUs from
+                 * the next implementation's first samples. */
+                for (int k = 0; k < IMPL_COUNT; k++) {
+                    if (!have[k]) continue;
+                    double t0 = thread_cpu_s();
+                    while (thread_cpu_s() - t0 < 0.05) run_call(&calls[k]);
+                    for (int r = 0; r < reps; r++) x[k][r] = sample(&calls[k], per[k]) / per[k];
                 }
+            }
             for (int k = 0; k < IMPL_COUNT; k++) {
                 if (!have[k]) continue;
                 qsort(x[k], (size_t)reps, sizeof(double), cmp_double);

@@ -232,11 +232,12 @@ static void test_edges(void) {
 /* Shapes that cross the cache blocks (K > KC with an odd tail, K cut into
  * 3 and 5 equal blocks on the F32 path and 2 and 3 on the BF16 path, M > MC,
  * N > NC) and shapes large enough to be split between threads, cut along N
- * (M <= N) and along M. */
+ * (M <= N) and along M (M > N; M <= N with K <= 128 and N <= 4 M:
+ * 100x300x72; on the BF16 path M <= N <= 2 M: 150x280x200). */
 static void test_blocks_and_threads(void) {
     static const struct { size_t M, N, K; } shapes[] = {
         {40, 300, 513}, {700, 40, 300}, {20, 2100, 70}, {160, 96, 130}, {97, 250, 129},
-        {45, 70, 1101}, {17, 40, 2051}, {40, 700, 1100},
+        {45, 70, 1101}, {17, 40, 2051}, {40, 700, 1100}, {100, 300, 72}, {150, 280, 200},
     };
     static const mxp_dtype pairs[][2] = {
         {MXP_DTYPE_F32, MXP_DTYPE_F32}, {MXP_DTYPE_BF16, MXP_DTYPE_BF16},

@@ -42,8 +42,8 @@
  * path's, so the results are bit-identical to it (tested).
  *
  * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
- * column (or row) ranges of whole micro-tiles, one per thread, each running
- * the loop nest above with its own packing buffers. Each element of C is
+ * row (or column: prefer_m) ranges of whole micro-tiles, one per thread,
+ * each running the loop nest above with its own packing buffers. Each element of C is
  * computed by the same instructions whatever the cut, so results are
  * bit-identical for any thread count. Buffers are process-lifetime scratch,
  * allocated on first use; calls are serialised by a mutex, since the
@@ -68,6 +68,8 @@ enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
  * 0.178 ms on 2 (docs/kernels.md); the base model's GEMMs (>= 9 MFLOP)
  * keep both threads. */
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
+/* At most this K, threads cut M rather than N unless N > 4 M (prefer_m). */
+enum { SPLIT_M_MAX_K = 128 };
 /* A packed B block of at most this many bytes (short K blocks: K = batch
  * in a weight gradient) is swept row of tiles by row of tiles, so each K
  * block's pass over C streams along C's rows (gemm_block). */
@@ -353,6 +355,31 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
     return MXP_GEMM_PATH_DPBF16;
 }
 
+/* Whether threads should cut M (whole rows of C each) rather than N, when
+ * M has enough tiles. Cutting N makes every thread pack all of op(A),
+ * cutting M all of op(B), so by packing alone the larger dimension is cut.
+ * But threads that own column ranges write interleaved pieces of every row
+ * of C (1-2 KiB each at N = 512), and on the 2-CPU development VM that
+ * slowed BOTH threads whenever C traffic mattered: 2 threads, wall clock,
+ * 512x512x32 TN bf16 took 80-290 us cut along N against 48-50 us cut
+ * along M (one thread alone on its half: 46 us); with thread 1 writing
+ * its columns into a separate buffer, the N cut also ran in 48-50 us, so
+ * it is the sharing of C's rows, not the packing (docs/kernels.md, issue
+ * 16). Hence M is cut also when
+ *   - K <= SPLIT_M_MAX_K (a pass over C every few k: weight gradients at
+ *     batch 32-128, layers with 65-72 inputs), unless N > 4 M, where the
+ *     duplicated op(B) packing costs more (128x2048x128: N cut +13% f32,
+ *     +9% bf16);
+ *   - on the DPBF16 path with N <= 2 M: a row range of at most MC rows
+ *     then packs op(B) in L2-sized chunks (gemm_range_l2), and cutting M
+ *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512; on the
+ *     F32 path those shapes were within 6% either way, so they keep N. */
+static bool prefer_m(const gemm_plan *p) {
+    if (p->M > p->N) return true;
+    if (p->K <= SPLIT_M_MAX_K && p->N <= 4 * p->M) return true;
+    return p->dp && p->N <= 2 * p->M;
+}
+
 /* C = beta * C (beta == 0 writes zeros without reading C): K == 0. */
 static void scale_c(const mxp_gemm_args *g) {
     for (int64_t i = 0; i < g->M; i++) {
@@ -385,11 +412,9 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
               p.M <= MXP_GEMM_SMALL_M;
     size_t tiles_m = (p.M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles_n = (p.N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
-    /* Cutting N makes every thread pack all of op(A), cutting M all of
-     * op(B): duplicate the smaller one, if that dimension has enough tiles. */
     bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;
-    p.split_n = p.M <= p.N ? n_ok || (!m_ok && tiles_n >= tiles_m)
-                           : !m_ok && (n_ok || tiles_n > tiles_m);
+    p.split_n = prefer_m(&p) ? !m_ok && (n_ok || tiles_n > tiles_m)
+                             : n_ok || (!m_ok && tiles_n >= tiles_m);
     if (p.small) p.split_n = true; /* ranges of whole MR-column groups of C */
     if (p.small) tiles_n = (p.N + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles = p.split_n ? tiles_n : tiles_m;
