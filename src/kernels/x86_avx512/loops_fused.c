@@ -249,37 +249,12 @@ static inline __m512 load_any(mxp_dtype t, const void *dy, size_t i, __mmask16 k
 }
 
 /* mxp_avx512_bias_grad (loops_rows.c) with the rows widened as they are
- * read: the same column blocks, each column summed over b in row order
- * from zero and added to dbias once, so the bits are those of bias_grad on
- * the widened copy. */
+ * read: the same loop (v_col_sums_add), so the bits are those of bias_grad
+ * on the widened copy. */
 void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
                                 int64_t C) {
-    if (t == MXP_DTYPE_F32) {
+    if (t == MXP_DTYPE_F32)
         mxp_avx512_bias_grad(dbias, dy, B, C);
-        return;
-    }
-    if (C <= 0 || B <= 0) return;
-    const size_t n = (size_t)C;
-    size_t c = 0;
-    for (; c + 64 <= n; c += 64) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-        for (int64_t b = 0; b < B; b++) {
-            const size_t r = (size_t)b * n + c;
-            a0 = _mm512_add_ps(a0, load_any(t, dy, r, 0xffff));
-            a1 = _mm512_add_ps(a1, load_any(t, dy, r + 16, 0xffff));
-            a2 = _mm512_add_ps(a2, load_any(t, dy, r + 32, 0xffff));
-            a3 = _mm512_add_ps(a3, load_any(t, dy, r + 48, 0xffff));
-        }
-        _mm512_storeu_ps(dbias + c, _mm512_add_ps(_mm512_loadu_ps(dbias + c), a0));
-        _mm512_storeu_ps(dbias + c + 16, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 16), a1));
-        _mm512_storeu_ps(dbias + c + 32, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 32), a2));
-        _mm512_storeu_ps(dbias + c + 48, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 48), a3));
-    }
-    for (; c < n; c += 16) {
-        __mmask16 k = lanes16(n - c);
-        __m512 a = _mm512_setzero_ps();
-        for (int64_t b = 0; b < B; b++) a = _mm512_add_ps(a, load_any(t, dy, (size_t)b * n + c, k));
-        _mm512_mask_storeu_ps(dbias + c, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbias + c), a));
-    }
+    else
+        v_col_sums_add(dbias, t, dy, B, C, load_any);
 }

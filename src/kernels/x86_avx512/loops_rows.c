@@ -48,35 +48,16 @@ void mxp_avx512_add_bias(float *y, const float *bias, int64_t B, int64_t C) {
     }
 }
 
+static inline __m512 load_f32(mxp_dtype t, const void *src, size_t i, __mmask16 k) {
+    (void)t;
+    return _mm512_maskz_loadu_ps(k, (const float *)src + i);
+}
+
 /* Columns in blocks of 64: the block's sums over the rows (in order b = 0,
  * 1, ..., starting from zero) stay in registers and are then added to dbias
- * once (see the file comment). */
+ * once (see the file comment; the loop is v_col_sums_add, loops_simd.h). */
 void mxp_avx512_bias_grad(float *dbias, const float *dy, int64_t B, int64_t C) {
-    if (C <= 0 || B <= 0) return;
-    const size_t n = (size_t)C;
-    size_t c = 0;
-    for (; c + 64 <= n; c += 64) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-        for (int64_t b = 0; b < B; b++) {
-            const float *r = ROW(dy, b, C) + c;
-            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(r));
-            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(r + 16));
-            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(r + 32));
-            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(r + 48));
-        }
-        _mm512_storeu_ps(dbias + c, _mm512_add_ps(_mm512_loadu_ps(dbias + c), a0));
-        _mm512_storeu_ps(dbias + c + 16, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 16), a1));
-        _mm512_storeu_ps(dbias + c + 32, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 32), a2));
-        _mm512_storeu_ps(dbias + c + 48, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 48), a3));
-    }
-    for (; c < n; c += 16) {
-        __mmask16 k = lanes16(n - c);
-        __m512 a = _mm512_setzero_ps();
-        for (int64_t b = 0; b < B; b++)
-            a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(k, ROW(dy, b, C) + c));
-        _mm512_mask_storeu_ps(dbias + c, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbias + c), a));
-    }
+    v_col_sums_add(dbias, MXP_DTYPE_F32, dy, B, C, load_f32);
 }
 
 /* Sum of x[0..n) in FP32 (two 16-lane accumulators, then a tree). */

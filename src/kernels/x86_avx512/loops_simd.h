@@ -64,6 +64,44 @@ static inline void par_run(size_t n, mxp_parallel_fn fn, void *ctx) {
 }
 
 /* MXCSR bits: FTZ (bit 15) and DAZ (bit 6). */
+/* Lanes k of element i of a [B, C] matrix src stored in dtype t, as FP32. */
+typedef __m512 (*v_col_load)(mxp_dtype t, const void *src, size_t i, __mmask16 k);
+
+/* dbias[c] += sum over b of src[b][c]: columns in blocks of 64, each
+ * block's sums formed over the rows in order (b = 0, 1, ...) from zero in
+ * registers, then added to dbias once. The one loop of bias_grad
+ * (loops_rows.c, FP32 rows) and bias_grad_typed (loops_fused.c, rows
+ * widened by `load`); always inlined, so each caller's constant loader is
+ * inlined too. */
+static inline __attribute__((always_inline)) void v_col_sums_add(float *dbias, mxp_dtype t,
+                                                                 const void *src, int64_t B,
+                                                                 int64_t C, v_col_load load) {
+    if (C <= 0 || B <= 0) return;
+    const size_t n = (size_t)C;
+    size_t c = 0;
+    for (; c + 64 <= n; c += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) {
+            const size_t r = (size_t)b * n + c;
+            a0 = _mm512_add_ps(a0, load(t, src, r, 0xffff));
+            a1 = _mm512_add_ps(a1, load(t, src, r + 16, 0xffff));
+            a2 = _mm512_add_ps(a2, load(t, src, r + 32, 0xffff));
+            a3 = _mm512_add_ps(a3, load(t, src, r + 48, 0xffff));
+        }
+        _mm512_storeu_ps(dbias + c, _mm512_add_ps(_mm512_loadu_ps(dbias + c), a0));
+        _mm512_storeu_ps(dbias + c + 16, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 16), a1));
+        _mm512_storeu_ps(dbias + c + 32, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 32), a2));
+        _mm512_storeu_ps(dbias + c + 48, _mm512_add_ps(_mm512_loadu_ps(dbias + c + 48), a3));
+    }
+    for (; c < n; c += 16) {
+        __mmask16 k = lanes16(n - c);
+        __m512 a = _mm512_setzero_ps();
+        for (int64_t b = 0; b < B; b++) a = _mm512_add_ps(a, load(t, src, (size_t)b * n + c, k));
+        _mm512_mask_storeu_ps(dbias + c, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbias + c), a));
+    }
+}
+
 #define MXP_MXCSR_FTZ_DAZ 0x8040u
 
 /* Clear FTZ/DAZ for the duration of a kernel that must keep subnormals;
