@@ -593,6 +593,8 @@ static void test_reduce(void) {
             for (int nat = 0; nat < 2; nat++) {
                 fill(x, n, 1000.0f, true);
                 for (size_t i = 0; i < n; i += 5) x[i] = (float)mxp_rng_below(&rng, 3) * 1e-39f;
+                for (size_t i = 3; i < n; i += 7) /* -0 (read as +0) and negative subnormals */
+                    x[i] = (float)mxp_rng_below(&rng, 3) * -1e-39f;
                 memcpy(gr, x, n * 4);
                 memcpy(ga, x, n * 4);
                 mxp_grad_stats sr, sa;

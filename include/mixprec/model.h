@@ -7,7 +7,8 @@
  *   work    dtype [P]  working weights used in compute (aliases master in
  *                      fp32 mode)
  *   grads   FP32 [P]   parameter gradients, ACCUMULATED (+=) by backward,
- *                      scaled by the loss scale passed to the step
+ *                      scaled by the loss scale passed to the step; WRITTEN
+ *                      (=) by the first backward after mxp_model_discard_grads
  * Activations are kept for backward in the policy's activation dtype; the
  * activation gradients flow in the policy's grad dtype; arithmetic is FP32.
  * Parameter names follow PyTorch nn.Sequential: "layers.<i>.weight" [out, in]
@@ -137,12 +138,26 @@ size_t mxp_model_num_params(const mxp_model *m);
 int64_t mxp_model_out_dim(const mxp_model *m);
 float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
 void *mxp_model_work(mxp_model *m, mxp_dtype *type);
+/* The FP32 grad slab [P] (NULL for an inference-only model). After
+ * mxp_model_discard_grads and before the next backward it is zeroed on
+ * this call (as mxp_model_zero_grads), so it never shows void values. */
 float *mxp_model_grads(mxp_model *m);
 /* Recast master -> work (RNE); no-op in fp32 and pure modes. */
 void mxp_model_sync_work(mxp_model *m);
 /* Element i of the parameters as FP32 (master if present, else work). */
 float mxp_model_param(const mxp_model *m, size_t i);
+/* Set every gradient to +0 (a memset; PyTorch zero_grad(set_to_none=False)). */
 void mxp_model_zero_grads(mxp_model *m);
+/* Discard the gradients without touching memory (PyTorch
+ * zero_grad(set_to_none=True)): the next mxp_model_step with backward
+ * WRITES every parameter gradient (GEMM beta 0, no separate zeroing pass),
+ * and later ones add as usual (gradient accumulation over micro-batches).
+ * The result is that of mxp_model_zero_grads + the same backward, bit for
+ * bit, except that a gradient that is exactly -0.0 stays -0.0 where adding
+ * it to +0 gave +0.0 (the trainer's grad pass maps it to +0.0, so a
+ * trainer step is unchanged; docs/kernels.md). The trainer calls it at
+ * the start of each step. */
+void mxp_model_discard_grads(mxp_model *m);
 
 /* Named parameter tensors, in slab order. */
 typedef struct mxp_tensor_info {

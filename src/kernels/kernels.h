@@ -216,7 +216,9 @@ typedef struct mxp_kernels {
     float (*absmax)(const float *x, size_t n, int64_t *nonfinite);
 
     /* --- fused gradient pass ---
-     * g[i] *= inv_scale in place, and gather mxp_grad_stats over the result.
+     * g[i] *= inv_scale in place, and gather mxp_grad_stats over the result;
+     * a g[i] of -0.0 is taken as +0.0 (backend/numerics/gradpass.h,
+     * mxp_gradpass_canon).
      * near_overflow_at is compared with |g[i]| BEFORE unscaling (the value
      * that lived in the low-precision format); pass INFINITY to disable. */
     void (*unscale_stats)(float *g, size_t n, float inv_scale,

@@ -429,12 +429,13 @@ static void dense_fwd(mxp_model *m, const blk_scr *s, int slot, mxp_dtype xt, co
 static void dense_bwd_params(mxp_model *m, mxp_dtype xt, const void *x, int64_t B, int64_t in,
                              int64_t out, size_t w_off, size_t b_off, const float *dy32,
                              int64_t ld) {
+    nn_grad_zero(m, b_off, (size_t)out);
     m->k->bias_grad(m->grads + b_off, dy32, B, out);
     mxp_gemm_args gw = {
         .trans_a = true, .trans_b = false, .M = out, .N = in, .K = B,
         .a_type = MXP_DTYPE_F32, .A = dy32, .lda = ld,
         .b_type = xt, .B = x, .ldb = in,
-        .C = m->grads + w_off, .ldc = in, .alpha = 1.0f, .beta = 1.0f,
+        .C = m->grads + w_off, .ldc = in, .alpha = 1.0f, .beta = nn_grad_beta(m),
     };
     m->k->gemm(&gw);
 }
@@ -607,6 +608,8 @@ static void block_backward_whole(mxp_model *m, int l, int64_t B, const void *dy,
     nn_round_f32(m, gt, s.fc2, nC);
     const float *r1 = nn_view_f32(m, at, v.res1, nC, s.f4a + nC);
     const float *g2 = nn_param_f32(m, w.ln2w, (size_t)C, s.fb);
+    nn_grad_zero(m, w.ln2w, (size_t)C);
+    nn_grad_zero(m, w.ln2b, (size_t)C);
     m->k->layernorm_bwd(s.f4a, m->grads + w.ln2w, m->grads + w.ln2b, s.fc2, r1, v.ln2m, v.ln2r,
                         g2, B, C);
     m->k->axpy(D, 1.0f, s.f4a, nC);
@@ -626,6 +629,8 @@ static void block_backward_whole(mxp_model *m, int l, int64_t B, const void *dy,
     nn_round_f32(m, gt, s.fc2, nC);
     const float *x0 = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], nC, s.f4a + nC);
     const float *g1 = nn_param_f32(m, w.ln1w, (size_t)C, s.fb);
+    nn_grad_zero(m, w.ln1w, (size_t)C);
+    nn_grad_zero(m, w.ln1b, (size_t)C);
     m->k->layernorm_bwd(s.f4a, m->grads + w.ln1w, m->grads + w.ln1b, s.fc2, x0, v.ln1m, v.ln1r,
                         g1, B, C);
     if (dx32)
@@ -684,6 +689,8 @@ void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx
     dense_bwd_params_typed(m, gt, s.gs, B, C, 4 * C, mt, v.ln2, w.fw, w.fb, cs);
     const float *r1 = nn_view_f32(m, at, v.res1, nC, gf);
     const float *g2 = nn_param_f32(m, w.ln2w, (size_t)C, s.fb);
+    nn_grad_zero(m, w.ln2w, (size_t)C);
+    nn_grad_zero(m, w.ln2b, (size_t)C);
     m->k->layernorm_bwd(gf + nC, m->grads + w.ln2w, m->grads + w.ln2b, dA, r1, v.ln2m, v.ln2r,
                         g2, B, C);
     m->k->axpy(D, 1.0f, gf + nC, nC);
@@ -708,6 +715,8 @@ void nn_block_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx
     dense_bwd_params_typed(m, gt, s.gs, B, C, 3 * C, mt, v.ln1, w.aw, w.ab, cs);
     const float *x0 = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], nC, gf);
     const float *g1 = nn_param_f32(m, w.ln1w, (size_t)C, s.fb);
+    nn_grad_zero(m, w.ln1w, (size_t)C);
+    nn_grad_zero(m, w.ln1b, (size_t)C);
     m->k->layernorm_bwd(gf + nC, m->grads + w.ln1w, m->grads + w.ln1b, dA, x0, v.ln1m, v.ln1r,
                         g1, B, C);
     if (dx32)

@@ -115,13 +115,16 @@ void nn_fp8_dense_forward(mxp_model *m, int slot, const float *x32, int64_t B, i
 
 /* Backward of nn_fp8_dense_forward. dy32 [B, out] holds the FP32 output
  * gradient and is OVERWRITTEN with its quantised form; parameter grads are
- * added (+=) to the grad slab; dx32 [B, in] ("=") may be NULL. x32, xq, wq
+ * added (+=) to the grad slab (written when the backward writes); dx32 [B, in] ("=") may be NULL. x32, xq, wq
  * as in forward (xq must not alias dy32). */
 void nn_fp8_dense_backward(mxp_model *m, int slot, const float *x32, int64_t B, int64_t in,
                            int64_t out, size_t w_off, bool has_bias, size_t b_off, float *dy32,
                            float *dx32, float *xq, float *wq) {
     mxp_fp8_scaling *f = m->fp8;
-    if (has_bias) m->k->bias_grad(m->grads + b_off, dy32, B, out);
+    if (has_bias) {
+        nn_grad_zero(m, b_off, (size_t)out);
+        m->k->bias_grad(m->grads + b_off, dy32, B, out);
+    }
     float ag = mxp_fp8_quantize(mxp_fp8_scaling_format(f, slot + 2), dy32, dy32,
                                 (size_t)B * (size_t)out, mxp_fp8_scaling_scale(f, slot + 2));
     if (m->fp8_observe) mxp_fp8_scaling_observe(f, slot + 2, ag);
@@ -132,7 +135,7 @@ void nn_fp8_dense_backward(mxp_model *m, int slot, const float *x32, int64_t B, 
         .a_type = MXP_DTYPE_F32, .A = dy32, .lda = out,
         .b_type = MXP_DTYPE_F32, .B = xq, .ldb = in,
         .C = m->grads + w_off, .ldc = in,
-        .alpha = inv_g * mxp_fp8_scaling_scale_inv(f, slot), .beta = 1.0f,
+        .alpha = inv_g * mxp_fp8_scaling_scale_inv(f, slot), .beta = nn_grad_beta(m),
     };
     m->k->gemm(&gw);
     if (!dx32) return;

@@ -8,14 +8,17 @@
  *     y[r] = (wte[id] + wpe[t]) * embed_scale            (FP32, then stored
  * in the activation dtype by the driver). Backward scatters:
  *     dwte[id] += embed_scale * dY[r],  dwpe[t] += embed_scale * dY[r]
- * (the first layer: no dX). The lookup is not a matmul: it reads FP32
+ * (the first layer: no dX; in a backward that writes the gradients,
+ * nn_grad_beta, the slices are zeroed first, wte only when no tied
+ * lm_head wrote it). The lookup is not a matmul: it reads FP32
  * parameters (the work slab widened, or the master in FP8 mode).
  *
  * LM head, tied to the embedding as GPT-2 (no bias): logits = x wte^T,
  * a matmul under the policy (operands in the matmul input dtype, FP32
  * accumulation; FP8-emulated in fp8 mode with its own three scaling
  * tensors), with dwte += dlogits^T x accumulated into the embedding's
- * gradient, and dX = dlogits wte.
+ * gradient (written, beta 0, when the backward writes: the lm_head's
+ * backward runs before the embedding's), and dX = dlogits wte.
  * Reference: Radford et al. 2019 (GPT-2); karpathy/llm.c encoder_forward /
  * encoder_backward and matmul_forward / matmul_backward.
  */
@@ -74,6 +77,12 @@ void nn_embedding_backward(mxp_model *m, int l, int64_t B, const void *dy, float
     const float *d = nn_view_f32(m, m->b.grad_type, dy, (size_t)(B * C), m->b.sa);
     const float sc = m->spec.embed_scale;
     float *gte = m->grads + L->w_off, *gpe = m->grads + L->p_off;
+    /* a writing backward (nn_grad_beta): the scatter adds, so its slices
+     * start from zero, except a wte the tied lm_head (the last layer, whose
+     * backward ran first) has already written */
+    if (m->layers[m->n_layers - 1].kind != MXP_LAYER_LM_HEAD)
+        nn_grad_zero(m, L->w_off, (size_t)(L->V * C));
+    nn_grad_zero(m, L->p_off, (size_t)(T * C));
     for (int64_t r = 0; r < B; r++) {
         float *a = gte + (int64_t)ids[r] * C, *p = gpe + (r % T) * C;
         const float *dr = d + r * C;
@@ -127,7 +136,7 @@ void nn_lm_head_backward(mxp_model *m, int l, int64_t B, const void *dy, float *
         .trans_a = true, .trans_b = false, .M = V, .N = C, .K = B,
         .a_type = gt, .A = dy, .lda = V,
         .b_type = xt, .B = x, .ldb = C,
-        .C = m->grads + L->p_off, .ldc = C, .alpha = 1.0f, .beta = 1.0f,
+        .C = m->grads + L->p_off, .ldc = C, .alpha = 1.0f, .beta = nn_grad_beta(m),
     };
     m->k->gemm(&gw);
     if (!dx32) return;

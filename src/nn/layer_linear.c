@@ -8,8 +8,9 @@
  * accumulates in FP32 (or, when the policy sets fp16_accum_k, FP16 x FP16
  * GEMMs use the emulated FP16 fast-accumulate kernel: linear_gemm). Backward (llm.c matmul_backward, in GEMM form):
  *   dX  = dY W          ("=", skipped for the first layer)
- *   dW += dY^T X        (beta = 1 into the FP32 grad slab)
- *   db += sum_b dY      (FP32)
+ *   dW += dY^T X        (beta = 1 into the FP32 grad slab; beta = 0, "=",
+ *                        when the backward writes: nn_grad_beta)
+ *   db += sum_b dY      (FP32; its slice zeroed first when writing)
  * FP8 mode (m->fp8) runs the delayed-scaling form in block_dense.c.
  * A layer kept FP32 (mxp_model_set_fp32_layers, nn_layer_fp32) reads W and
  * b from the FP32 master and x, dY in FP32 (the planner stores them so), in
@@ -64,6 +65,7 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
     const mxp_dtype gt = m->b.gtype[l + 1]; /* dY: the gradient of acts[l+1] */
 
     /* db += column sums of dY, in FP32 (fused: dY widened as it is read) */
+    nn_grad_zero(m, L->b_off, (size_t)L->out);
     if (m->fuse) {
         m->k->bias_grad_typed(m->grads + L->b_off, gt, dy, B, L->out);
     } else {
@@ -71,7 +73,7 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
         m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
     }
 
-    /* dW[out, in] += dY^T [out, B] @ X [B, in] */
+    /* dW[out, in] += dY^T [out, B] @ X [B, in]  (= when writing) */
     mxp_dtype xt;
     const void *x = nn_matmul_input(m, l, B, &xt);
     mxp_gemm_args gw = {
@@ -79,7 +81,7 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
         .M = L->out, .N = L->in, .K = B,
         .a_type = gt, .A = dy, .lda = L->out,
         .b_type = xt, .B = x, .ldb = L->in,
-        .C = m->grads + L->w_off, .ldc = L->in, .alpha = 1.0f, .beta = 1.0f,
+        .C = m->grads + L->w_off, .ldc = L->in, .alpha = 1.0f, .beta = nn_grad_beta(m),
     };
     linear_gemm(m, &gw);
 

@@ -29,7 +29,7 @@ void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32) {
                         L->in, m->spec.layernorm_eps);
 }
 
-/* dgamma, dbeta += (grad slab); dX = into dx32, or into the driver's idle
+/* dgamma, dbeta += (grad slab; = when writing, nn_grad_zero); dX = into dx32, or into the driver's idle
  * staging buffer sy when the caller does not need it (first layer).
  * Scratch: xs when it has room for the two FP32 views, else sa and sb. */
 void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
@@ -44,6 +44,7 @@ void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
     const float *dy32 = nn_view_f32(m, m->b.grad_type, dy, n, va);
     const float *x = nn_view_f32(m, m->b.act_type[l], m->b.acts[l], n, vb);
     const float *gamma = nn_param_f32(m, L->w_off, C, m->b.p0);
+    nn_grad_zero(m, L->w_off, L->n_params); /* gamma then beta: "+=" kernel */
     m->k->layernorm_bwd(dx32 ? dx32 : m->b.sy, m->grads + L->w_off,
                         m->grads + L->b_off, dy32, x, ln_mean(m, l),
                         ln_rstd(m, l), gamma, B, L->in);

@@ -10,7 +10,9 @@
  * buffer is carved from one arena planned for max_batch at create (see
  * nn_internal.h). Parameter init follows
  * PyTorch nn.Linear.reset_parameters (bound 1/sqrt(fan_in) for weight and
- * bias) and nn.LayerNorm (gamma 1, beta 0).
+ * bias) and nn.LayerNorm (gamma 1, beta 0). Gradients: zeroed
+ * (mxp_model_zero_grads) or discarded (mxp_model_discard_grads: the next
+ * backward writes them, model_step.c; nn_grad_beta in nn_internal.h).
  */
 #include "nn/nn_internal.h"
 
@@ -365,7 +367,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
         }
         init_params(m, seed, st);
         install_weights(m, policy, &m->b, st);
-        if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+        mxp_model_zero_grads(m);
         mxp_free(tmp);
     }
     *out = m;
@@ -450,7 +452,7 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
     nn_free_bufs(&m->b);
     m->b = nb;
     m->policy = *policy;
-    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+    mxp_model_zero_grads(m);
     return MXP_OK;
 }
 
@@ -572,7 +574,7 @@ mxp_status nn_model_set_block_rows(mxp_model *m, int64_t rows, mxp_error *err) {
     mxp_free(tmp);
     nn_free_bufs(&m->b);
     m->b = nb;
-    if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+    mxp_model_zero_grads(m);
     return MXP_OK;
 }
 
@@ -585,7 +587,13 @@ const mxp_model_spec *mxp_model_get_spec(const mxp_model *m) { return &m->spec; 
 size_t mxp_model_num_params(const mxp_model *m) { return m->n_params; }
 int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
 float *mxp_model_master(mxp_model *m) { return m->b.master; }
-float *mxp_model_grads(mxp_model *m) { return m->grads; }
+/* Discarded gradients read before the backward that would write them are
+ * zeroed here, so a reader sees what it saw when every step began with a
+ * memset. */
+float *mxp_model_grads(mxp_model *m) {
+    if (m->grads_stale) mxp_model_zero_grads(m);
+    return m->grads;
+}
 
 void *mxp_model_work(mxp_model *m, mxp_dtype *type) {
     if (type) *type = m->policy.weight;
@@ -605,6 +613,15 @@ float mxp_model_param(const mxp_model *m, size_t i) {
 
 void mxp_model_zero_grads(mxp_model *m) {
     if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+    m->grads_stale = false;
+}
+
+void mxp_model_discard_grads(mxp_model *m) {
+    if (m->grads) m->grads_stale = true;
+}
+
+void nn_grad_zero(mxp_model *m, size_t off, size_t n) {
+    if (m->grad_write) memset(m->grads + off, 0, n * sizeof(float));
 }
 
 int mxp_model_num_tensors(const mxp_model *m) { return m->n_tensors; }

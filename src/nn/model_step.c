@@ -10,7 +10,9 @@
  * 7e4 into FP16) counts as non-finite: the stored tensor is what the next
  * layer reads. Backward also scans each layer's parameter gradients (in
  * the grad slab, after accumulation), which names the first layer when only
- * its dW is non-finite. Nothing is allocated here.
+ * its dW is non-finite. Nothing is allocated here. The first backward after
+ * mxp_model_discard_grads writes the parameter gradients instead of adding
+ * (m->grad_write, nn_grad_beta).
  * Training passes (a non-NULL site) also feed an attached per-layer monitor
  * (headroom.c: the same scans, recorded) and take an armed fault (fault.c);
  * in anomaly mode they also check the input batch, each layer's weights
@@ -396,7 +398,10 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
 }
 
 /* Layers L-1 .. first parameter layer: dX into the ping-pong grad buffers
- * (dY of the last layer is in g[0]), parameter grads += into the slab. */
+ * (dY of the last layer is in g[0]), parameter grads += into the slab, or
+ * = when the gradients were discarded (m->grad_write: every layer that
+ * owns parameters runs here, each writes all of its gradients; the tied
+ * lm_head runs before the embedding that adds into the same wte). */
 static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
     nn_bufs *b = &m->b;
     const int lo = first_param_layer(m);
@@ -532,7 +537,10 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
         } else if (site && !site->found && nf_grad > 0) {
             site_set(m, site, true, -1, lname, nf_grad, "grad_input");
         }
+        m->grad_write = m->grads_stale; /* discarded: this backward writes them */
         backward_layers(m, b->B, site);
+        m->grad_write = false;
+        m->grads_stale = false;
         m->time_backward_s += mxp_time_now() - t1;
     }
     if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);

@@ -132,6 +132,11 @@ struct mxp_model {
     bool fuse;                 /* fused forward epilogues (model_step.c; default on,
                                   MIXPREC_FUSION=0 or nn_model_set_fusion turn
                                   them off; the bits are the same either way) */
+    bool grads_stale;          /* mxp_model_discard_grads: the slab's contents are void
+                                  until the next backward, which writes them */
+    bool grad_write;           /* inside that backward: parameter gradients are written
+                                  ("=": GEMM beta 0, slices of "+=" kernels zeroed
+                                  first, nn_grad_beta / nn_grad_zero), not added */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
 };
@@ -180,6 +185,21 @@ double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
                        float loss_scale);
 
 /* ---- helpers shared by the layer files ----------------------------------- */
+
+/* Parameter gradients, "=" or "+=" (the = vs += rule of llm.c): a backward
+ * normally ADDS into the grad slab; the first backward after
+ * mxp_model_discard_grads WRITES it instead (m->grad_write), so no pass
+ * zeroes the slab. Every layer's backward writes each of its parameter
+ * gradients exactly once in that backward: a GEMM producing a whole
+ * gradient takes beta nn_grad_beta(m) (0 when writing: C is not read); a
+ * "+=" kernel or a scatter (bias_grad, layernorm_bwd, embedding) first
+ * clears its slice with nn_grad_zero. The written values are those of
+ * "zero, then add" except that an exactly -0.0 gradient stays -0.0 (0 + x
+ * is x for every other x); the trainer's grad pass turns it into +0.0
+ * (mxp_gradpass_elem), so what the step computes from them is unchanged. */
+static inline float nn_grad_beta(const mxp_model *m) { return m->grad_write ? 0.0f : 1.0f; }
+/* Zero the n gradients at slab offset off when this backward writes. */
+void nn_grad_zero(mxp_model *m, size_t off, size_t n);
 
 /* An FP32 view of n elements of a typed buffer: the buffer itself when it is
  * F32, else its widened copy in scratch. */

@@ -3,10 +3,11 @@
  * Entry points: mxp_trainer_create/destroy, mxp_trainer_step,
  * mxp_trainer_set_precision, mxp_trainer_stats, mxp_trainer_history.
  *
- * A step (DESIGN.md "One training step"): zero grads; per micro-batch a
- * forward/backward whose loss is multiplied by scale * B_i / B_total (so the
- * FP32 grad slab accumulates the scaled gradient of the mean loss over all
- * micro-batches); ONE fused pass over the slab unscales by 1/scale (double,
+ * A step (DESIGN.md "One training step"): discard the grads (no memset:
+ * the first micro-batch's backward writes them, mxp_model_discard_grads);
+ * per micro-batch a forward/backward whose loss is multiplied by scale *
+ * B_i / B_total (so the FP32 grad slab accumulates the scaled gradient of
+ * the mean loss over all micro-batches); ONE fused pass over the slab unscales by 1/scale (double,
  * stored as float, as GradScaler), detects non-finite values and gathers
  * gradient health; then either clip (by global norm, after unscaling, with
  * PyTorch's clip_coef = max_norm / (norm + 1e-6)) and update, or skip with
@@ -205,7 +206,7 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     double f0, b0, f1, b1;
     const double t_start = mxp_time_now();
     mxp_model_phase_times(m, &f0, &b0);
-    mxp_model_zero_grads(m);
+    mxp_model_discard_grads(m); /* the first micro-batch's backward writes them */
     double loss_sum = 0;
     for (int i = 0; i < n_micro; i++) {
         double loss = 0;

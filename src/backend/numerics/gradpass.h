@@ -26,12 +26,23 @@ MXP_HD static inline mxp_gradpass_acc mxp_gradpass_acc_init(void) {
     return a;
 }
 
+/* A raw gradient of -0.0 as +0.0 (bitwise, so no MXCSR flag can touch a
+ * subnormal): the value that adding it to a zeroed slab gives. The first
+ * backward of a step writes the gradients instead of adding them to zeros
+ * (mxp_model_discard_grads), which keeps an exact -0.0; mapped here, the
+ * slab after the pass and everything the step computes from it are the
+ * bits of "zero, then add" (0 + x == x for every other x). */
+MXP_HD static inline float mxp_gradpass_canon(float raw) {
+    return mxp_hd_f32_bits(raw) == 0x80000000u ? 0.0f : raw;
+}
+
 /* Unscale one raw gradient and classify it; returns the unscaled value.
  * Every element is either non-finite after unscaling (counted, nothing else)
  * or finite (zero?, near-overflow? judged on |raw| >= near_overflow_at,
- * absmax, sumsq in double). */
+ * absmax, sumsq in double). raw -0.0 counts as +0.0 (mxp_gradpass_canon). */
 MXP_HD static inline float mxp_gradpass_elem(float raw, float inv_scale,
                                              float near_overflow_at, mxp_gradpass_acc *a) {
+    raw = mxp_gradpass_canon(raw);
     float v = raw * inv_scale;
     a->n++;
     if (!mxp_hd_isfinite(v)) {

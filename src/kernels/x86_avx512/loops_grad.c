@@ -7,7 +7,8 @@
  * Agreement with the generic kernels (kernels/generic/reduce.c,
  * gradpass.c):
  *   exact: every count (nonfinite, zeros, near_overflow, n), absmax (a max
- *     does not depend on order), and the unscaled gradients (one multiply);
+ *     does not depend on order), and the unscaled gradients (one multiply,
+ *     after mxp_gradpass_canon's -0 -> +0, a bit compare);
  *   reordered double sums: sum, sumsq and unscale_stats' sumsq add the same
  *     exact double terms ((double)x, or (double)x * x, which is exact) in 4
  *     or 2 interleaved lanes of 8 instead of left to right, so they differ
@@ -99,7 +100,7 @@ static void unscale_range(float *g, size_t n, float inv_scale, float near_overfl
     unsigned csr = mxcsr_exact_enter(); /* per thread: MXCSR is thread state */
     const __m512 inv = _mm512_set1_ps(inv_scale), nat = _mm512_set1_ps(near_overflow_at);
     const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
-    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i one = _mm512_set1_epi32(1), neg0 = _mm512_set1_epi32((int)0x80000000u);
     __m512 amax = _mm512_setzero_ps();
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     int64_t nonfinite = 0, zeros = 0, near = 0;
@@ -109,7 +110,9 @@ static void unscale_range(float *g, size_t n, float inv_scale, float near_overfl
         __m512i c_near = _mm512_setzero_si512();
         for (size_t i = blk; i < end; i += 16) {
             __mmask16 k = lanes16(end - i);
-            __m512 raw = _mm512_maskz_loadu_ps(k, g + i);
+            __m512i ri = _mm512_maskz_loadu_epi32(k, g + i);
+            ri = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(ri, neg0), ri); /* -0 -> +0 */
+            __m512 raw = _mm512_castsi512_ps(ri);
             __m512 v = _mm512_mul_ps(raw, inv);
             _mm512_mask_storeu_ps(g + i, k, v);
             __m512 a = _mm512_abs_ps(v);
