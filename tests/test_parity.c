@@ -8,6 +8,7 @@
  *      against PyTorch's slab order;
  *   2. loads PyTorch's parameters, runs one forward/backward (loss scale 1)
  *      and checks the loss, the predictions and every gradient element;
+ *      then again from discarded (NaN-filled) grads in two micro-batches;
  *   3. trains 10 full-batch AdamW steps with the trainer and checks the 10
  *      losses and the final parameters;
  *   4. repeats the 10 steps in mixed_bf16 and checks the losses loosely.
@@ -435,6 +436,28 @@ static void check_forward_backward(const parity_case *pc, const char *label) {
         const parity_tensor *pt = &pc->tensors[t];
         int64_t n = pt->ndim == 2 ? pt->shape[0] * pt->shape[1] : pt->shape[0];
         check_slice(label, pt->name, g + pt->offset, pc->grads + pt->offset, n, GRAD_ATOL,
+                    GRAD_RTOL);
+    }
+    /* the trainer's way (mxp_model_discard_grads): a slab of NaN discarded,
+     * the first of two micro-batches (loss scales B_i / B) writes every
+     * gradient, the second adds; the sum is PyTorch's full-batch gradient */
+    float *gw = mxp_model_grads(m);
+    for (size_t i = 0; i < mxp_model_num_params(m); i++) gw[i] = NAN;
+    mxp_model_discard_grads(m);
+    const int64_t B1 = pc->B / 2, B2 = pc->B - B1, C = pc->in_dim, Y = pc->out_dim;
+    mxp_batch h[2] = {{pc->x, pc->y, pc->labels, B1},
+                      {pc->x + B1 * C, pc->y ? pc->y + B1 * Y : NULL,
+                       pc->labels ? pc->labels + B1 : NULL, B2}};
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(mxp_model_step(m, &h[i], true, (float)((double)h[i].B / (double)pc->B), &loss,
+                                NULL, err),
+                 err);
+    char lab[256];
+    snprintf(lab, sizeof lab, "%s (discarded grads, 2 micro-batches)", label);
+    for (int t = 0; t < pc->n_tensors; t++) {
+        const parity_tensor *pt = &pc->tensors[t];
+        int64_t n = pt->ndim == 2 ? pt->shape[0] * pt->shape[1] : pt->shape[0];
+        check_slice(lab, pt->name, gw + pt->offset, pc->grads + pt->offset, n, GRAD_ATOL,
                     GRAD_RTOL);
     }
     float *pred = calloc((size_t)(pc->B * pc->out_dim), sizeof *pred);
