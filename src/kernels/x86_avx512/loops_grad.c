@@ -7,8 +7,11 @@
  * Agreement with the generic kernels (kernels/generic/reduce.c,
  * gradpass.c):
  *   exact: every count (nonfinite, zeros, near_overflow, n), absmax (a max
- *     does not depend on order), and the unscaled gradients (one multiply,
- *     after mxp_gradpass_canon's -0 -> +0, a bit compare);
+ *     does not depend on order), and the unscaled gradients (one rounding:
+ *     fma(raw, inv_scale, +0) is raw * inv_scale except that a raw -0.0
+ *     gives +0.0, which is mxp_gradpass_canon's rule for inv_scale > 0; a
+ *     negative raw that underflows still gives -0.0, its exact product
+ *     being nonzero);
  *   reordered double sums: sum, sumsq and unscale_stats' sumsq add the same
  *     exact double terms ((double)x, or (double)x * x, which is exact) in 4
  *     or 2 interleaved lanes of 8 instead of left to right, so they differ
@@ -100,7 +103,7 @@ static void unscale_range(float *g, size_t n, float inv_scale, float near_overfl
     unsigned csr = mxcsr_exact_enter(); /* per thread: MXCSR is thread state */
     const __m512 inv = _mm512_set1_ps(inv_scale), nat = _mm512_set1_ps(near_overflow_at);
     const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
-    const __m512i one = _mm512_set1_epi32(1), neg0 = _mm512_set1_epi32((int)0x80000000u);
+    const __m512i one = _mm512_set1_epi32(1);
     __m512 amax = _mm512_setzero_ps();
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     int64_t nonfinite = 0, zeros = 0, near = 0;
@@ -110,10 +113,10 @@ static void unscale_range(float *g, size_t n, float inv_scale, float near_overfl
         __m512i c_near = _mm512_setzero_si512();
         for (size_t i = blk; i < end; i += 16) {
             __mmask16 k = lanes16(end - i);
-            __m512i ri = _mm512_maskz_loadu_epi32(k, g + i);
-            ri = _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(ri, neg0), ri); /* -0 -> +0 */
-            __m512 raw = _mm512_castsi512_ps(ri);
-            __m512 v = _mm512_mul_ps(raw, inv);
+            __m512 raw = _mm512_maskz_loadu_ps(k, g + i);
+            /* raw * inv rounded once, with -0 * inv -> +0 (exact product + +0):
+             * mxp_gradpass_canon(raw) * inv for inv > 0, at the cost of the multiply */
+            __m512 v = _mm512_fmadd_ps(raw, inv, zero);
             _mm512_mask_storeu_ps(g + i, k, v);
             __m512 a = _mm512_abs_ps(v);
             __mmask16 fin = _mm512_mask_cmp_ps_mask(k, a, inf, _CMP_LT_OQ);
