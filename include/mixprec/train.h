@@ -139,7 +139,9 @@ void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
 
 /* Fault injection for tests and drills: called after backward and before
  * the fused unscale pass with the SCALED FP32 gradient slab [n] of the
- * step about to be decided (training_steps + 1). NULL removes it. */
+ * step about to be decided (training_steps + 1). The first micro-batch
+ * wrote these values (mxp_model_discard_grads), so an exact zero may be
+ * -0.0 here; the pass counts and stores it as +0.0. NULL removes it. */
 typedef void (*mxp_grad_hook)(void *user, int64_t step, float *grads, size_t n);
 void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
 

@@ -145,7 +145,8 @@ struct mxp_model {
 
 /* forward: read acts[l] (its dtype), write the FP32 output [B, out] to y32.
  * backward: dy is [B, out] in the grad dtype; add the parameter grads
- * (scaled, +=) into m->grads; when dx32 != NULL write dX [B, in] ("=") there.
+ * (scaled, +=) into m->grads, or write them all when m->grad_write
+ * (nn_grad_beta, nn_grad_zero); when dx32 != NULL write dX [B, in] ("=").
  * Layers use only sa, sb, t0, p0, p1 and their ln_stats slot as scratch
  * (GPT layers also xs and their ext region; a block called with dx32 NULL
  * also the then idle sy). */
