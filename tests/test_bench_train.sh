@@ -55,12 +55,15 @@ out, wls = sys.argv[1], sys.argv[2].split(",")
 rows = list(csv.DictReader(open(os.path.join(out, "bench.csv"))))
 modes = ["fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8"]
 cells = {"world_model": ["warmup", "standard", "stress"], "classifier": ["default"]}
-# the world model also has the variant "mixed_bf16 (fp32 first/last)"
-# (training.precision_fp32_layers=first,last): its label tells it apart
-FL = "mixed_bf16 (fp32 first/last)"
+# the world model also has the variants "mixed_bf16 (fp32 first/last)" and
+# "mixed_bf16 (fp32 first)" (training.precision_fp32_layers=first,last / first):
+# the label tells them apart; run directory suffix and the layers the child kept
+KEEP = {"mixed_bf16 (fp32 first/last)": ("-fp32fl", [0, 6]),
+        "mixed_bf16 (fp32 first)": ("-fp32f", [0])}
 label = lambda m: "fp8 (emulated)" if m == "fp8" else m
 want = {(w, s, label(m)) for w in wls for s in cells[w] for m in modes}
-want |= {("world_model", s, FL) for s in cells["world_model"] if "world_model" in wls}
+want |= {("world_model", s, k) for s in cells["world_model"] for k in KEEP
+         if "world_model" in wls}
 got = {(r["workload"], r["scenario"], r["label"]) for r in rows}
 assert got == want, f"cells: missing {want - got}, extra {got - want}"
 assert len(rows) == len(want), "duplicate rows"
@@ -85,13 +88,12 @@ for r in rows:
                                     "mem_activations"])
     assert parts == int(r["mem_total"]), f"{key}: memory total"
     # the child's own summary.json is the oracle for what the row reports
-    fl = r["label"] == FL
-    assert not fl or r["precision"] == "mixed_bf16", key
-    d = os.path.join(out, "cells",
-                     f"{r['workload']}-{r['scenario']}-{r['precision']}{'-fp32fl' if fl else ''}-r1")
+    suffix, kept = KEEP.get(r["label"], ("", []))
+    assert not suffix or r["precision"] == "mixed_bf16", key
+    d = os.path.join(out, "cells", f"{r['workload']}-{r['scenario']}-{r['precision']}{suffix}-r1")
     s = json.load(open(os.path.join(d, "summary.json")))
     if r["workload"] == "world_model":  # first and last linear layers of depth 3: 0 and 6
-        assert s["fp32_layers_kept"] == ([0, 6] if fl else []), f"{key}: {s['fp32_layers_kept']}"
+        assert s["fp32_layers_kept"] == kept, f"{key}: {s['fp32_layers_kept']}"
     assert s["precision"] == r["end_precision"], key
     assert s["emulated"] == (r["precision"] == "fp8"), key
     mb = s["memory_bytes"]

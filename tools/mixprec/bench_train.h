@@ -45,13 +45,25 @@ typedef struct bt_opts {
     int n_user_ovr;
 } bt_opts;
 
+/* The world model's mixed_bf16 variants: linear layers kept in FP32
+ * (training.precision_fp32_layers). BT_KEEP_NONE is plain mixed_bf16. */
+typedef enum bt_keep {
+    BT_KEEP_NONE,
+    BT_KEEP_FIRST_LAST, /* first,last */
+    BT_KEEP_FIRST,      /* first */
+    BT_KEEP_COUNT
+} bt_keep;
+
+/* "mixed_bf16 (fp32 first/last)", ...; the mode's label for BT_KEEP_NONE. */
+const char *bt_keep_label(bt_keep k, mxp_precision p);
+
 /* One benchmark cell: a workload, a scenario and a precision mode, its
  * child-process overrides and, once run, its results (NaN when absent). */
 typedef struct bt_cell {
     bt_workload wl;
     char scenario[16];           /* warmup|standard|stress, or "default" */
     mxp_precision mode;
-    bool fp32_first_last;        /* variant: training.precision_fp32_layers=first,last
+    bt_keep keep;                /* variant: linear layers kept in FP32
                                     (world model, mixed_bf16 only) */
     int64_t trajectories, epochs, batch, hidden, depth; /* as configured */
     char ovr[BT_MAX_OVR][BT_OVR_LEN];

@@ -39,9 +39,20 @@ const char *bt_mode_label(mxp_precision p) {
     return p == MXP_PRECISION_FP8 ? "fp8 (emulated)" : mxp_precision_name(p);
 }
 
-const char *bt_cell_label(const bt_cell *c) {
-    return c->fp32_first_last ? "mixed_bf16 (fp32 first/last)" : bt_mode_label(c->mode);
+/* label, run-directory suffix and config value of each variant */
+static const struct {
+    const char *label, *dir, *layers;
+} keeps[BT_KEEP_COUNT] = {
+    [BT_KEEP_NONE] = {NULL, "", NULL},
+    [BT_KEEP_FIRST_LAST] = {"mixed_bf16 (fp32 first/last)", "-fp32fl", "first,last"},
+    [BT_KEEP_FIRST] = {"mixed_bf16 (fp32 first)", "-fp32f", "first"},
+};
+
+const char *bt_keep_label(bt_keep k, mxp_precision p) {
+    return k != BT_KEEP_NONE ? keeps[k].label : bt_mode_label(p);
 }
+
+const char *bt_cell_label(const bt_cell *c) { return bt_keep_label(c->keep, c->mode); }
 
 size_t bt_cell_mem_total(const bt_cell *c) {
     return c->mem_params + c->mem_grads + c->mem_master + c->mem_optimizer + c->mem_activations;
@@ -136,18 +147,25 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
         for (int s = 0; s < ns; s++) {
             for (int p = 0; p < MXP_PRECISION_COUNT && n < cap; p++) {
                 /* The world model also runs mixed_bf16 with its first and last
-                 * layers kept FP32 (docs/precision.md), placed before plain
-                 * mixed_bf16 (the plots take the last row of a mode). */
+                 * layers, and with its first layer alone, kept FP32
+                 * (docs/precision.md), placed before plain mixed_bf16 (the
+                 * plots take the last row of a mode). */
                 const bool variant = w == BT_WL_WORLD_MODEL && p == MXP_PRECISION_MIXED_BF16;
-                for (int v = variant ? 1 : 0; v >= 0 && n < cap; v--) {
+                static const bt_keep order[] = {BT_KEEP_FIRST_LAST, BT_KEEP_FIRST, BT_KEEP_NONE};
+                for (int v = variant ? 0 : 2; v < 3 && n < cap; v++) {
                     bt_cell *c = &cells[n++];
                     memset(c, 0, sizeof *c);
                     if (w == BT_WL_WORLD_MODEL) world_model_cell(o, c, s);
                     else if (w == BT_WL_CLASSIFIER) classifier_cell(o, c);
                     else gpt_cell(o, c);
                     c->mode = (mxp_precision)p;
-                    c->fp32_first_last = v == 1;
-                    if (v == 1) add_str(c, "training.precision_fp32_layers=first,last");
+                    c->keep = order[v];
+                    if (c->keep != BT_KEEP_NONE) {
+                        char kv[64];
+                        snprintf(kv, sizeof kv, "training.precision_fp32_layers=%s",
+                                 keeps[c->keep].layers);
+                        add_str(c, kv);
+                    }
                 }
             }
         }
@@ -295,7 +313,7 @@ void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
         char dir[700], outkv[720], prec[64];
         snprintf(dir, sizeof dir, "%s/cells/%s-%s-%s%s-r%d", o->out, bt_workload_name(c->wl),
                  c->scenario, mxp_precision_name(c->mode),
-                 c->fp32_first_last ? "-fp32fl" : "", k + 1);
+                 keeps[c->keep].dir, k + 1);
         int e = cli_mkdirs(dir);
         if (e != 0) {
             note(c, "cannot create the run directory: %s", strerror(e));

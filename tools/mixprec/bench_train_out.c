@@ -105,9 +105,9 @@ static bool is_mixed(mxp_precision p) {
 /* Seeds-shaped table of mode p against fp32 over the world-model
  * scenarios; *avg_speedup and *worst_deg over the scenarios (NaN when a
  * cell is missing or failed). */
-static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p, bool fl,
+static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p, bt_keep keep,
                            double *avg_speedup, double *worst_deg) {
-    const char *m = fl ? "mixed_bf16 (fp32 first/last)" : bt_mode_label(p);
+    const char *m = bt_keep_label(keep, p);
     fprintf(f, "\n### %s vs fp32\n\n", m);
     fprintf(f, "| Scenario | Trajectories | Epochs | FP32 Time | %s Time | Speedup | Overflow Rate "
                "| FP32 Loss | %s Loss | Degradation |\n", m, m);
@@ -117,7 +117,7 @@ static void md_seeds_table(FILE *f, const bt_cell *cells, int n, mxp_precision p
     bool complete = true;
     for (int i = 0; i < n; i++) {
         const bt_cell *c = &cells[i];
-        if (c->wl != BT_WL_WORLD_MODEL || c->mode != p || c->fp32_first_last != fl) continue;
+        if (c->wl != BT_WL_WORLD_MODEL || c->mode != p || c->keep != keep) continue;
         const bt_cell *b = fp32_of(cells, n, c);
         fprintf(f, "| %s | %lld | %lld |", c->scenario, (long long)c->trajectories,
                 (long long)c->epochs);
@@ -193,7 +193,9 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
     bool any_wm = false;
     for (int i = 0; i < n; i++) any_wm |= cells[i].wl == BT_WL_WORLD_MODEL;
     double avg[MXP_PRECISION_COUNT], worst[MXP_PRECISION_COUNT];
-    double avg_fl = NAN, worst_fl = NAN; /* mixed_bf16 with fp32 first/last layers */
+    /* mixed_bf16 with layers kept in FP32, per variant (index 0 unused) */
+    double avg_keep[BT_KEEP_COUNT], worst_keep[BT_KEEP_COUNT];
+    for (int k = 0; k < BT_KEEP_COUNT; k++) avg_keep[k] = worst_keep[k] = NAN;
     for (int p = 0; p < MXP_PRECISION_COUNT; p++) avg[p] = worst[p] = NAN;
     if (any_wm) {
         const bt_cell *c0 = NULL;
@@ -207,7 +209,9 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
               "loss vs fp32, positive = worse.\n", f);
         for (int p = 1; p < MXP_PRECISION_COUNT; p++)
             md_seeds_table(f, cells, n, (mxp_precision)p, false, &avg[p], &worst[p]);
-        md_seeds_table(f, cells, n, MXP_PRECISION_MIXED_BF16, true, &avg_fl, &worst_fl);
+        for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++)
+            md_seeds_table(f, cells, n, MXP_PRECISION_MIXED_BF16, (bt_keep)k, &avg_keep[k],
+                           &worst_keep[k]);
     }
     fputs("\n## Every cell\n", f);
     if (o->runs > 1) {
@@ -240,18 +244,22 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
             (best < 0 || avg[p] > avg[best]))
             best = p;
     }
-    const char *fl_label = "mixed_bf16 (fp32 first/last)";
-    fprintf(f, "- %s (mixed): ", fl_label);
-    if (isfinite(avg_fl))
-        fprintf(f, "average speedup %.2fx, worst degradation %+.2f%%\n", avg_fl, worst_fl);
-    else
-        fputs("incomplete\n", f);
     const char *best_label = best >= 0 ? mxp_precision_name((mxp_precision)best) : NULL;
     double best_avg = best >= 0 ? avg[best] : NAN, best_worst = best >= 0 ? worst[best] : NAN;
-    if (isfinite(avg_fl) && worst_fl <= 0.4 && (best < 0 || avg_fl > best_avg)) {
-        best_label = fl_label;
-        best_avg = avg_fl;
-        best_worst = worst_fl;
+    for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++) {
+        const char *label = bt_keep_label((bt_keep)k, MXP_PRECISION_MIXED_BF16);
+        fprintf(f, "- %s (mixed): ", label);
+        if (isfinite(avg_keep[k]))
+            fprintf(f, "average speedup %.2fx, worst degradation %+.2f%%\n", avg_keep[k],
+                    worst_keep[k]);
+        else
+            fputs("incomplete\n", f);
+        if (isfinite(avg_keep[k]) && worst_keep[k] <= 0.4 &&
+            (!best_label || avg_keep[k] > best_avg)) {
+            best_label = label;
+            best_avg = avg_keep[k];
+            best_worst = worst_keep[k];
+        }
     }
     if (o->quick)
         fputs("\n(--quick: shortened episodes and a single run; indicative only, not the "
