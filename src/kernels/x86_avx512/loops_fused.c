@@ -100,6 +100,24 @@ static void *elem_at(void *base, mxp_dtype t, size_t i) {
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);                          \
     } while (0)
 
+/* Lanes k of element i of the 16-bit buf as 32-bit indices (their bits). */
+static inline __m512i load_bits(const void *buf, size_t i, __mmask16 k) {
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)buf + i));
+}
+
+/* T[lanes' bits] (loops_act16.c), lanes outside the mask read T[0]. */
+static inline __m512 lookup(const float *T, __m512i bits) {
+    return _mm512_i32gather_ps(bits, T, 4);
+}
+
+/* The table of activation a (GELU, tanh) of 16-bit type t for this thread's
+ * MXCSR, or NULL: compute it. */
+static const float *act_table(mxp_act a, mxp_dtype t) {
+    if (a != MXP_ACT_GELU && a != MXP_ACT_TANH) return NULL;
+    return mxp_avx512_act16_table(a == MXP_ACT_GELU ? MXP_ACT16_GELU : MXP_ACT16_TANH, t,
+                                  _mm_getcsr());
+}
+
 /* The forward piece (mxp_epi_piece_fn; the file comment). */
 static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64_t rows,
                       int64_t w, int64_t c0, mxp_epilogue_part *p, float *tx, float *ta) {
@@ -126,7 +144,17 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
     const void *src = e->y_type == MXP_DTYPE_F32 ? (const void *)y : yo;
     void *ao = elem_at(e->a_out, e->a_type, off);
     float *a = e->a_type == MXP_DTYPE_F32 ? (float *)ao : ta;
-    switch (e->act) { /* one loop per activation: constants stay in registers */
+    const float *T = e->y_type == MXP_DTYPE_F32 ? NULL : act_table(e->act, e->y_type);
+    if (T) {
+        amax_init(&acc);
+        for (size_t i = 0; i < n; i += 16) {
+            __mmask16 m = lanes16(n - i);
+            __m512 v = lookup(T, load_bits(src, i, m));
+            _mm512_mask_storeu_ps(a + i, m, v);
+            amax_add(&acc, v, m);
+        }
+        amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
+    } else switch (e->act) { /* one loop per activation: constants stay in registers */
     case MXP_ACT_RELU: ACT_LOOP(v_relu); break;
     case MXP_ACT_GELU: ACT_LOOP(v_gelu); break;
     default: ACT_LOOP(v_tanh); break;
@@ -153,7 +181,18 @@ static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, si
     float *dx = e->dx_type == MXP_DTYPE_F32 ? (float *)dxo : tdx;
     amax_acc acc;
     amax_init(&acc);
-    switch (e->act) { /* one loop per derivative: constants stay in registers */
+    const float *D = e->act == MXP_ACT_GELU && e->s_type != MXP_DTYPE_F32
+                         ? mxp_avx512_act16_table(MXP_ACT16_GELU_DERIV, e->s_type, _mm_getcsr())
+                         : NULL;
+    if (D) { /* v_gelu_grad's final multiply by its derivative from the table */
+        for (size_t i = 0; i < n; i += 16) {
+            __mmask16 m = lanes16(n - i);
+            __m512 dy = load_wide(e->dy_type, e->dy, off + i, m);
+            __m512 g = _mm512_mul_ps(dy, lookup(D, load_bits(e->s, off + i, m)));
+            _mm512_mask_storeu_ps(dx + i, m, g);
+            amax_add(&acc, g, m);
+        }
+    } else switch (e->act) { /* one loop per derivative: constants stay in registers */
     case MXP_ACT_RELU: BWD_LOOP(v_relu_grad(dy, s, m)); break;
     case MXP_ACT_GELU: BWD_LOOP(v_gelu_grad(dy, s)); break;
     default: BWD_LOOP(v_tanh_grad(dy, s)); break;
