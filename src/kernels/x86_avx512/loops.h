@@ -117,5 +117,8 @@ typedef enum mxp_act16_fn {
  * when memory ran out: then compute f. Built once per (f, t, FTZ/DAZ) at
  * first use, thread-safe; never freed. */
 const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr);
+/* Process-wide switch (default on); off: mxp_avx512_act16_table returns
+ * NULL, so the fused passes compute as before (benchmarks, tests). */
+void mxp_avx512_act16_enable(bool on);
 
 #endif /* MIXPREC_KERNELS_AVX512_LOOPS_H */

@@ -1,7 +1,7 @@
 /* kernels/x86_avx512/loops_act16.c: activations of 16-bit inputs by table.
  *
- * Entry point: mxp_avx512_act16_table (contract in loops.h), used by the
- * fused passes of loops_fused.c.
+ * Entry points: mxp_avx512_act16_table, used by the fused passes of
+ * loops_fused.c, and mxp_avx512_act16_enable (contracts in loops.h).
  *
  * A BF16 or FP16 value has 65,536 bit patterns, so an element-wise function
  * of the widened value is a table lookup: T[bits] = f(widen(bits)) in FP32,
@@ -33,6 +33,7 @@ enum { N16 = 1 << 16, SETS = 4, KINDS = 2 * MXP_ACT16_FNS };
 #define MXCSR_DAZ 0x0040u
 
 static _Atomic(float *) tables[SETS][KINDS];
+static atomic_bool enabled = true;
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The 16 patterns i .. i + 15 of dtype t widened to FP32 (as load_wide of
@@ -59,7 +60,10 @@ static void fill(float *T, mxp_act16_fn f, mxp_dtype t) {
     }
 }
 
+void mxp_avx512_act16_enable(bool on) { atomic_store_explicit(&enabled, on, memory_order_relaxed); }
+
 const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr) {
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return NULL;
     if ((t != MXP_DTYPE_BF16 && t != MXP_DTYPE_F16) || (unsigned)f >= MXP_ACT16_FNS) return NULL;
     if ((csr & MXCSR_MASKS) != MXCSR_MASKS || (csr & MXCSR_RC) != 0) return NULL;
     const int set = ((csr & MXCSR_FTZ) ? 1 : 0) | ((csr & MXCSR_DAZ) ? 2 : 0);

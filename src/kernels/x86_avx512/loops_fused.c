@@ -100,14 +100,13 @@ static void *elem_at(void *base, mxp_dtype t, size_t i) {
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);                          \
     } while (0)
 
-/* Lanes k of element i of the 16-bit buf as 32-bit indices (their bits). */
-static inline __m512i load_bits(const void *buf, size_t i, __mmask16 k) {
-    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)buf + i));
-}
-
-/* T[lanes' bits] (loops_act16.c), lanes outside the mask read T[0]. */
-static inline __m512 lookup(const float *T, __m512i bits) {
-    return _mm512_i32gather_ps(bits, T, 4);
+/* out[i] = T[src[i]] for the n 16-bit patterns src (loops_act16.c's
+ * tables). Scalar loads: on the development CPU (Zen 4) they beat
+ * vpgatherdd (0.28-0.32 vs 0.38 ns per element, one thread, a piece of
+ * 1024 N(0, 1.5) BF16 inputs). */
+static inline void lookup(float *out, const float *T, const void *src, size_t n) {
+    const uint16_t *s = src;
+    for (size_t i = 0; i < n; i++) out[i] = T[s[i]];
 }
 
 /* The table of activation a (GELU, tanh) of 16-bit type t for this thread's
@@ -146,12 +145,11 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
     float *a = e->a_type == MXP_DTYPE_F32 ? (float *)ao : ta;
     const float *T = e->y_type == MXP_DTYPE_F32 ? NULL : act_table(e->act, e->y_type);
     if (T) {
+        lookup(a, T, src, n);
         amax_init(&acc);
         for (size_t i = 0; i < n; i += 16) {
             __mmask16 m = lanes16(n - i);
-            __m512 v = lookup(T, load_bits(src, i, m));
-            _mm512_mask_storeu_ps(a + i, m, v);
-            amax_add(&acc, v, m);
+            amax_add(&acc, _mm512_maskz_loadu_ps(m, a + i), m);
         }
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
     } else switch (e->act) { /* one loop per activation: constants stay in registers */
@@ -185,10 +183,12 @@ static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, si
                          ? mxp_avx512_act16_table(MXP_ACT16_GELU_DERIV, e->s_type, _mm_getcsr())
                          : NULL;
     if (D) { /* v_gelu_grad's final multiply by its derivative from the table */
+        const uint16_t *s = (const uint16_t *)e->s + off; /* s_type: 16-bit */
         for (size_t i = 0; i < n; i += 16) {
             __mmask16 m = lanes16(n - i);
             __m512 dy = load_wide(e->dy_type, e->dy, off + i, m);
-            __m512 g = _mm512_mul_ps(dy, lookup(D, load_bits(e->s, off + i, m)));
+            __m512i b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + i));
+            __m512 g = _mm512_mul_ps(dy, _mm512_i32gather_ps(b, D, 4));
             _mm512_mask_storeu_ps(dx + i, m, g);
             amax_add(&acc, g, m);
         }
