@@ -14,6 +14,13 @@
  *     the element-wise kernels) and scans it, then mxp_avx512_convert;
  *   backward: one loop widens dY and the saved tensor, applies the
  *     derivative (v_*_grad) and scans it, then mxp_avx512_convert.
+ * GELU and tanh of a BF16 / FP16 stored value, and GELU's derivative of a
+ * BF16 / FP16 saved input, are looked up instead of computed when
+ * loops_act16.c has a table for the thread's MXCSR (entries computed by the
+ * same v_gelu / v_tanh / v_gelu_deriv on every pattern, so the same bits;
+ * the backward's dy * T[s] is v_gelu_grad's own final multiply); the scans
+ * and stores are unchanged. Forward lookups are scalar loads into the FP32
+ * piece, backward ones vpgatherdd: each the faster on Zen 4 in its loop.
  * Every value is the same operation on the same operands as in the
  * unfused AVX-512 kernels (add_bias adds, the activations, the converts),
  * and max / count are exact, so the bits are theirs (tests/test_fused.c);
