@@ -20,9 +20,11 @@
  *    FTZ/DAZ but not the rounding mode).
  * 2. Tables (AVX-512): every entry against the FP32 kernels gelu_fwd /
  *    tanh_fwd / gelu_bwd (dy = 1) of the widened pattern, signalling NaNs
- *    included; no table under a non-nearest rounding mode.
+ *    included, and the 16-bit output tables against convert of those;
+ *    no table under a non-nearest rounding mode.
  * 3. The test can fail: one perturbed entry (GELU forward BF16, GELU
- *    derivative FP16) makes the pass checks of part 1 fail; restored after.
+ *    derivative FP16, GELU BF16 -> FP16 16-bit) makes the pass checks of
+ *    part 1 fail; restored after.
  */
 #include "kernels/generic/generic.h"
 #include "kernels/x86_avx512/avx512.h"
@@ -44,13 +46,13 @@ enum { NPAT = 1 << 16, N = 67000 };
 
 static const mxp_dtype types[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16};
 
-/* 16-bit patterns, element i = i mod 65536; signalling NaNs of dtype t
- * replaced by quiet ones when `quiet` (as a store would leave them). */
-static void patterns(uint16_t *p, size_t n, mxp_dtype t, bool quiet) {
+/* 16-bit patterns, element i = (start + i) mod 65536; signalling NaNs of
+ * dtype t replaced by quiet ones when `quiet` (as a store would leave them). */
+static void patterns(uint16_t *p, size_t start, size_t n, mxp_dtype t, bool quiet) {
     const uint16_t qbit = t == MXP_DTYPE_BF16 ? 0x40 : 0x200;
     const uint16_t exp = t == MXP_DTYPE_BF16 ? 0x7f80 : 0x7c00;
     for (size_t i = 0; i < n; i++) {
-        uint16_t b = (uint16_t)(i % NPAT);
+        uint16_t b = (uint16_t)((start + i) % NPAT);
         const bool nan = (b & exp) == exp && (b & (uint16_t)(~exp & 0x7fff)) != 0;
         if (quiet && nan) b |= qbit;
         p[i] = b;
@@ -76,10 +78,10 @@ static float *f0, *f1, *f2;
 static unsigned char *b0, *b1, *b2, *b3;
 
 /* bias_act_store against the unfused sequence; true when every bit agrees. */
-static bool fwd_case(const mxp_kernels *k, size_t n, mxp_dtype yt, mxp_act act, mxp_dtype at,
-                     const char *mode) {
+static bool fwd_case(const mxp_kernels *k, size_t start, size_t n, mxp_dtype yt, mxp_act act,
+                     mxp_dtype at, const char *mode) {
     const size_t as = mxp_dtype_info(at)->size;
-    patterns((uint16_t *)b0, n, yt, true);
+    patterns((uint16_t *)b0, start, n, yt, true);
     k->convert(MXP_DTYPE_F32, f0, yt, b0, n); /* exact: the FP32 "GEMM output" */
     memcpy(f1, f0, n * sizeof(float));
     memset(b1, 0xa5, n * 4);
@@ -130,7 +132,7 @@ static bool bwd_case(const mxp_kernels *k, size_t n, mxp_act act, mxp_dtype st, 
     const size_t xs = mxp_dtype_info(xt)->size;
     fill_dy(f0, n, dyk);
     k->convert(gt, b0, MXP_DTYPE_F32, f0, n); /* dY in gt (huge: Inf in FP16) */
-    patterns((uint16_t *)b1, n, st, false);   /* the saved tensor: every pattern */
+    patterns((uint16_t *)b1, 0, n, st, false);   /* the saved tensor: every pattern */
     memset(b2, 0xa5, n * 4);
     memset(b3, 0x5a, n * 4);
     mxp_act_bwd e = {.act = act, .n = n, .dy_type = gt, .dy = b0, .s_type = st, .s = b1,
@@ -160,9 +162,25 @@ static void test_passes(const mxp_kernels *k, size_t n, const char *mode) {
     for (int yi = 1; yi < 3; yi++)
         for (int ai = 0; ai < 3; ai++)
             for (int ti = 0; ti < 3; ti++)
-                CHECK_MSG(fwd_case(k, n, types[yi], acts[ai], types[ti], mode),
+            {
+                CHECK_MSG(fwd_case(k, 0, n, types[yi], acts[ai], types[ti], mode),
                           "%s %s: forward y %s act %d a %s differs", k->isa, mode,
                           mxp_dtype_name(types[yi]), (int)acts[ai], mxp_dtype_name(types[ti]));
+                /* one row at a time: every piece's scan shows (a whole pass
+                 * shows only the largest), and pieces that end at +Inf (a
+                 * non-finite a without NaN in the piece) */
+                const size_t inf = types[yi] == MXP_DTYPE_BF16 ? 0x7f80 : 0x7c00;
+                size_t bad = 0, first = 0;
+                const size_t rows = (NPAT + 999) / 1000;
+                for (size_t r = 0; r < rows + 2; r++) {
+                    const size_t s0 = r < rows ? 1000 * r : (r == rows ? inf - 999 : inf + 0x8000 - 999);
+                    if (!fwd_case(k, s0, 1000, types[yi], acts[ai], types[ti], mode) && bad++ == 0)
+                        first = s0;
+                }
+                CHECK_MSG(bad == 0, "%s %s: forward rows y %s act %d a %s: %zu differ, first from 0x%04zx",
+                          k->isa, mode, mxp_dtype_name(types[yi]), (int)acts[ai],
+                          mxp_dtype_name(types[ti]), bad, first);
+            }
     for (int ai = 0; ai < 2; ai++)
         for (int si = 1; si < 3; si++)
             for (int gi = 0; gi < 3; gi++)
@@ -194,7 +212,7 @@ static void test_tables(const mxp_kernels *k, const char *mode, bool want) {
             CHECK_MSG((T != NULL) == want, "%s: table %d %s %s", mode, (int)fns[fi],
                       mxp_dtype_name(types[ti]), want ? "missing" : "where none may be");
             if (!T) continue;
-            patterns((uint16_t *)b0, NPAT, types[ti], false);
+            patterns((uint16_t *)b0, 0, NPAT, types[ti], false);
             k->convert(MXP_DTYPE_F32, f0, types[ti], b0, NPAT);
             if (fns[fi] == MXP_ACT16_GELU) k->gelu_fwd(f1, f0, NPAT);
             else if (fns[fi] == MXP_ACT16_TANH) k->tanh_fwd(f1, f0, NPAT);
@@ -208,7 +226,26 @@ static void test_tables(const mxp_kernels *k, const char *mode, bool want) {
             CHECK_MSG(bad == 0, "%s: table %d %s: %zu entries differ, first 0x%04zx: %a vs %a",
                       mode, (int)fns[fi], mxp_dtype_name(types[ti]), bad, first,
                       (double)T[first], (double)f1[first]);
+            if (fns[fi] == MXP_ACT16_GELU_DERIV) continue;
+            for (int oi = 1; oi < 3; oi++) { /* the 16-bit output tables: f1 as stored */
+                const uint16_t *T16 =
+                    mxp_avx512_act16_table16(fns[fi], types[ti], types[oi], csr_now());
+                CHECK_MSG(T16 != NULL, "%s: 16-bit table %d %s -> %s missing", mode, (int)fns[fi],
+                          mxp_dtype_name(types[ti]), mxp_dtype_name(types[oi]));
+                if (!T16) continue;
+                uint16_t *want16 = (uint16_t *)(void *)b1;
+                k->convert(types[oi], want16, MXP_DTYPE_F32, f1, NPAT);
+                bad = 0;
+                for (size_t i = 0; i < NPAT; i++)
+                    if (T16[i] != want16[i] && bad++ == 0) first = i;
+                CHECK_MSG(bad == 0, "%s: 16-bit table %d %s -> %s: %zu entries differ, first 0x%04zx",
+                          mode, (int)fns[fi], mxp_dtype_name(types[ti]),
+                          mxp_dtype_name(types[oi]), bad, first);
+            }
         }
+    CHECK_MSG((mxp_avx512_act16_table16(MXP_ACT16_GELU, MXP_DTYPE_F16, MXP_DTYPE_BF16,
+                                        csr_now()) != NULL) == want,
+              "%s: 16-bit table presence", mode);
 }
 
 /* ---- 3. a perturbed entry is caught ---- */
@@ -224,7 +261,7 @@ static void test_mutation(const mxp_kernels *k) {
     const float keep = T[0x3f80];
     u ^= 1u;
     memcpy(&T[0x3f80], &u, 4);
-    const bool f_ok = fwd_case(k, N, MXP_DTYPE_BF16, MXP_ACT_GELU, MXP_DTYPE_F32, "perturbed");
+    const bool f_ok = fwd_case(k, 0, N, MXP_DTYPE_BF16, MXP_ACT_GELU, MXP_DTYPE_F32, "perturbed");
     T[0x3f80] = keep;
     const float keepd = D[0x3c00]; /* GELU'(1.0) for FP16 */
     memcpy(&u, &D[0x3c00], 4);
@@ -234,10 +271,20 @@ static void test_mutation(const mxp_kernels *k) {
         bwd_case(k, N, MXP_ACT_GELU, MXP_DTYPE_F16, MXP_DTYPE_F32, DY_KINDS - 1, MXP_DTYPE_F32,
                  "perturbed");
     D[0x3c00] = keepd;
+    uint16_t *T16 = (uint16_t *)mxp_avx512_act16_table16(MXP_ACT16_GELU, MXP_DTYPE_BF16,
+                                                         MXP_DTYPE_F16, csr_now());
+    bool h_ok = true;
+    if (T16) {
+        const uint16_t keeph = T16[0x3f80];
+        T16[0x3f80] ^= 1u;
+        h_ok = fwd_case(k, 0, N, MXP_DTYPE_BF16, MXP_ACT_GELU, MXP_DTYPE_F16, "perturbed");
+        T16[0x3f80] = keeph;
+    }
     test_failures = saved; /* the expected mismatches above are not failures */
     CHECK_MSG(!f_ok, "a perturbed GELU table entry went unnoticed");
     CHECK_MSG(!b_ok, "a perturbed GELU derivative entry went unnoticed");
-    CHECK(fwd_case(k, N, MXP_DTYPE_BF16, MXP_ACT_GELU, MXP_DTYPE_F32, "restored"));
+    CHECK_MSG(T16 && !h_ok, "a perturbed 16-bit GELU table entry went unnoticed");
+    CHECK(fwd_case(k, 0, N, MXP_DTYPE_BF16, MXP_ACT_GELU, MXP_DTYPE_F32, "restored"));
 }
 
 static void run_modes(const mxp_kernels *k, bool tables) {

@@ -117,6 +117,11 @@ typedef enum mxp_act16_fn {
  * when memory ran out: then compute f. Built once per (f, t, FTZ/DAZ) at
  * first use, thread-safe; never freed. */
 const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr);
+/* T16[b] = the bits of convert(out, F32, T[b]) for T = the table above
+ * (f GELU or tanh, out BF16 or FP16): the activation as the fused forward
+ * stores it. NULL as above, or for GELU_DERIV or another out. */
+const uint16_t *mxp_avx512_act16_table16(mxp_act16_fn f, mxp_dtype t, mxp_dtype out,
+                                         unsigned csr);
 /* Process-wide switch (default on); off: mxp_avx512_act16_table returns
  * NULL, so the fused passes compute as before (benchmarks, tests). */
 void mxp_avx512_act16_enable(bool on);

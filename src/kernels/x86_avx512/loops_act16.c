@@ -33,6 +33,8 @@ enum { N16 = 1 << 16, SETS = 4, KINDS = 2 * MXP_ACT16_FNS };
 #define MXCSR_DAZ 0x0040u
 
 static _Atomic(float *) tables[SETS][KINDS];
+/* 16-bit outputs: [set][f: GELU, tanh][input BF16, FP16][output BF16, FP16] */
+static _Atomic(uint16_t *) tables16[SETS][2][2][2];
 static atomic_bool enabled = true;
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -81,4 +83,27 @@ const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr) {
     }
     pthread_mutex_unlock(&build_lock);
     return T;
+}
+
+const uint16_t *mxp_avx512_act16_table16(mxp_act16_fn f, mxp_dtype t, mxp_dtype out,
+                                         unsigned csr) {
+    if (f == MXP_ACT16_GELU_DERIV || (out != MXP_DTYPE_BF16 && out != MXP_DTYPE_F16)) return NULL;
+    const float *T = mxp_avx512_act16_table(f, t, csr); /* checks the rest; takes the lock */
+    if (!T) return NULL;
+    const int set = ((csr & MXCSR_FTZ) ? 1 : 0) | ((csr & MXCSR_DAZ) ? 2 : 0);
+    _Atomic(uint16_t *) *slot =
+        &tables16[set][f == MXP_ACT16_TANH][t == MXP_DTYPE_F16][out == MXP_DTYPE_F16];
+    uint16_t *T16 = atomic_load_explicit(slot, memory_order_acquire);
+    if (T16) return T16;
+    pthread_mutex_lock(&build_lock);
+    T16 = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!T16 && (T16 = malloc(N16 * sizeof(uint16_t))) != NULL) {
+        const unsigned own = _mm_getcsr();
+        _mm_setcsr(MXCSR_MASKS | (csr & (MXCSR_FTZ | MXCSR_DAZ)));
+        mxp_avx512_convert(out, T16, MXP_DTYPE_F32, T, N16); /* the fused pass's store */
+        _mm_setcsr(own);
+        atomic_store_explicit(slot, T16, memory_order_release);
+    }
+    pthread_mutex_unlock(&build_lock);
+    return T16;
 }

@@ -116,6 +116,55 @@ static inline void lookup(float *out, const float *T, const void *src, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = T[s[i]];
 }
 
+/* Mask of the first n (< 32) 16-bit lanes, or all 32. */
+static inline __mmask32 lanes32(size_t n) {
+    return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+}
+
+/* The activation of a piece from its 16-bit table T16 straight into ao
+ * (a_type BF16 / FP16, no FP32 copy, no convert), and its scan from the
+ * stored bits: rounding to nearest is monotone in |a| and symmetric, so
+ * when every stored |a| is finite, every FP32 a is finite too and the
+ * largest |a| lies among the elements whose stored |a| is the largest;
+ * those few are looked up in the FP32 table T. A piece with a stored
+ * Inf/NaN (a non-finite a, or a finite one that overflowed the store) is
+ * scanned from T in full with absmax's rules (amax_fold). */
+static void act_piece16(const float *T, const uint16_t *T16, mxp_dtype at, const uint16_t *src,
+                        uint16_t *ao, size_t n, float *ta, mxp_epilogue_part *p) {
+    for (size_t i = 0; i < n; i++) ao[i] = T16[src[i]];
+    const __m512i abs16 = _mm512_set1_epi16(0x7fff);
+    __m512i mx = _mm512_setzero_si512();
+    for (size_t i = 0; i < n; i += 32)
+        mx = _mm512_max_epu16(mx, _mm512_and_si512(_mm512_maskz_loadu_epi16(lanes32(n - i), ao + i),
+                                                   abs16));
+    mx = _mm512_max_epu32(_mm512_and_si512(mx, _mm512_set1_epi32(0xffff)),
+                          _mm512_srli_epi32(mx, 16));
+    const uint32_t top = _mm512_reduce_max_epu32(mx);
+    if (top >= (at == MXP_DTYPE_BF16 ? 0x7f80u : 0x7c00u)) {
+        lookup(ta, T, src, n);
+        amax_acc acc;
+        amax_init(&acc);
+        for (size_t i = 0; i < n; i += 16) {
+            __mmask16 m = lanes16(n - i);
+            amax_add(&acc, _mm512_maskz_loadu_ps(m, ta + i), m);
+        }
+        amax_fold(&acc, ta, n, &p->a_amax, &p->a_nonfinite);
+        return;
+    }
+    const __m512i topv = _mm512_set1_epi16((short)top);
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i += 32) {
+        const __mmask32 k = lanes32(n - i);
+        __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi16(k, ao + i), abs16);
+        for (uint32_t hit = _mm512_mask_cmpeq_epi16_mask(k, v, topv); hit; hit &= hit - 1) {
+            float a = T[src[i + (size_t)__builtin_ctz(hit)]];
+            a = a < 0.0f ? -a : a;
+            if (a > m) m = a;
+        }
+    }
+    if (m > p->a_amax) p->a_amax = m;
+}
+
 /* The table of activation a (GELU, tanh) of 16-bit type t for this thread's
  * MXCSR, or NULL: compute it. */
 static const float *act_table(mxp_act a, mxp_dtype t) {
@@ -151,6 +200,15 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
     void *ao = elem_at(e->a_out, e->a_type, off);
     float *a = e->a_type == MXP_DTYPE_F32 ? (float *)ao : ta;
     const float *T = e->y_type == MXP_DTYPE_F32 ? NULL : act_table(e->act, e->y_type);
+    const uint16_t *T16 =
+        T && e->a_type != MXP_DTYPE_F32
+            ? mxp_avx512_act16_table16(e->act == MXP_ACT_GELU ? MXP_ACT16_GELU : MXP_ACT16_TANH,
+                                       e->y_type, e->a_type, _mm_getcsr())
+            : NULL;
+    if (T16) {
+        act_piece16(T, T16, e->a_type, src, ao, n, ta, p);
+        return;
+    }
     if (T) {
         lookup(a, T, src, n);
         amax_init(&acc);
