@@ -1,7 +1,8 @@
 /* kernels/x86_avx512/loops_act16.c: activations of 16-bit inputs by table.
  *
- * Entry points: mxp_avx512_act16_table, used by the fused passes of
- * loops_fused.c, and mxp_avx512_act16_enable (contracts in loops.h).
+ * Entry points: mxp_avx512_act16_table and mxp_avx512_act16_table16, used
+ * by the fused passes of loops_fused.c, and mxp_avx512_act16_enable
+ * (contracts in loops.h).
  *
  * A BF16 or FP16 value has 65,536 bit patterns, so an element-wise function
  * of the widened value is a table lookup: T[bits] = f(widen(bits)) in FP32,
@@ -17,6 +18,8 @@
  * other than to nearest or unmasks a floating-point exception gets no table
  * (NULL: compute as before). A lookup raises none of the sticky exception
  * flags that the computation would have set (nothing in mixprec reads them).
+ * The 16-bit output tables are the FP32 ones through mxp_avx512_convert,
+ * the very store of the fused forward, under the same MXCSR.
  */
 #include "kernels/x86_avx512/loops_simd.h"
 

@@ -18,9 +18,12 @@
  * BF16 / FP16 saved input, are looked up instead of computed when
  * loops_act16.c has a table for the thread's MXCSR (entries computed by the
  * same v_gelu / v_tanh / v_gelu_deriv on every pattern, so the same bits;
- * the backward's dy * T[s] is v_gelu_grad's own final multiply); the scans
- * and stores are unchanged. Forward lookups are scalar loads into the FP32
- * piece, backward ones vpgatherdd: each the faster on Zen 4 in its loop.
+ * the backward's dy * T[s] is v_gelu_grad's own final multiply). Into a
+ * BF16 / FP16 activation the forward looks up the stored bits themselves
+ * (act_piece16: no FP32 copy, no convert; the scan from the stored bits and
+ * the FP32 table, exactly absmax's result); into FP32 it looks up the FP32
+ * values and scans them as before. Forward lookups are scalar loads,
+ * backward ones vpgatherdd: each the faster on Zen 4 in its loop.
  * Every value is the same operation on the same operands as in the
  * unfused AVX-512 kernels (add_bias adds, the activations, the converts),
  * and max / count are exact, so the bits are theirs (tests/test_fused.c);
