@@ -101,4 +101,29 @@ void mxp_avx512_act_bwd_store(mxp_act_bwd *e);
 void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
                                 int64_t C);
 
+/* ---- loops_act16.c ---- */
+/* Element-wise functions of a 16-bit input, as tables (loops_act16.c). */
+typedef enum mxp_act16_fn {
+    MXP_ACT16_GELU,       /* v_gelu (loops_simd.h) */
+    MXP_ACT16_TANH,       /* v_tanh */
+    MXP_ACT16_GELU_DERIV, /* v_gelu_deriv: GELU backward is dy * T[x] */
+    MXP_ACT16_FNS
+} mxp_act16_fn;
+/* T[b] = f(x) in FP32 for each bit pattern b (0 .. 65535) of t (BF16 or
+ * FP16), x its exact widening, computed by f itself under the FTZ/DAZ bits
+ * of csr (an MXCSR value; the calling thread's own is _mm_getcsr()): the
+ * bits that f returns for x when the MXCSR is csr. NULL when t is another
+ * dtype, when csr rounds other than to nearest or unmasks an exception, or
+ * when memory ran out: then compute f. Built once per (f, t, FTZ/DAZ) at
+ * first use, thread-safe; never freed. */
+const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr);
+/* T16[b] = the bits of convert(out, F32, T[b]) for T = the table above
+ * (f GELU or tanh, out BF16 or FP16): the activation as the fused forward
+ * stores it. NULL as above, or for GELU_DERIV or another out. */
+const uint16_t *mxp_avx512_act16_table16(mxp_act16_fn f, mxp_dtype t, mxp_dtype out,
+                                         unsigned csr);
+/* Process-wide switch (default on); off: mxp_avx512_act16_table returns
+ * NULL, so the fused passes compute as before (benchmarks, tests). */
+void mxp_avx512_act16_enable(bool on);
+
 #endif /* MIXPREC_KERNELS_AVX512_LOOPS_H */

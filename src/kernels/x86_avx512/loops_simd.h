@@ -246,15 +246,20 @@ static inline __m512 v_gelu(__m512 v) {
                          _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-/* GELU backward: dy (Phi(x) + x phi(x)) */
-static inline __m512 v_gelu_grad(__m512 dy, __m512 v) {
+/* GELU's derivative: Phi(x) + x phi(x) (also the entries of the
+ * derivative tables of loops_act16.c) */
+static inline __m512 v_gelu_deriv(__m512 v) {
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
     __m512 cdf = _mm512_mul_ps(
         half, _mm512_add_ps(one, v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2)))));
     __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(V_INV_SQRT2PI),
                                v_exp(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), v), v)));
-    __m512 d = _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
-    return _mm512_mul_ps(dy, d);
+    return _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
+}
+
+/* GELU backward: dy (Phi(x) + x phi(x)) */
+static inline __m512 v_gelu_grad(__m512 dy, __m512 v) {
+    return _mm512_mul_ps(dy, v_gelu_deriv(v));
 }
 
 /* tanh backward from the output y: dy (1 - y^2) */
