@@ -132,7 +132,7 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
     mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, p->ldc, mr, nr,
-                           p->alpha, p->beta, mode, true);
+                           p->alpha, p->beta, mode, true, NULL);
 }
 
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
@@ -170,17 +170,21 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
             int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;
+            const float *cn = NULL;
+            if (rows_first)
+                cn = q + 1 < inner ? c + MXP_GEMM_NR
+                     : o + 1 < outer ? p->C + (ic + ir + MXP_GEMM_MR) * p->ldc + jc : NULL;
             if (!p->dp)
                 mxp_avx512_ukernel_f32(
                     kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
                     b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
-                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first);
+                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first, cn);
             else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
             else
                 mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
-                                        p->alpha, p->beta, mode, !rows_first);
+                                        p->alpha, p->beta, mode, !rows_first, cn);
         }
     }
 }
