@@ -166,7 +166,19 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
     for (size_t o = 0; o < outer; o++) {
-        for (size_t q = 0; q < inner; q++) {
+        size_t q0 = 0;
+        if (rows_first && p->dp && !any && mc - o * MXP_GEMM_MR >= MXP_GEMM_MR) {
+            /* the row's full tiles in one call; its edge tile below */
+            size_t full = nc / MXP_GEMM_NR, ir = o * MXP_GEMM_MR;
+            float *c = p->C + (ic + ir) * p->ldc + jc;
+            const float *cn = full < inner ? c + full * MXP_GEMM_NR
+                              : o + 1 < outer ? c + MXP_GEMM_MR * p->ldc : NULL;
+            mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
+                                        (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
+                                        p->beta, mode, cn);
+            q0 = full;
+        }
+        for (size_t q = q0; q < inner; q++) {
             size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
             int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;

@@ -185,5 +185,13 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
                              float beta, mxp_gemm_store mode, bool pfc, const float *cn);
+/* `tiles` full MR x NR BF16 tiles side by side: tile t is
+ * mxp_avx512_ukernel_bf16(kp, ap, bp + t*NR*kp, c + t*NR, ldc, MR, NR,
+ * alpha, beta, mode, false, next) with next = the following tile, and cn
+ * (may be NULL) after the last: the same instructions per tile, in one
+ * call (the row-of-tiles sweep, gemm.c). */
+void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
+                                 float *c, size_t ldc, float alpha, float beta,
+                                 mxp_gemm_store mode, const float *cn);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */

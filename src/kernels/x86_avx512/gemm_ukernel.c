@@ -291,3 +291,17 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
     const uint32_t *a = ap, *b = bp;
     UK_SWITCH(uk_bf16)
 }
+
+/* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
+ * per-tile call, dispatch and vzeroupper are paid once per row. */
+void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
+                                 float *c, size_t ldc, float alpha, float beta,
+                                 mxp_gemm_store mode, const float *cn) {
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        uk_bf16(kp, ap, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, beta,
+                mode, false, next);
+        bp += MXP_GEMM_NR * kp;
+        c += MXP_GEMM_NR;
+    }
+}
