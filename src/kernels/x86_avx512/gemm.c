@@ -167,15 +167,22 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
     for (size_t o = 0; o < outer; o++) {
         size_t q0 = 0;
-        if (rows_first && p->dp && !any && mc - o * MXP_GEMM_MR >= MXP_GEMM_MR) {
+        if (rows_first && !(p->dp && any) && mc - o * MXP_GEMM_MR >= MXP_GEMM_MR) {
             /* the row's full tiles in one call; its edge tile below */
             size_t full = nc / MXP_GEMM_NR, ir = o * MXP_GEMM_MR;
             float *c = p->C + (ic + ir) * p->ldc + jc;
             const float *cn = full < inner ? c + full * MXP_GEMM_NR
                               : o + 1 < outer ? c + MXP_GEMM_MR * p->ldc : NULL;
-            mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
-                                        (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
-                                        p->beta, mode, cn);
+            if (p->dp)
+                mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
+                                            (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
+                                            p->beta, mode, cn);
+            else
+                mxp_avx512_ukernel_f32_row(
+                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
+                    b_in ? b_in : s->bp, b_in ? p->b.ld : MXP_GEMM_NR,
+                    b_in ? MXP_GEMM_NR : MXP_GEMM_NR * kc, b_in != NULL, full, c, p->ldc,
+                    p->alpha, p->beta, mode, cn);
             q0 = full;
         }
         for (size_t q = q0; q < inner; q++) {

@@ -193,5 +193,13 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
 void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
                                  float *c, size_t ldc, float alpha, float beta,
                                  mxp_gemm_store mode, const float *cn);
+/* As mxp_avx512_ukernel_bf16_row for F32 tiles: tile t is
+ * mxp_avx512_ukernel_f32(kc, ap, sa, bp + t*bt, sb, b_in_place, c + t*NR,
+ * ldc, MR, NR, alpha, beta, mode, false, next) (bt: NR*kc for packed B
+ * micro-panels, NR for op(B) read in place). */
+void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const float *bp,
+                                size_t sb, size_t bt, bool b_in_place, size_t tiles, float *c,
+                                size_t ldc, float alpha, float beta, mxp_gemm_store mode,
+                                const float *cn);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */

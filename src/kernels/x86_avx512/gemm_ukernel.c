@@ -305,3 +305,21 @@ void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *
         c += MXP_GEMM_NR;
     }
 }
+
+/* A row of full F32 tiles (contract in gemm_internal.h). */
+void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const float *bp,
+                                size_t sb, size_t bt, bool b_in_place, size_t tiles, float *c,
+                                size_t ldc, float alpha, float beta, mxp_gemm_store mode,
+                                const float *cn) {
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        if (b_in_place)
+            uk_f32(kc, ap, sa, bp, sb, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff,
+                   alpha, beta, mode, false, next, true);
+        else
+            uk_f32(kc, ap, sa, bp, sb, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff,
+                   alpha, beta, mode, false, next, false);
+        bp += bt;
+        c += MXP_GEMM_NR;
+    }
+}
