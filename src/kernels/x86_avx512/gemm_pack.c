@@ -313,15 +313,30 @@ pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
     }
 }
 
+/* One k pair q and panel p0 of pack_bf16_rcontig_bf16: rows p0 .. p0+w of
+ * X's k rows 2q and 2q+1 (rk: row 2q at r0) interleaved into w pair words
+ * at dst; returns the lanes holding a BF16 subnormal. */
+static inline __attribute__((always_inline)) __mmask32
+pair_panel_step(const uint16_t *rk, size_t ld, bool second, size_t p0, __mmask32 m, int w,
+                __m512i idx_lo, __m512i idx_hi, uint32_t *dst) {
+    __m512i a = _mm512_maskz_loadu_epi16(m, rk + p0);
+    __m512i b = second ? _mm512_maskz_loadu_epi16(m, rk + ld + p0) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst, lanes16((size_t)w), _mm512_permutex2var_epi16(a, idx_lo, b));
+    if (w > 16)
+        _mm512_mask_storeu_epi32(dst + 16, lanes16((size_t)w - 16),
+                                 _mm512_permutex2var_epi16(a, idx_hi, b));
+    return bf16_subnormal_lanes(a) | bf16_subnormal_lanes(b);
+}
+
 /* pack_bf16_rcontig for BF16 X: per k pair and panel, one (masked) load of
  * up to 32 rows from each of the two k rows and one vpermt2w per 16 panel
  * words, which interleaves them into pairs (word r = X[r][k] | X[r][k+1]
  * << 16), instead of widening 16 values at a time and combining them.
  * Same panel bits and subnormal flags. NR-wide (B) panels are written in
  * groups of PACK_KGROUP_BF16 pairs per panel (see PACK_KGROUP): 32x512x512
- * NN +7%, 65x512x256 TN +4%; MR-wide (A) panels keep k pairs outer, since
- * grouping them was 10% slower at 2048x72x512 TN (14-row pieces of
- * 4 KiB rows). */
+ * NN +7%, 65x512x256 TN +4%; MR-wide (A) panels keep k pairs outer with
+ * the row prefetch, since grouping them was 10% slower at 2048x72x512 TN
+ * (14-row pieces of 4 KiB rows) and 2-3% slower at 256x256x32..128 TN. */
 static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
                                    size_t kc, int w, uint32_t *dst, uint8_t *sub) {
     const uint16_t *base = x->base;
@@ -331,32 +346,31 @@ static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows
                                             40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
                                             1, 32, 0);
     const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
-    const size_t group = w == MXP_GEMM_NR ? PACK_KGROUP_BF16 : 1;
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) sub[p0 / (size_t)w] = 0;
-    for (size_t qg = 0; qg < kp; qg += group) {
-        const size_t qe = min_sz(kp, qg + group);
-        for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
-            __mmask32 m = lanes32(min_sz((size_t)w, rows - p0));
-            __mmask32 subn = 0;
-            for (size_t q = qg; q < qe; q++) {
-                const uint16_t *rk = base + (k0 + 2 * q) * ld + r0;
-                const bool second = 2 * q + 1 < kc;
-                if (group == 1) {
-                    prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
-                    prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
-                }
-                __m512i a = _mm512_maskz_loadu_epi16(m, rk + p0);
-                __m512i b = second ? _mm512_maskz_loadu_epi16(m, rk + ld + p0)
-                                   : _mm512_setzero_si512();
-                subn |= bf16_subnormal_lanes(a) | bf16_subnormal_lanes(b);
-                uint32_t *pd = dst + p0 * kp + q * (size_t)w;
-                _mm512_mask_storeu_epi32(pd, lanes16((size_t)w),
-                                         _mm512_permutex2var_epi16(a, idx_lo, b));
-                if (w > 16)
-                    _mm512_mask_storeu_epi32(pd + 16, lanes16((size_t)w - 16),
-                                             _mm512_permutex2var_epi16(a, idx_hi, b));
+    if (w != MXP_GEMM_NR) {
+        for (size_t q = 0; q < kp; q++) {
+            const uint16_t *rk = base + (k0 + 2 * q) * ld + r0;
+            for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+                prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
+                prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
+                if (pair_panel_step(rk, ld, 2 * q + 1 < kc, p0,
+                                    lanes32(min_sz((size_t)w, rows - p0)), w, idx_lo, idx_hi,
+                                    dst + p0 * kp + q * (size_t)w))
+                    sub[p0 / (size_t)w] = 1;
             }
-            if (subn) sub[p0 / (size_t)w] = 1;
+        }
+        return;
+    }
+    for (size_t qg = 0; qg < kp; qg += PACK_KGROUP_BF16) {
+        const size_t qe = min_sz(kp, qg + PACK_KGROUP_BF16);
+        for (size_t p0 = 0; p0 < rows; p0 += MXP_GEMM_NR) {
+            const __mmask32 m = lanes32(min_sz(MXP_GEMM_NR, rows - p0));
+            __mmask32 subn = 0;
+            for (size_t q = qg; q < qe; q++)
+                subn |= pair_panel_step(base + (k0 + 2 * q) * ld + r0, ld, 2 * q + 1 < kc, p0, m,
+                                        MXP_GEMM_NR, idx_lo, idx_hi,
+                                        dst + p0 * kp + q * MXP_GEMM_NR);
+            if (subn) sub[p0 / MXP_GEMM_NR] = 1;
         }
     }
 }
