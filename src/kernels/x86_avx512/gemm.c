@@ -132,7 +132,7 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
     mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, p->ldc, mr, nr,
-                           p->alpha, p->beta, mode, true);
+                           p->alpha, p->beta, mode, true, NULL);
 }
 
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
@@ -166,21 +166,44 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
     for (size_t o = 0; o < outer; o++) {
-        for (size_t q = 0; q < inner; q++) {
+        size_t q0 = 0;
+        if (rows_first && !(p->dp && any) && mc - o * MXP_GEMM_MR >= MXP_GEMM_MR) {
+            /* the row's full tiles in one call; its edge tile below */
+            size_t full = nc / MXP_GEMM_NR, ir = o * MXP_GEMM_MR;
+            float *c = p->C + (ic + ir) * p->ldc + jc;
+            const float *cn = full < inner ? c + full * MXP_GEMM_NR
+                              : o + 1 < outer ? c + MXP_GEMM_MR * p->ldc : NULL;
+            if (p->dp)
+                mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
+                                            (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
+                                            p->beta, mode, cn);
+            else
+                mxp_avx512_ukernel_f32_row(
+                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
+                    b_in ? b_in : s->bp, b_in ? p->b.ld : MXP_GEMM_NR,
+                    b_in ? MXP_GEMM_NR : MXP_GEMM_NR * kc, b_in != NULL, full, c, p->ldc,
+                    p->alpha, p->beta, mode, cn);
+            q0 = full;
+        }
+        for (size_t q = q0; q < inner; q++) {
             size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
             int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;
+            const float *cn = NULL;
+            if (rows_first)
+                cn = q + 1 < inner ? c + MXP_GEMM_NR
+                     : o + 1 < outer ? p->C + (ic + ir + MXP_GEMM_MR) * p->ldc + jc : NULL;
             if (!p->dp)
                 mxp_avx512_ukernel_f32(
                     kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
                     b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
-                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first);
+                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first, cn);
             else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
             else
                 mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
-                                        p->alpha, p->beta, mode, !rows_first);
+                                        p->alpha, p->beta, mode, !rows_first, cn);
         }
     }
 }

@@ -163,10 +163,13 @@ typedef enum mxp_gemm_store {
  * (sa = lda; sb = ldb with b_in_place: unaligned loads, and none past
  * column nr). Reads only rows r < mr of A. 1 <= mr <= MR, 1 <= nr <= NR.
  * pfc: prefetch the C tile into L1 before the k loop (worth it when C is
- * not being streamed along its rows). */
+ * not being streamed along its rows). cn: NULL, or the top-left element of
+ * the tile the caller computes next (row stride ldc), whose first mr rows
+ * (two lines each) are prefetched into L1 during the first k steps; a
+ * hint only (never dereferenced). */
 void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
                             bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
-                            float beta, mxp_gemm_store mode, bool pfc);
+                            float beta, mxp_gemm_store mode, bool pfc, const float *cn);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
  * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel
@@ -181,6 +184,22 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 /* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode, bool pfc);
+                             float beta, mxp_gemm_store mode, bool pfc, const float *cn);
+/* `tiles` full MR x NR BF16 tiles side by side: tile t is
+ * mxp_avx512_ukernel_bf16(kp, ap, bp + t*NR*kp, c + t*NR, ldc, MR, NR,
+ * alpha, beta, mode, false, next) with next = the following tile, and cn
+ * (may be NULL) after the last: the same instructions per tile, in one
+ * call (the row-of-tiles sweep, gemm.c). */
+void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
+                                 float *c, size_t ldc, float alpha, float beta,
+                                 mxp_gemm_store mode, const float *cn);
+/* As mxp_avx512_ukernel_bf16_row for F32 tiles: tile t is
+ * mxp_avx512_ukernel_f32(kc, ap, sa, bp + t*bt, sb, b_in_place, c + t*NR,
+ * ldc, MR, NR, alpha, beta, mode, false, next) (bt: NR*kc for packed B
+ * micro-panels, NR for op(B) read in place). */
+void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const float *bp,
+                                size_t sb, size_t bt, bool b_in_place, size_t tiles, float *c,
+                                size_t ldc, float alpha, float beta, mxp_gemm_store mode,
+                                const float *cn);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */

@@ -177,26 +177,48 @@ pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
     }
 }
 
-/* k outer, panels inner: each k reads one contiguous run of `rows`
- * elements (streaming, prefetcher-friendly) and scatters it into the panels. */
+/* Depth of the k groups of the packers that stream k-major rows (X(r, k)
+ * at k*ld + r): for each group of PACK_KGROUP k (or k pairs), panel by
+ * panel. Plain k outer, panels inner wrote each k's values into every
+ * panel of the block in turn (up to 37 store streams, 14-16 KiB apart);
+ * grouping writes PACK_KGROUP consecutive steps of one panel before the
+ * next, while each k row is still read in order. bench_gemm_cpu, one
+ * thread: 512x72x256 TN f16 +10%, 65x512x256 TN f16 +6%, 32x512x512 NN
+ * f16 +9%, 128/256x2048x2048 NN f32 +6-7% (docs/kernels.md, gemm3). */
+enum { PACK_KGROUP = 16, PACK_KGROUP_BF16 = 8 };
+
+/* X[r0 .. r0+rows)[k0 .. k0+kc) (X(r, k) at k*ld + r) widened into FP32
+ * panels of width w: per k group, per panel, per k one contiguous run of
+ * up to w elements, in 16-lane slices. w is a compile-time constant in
+ * the calls from pack_f32_rcontig, so the slice loop and masks fold. */
 static inline __attribute__((always_inline)) void
-pack_f32_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
-                 size_t k0, size_t kc, int w, float *dst) {
-    size_t ld = x->ld;
-    for (size_t k = 0; k < kc; k++) {
-        const size_t at = (k0 + k) * ld + r0;
+pack_f32_rcontig_w(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
+                   size_t kc, const int w, float *dst) {
+    const size_t ld = x->ld;
+    for (size_t kg = 0; kg < kc; kg += PACK_KGROUP) {
+        const size_t ke = min_sz(kc, kg + PACK_KGROUP);
         for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
-            size_t prow = min_sz((size_t)w, rows - p0);
-            float *pd = dst + p0 * kc + k * (size_t)w;
-            for (int s = 0; s < w; s += 16) {
-                size_t vr = slice_rows(prow, s);
-                if (vr) prefetch_row_ahead(t, x->base, at + p0 + (size_t)s, ld);
-                __m512 v = vr ? load16_f32(t, x->base, at + p0 + (size_t)s, lanes16(vr))
-                              : _mm512_setzero_ps();
-                _mm512_mask_storeu_ps(pd + s, lanes16((size_t)(w - s)), v);
+            const size_t prow = min_sz((size_t)w, rows - p0);
+            for (size_t k = kg; k < ke; k++) {
+                const size_t at = (k0 + k) * ld + r0 + p0;
+                float *pd = dst + p0 * kc + k * (size_t)w;
+                for (int s = 0; s < w; s += 16) {
+                    size_t vr = slice_rows(prow, s);
+                    __m512 v = vr ? load16_f32(t, x->base, at + (size_t)s, lanes16(vr))
+                                  : _mm512_setzero_ps();
+                    _mm512_mask_storeu_ps(pd + s, lanes16((size_t)(w - s)), v);
+                }
             }
         }
     }
+}
+
+static inline __attribute__((always_inline)) void
+pack_f32_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
+                 size_t k0, size_t kc, int w, float *dst) {
+    if (w == MXP_GEMM_MR) pack_f32_rcontig_w(t, x, r0, rows, k0, kc, MXP_GEMM_MR, dst);
+    else if (w == MXP_GEMM_NR) pack_f32_rcontig_w(t, x, r0, rows, k0, kc, MXP_GEMM_NR, dst);
+    else pack_f32_rcontig_w(t, x, r0, rows, k0, kc, w, dst);
 }
 
 #define PACK_DISPATCH(fn, t, ...)                                              \
@@ -291,11 +313,30 @@ pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
     }
 }
 
+/* One k pair q and panel p0 of pack_bf16_rcontig_bf16: rows p0 .. p0+w of
+ * X's k rows 2q and 2q+1 (rk: row 2q at r0) interleaved into w pair words
+ * at dst; returns the lanes holding a BF16 subnormal. */
+static inline __attribute__((always_inline)) __mmask32
+pair_panel_step(const uint16_t *rk, size_t ld, bool second, size_t p0, __mmask32 m, int w,
+                __m512i idx_lo, __m512i idx_hi, uint32_t *dst) {
+    __m512i a = _mm512_maskz_loadu_epi16(m, rk + p0);
+    __m512i b = second ? _mm512_maskz_loadu_epi16(m, rk + ld + p0) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst, lanes16((size_t)w), _mm512_permutex2var_epi16(a, idx_lo, b));
+    if (w > 16)
+        _mm512_mask_storeu_epi32(dst + 16, lanes16((size_t)w - 16),
+                                 _mm512_permutex2var_epi16(a, idx_hi, b));
+    return bf16_subnormal_lanes(a) | bf16_subnormal_lanes(b);
+}
+
 /* pack_bf16_rcontig for BF16 X: per k pair and panel, one (masked) load of
  * up to 32 rows from each of the two k rows and one vpermt2w per 16 panel
  * words, which interleaves them into pairs (word r = X[r][k] | X[r][k+1]
  * << 16), instead of widening 16 values at a time and combining them.
- * Same panel bits and subnormal flags. */
+ * Same panel bits and subnormal flags. NR-wide (B) panels are written in
+ * groups of PACK_KGROUP_BF16 pairs per panel (see PACK_KGROUP): 32x512x512
+ * NN +7%, 65x512x256 TN +4%; MR-wide (A) panels keep k pairs outer with
+ * the row prefetch, since grouping them was 10% slower at 2048x72x512 TN
+ * (14-row pieces of 4 KiB rows) and 2-3% slower at 256x256x32..128 TN. */
 static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
                                    size_t kc, int w, uint32_t *dst, uint8_t *sub) {
     const uint16_t *base = x->base;
@@ -306,21 +347,30 @@ static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows
                                             1, 32, 0);
     const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) sub[p0 / (size_t)w] = 0;
-    for (size_t q = 0; q < kp; q++) {
-        const uint16_t *rk = base + (k0 + 2 * q) * ld + r0;
-        const bool second = 2 * q + 1 < kc;
-        for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
-            __mmask32 m = lanes32(min_sz((size_t)w, rows - p0));
-            prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
-            prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
-            __m512i a = _mm512_maskz_loadu_epi16(m, rk + p0);
-            __m512i b = second ? _mm512_maskz_loadu_epi16(m, rk + ld + p0) : _mm512_setzero_si512();
-            if (bf16_subnormal_lanes(a) | bf16_subnormal_lanes(b)) sub[p0 / (size_t)w] = 1;
-            uint32_t *pd = dst + p0 * kp + q * (size_t)w;
-            _mm512_mask_storeu_epi32(pd, lanes16((size_t)w), _mm512_permutex2var_epi16(a, idx_lo, b));
-            if (w > 16)
-                _mm512_mask_storeu_epi32(pd + 16, lanes16((size_t)w - 16),
-                                         _mm512_permutex2var_epi16(a, idx_hi, b));
+    if (w != MXP_GEMM_NR) {
+        for (size_t q = 0; q < kp; q++) {
+            const uint16_t *rk = base + (k0 + 2 * q) * ld + r0;
+            for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
+                prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
+                prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
+                if (pair_panel_step(rk, ld, 2 * q + 1 < kc, p0,
+                                    lanes32(min_sz((size_t)w, rows - p0)), w, idx_lo, idx_hi,
+                                    dst + p0 * kp + q * (size_t)w))
+                    sub[p0 / (size_t)w] = 1;
+            }
+        }
+        return;
+    }
+    for (size_t qg = 0; qg < kp; qg += PACK_KGROUP_BF16) {
+        const size_t qe = min_sz(kp, qg + PACK_KGROUP_BF16);
+        for (size_t p0 = 0; p0 < rows; p0 += MXP_GEMM_NR) {
+            const __mmask32 m = lanes32(min_sz(MXP_GEMM_NR, rows - p0));
+            __mmask32 subn = 0;
+            for (size_t q = qg; q < qe; q++)
+                subn |= pair_panel_step(base + (k0 + 2 * q) * ld + r0, ld, 2 * q + 1 < kc, p0, m,
+                                        MXP_GEMM_NR, idx_lo, idx_hi,
+                                        dst + p0 * kp + q * MXP_GEMM_NR);
+            if (subn) sub[p0 / MXP_GEMM_NR] = 1;
         }
     }
 }

@@ -84,6 +84,21 @@ prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
     }
 }
 
+/* Prefetch row r of the next tile's C (its first two lines,
+ * the 32 columns of a full tile): called once per k step for the first mr
+ * steps of the k loop (the ukernels' `cn`), so the next tile's C lines
+ * arrive while this tile computes, spread over the loop instead of in one
+ * burst. Used in the row-of-tiles sweep (gemm.c), where a short K block
+ * makes the pass over C a large share of the time: 2048x2048x32 TN bf16
+ * +8%, 2048x2048x128 TN bf16 +2-4%, neutral where C fits in L2
+ * (bench_gemm_cpu, one thread). No effect on results. */
+static inline __attribute__((always_inline)) void prefetch_next_c(const float *cn, size_t ldc,
+                                                                  size_t r) {
+    const uintptr_t row = (uintptr_t)cn + r * ldc * sizeof(float);
+    _mm_prefetch((const char *)row, _MM_HINT_T0);
+    _mm_prefetch((const char *)(row + 64), _MM_HINT_T0);
+}
+
 /* The F32 tile. A(r, k) = a[r + k*sa] and B(k, 16 v + l) = b[16 v + l +
  * k*sb]: the packed micro-panels (sa = MR, sb = NR) or, on the F32 path,
  * op(A) and op(B) read in place where they are contiguous along the rows
@@ -93,7 +108,7 @@ prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
 static inline __attribute__((always_inline)) void
 uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c, size_t ldc,
        const int mr, const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode,
-       bool pfc, const bool b_in_place) {
+       bool pfc, const float *cn, const bool b_in_place) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
@@ -101,6 +116,7 @@ uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
     if (pfc) prefetch_c(c, ldc, mr, nv);
     for (size_t k = 0; k < kc; k++) {
+        if (cn && k < (size_t)mr) prefetch_next_c(cn, ldc, k);
         __m512 bv[MXP_GEMM_NV];
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++)
@@ -121,7 +137,8 @@ uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c
 
 static inline __attribute__((always_inline)) void
 uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, const int mr,
-        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode, bool pfc) {
+        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode, bool pfc,
+        const float *cn) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
@@ -129,6 +146,7 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
     if (pfc) prefetch_c(c, ldc, mr, nv);
     for (size_t q = 0; q < kp; q++) {
+        if (cn && q < (size_t)mr) prefetch_next_c(cn, ldc, q);
         __m512bh bv[MXP_GEMM_NV];
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) bv[v] = (__m512bh)_mm512_load_si512(b + 16 * v);
@@ -148,17 +166,17 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
  * the inlined body (registers, unrolling) for each edge shape. */
 #define UK_CASE(fn, MRC)                                                       \
     case MRC:                                                                  \
-        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode, pfc); \
-        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode, pfc);         \
+        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, cn); \
+        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, cn);         \
         break;
 
 /* The F32 tile's call for row count MRC: a and b with their k strides. */
 #define UKF_CASE(fn, MRC)                                                      \
     case MRC:                                                                  \
-        if (nv == 1 && bm) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, true); \
-        else if (nv == 1) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, false); \
-        else if (bm) fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, true); \
-        else fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, false); \
+        if (nv == 1 && bm) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, cn, true); \
+        else if (nv == 1) fn(k, a, sa, b, sb, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, cn, false); \
+        else if (bm) fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, cn, true); \
+        else fn(k, a, sa, b, sb, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, cn, false); \
         break;
 
 #define UK_SWITCH(fn)                                                          \
@@ -178,7 +196,7 @@ static inline __mmask16 last_mask(int nr, int *nv) {
 
 void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
                             bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
-                            float beta, mxp_gemm_store mode, bool pfc) {
+                            float beta, mxp_gemm_store mode, bool pfc, const float *cn) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
     size_t k = kc;
@@ -266,10 +284,42 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode, bool pfc) {
+                             float beta, mxp_gemm_store mode, bool pfc, const float *cn) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
     size_t k = kp;
     const uint32_t *a = ap, *b = bp;
     UK_SWITCH(uk_bf16)
+}
+
+/* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
+ * per-tile call, dispatch and vzeroupper are paid once per row. */
+void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
+                                 float *c, size_t ldc, float alpha, float beta,
+                                 mxp_gemm_store mode, const float *cn) {
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        uk_bf16(kp, ap, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, beta,
+                mode, false, next);
+        bp += MXP_GEMM_NR * kp;
+        c += MXP_GEMM_NR;
+    }
+}
+
+/* A row of full F32 tiles (contract in gemm_internal.h). */
+void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const float *bp,
+                                size_t sb, size_t bt, bool b_in_place, size_t tiles, float *c,
+                                size_t ldc, float alpha, float beta, mxp_gemm_store mode,
+                                const float *cn) {
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        if (b_in_place)
+            uk_f32(kc, ap, sa, bp, sb, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff,
+                   alpha, beta, mode, false, next, true);
+        else
+            uk_f32(kc, ap, sa, bp, sb, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff,
+                   alpha, beta, mode, false, next, false);
+        bp += bt;
+        c += MXP_GEMM_NR;
+    }
 }
