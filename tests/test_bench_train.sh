@@ -122,6 +122,12 @@ for r in rows:
 print(f"bench.csv: {len(rows)} cells ok")
 EOF
 
+# ---- runs go in rounds: run 1 of every cell before run 2 of any ----
+"$BIN" bench train --quick --workloads classifier --runs 2 --only scenarios --out "$TMP/rounds" \
+    >"$TMP/rounds.out" 2>&1 || { tail -20 "$TMP/rounds.out"; fail "bench train --runs 2"; }
+order=$(grep -o "run [12]/2" "$TMP/rounds.out" | cut -c5 | tr -d '\n')
+[ "$order" = 111111222222 ] || fail "runs not in rounds: $order"
+
 # ---- steps section (its big configuration is slow in a sanitizer build:
 # not under MIXPREC_TEST_QUICK) ----
 if [ "${MIXPREC_TEST_QUICK:-0}" != 1 ]; then

@@ -206,10 +206,8 @@ int bench_train(int argc, char **argv) {
         nc = bt_cells_build(&o, cells, BT_MAX_CELLS);
         printf("section scenarios: %d cells x %d run%s (child processes; logs in %s/cells)\n", nc,
                o.runs, o.runs > 1 ? "s" : "", o.out);
-        for (int i = 0; i < nc; i++) {
-            bt_cell_run(&o, &cells[i], stdout);
-            failed |= !cells[i].ok;
-        }
+        bt_cells_run(&o, cells, nc, stdout);
+        for (int i = 0; i < nc; i++) failed |= !cells[i].ok;
         bt_derive(cells, nc);
         char p[600];
         snprintf(p, sizeof p, "%s/bench.csv", o.out);

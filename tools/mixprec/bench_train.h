@@ -92,13 +92,16 @@ typedef struct bt_cell {
 /* Fill cells[] for the enabled workloads x scenarios x modes; returns the
  * count (at most cap). */
 int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap);
-/* Run cell c o->runs times as child processes, its run directories under
- * o->out/cells/; fills c's results. Never fails the whole bench: a failed
- * run marks the cell. progress (may be NULL) is printed to before each run. */
-void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress);
+/* Run every cell o->runs times as child processes, in rounds (run k of
+ * every cell before run k + 1 of any, so that a slow spell of the machine
+ * is spread over the cells instead of falling on one cell's runs), their
+ * run directories under o->out/cells/; fills the cells' results. Never
+ * fails the whole bench: a failed run marks its cell, which runs no more.
+ * progress (may be NULL) is printed to before each run. */
+void bt_cells_run(const bt_opts *o, bt_cell *cells, int n, FILE *progress);
 /* The label of mode p in reports ("fp8 (emulated)" for fp8). */
 const char *bt_mode_label(mxp_precision p);
-/* The label of cell c: its mode's, or "mixed_bf16 (fp32 first/last)". */
+/* The label of cell c: its mode's, or its variant's (bt_keep_label). */
 const char *bt_cell_label(const bt_cell *c);
 size_t bt_cell_mem_total(const bt_cell *c);
 

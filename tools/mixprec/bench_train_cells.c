@@ -300,7 +300,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
+static void cell_reset(bt_cell *c) {
     c->ok = true;
     c->exit_code = 0;
     c->note[0] = '\0';
@@ -308,68 +308,74 @@ void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
     c->train_loss = c->eval_loss = c->accuracy = c->overflow_rate = NAN;
     c->wall_median = c->wall_min = NAN;
     c->peak_rss_kb = 0;
+}
+
+/* Run k (0-based) of cell c; false (and c marked failed) when it failed. */
+static bool cell_run_one(const bt_opts *o, bt_cell *c, int k, FILE *progress) {
     const double limit_s = o->quick ? 120.0 : 1800.0;
-    for (int k = 0; k < o->runs; k++) {
-        char dir[700], outkv[720], prec[64];
-        snprintf(dir, sizeof dir, "%s/cells/%s-%s-%s%s-r%d", o->out, bt_workload_name(c->wl),
-                 c->scenario, mxp_precision_name(c->mode),
-                 keeps[c->keep].dir, k + 1);
-        int e = cli_mkdirs(dir);
-        if (e != 0) {
-            note(c, "cannot create the run directory: %s", strerror(e));
-            c->ok = false;
-            c->exit_code = CLI_EXIT_IO;
-            break;
-        }
-        snprintf(outkv, sizeof outkv, "output.dir=%s", dir);
-        snprintf(prec, sizeof prec, "training.precision=%s", mxp_precision_name(c->mode));
-        char *argv[8 + BT_MAX_OVR + 2];
-        int a = 0;
-        argv[a++] = "mixprec";
-        argv[a++] = "train";
-        argv[a++] = "--json";
-        argv[a++] = "--quiet";
-        argv[a++] = "checkpoint.enabled=false";
-        argv[a++] = "obs.store.enabled=false";
-        argv[a++] = prec;
-        for (int i = 0; i < c->n_ovr; i++) argv[a++] = c->ovr[i];
-        argv[a++] = outkv;
-        argv[a] = NULL;
-        if (progress) {
-            fprintf(progress, "  run %d/%d: %s %s %s ...", k + 1, o->runs, bt_workload_name(c->wl),
-                    c->scenario, bt_cell_label(c));
-            fflush(progress);
-        }
-        long rss = 0;
-        bool timed_out = false;
-        int st = spawn_wait(argv, dir, limit_s, &rss, &timed_out);
-        if (rss > c->peak_rss_kb) c->peak_rss_kb = rss;
-        bool ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok) {
-            c->ok = false;
-            char why[96];
-            if (st < 0)
-                snprintf(why, sizeof why, "could not start /proc/self/exe");
-            else if (timed_out)
-                snprintf(why, sizeof why, "killed after %.0f s", limit_s);
-            else if (WIFSIGNALED(st))
-                snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
-            else
-                snprintf(why, sizeof why, "exit code %d", WEXITSTATUS(st));
-            c->exit_code = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-            note(c, "%s (see stderr.log)", why);
-            if (progress) fprintf(progress, " FAILED: %s; %s/stderr.log\n", why, dir);
-            break;
-        }
-        if (!read_summary(c, dir, k)) {
-            c->ok = false;
-            c->exit_code = CLI_EXIT_FAIL;
-            if (progress) fprintf(progress, " FAILED: %s\n", c->note);
-            break;
-        }
-        c->runs_ok++;
-        if (progress) fprintf(progress, " %.3f s, peak RSS %.1f MB\n", c->wall_s[k], rss / 1024.0);
+    char dir[700], outkv[720], prec[64];
+    snprintf(dir, sizeof dir, "%s/cells/%s-%s-%s%s-r%d", o->out, bt_workload_name(c->wl),
+             c->scenario, mxp_precision_name(c->mode), keeps[c->keep].dir, k + 1);
+    int e = cli_mkdirs(dir);
+    if (e != 0) {
+        note(c, "cannot create the run directory: %s", strerror(e));
+        c->ok = false;
+        c->exit_code = CLI_EXIT_IO;
+        return false;
     }
+    snprintf(outkv, sizeof outkv, "output.dir=%s", dir);
+    snprintf(prec, sizeof prec, "training.precision=%s", mxp_precision_name(c->mode));
+    char *argv[8 + BT_MAX_OVR + 2];
+    int a = 0;
+    argv[a++] = "mixprec";
+    argv[a++] = "train";
+    argv[a++] = "--json";
+    argv[a++] = "--quiet";
+    argv[a++] = "checkpoint.enabled=false";
+    argv[a++] = "obs.store.enabled=false";
+    argv[a++] = prec;
+    for (int i = 0; i < c->n_ovr; i++) argv[a++] = c->ovr[i];
+    argv[a++] = outkv;
+    argv[a] = NULL;
+    if (progress) {
+        fprintf(progress, "  run %d/%d: %s %s %s ...", k + 1, o->runs, bt_workload_name(c->wl),
+                c->scenario, bt_cell_label(c));
+        fflush(progress);
+    }
+    long rss = 0;
+    bool timed_out = false;
+    int st = spawn_wait(argv, dir, limit_s, &rss, &timed_out);
+    if (rss > c->peak_rss_kb) c->peak_rss_kb = rss;
+    bool ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+        c->ok = false;
+        char why[96];
+        if (st < 0)
+            snprintf(why, sizeof why, "could not start /proc/self/exe");
+        else if (timed_out)
+            snprintf(why, sizeof why, "killed after %.0f s", limit_s);
+        else if (WIFSIGNALED(st))
+            snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
+        else
+            snprintf(why, sizeof why, "exit code %d", WEXITSTATUS(st));
+        c->exit_code = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        note(c, "%s (see stderr.log)", why);
+        if (progress) fprintf(progress, " FAILED: %s; %s/stderr.log\n", why, dir);
+        return false;
+    }
+    if (!read_summary(c, dir, k)) {
+        c->ok = false;
+        c->exit_code = CLI_EXIT_FAIL;
+        if (progress) fprintf(progress, " FAILED: %s\n", c->note);
+        return false;
+    }
+    c->runs_ok++;
+    if (progress) fprintf(progress, " %.3f s, peak RSS %.1f MB\n", c->wall_s[k], rss / 1024.0);
+    return true;
+}
+
+/* c's medians and notes from its runs. */
+static void cell_finish(bt_cell *c) {
     if (c->runs_ok > 0) {
         double w[BT_MAX_RUNS];
         memcpy(w, c->wall_s, (size_t)c->runs_ok * sizeof w[0]);
@@ -385,4 +391,12 @@ void bt_cell_run(const bt_opts *o, bt_cell *c, FILE *progress) {
     }
     if (c->ok && c->runs_ok > 1 && !c->losses_identical)
         note(c, "losses differ between runs of the same seed%s", "");
+}
+
+void bt_cells_run(const bt_opts *o, bt_cell *cells, int n, FILE *progress) {
+    for (int i = 0; i < n; i++) cell_reset(&cells[i]);
+    for (int k = 0; k < o->runs; k++)
+        for (int i = 0; i < n; i++)
+            if (cells[i].ok) (void)cell_run_one(o, &cells[i], k, progress);
+    for (int i = 0; i < n; i++) cell_finish(&cells[i]);
 }
