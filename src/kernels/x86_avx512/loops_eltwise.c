@@ -49,9 +49,10 @@ static void relu_bwd_range(float *dx, const float *dy, const float *x, size_t n)
     }
 }
 
-/* GELU and tanh: in pieces of SPLIT_MAX with the large lanes apart
- * (loops_split.h), or per vector (v_gelu, ...) when that is switched off;
- * the same bits either way. */
+/* GELU and its backward: in pieces of SPLIT_MAX with erf's large lanes
+ * apart (loops_split.h), or per vector (v_gelu, v_gelu_grad) when that is
+ * switched off; the same bits either way. Tanh stays per vector: split, it
+ * was slower (docs/kernels.md). */
 static void gelu_fwd_range(float *y, const float *x, size_t n) {
     if (mxp_avx512_act_split_enabled()) {
         split_buf b;
@@ -84,14 +85,6 @@ static void gelu_bwd_range(float *dx, const float *dy, const float *x, size_t n)
 }
 
 static void tanh_fwd_range(float *y, const float *x, size_t n) {
-    if (mxp_avx512_act_split_enabled()) {
-        split_buf b;
-        for (size_t i = 0; i < n; i += SPLIT_MAX) {
-            const size_t len = n - i < SPLIT_MAX ? n - i : SPLIT_MAX;
-            split_tanh(y + i, MXP_DTYPE_F32, x + i, len, NULL, &b);
-        }
-        return;
-    }
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, k, v_tanh(_mm512_maskz_loadu_ps(k, x + i)));

@@ -200,11 +200,10 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
             amax_add(&acc, _mm512_maskz_loadu_ps(m, a + i), m);
         }
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
-    } else if (e->act != MXP_ACT_RELU && mxp_avx512_act_split_enabled()) {
-        split_buf b; /* erf's / tanh's large branch on the large lanes only */
+    } else if (e->act == MXP_ACT_GELU && mxp_avx512_act_split_enabled()) {
+        split_buf b; /* erf's large branch on the large lanes only */
         amax_init(&acc);
-        if (e->act == MXP_ACT_GELU) split_gelu(a, e->y_type, src, n, &acc, &b);
-        else split_tanh(a, e->y_type, src, n, &acc, &b);
+        split_gelu(a, e->y_type, src, n, &acc, &b);
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
     } else switch (e->act) { /* one loop per activation: constants stay in registers */
     case MXP_ACT_RELU: ACT_LOOP(v_relu); break;

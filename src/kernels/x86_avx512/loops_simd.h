@@ -1,7 +1,7 @@
 /* kernels/x86_avx512/loops_simd.h: vector helpers shared by the AVX-512
  * hot loops (loops_*.c): lane masks, the MXCSR guard, horizontal sums,
  * exact widening loads, the in-register scan, vector exp / erf / tanh (erf
- * and tanh also as their two branches, for loops_split.h) and the
+ * also as its two branches, for loops_split.h) and the
  * activation formulas. Include only from files compiled with the
  * AVX-512 flags of CMakeLists.txt.
  *
@@ -242,15 +242,10 @@ static inline __m512 v_erf(__m512 x) {
     return _mm512_mask_blend_ps(is_small, v_erf_large(x), small);
 }
 
-/* tanh(x) in two branches, as erf above. */
-
-/* The lanes that take the small branch: |x| < 0.625 (NaN: not small). */
-static inline __mmask16 v_tanh_small_lanes(__m512 x) {
-    return _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.625f), _CMP_LT_OQ);
-}
-
-/* The small branch: x + x s P(s), s = x^2. */
-static inline __m512 v_tanh_small(__m512 x) {
+/* tanh(x) (see the file comment). */
+static inline __m512 v_tanh(__m512 x) {
+    const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x80000000));
+    __m512 t = _mm512_abs_ps(x);
     __m512 s = _mm512_mul_ps(x, x);
     __m512 p = _mm512_set1_ps(0.00229894021f);
     p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-0.00835000724f));
@@ -258,26 +253,15 @@ static inline __m512 v_tanh_small(__m512 x) {
     p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-0.0539595485f));
     p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.133333057f));
     p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-0.333333343f));
-    return _mm512_fmadd_ps(_mm512_mul_ps(x, s), p, x);
-}
-
-/* The large branch: sign(x) (1 - 2 / (e^(2|x|) + 1)). */
-static inline __m512 v_tanh_large(__m512 x) {
-    const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x80000000));
-    __m512 t = _mm512_abs_ps(x);
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(x, s), p, x);
+    __mmask16 is_small = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    if (is_small == 0xffff) return small;
     __m512 e = v_exp(_mm512_add_ps(t, t));
     __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f),
                                _mm512_div_ps(_mm512_set1_ps(2.0f),
                                              _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-    return _mm512_or_ps(big, _mm512_and_ps(x, sign_mask));
-}
-
-/* tanh(x) (see the file comment). */
-static inline __m512 v_tanh(__m512 x) {
-    __m512 small = v_tanh_small(x);
-    __mmask16 is_small = v_tanh_small_lanes(x);
-    if (is_small == 0xffff) return small;
-    return _mm512_mask_blend_ps(is_small, v_tanh_large(x), small);
+    big = _mm512_or_ps(big, _mm512_and_ps(x, sign_mask));
+    return _mm512_mask_blend_ps(is_small, big, small);
 }
 
 /* ---- activations per vector: the one home of their formulas (used by

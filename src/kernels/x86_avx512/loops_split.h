@@ -1,30 +1,33 @@
-/* kernels/x86_avx512/loops_split.h: FP32 GELU, GELU backward and tanh
- * over a piece, with the large branch of erf / tanh run only on the lanes
- * that take it. Include only from files compiled with the AVX-512 flags.
+/* kernels/x86_avx512/loops_split.h: FP32 GELU and GELU backward over a
+ * piece, with erf's large branch run only on the lanes that take it.
+ * Include only from files compiled with the AVX-512 flags.
  *
  * Entry points (static inline, used by loops_fused.c and loops_eltwise.c):
- * split_gelu, split_gelu_grad, split_tanh, each over at most SPLIT_MAX
- * elements with a split_buf of scratch.
+ * split_gelu and split_gelu_grad, each over at most SPLIT_MAX elements with
+ * a split_buf of scratch.
  *
  * Why: v_erf (loops_simd.h) skips its large branch only when all 16 lanes
  * are small (|x| < 0.921875); for N(0, 1)-like pre-activations nearly every
  * vector holds a large lane, so the small polynomial and the large one
- * (11 terms and an exp) both run on all 16 lanes (tanh: the same, cut at
- * 0.625). Here a piece goes through three loops:
+ * (11 terms and an exp) both run on all 16 lanes. Here a piece goes
+ * through three loops:
  *   1. every vector: the small branch on all lanes, the result stored; the
  *      inputs of its large lanes appended, dense, to a side buffer
- *      (vcompressps into a register, then a full-vector store: the memory
- *      form of vcompressps is slow on Zen 4) and the lane mask kept. A
- *      vector whose lanes are all large takes the large branch at once;
+ *      (vcompressps into a register, then a full-vector store) and the lane
+ *      mask kept. A vector with no large lane appends nothing; one whose
+ *      lanes are all large takes the large branch at once (so the
+ *      extremes, all small or all large, cost about what v_erf costs);
  *   2. the dense buffer, 16 large lanes per vector: the large branch;
- *   3. every vector with large lanes: its results expanded back into place
- *      (a register vexpandps and a masked store).
- * Each lane gets exactly the operations that v_erf / v_tanh and the formula
- * around them (v_gelu_of, v_gelu_deriv_of) give it per vector: the small
- * branch's result for a small lane, the large branch's for a large one
- * (NaN lanes are large, as in v_erf), so the bits are those of v_gelu,
- * v_gelu_grad and v_tanh (tests/test_act_split.c). The scan (amax_add) of
- * a small lane is taken in loop 1, of a large one in loop 2.
+ *   3. every vector of the piece: its large lanes' results expanded back
+ *      into place (a register vexpandps and a masked store).
+ * Each lane gets exactly the operations that v_erf and the formula around
+ * it (v_gelu_of, v_gelu_deriv_of) give it per vector: the small branch's
+ * result for a small lane, the large branch's for a large one (NaN lanes
+ * are large, as in v_erf), so the bits are those of v_gelu and v_gelu_grad
+ * (tests/test_act_split.c). The scan (amax_add) of a small lane is taken
+ * in loop 1, of a large one in loop 2. Tanh (cut at 0.625) was split the
+ * same way and was slower on N(0, 1.5) inputs (docs/kernels.md), so it
+ * stays per vector.
  */
 #ifndef MIXPREC_KERNELS_AVX512_LOOPS_SPLIT_H
 #define MIXPREC_KERNELS_AVX512_LOOPS_SPLIT_H
@@ -71,13 +74,15 @@ static inline __attribute__((always_inline)) void split_gelu(float *out, mxp_dty
         const __m512 x = _mm512_mul_ps(v, c);
         __mmask16 lg = m & (__mmask16)~v_erf_small_lanes(x);
         __m512 g;
-        if (lg == m) {
+        if (lg == m) { /* all large: at once */
             g = v_gelu_of(v, v_erf_large(x));
             lg = 0;
         } else {
             g = v_gelu_of(v, v_erf_small(x));
-            split_push(b->x, cnt, lg, v);
-            cnt += (size_t)__builtin_popcount(lg);
+            if (lg) {
+                split_push(b->x, cnt, lg, v);
+                cnt += (size_t)__builtin_popcount(lg);
+            }
         }
         b->lg[i / 16] = lg;
         _mm512_mask_storeu_ps(out + i, m, g);
@@ -111,15 +116,17 @@ static inline __attribute__((always_inline)) void split_gelu_grad(float *out, mx
         const __m512 xp = v_gelu_xpdf(v);
         __mmask16 lg = m & (__mmask16)~v_erf_small_lanes(x);
         __m512 g;
-        if (lg == m) {
+        if (lg == m) { /* all large: at once */
             g = _mm512_mul_ps(d, v_gelu_deriv_of(v_erf_large(x), xp));
             lg = 0;
         } else {
             g = _mm512_mul_ps(d, v_gelu_deriv_of(v_erf_small(x), xp));
-            split_push(b->x, cnt, lg, x);
-            split_push(b->xpdf, cnt, lg, xp);
-            split_push(b->dy, cnt, lg, d);
-            cnt += (size_t)__builtin_popcount(lg);
+            if (lg) {
+                split_push(b->x, cnt, lg, x);
+                split_push(b->xpdf, cnt, lg, xp);
+                split_push(b->dy, cnt, lg, d);
+                cnt += (size_t)__builtin_popcount(lg);
+            }
         }
         b->lg[i / 16] = lg;
         _mm512_mask_storeu_ps(out + i, m, g);
@@ -132,38 +139,6 @@ static inline __attribute__((always_inline)) void split_gelu_grad(float *out, mx
         const __m512 xp = _mm512_maskz_loadu_ps(m, b->xpdf + j);
         const __m512 d = _mm512_maskz_loadu_ps(m, b->dy + j);
         const __m512 g = _mm512_mul_ps(d, v_gelu_deriv_of(v_erf_large(x), xp));
-        _mm512_storeu_ps(b->x + j, g);
-        if (acc) amax_add(acc, g, m);
-    }
-    split_expand(out, n, b->lg, b->x);
-}
-
-/* out[i] = v_tanh(in[i]) for i < n <= SPLIT_MAX, as split_gelu. */
-static inline __attribute__((always_inline)) void split_tanh(float *out, mxp_dtype t,
-                                                            const void *src, size_t n,
-                                                            amax_acc *acc, split_buf *b) {
-    size_t cnt = 0;
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        const __m512 x = load_wide(t, src, i, m);
-        __mmask16 lg = m & (__mmask16)~v_tanh_small_lanes(x);
-        __m512 g;
-        if (lg == m) {
-            g = v_tanh_large(x);
-            lg = 0;
-        } else {
-            g = v_tanh_small(x);
-            split_push(b->x, cnt, lg, x);
-            cnt += (size_t)__builtin_popcount(lg);
-        }
-        b->lg[i / 16] = lg;
-        _mm512_mask_storeu_ps(out + i, m, g);
-        if (acc) amax_add(acc, g, m & (__mmask16)~lg);
-    }
-    if (cnt == 0) return;
-    for (size_t j = 0; j < cnt; j += 16) {
-        const __mmask16 m = lanes16(cnt - j);
-        const __m512 g = v_tanh_large(_mm512_maskz_loadu_ps(m, b->x + j));
         _mm512_storeu_ps(b->x + j, g);
         if (acc) amax_add(acc, g, m);
     }
