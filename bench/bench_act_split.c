@@ -1,14 +1,16 @@
-/* bench/bench_act_split.c: FP32 GELU / GELU backward / tanh with erf's and
- * tanh's large branch on the large lanes only (kernels/x86_avx512/
- * loops_split.h) against the per-vector v_gelu / v_gelu_grad / v_tanh.
+/* bench/bench_act_split.c: FP32 GELU / GELU backward with erf's large
+ * branch on the large lanes only (kernels/x86_avx512/loops_split.h)
+ * against the per-vector v_gelu / v_gelu_grad.
  *
  * Not a test (no verdict). Times, in thread CPU time
  * (CLOCK_THREAD_CPUTIME_ID) of the calling thread, the AVX-512 table's
  *   bias_act_store: bias + store + scan + act + store + scan, FP32, B x C;
  *   act_bwd_store: widen + GELU backward + store + scan, FP32, n elements;
- *   gelu_fwd / tanh_fwd / gelu_bwd (unfused, as nn/block.c calls them);
+ *   gelu_fwd / gelu_bwd / tanh_fwd (unfused, as nn/block.c calls them);
  * alternating calls with the split off and on (mxp_avx512_act_split_enable)
- * in one process, and prints the best and the median of each. Inputs:
+ * in one process, and prints the best and the median of each. Tanh is not
+ * split (it was slower so): its two lines run the same code both ways, a
+ * control of the noise. Inputs:
  *   normal: y ~ N(0, 1.5^2) (bias ~ N(0, 0.1^2), dY ~ N(0, 1));
  *   small:  |y| < 0.6, every lane in erf's and tanh's small branch;
  *   large:  2 <= |y| < 6, every lane in their large branch.

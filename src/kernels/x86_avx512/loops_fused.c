@@ -14,6 +14,9 @@
  *     the element-wise kernels) and scans it, then mxp_avx512_convert;
  *   backward: one loop widens dY and the saved tensor, applies the
  *     derivative (v_*_grad) and scans it, then mxp_avx512_convert.
+ * A computed GELU or GELU derivative (FP32 inputs, or 16-bit ones without
+ * a table) goes through loops_split.h: erf's large branch on the lanes
+ * that need it only, the same bits as v_gelu / v_gelu_grad per vector.
  * GELU and tanh of a BF16 / FP16 stored value, and GELU's derivative of a
  * BF16 / FP16 saved input, are looked up instead of computed when
  * loops_act16.c has a table for the thread's MXCSR (entries computed by the
