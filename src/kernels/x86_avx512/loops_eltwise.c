@@ -10,7 +10,10 @@
  * elements or more are split over the kernel thread pool (loops_simd.h).
  *
  * The per-vector formulas live in loops_simd.h (v_relu, v_gelu, ...), shared
- * with the fused passes of loops_fused.c.
+ * with the fused passes of loops_fused.c; GELU forward / backward run in
+ * pieces through loops_split.h (erf's large branch on the large lanes only,
+ * the same bits; mxp_avx512_act_split_enable, defined here, switches that
+ * off for tests and benchmarks).
  *
  * Agreement with the generic kernels (kernels/generic/eltwise.c):
  *   bit-exact: relu_fwd/bwd, tanh_bwd, axpy, scale (same operations in the
