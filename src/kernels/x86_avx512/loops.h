@@ -62,6 +62,13 @@ void mxp_avx512_scale(float *x, float a, size_t n);
  * benchmarks of the vector math; y may alias x). */
 void mxp_avx512_erf(float *y, const float *x, size_t n);
 void mxp_avx512_exp(float *y, const float *x, size_t n);
+/* Process-wide switch (default on) of GELU and its backward with erf's
+ * large branch on the large lanes only (loops_split.h), in gelu_fwd,
+ * gelu_bwd and the fused passes (computed, not by table); off: per vector
+ * (v_gelu, v_gelu_grad), as before. The bits are the same either
+ * way; the switch is for tests and benchmarks. */
+void mxp_avx512_act_split_enable(bool on);
+bool mxp_avx512_act_split_enabled(void);
 
 /* ---- loops_rows.c ---- */
 void mxp_avx512_add_bias(float *y, const float *bias, int64_t B, int64_t C);

@@ -10,7 +10,10 @@
  * elements or more are split over the kernel thread pool (loops_simd.h).
  *
  * The per-vector formulas live in loops_simd.h (v_relu, v_gelu, ...), shared
- * with the fused passes of loops_fused.c.
+ * with the fused passes of loops_fused.c; GELU forward / backward run in
+ * pieces through loops_split.h (erf's large branch on the large lanes only,
+ * the same bits; mxp_avx512_act_split_enable, defined here, switches that
+ * off for tests and benchmarks).
  *
  * Agreement with the generic kernels (kernels/generic/eltwise.c):
  *   bit-exact: relu_fwd/bwd, tanh_bwd, axpy, scale (same operations in the
@@ -20,7 +23,19 @@
  *     GELU formulas are evaluated in the generic order, so the only
  *     difference is the erf/exp values.
  */
-#include "kernels/x86_avx512/loops_simd.h"
+#include "kernels/x86_avx512/loops_split.h"
+
+#include <stdatomic.h>
+
+static atomic_bool split_on = true;
+
+void mxp_avx512_act_split_enable(bool on) {
+    atomic_store_explicit(&split_on, on, memory_order_relaxed);
+}
+
+bool mxp_avx512_act_split_enabled(void) {
+    return atomic_load_explicit(&split_on, memory_order_relaxed);
+}
 
 static void relu_fwd_range(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
@@ -37,7 +52,19 @@ static void relu_bwd_range(float *dx, const float *dy, const float *x, size_t n)
     }
 }
 
+/* GELU and its backward: in pieces of SPLIT_MAX with erf's large lanes
+ * apart (loops_split.h), or per vector (v_gelu, v_gelu_grad) when that is
+ * switched off; the same bits either way. Tanh stays per vector: split, it
+ * was slower (docs/kernels.md). */
 static void gelu_fwd_range(float *y, const float *x, size_t n) {
+    if (mxp_avx512_act_split_enabled()) {
+        split_buf b;
+        for (size_t i = 0; i < n; i += SPLIT_MAX) {
+            const size_t len = n - i < SPLIT_MAX ? n - i : SPLIT_MAX;
+            split_gelu(y + i, MXP_DTYPE_F32, x + i, len, NULL, &b);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, k, v_gelu(_mm512_maskz_loadu_ps(k, x + i)));
@@ -45,6 +72,14 @@ static void gelu_fwd_range(float *y, const float *x, size_t n) {
 }
 
 static void gelu_bwd_range(float *dx, const float *dy, const float *x, size_t n) {
+    if (mxp_avx512_act_split_enabled()) {
+        split_buf b;
+        for (size_t i = 0; i < n; i += SPLIT_MAX) {
+            const size_t len = n - i < SPLIT_MAX ? n - i : SPLIT_MAX;
+            split_gelu_grad(dx + i, MXP_DTYPE_F32, dy + i, MXP_DTYPE_F32, x + i, len, NULL, &b);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
         __m512 g = v_gelu_grad(_mm512_maskz_loadu_ps(k, dy + i), _mm512_maskz_loadu_ps(k, x + i));

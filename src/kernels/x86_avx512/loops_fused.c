@@ -14,6 +14,9 @@
  *     the element-wise kernels) and scans it, then mxp_avx512_convert;
  *   backward: one loop widens dY and the saved tensor, applies the
  *     derivative (v_*_grad) and scans it, then mxp_avx512_convert.
+ * A computed GELU or GELU derivative (FP32 inputs, or 16-bit ones without
+ * a table) goes through loops_split.h: erf's large branch on the lanes
+ * that need it only, the same bits as v_gelu / v_gelu_grad per vector.
  * GELU and tanh of a BF16 / FP16 stored value, and GELU's derivative of a
  * BF16 / FP16 saved input, are looked up instead of computed when
  * loops_act16.c has a table for the thread's MXCSR (entries computed by the
@@ -35,7 +38,7 @@
  * the plain element-wise one (PAR_MIN) because these passes do the work of
  * two to seven of those per element.
  */
-#include "kernels/x86_avx512/loops_simd.h"
+#include "kernels/x86_avx512/loops_split.h"
 
 #include "kernels/generic/generic.h"
 
@@ -46,36 +49,12 @@
  * fork/join (microseconds); a plain store + scan (act NONE) is a few
  * cycles per element and forks from 128K on. Below: on the caller. */
 enum { EPI_PAR_MIN = 1 << 15, EPI_STORE_PAR_MIN = 1 << 17, EPI_PARTS_MAX = 64 };
+_Static_assert((int)SPLIT_MAX >= (int)MXP_EPI_SEG, "a piece fits the split loops' scratch");
 
 /* ---- in-register pieces ---- */
 
 static bool reg_type(mxp_dtype t) {
     return t == MXP_DTYPE_F32 || t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F16;
-}
-
-/* Lanes k of element i of buf (dtype t: F32, BF16 or F16) as FP32, exactly. */
-static inline __m512 load_wide(mxp_dtype t, const void *buf, size_t i, __mmask16 k) {
-    if (t == MXP_DTYPE_F32) return _mm512_maskz_loadu_ps(k, (const float *)buf + i);
-    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)buf + i);
-    if (t == MXP_DTYPE_BF16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-}
-
-/* The scan of a piece in registers, cheaply: the largest |v| bit pattern
- * (for non-negative floats the unsigned order of the bits is the order of
- * the values; +Inf and NaN patterns lie above every finite one). When that
- * is a non-finite pattern, the piece (FP32, in L1) is scanned again with
- * absmax_range's rules (mxp_avx512_absmax): finite values only, the rest
- * counted. Either way the result is absmax's. */
-typedef struct amax_acc {
-    __m512i bits;
-} amax_acc;
-
-static inline void amax_init(amax_acc *a) { a->bits = _mm512_setzero_si512(); }
-
-static inline void amax_add(amax_acc *a, __m512 v, __mmask16 k) {
-    a->bits = _mm512_mask_max_epu32(a->bits, k, a->bits, _mm512_castps_si512(_mm512_abs_ps(v)));
 }
 
 /* Fold the scan of the FP32 piece v [n] into *amax, *nonfinite. */
@@ -95,6 +74,10 @@ static inline void amax_fold(const amax_acc *a, const float *v, size_t n, float 
 
 static void *elem_at(void *base, mxp_dtype t, size_t i) {
     return (unsigned char *)base + i * mxp_dtype_info(t)->size;
+}
+
+static const void *celem_at(const void *base, mxp_dtype t, size_t i) {
+    return (const unsigned char *)base + i * mxp_dtype_info(t)->size;
 }
 
 /* The activation loop of epi_piece for activation function F. */
@@ -220,6 +203,11 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
             amax_add(&acc, _mm512_maskz_loadu_ps(m, a + i), m);
         }
         amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
+    } else if (e->act == MXP_ACT_GELU && mxp_avx512_act_split_enabled()) {
+        split_buf b; /* erf's large branch on the large lanes only */
+        amax_init(&acc);
+        split_gelu(a, e->y_type, src, n, &acc, &b);
+        amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
     } else switch (e->act) { /* one loop per activation: constants stay in registers */
     case MXP_ACT_RELU: ACT_LOOP(v_relu); break;
     case MXP_ACT_GELU: ACT_LOOP(v_gelu); break;
@@ -260,6 +248,10 @@ static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, si
             _mm512_mask_storeu_ps(dx + i, m, g);
             amax_add(&acc, g, m);
         }
+    } else if (e->act == MXP_ACT_GELU && mxp_avx512_act_split_enabled()) {
+        split_buf b; /* erf's large branch on the large lanes only */
+        split_gelu_grad(dx, e->dy_type, celem_at(e->dy, e->dy_type, off), e->s_type,
+                        celem_at(e->s, e->s_type, off), n, &acc, &b);
     } else switch (e->act) { /* one loop per derivative: constants stay in registers */
     case MXP_ACT_RELU: BWD_LOOP(v_relu_grad(dy, s, m)); break;
     case MXP_ACT_GELU: BWD_LOOP(v_gelu_grad(dy, s)); break;

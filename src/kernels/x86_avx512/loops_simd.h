@@ -1,6 +1,8 @@
 /* kernels/x86_avx512/loops_simd.h: vector helpers shared by the AVX-512
  * hot loops (loops_*.c): lane masks, the MXCSR guard, horizontal sums,
- * and vector exp / erf / tanh. Include only from files compiled with the
+ * exact widening loads, the in-register scan, vector exp / erf / tanh (erf
+ * also as its two branches, for loops_split.h) and the
+ * activation formulas. Include only from files compiled with the
  * AVX-512 flags of CMakeLists.txt.
  *
  * Vector math (static inline below). Accuracy was measured exhaustively,
@@ -63,7 +65,6 @@ static inline void par_run(size_t n, mxp_parallel_fn fn, void *ctx) {
     else mxp_threads_run(mxp_threads_max(), fn, ctx);
 }
 
-/* MXCSR bits: FTZ (bit 15) and DAZ (bit 6). */
 /* Lanes k of element i of a [B, C] matrix src stored in dtype t, as FP32. */
 typedef __m512 (*v_col_load)(mxp_dtype t, const void *src, size_t i, __mmask16 k);
 
@@ -102,6 +103,33 @@ static inline __attribute__((always_inline)) void v_col_sums_add(float *dbias, m
     }
 }
 
+/* Lanes k of element i of buf (dtype t: F32, BF16 or F16) as FP32, exactly. */
+static inline __m512 load_wide(mxp_dtype t, const void *buf, size_t i, __mmask16 k) {
+    if (t == MXP_DTYPE_F32) return _mm512_maskz_loadu_ps(k, (const float *)buf + i);
+    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)buf + i);
+    if (t == MXP_DTYPE_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* The scan of a piece in registers (loops_fused.c, loops_split.h),
+ * cheaply: the largest |v| bit pattern (for non-negative floats the
+ * unsigned order of the bits is the order of the values; +Inf and NaN
+ * patterns lie above every finite one). When that is a non-finite pattern,
+ * amax_fold (loops_fused.c) scans the piece (FP32, in L1) again with
+ * absmax_range's rules (mxp_avx512_absmax): finite values only, the rest
+ * counted. Either way the result is absmax's. */
+typedef struct amax_acc {
+    __m512i bits;
+} amax_acc;
+
+static inline void amax_init(amax_acc *a) { a->bits = _mm512_setzero_si512(); }
+
+static inline void amax_add(amax_acc *a, __m512 v, __mmask16 k) {
+    a->bits = _mm512_mask_max_epu32(a->bits, k, a->bits, _mm512_castps_si512(_mm512_abs_ps(v)));
+}
+
+/* MXCSR bits: FTZ (bit 15) and DAZ (bit 6). */
 #define MXP_MXCSR_FTZ_DAZ 0x8040u
 
 /* Clear FTZ/DAZ for the duration of a kernel that must keep subnormals;
@@ -152,12 +180,18 @@ static inline __m512 v_exp(__m512 x) {
     return _mm512_scalef_ps(p, k);
 }
 
-/* erf(x) (see the file comment). */
-static inline __m512 v_erf(__m512 x) {
-    const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x80000000));
-    __m512 t = _mm512_abs_ps(x);
+/* erf(x) in two branches, lane by lane; v_erf blends them. Each lane's
+ * result is that of its branch alone, so a loop may run the large branch
+ * only on the lanes that take it (loops_split.h) and get v_erf's bits. */
+
+/* The lanes that take the small branch: |x| < 0.921875 (NaN: not small). */
+static inline __mmask16 v_erf_small_lanes(__m512 x) {
+    return _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.921875f), _CMP_LT_OQ);
+}
+
+/* The small branch: x + x Q(x^2). */
+static inline __m512 v_erf_small(__m512 x) {
     __m512 s = _mm512_mul_ps(x, x);
-    /* small: x + x Q(s) */
     __m512 q = _mm512_set1_ps(8.39780187e-05f);
     q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(-0.000814980711f));
     q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(0.00520171598f));
@@ -165,12 +199,17 @@ static inline __m512 v_erf(__m512 x) {
     q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(0.112837017f));
     q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(-0.376126349f));
     q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(0.128379166f));
-    __m512 small = _mm512_fmadd_ps(x, q, x);
-    __mmask16 is_small = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0.921875f), _CMP_LT_OQ);
-    if (is_small == 0xffff) return small;
-    /* large: erf = 1 - erfc, erfc(t) = exp(-t^2 + G(u)) with t = min(|x|, 4),
-     * u = (t - 2.4609375) / 1.5390625 and G ~ log erfc(t) + t^2; t^2 is
-     * split exactly (hi + lo) so the exponent keeps its precision. */
+    return _mm512_fmadd_ps(x, q, x);
+}
+
+/* The large branch: erf = 1 - erfc, erfc(t) = exp(-t^2 + G(u)) with
+ * t = min(|x|, 4), u = (t - 2.4609375) / 1.5390625 and G ~ log erfc(t) + t^2;
+ * t^2 is split exactly (hi + lo) so the exponent keeps its precision;
+ * +-1 from |x| >= 4. NaN lanes: G(NaN) = NaN flows through exp and the
+ * subtraction, so the result is NaN. */
+static inline __m512 v_erf_large(__m512 x) {
+    const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x80000000));
+    __m512 t = _mm512_abs_ps(x);
     __m512 tc = _mm512_min_ps(_mm512_set1_ps(4.0f), t); /* NaN stays NaN */
     __m512 u = _mm512_mul_ps(_mm512_sub_ps(tc, _mm512_set1_ps(2.4609375f)),
                              _mm512_set1_ps(1.0f / 1.5390625f));
@@ -191,10 +230,16 @@ static inline __m512 v_erf(__m512 x) {
     __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), v_exp(r));
     __mmask16 is_one = _mm512_cmp_ps_mask(t, _mm512_set1_ps(4.0f), _CMP_GE_OQ);
     big = _mm512_mask_blend_ps(is_one, big, _mm512_set1_ps(1.0f));
-    big = _mm512_or_ps(big, _mm512_and_ps(x, sign_mask)); /* copysign */
-    /* NaN lanes are "not small" and not >= 4: G(NaN) = NaN flows through
-     * exp and the subtraction, so big is NaN there. */
-    return _mm512_mask_blend_ps(is_small, big, small);
+    return _mm512_or_ps(big, _mm512_and_ps(x, sign_mask)); /* copysign */
+}
+
+/* erf(x) (see the file comment): the small branch alone when every lane
+ * takes it, else both, blended. */
+static inline __m512 v_erf(__m512 x) {
+    __m512 small = v_erf_small(x);
+    __mmask16 is_small = v_erf_small_lanes(x);
+    if (is_small == 0xffff) return small;
+    return _mm512_mask_blend_ps(is_small, v_erf_large(x), small);
 }
 
 /* tanh(x) (see the file comment). */
@@ -239,22 +284,32 @@ static inline __m512 v_relu_grad(__m512 dy, __m512 x, __mmask16 k) {
     return _mm512_maskz_mov_ps(gt, dy);
 }
 
-/* exact GELU: (0.5 x) (1 + erf(x / sqrt 2)) */
-static inline __m512 v_gelu(__m512 v) {
-    __m512 e = v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2)));
+/* exact GELU: (0.5 x) (1 + erf(x / sqrt 2)), from e = erf(x / sqrt 2) */
+static inline __m512 v_gelu_of(__m512 v, __m512 e) {
     return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
                          _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
+static inline __m512 v_gelu(__m512 v) {
+    return v_gelu_of(v, v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2))));
+}
+
 /* GELU's derivative: Phi(x) + x phi(x) (also the entries of the
- * derivative tables of loops_act16.c) */
-static inline __m512 v_gelu_deriv(__m512 v) {
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    __m512 cdf = _mm512_mul_ps(
-        half, _mm512_add_ps(one, v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2)))));
+ * derivative tables of loops_act16.c), from e = erf(x / sqrt 2) and
+ * xpdf = x phi(x) (v_gelu_xpdf). */
+static inline __m512 v_gelu_xpdf(__m512 v) {
     __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(V_INV_SQRT2PI),
                                v_exp(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), v), v)));
-    return _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
+    return _mm512_mul_ps(v, pdf);
+}
+
+static inline __m512 v_gelu_deriv_of(__m512 e, __m512 xpdf) {
+    __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    return _mm512_add_ps(cdf, xpdf);
+}
+
+static inline __m512 v_gelu_deriv(__m512 v) {
+    return v_gelu_deriv_of(v_erf(_mm512_mul_ps(v, _mm512_set1_ps(V_INV_SQRT2))), v_gelu_xpdf(v));
 }
 
 /* GELU backward: dy (Phi(x) + x phi(x)) */
