@@ -9,16 +9,16 @@
  *                                  (kb: K cut into equal blocks of at most
  *                                  KC = 512, or 1024 on the BF16 path)
  *       for ic in M step MC        pack op(A)[ic.., pc..] -> Ap (L2)
- *         for jr in NC step NR     Bp micro-panel (64 KiB, L1/L2) reused ...
- *           for ir in MC step MR   ... while Ap micro-panels stream by
+ *         for ir in MC step MR     Ap micro-panel (L1) reused ...
+ *           for jr in NC step NR   ... while Bp micro-panels stream by
  *             microkernel: C[MR x NR] (=, beta*C +, or +=) alpha * Ap Bp
+ *                                  (row by row of tiles: C streams along
+ *                                  its rows; gemm_block)
  * The first K block applies beta (beta == 0 stores without reading C); later
  * blocks add into C, as the generic kernel does. Variations that leave every
  * tile's instruction sequence as it is (docs/kernels.md, issue 16):
- *   - a packed B block of at most ROWS_FIRST_MAX_BP bytes (short K blocks)
- *     is swept row of tiles by row of tiles, streaming C along its rows,
- *     and FP32 operands contiguous along the tile's rows or columns are
- *     read in place instead of packed (gemm_block, in_place);
+ *   - FP32 operands contiguous along the tile's rows or columns are read
+ *     in place instead of packed (in_place);
  *   - a batch-sized row range with a wide B that must be widened or paired
  *     runs K blocks outermost with B packed in L2-sized chunks
  *     (gemm_range_l2);
@@ -70,10 +70,9 @@ enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
 /* At most this K, threads cut M rather than N unless N > 4 M (prefer_m). */
 enum { SPLIT_M_MAX_K = 128 };
-/* A packed B block of at most this many bytes (short K blocks: K = batch
- * in a weight gradient) is swept row of tiles by row of tiles, so each K
- * block's pass over C streams along C's rows (gemm_block). */
-#define ROWS_FIRST_MAX_BP ((size_t)512 * 1024)
+/* The most bytes of a chunk of packed op(B) meant to stay in L2 while the
+ * tiles read it (gemm_range_l2; half of Zen 4's 1 MiB L2). */
+#define L2_CHUNK_BYTES ((size_t)512 * 1024)
 /* FP32 operands are read in place (in_place) only when their rows are at
  * most this many elements apart: each k step of a micro-panel then stays
  * within a page or two. With 2048-wide rows (8 KiB apart) every k step of
@@ -152,27 +151,29 @@ static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
 }
 
 /* One packed block: the micro-tiles of C[ic .. ic+mc)[jc .. jc+nc) for the
- * K block at pc (length kc), from Ap (mc x kc) and Bp (kc x nc). With
- * rows_first the tiles are visited row of tiles by row of tiles (ir outer,
- * jr inner), so C is read and written along its rows, 14 at a time, and
- * the B micro-panels stream from L2; otherwise column of tiles by column
- * (jr outer, BLIS's order: a B micro-panel stays in L1 while the A
- * micro-panels stream). The order changes nothing in any tile. */
+ * K block at pc (length kc), from Ap (mc x kc) and Bp (kc x nc), visited
+ * row of tiles by row of tiles (ir outer, jr inner): C is read and written
+ * along its rows, 14 at a time, which the hardware prefetcher follows, and
+ * the next tile's C is prefetched during each tile's k loop; the A
+ * micro-panel stays in L1 while the B micro-panels stream from L2 or L3.
+ * BLIS's column order (jr outer: a B micro-panel in L1 while the A
+ * micro-panels stream) was used for packed B blocks over 512 KiB until
+ * gemm4, when the row order measured 2-10% faster on such blocks
+ * (docs/kernels.md). The order changes nothing in any tile. */
 static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
-                       bool any, const uint8_t *sub_a, const uint8_t *sub_b, bool rows_first,
+                       bool any, const uint8_t *sub_a, const uint8_t *sub_b,
                        const float *a_in, const float *b_in) {
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
-    size_t outer = rows_first ? n_ir : n_jr, inner = rows_first ? n_jr : n_ir;
-    for (size_t o = 0; o < outer; o++) {
-        size_t q0 = 0;
-        if (rows_first && !(p->dp && any) && mc - o * MXP_GEMM_MR >= MXP_GEMM_MR) {
+    for (size_t o = 0; o < n_ir; o++) {
+        size_t q0 = 0, ir = o * MXP_GEMM_MR;
+        if (!(p->dp && any) && mc - ir >= MXP_GEMM_MR) {
             /* the row's full tiles in one call; its edge tile below */
-            size_t full = nc / MXP_GEMM_NR, ir = o * MXP_GEMM_MR;
+            size_t full = nc / MXP_GEMM_NR;
             float *c = p->C + (ic + ir) * p->ldc + jc;
-            const float *cn = full < inner ? c + full * MXP_GEMM_NR
-                              : o + 1 < outer ? c + MXP_GEMM_MR * p->ldc : NULL;
+            const float *cn = full < n_jr ? c + full * MXP_GEMM_NR
+                              : o + 1 < n_ir ? c + MXP_GEMM_MR * p->ldc : NULL;
             if (p->dp)
                 mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
                                             (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
@@ -185,25 +186,24 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                     p->alpha, p->beta, mode, cn);
             q0 = full;
         }
-        for (size_t q = q0; q < inner; q++) {
-            size_t ir = (rows_first ? o : q) * MXP_GEMM_MR, jr = (rows_first ? q : o) * MXP_GEMM_NR;
+        for (size_t q = q0; q < n_jr; q++) {
+            size_t jr = q * MXP_GEMM_NR;
             int nr = (int)min_sz(MXP_GEMM_NR, nc - jr), mr = (int)min_sz(MXP_GEMM_MR, mc - ir);
             float *c = p->C + (ic + ir) * p->ldc + jc + jr;
-            const float *cn = NULL;
-            if (rows_first)
-                cn = q + 1 < inner ? c + MXP_GEMM_NR
-                     : o + 1 < outer ? p->C + (ic + ir + MXP_GEMM_MR) * p->ldc + jc : NULL;
+            const float *cn = q + 1 < n_jr ? c + MXP_GEMM_NR
+                              : o + 1 < n_ir ? p->C + (ic + ir + MXP_GEMM_MR) * p->ldc + jc
+                                             : NULL;
             if (!p->dp)
                 mxp_avx512_ukernel_f32(
                     kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
                     b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
-                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, !rows_first, cn);
+                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, false, cn);
             else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
             else
                 mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
-                                        p->alpha, p->beta, mode, !rows_first, cn);
+                                        p->alpha, p->beta, mode, false, cn);
         }
     }
 }
@@ -230,10 +230,7 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
             size_t kc = min_sz(p->kb, p->K - pc);
             mxp_gemm_store mode = store_mode(p, pc, unit);
-            /* bytes of this packed B block (FP32 words or BF16 pairs) */
-            size_t bp_bytes = nc * (p->dp ? (kc + 1) / 2 : kc) * sizeof(float);
-            bool rows_first = bp_bytes <= ROWS_FIRST_MAX_BP;
-            const float *b_in = rows_first ? in_place(&p->b, p->dp, jc, pc) : NULL;
+            const float *b_in = in_place(&p->b, p->dp, jc, pc);
             bool any_b = false;
             if (p->dp)
                 any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
@@ -242,15 +239,14 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
-                const float *a_in = rows_first ? in_place(&p->a, p->dp, ic, pc) : NULL;
+                const float *a_in = in_place(&p->a, p->dp, ic, pc);
                 bool any = any_b;
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
                 else if (!a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, rows_first,
-                           a_in, b_in);
+                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in);
             }
         }
     }
@@ -263,7 +259,7 @@ static size_t k_words(const gemm_plan *p, size_t kc) { return p->dp ? (kc + 1) /
  * MC) but an NC-wide packed B block would not fit in L2 (a batch-32..256
  * layer with a wide weight): K blocks outer; per K block op(A) is packed
  * once, and op(B) in chunks of nc_max columns whose packed form (at most
- * ROWS_FIRST_MAX_BP bytes) stays in L2 while the tiles read it, instead
+ * L2_CHUNK_BYTES bytes) stays in L2 while the tiles read it, instead
  * of a 2 MiB block that is written to L3 and read back. Each tile gets
  * the same K blocks in the same order and the same microkernel calls as
  * in gemm_range, so the results are the same bits. */
@@ -289,7 +285,7 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
                                             (uint32_t *)s->bp, sub_b);
             else
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
-            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, true, NULL, NULL);
+            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, NULL, NULL);
         }
     }
 }
@@ -303,9 +299,9 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
 static void gemm_range_any(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                            const gemm_scratch *s) {
     size_t kw = k_words(p, p->kb) * sizeof(float);
-    size_t nc_max = ROWS_FIRST_MAX_BP / kw / MXP_GEMM_NR * MXP_GEMM_NR;
+    size_t nc_max = L2_CHUNK_BYTES / kw / MXP_GEMM_NR * MXP_GEMM_NR;
     if ((p->dp || p->b.type != MXP_DTYPE_F32) && m1 - m0 <= MXP_GEMM_MC &&
-        nc_max >= MXP_GEMM_NR && min_sz(MXP_GEMM_NC, n1 - n0) * kw > ROWS_FIRST_MAX_BP)
+        nc_max >= MXP_GEMM_NR && min_sz(MXP_GEMM_NC, n1 - n0) * kw > L2_CHUNK_BYTES)
         gemm_range_l2(p, m0, m1, n0, n1, s, nc_max);
     else
         gemm_range(p, m0, m1, n0, n1, s);

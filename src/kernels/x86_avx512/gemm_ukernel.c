@@ -69,10 +69,11 @@ static inline __attribute__((always_inline)) void prefetch_at(const void *base, 
 /* Prefetch the mr rows of the C tile (columns 0 .. 16*nv) into L1 before
  * the k loop, so the store at its end does not wait on C: on large GEMMs C
  * lives in L3 or memory, and each K block reads and writes every tile once.
- * Only in the column-of-tiles sweep (pfc): in the row sweep C is walked
- * along its rows, which the hardware prefetcher follows, and the 28-42
- * prefetches cost about 3% of a short (K = 32) block. (No effect on
- * results.) */
+ * Only where asked (pfc): the driver's row-of-tiles sweep walks C along
+ * its rows, which the hardware prefetcher follows, and prefetches the next
+ * tile's C instead (prefetch_next_c), since these 28-42 prefetches cost
+ * about 3% of a short (K = 32) block; the BF16 subnormal fallback tiles
+ * keep it. (No effect on results.) */
 static inline __attribute__((always_inline)) void
 prefetch_c(const float *c, size_t ldc, const int mr, const int nv) {
 #pragma GCC unroll 16
