@@ -73,9 +73,6 @@ void mxp_log(mxp_log_level level, const char *fmt, ...)
 /* ---- memory ------------------------------------------------------------ */
 
 #define MXP_ALIGN 64
-/* The default allocator aligns blocks of this size or more to it and
- * advises them for transparent huge pages (base/alloc.c). */
-#define MXP_HUGE_BYTES ((size_t)2 << 20)
 
 /* Overflow-checked size arithmetic: return false (and leave *out alone) on
  * overflow. */

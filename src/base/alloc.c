@@ -1,20 +1,9 @@
 /* base/alloc.c: overflow-checked sizes and the pluggable, 64-byte aligned
- * allocator every mixprec object allocates through.
- *
- * The default allocator gives blocks of MXP_HUGE_BYTES (2 MiB) or more a
- * 2 MiB alignment and advises them for transparent huge pages
- * (madvise(MADV_HUGEPAGE); Debian's default THP mode is "madvise", so
- * without it every tensor lives on 4 KiB pages). The big tensors (weights,
- * activations, gradients, optimizer state, GEMM packing buffers) then need
- * 512x fewer TLB entries, which counts double in a VM (two-level page
- * walks): measured 3-4% of the step of a 2048-wide MLP (docs/kernels.md).
- * The advice is a hint: where THP is off or no huge page is free, the block
- * is an ordinary one. Small blocks keep malloc's packing. */
+ * allocator every mixprec object allocates through. */
 #include <mixprec/base.h>
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 bool mxp_size_mul(size_t a, size_t b, size_t *out) {
     size_t r;
@@ -33,13 +22,6 @@ bool mxp_size_add(size_t a, size_t b, size_t *out) {
 static void *default_alloc(void *user, size_t size, size_t align) {
     (void)user;
     void *p = NULL;
-    if (size >= MXP_HUGE_BYTES && align <= MXP_HUGE_BYTES) {
-        if (posix_memalign(&p, MXP_HUGE_BYTES, size) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: failure changes nothing */
-#endif
-        return p;
-    }
     if (posix_memalign(&p, align, size ? size : align) != 0) return NULL;
     return p;
 }
