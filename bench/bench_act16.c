@@ -19,6 +19,7 @@
 
 #include "kernels/x86_avx512/avx512.h"
 #include "kernels/x86_avx512/loops.h"
+#include "bench_ab.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,29 +32,6 @@ static unsigned csr_now(void) { return _mm_getcsr(); }
 #else
 static unsigned csr_now(void) { return 0; }
 #endif
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void report(const char *what, const char *dt, double *t[2], int reps) {
-    double best[2], med[2];
-    for (int m = 0; m < 2; m++) {
-        qsort(t[m], (size_t)reps, sizeof(double), cmp_d);
-        best[m] = t[m][0];
-        med[m] = t[m][reps / 2];
-    }
-    printf("%-44s %-4s  computed best %8.4f med %8.4f ms | table best %8.4f med %8.4f ms | "
-           "best ratio %.2fx\n",
-           what, dt, best[0], med[0], best[1], med[1], best[0] / best[1]);
-}
 
 static void fill(float *v, size_t n, mxp_rng *r, float s) {
     for (size_t i = 0; i < n; i++) v[i] = s * mxp_rng_normal(r);
@@ -74,15 +52,15 @@ static void bench_fwd(const mxp_kernels *k, mxp_dtype t, int64_t B, int64_t C, i
             memcpy(y, y0, n * 4);
             mxp_epilogue e = {.y = y, .bias = bias, .B = B, .C = C, .y_type = t, .y_out = yo,
                               .act = MXP_ACT_GELU, .a_type = t, .a_out = ao};
-            const double t0 = now_ms();
+            const double t0 = ab_thread_ms();
             k->bias_act_store(&e);
-            const double t1 = now_ms();
+            const double t1 = ab_thread_ms();
             if (i >= 0) tm[m][i] = t1 - t0;
         }
     char what[96];
     snprintf(what, sizeof what, "bias+store+scan+GELU+store+scan %lldx%lld", (long long)B,
              (long long)C);
-    report(what, mxp_dtype_name(t), tm, reps);
+    ab_report(what, mxp_dtype_name(t), "computed", "table", tm, reps);
     free(y0), free(y), free(bias), free(yo), free(ao), free(tm[0]), free(tm[1]);
 }
 
@@ -101,14 +79,14 @@ static void bench_bwd(const mxp_kernels *k, mxp_dtype t, size_t n, int reps) {
             mxp_avx512_act16_enable(m == 1);
             mxp_act_bwd e = {.act = MXP_ACT_GELU, .n = n, .dy_type = t, .dy = dy, .s_type = t,
                              .s = s, .dx_type = t, .dx = dx};
-            const double t0 = now_ms();
+            const double t0 = ab_thread_ms();
             k->act_bwd_store(&e);
-            const double t1 = now_ms();
+            const double t1 = ab_thread_ms();
             if (i >= 0) tm[m][i] = t1 - t0;
         }
     char what[96];
     snprintf(what, sizeof what, "widen+GELU backward+store+scan %zu", n);
-    report(what, mxp_dtype_name(t), tm, reps);
+    ab_report(what, mxp_dtype_name(t), "computed", "table", tm, reps);
     free(v), free(dy), free(s), free(dx), free(tm[0]), free(tm[1]);
 }
 
@@ -129,9 +107,9 @@ int main(int argc, char **argv) {
     for (int f = 0; f < 3; f++)
         for (int t = 1; t < 3; t++) {
             const mxp_dtype dt = t == 1 ? MXP_DTYPE_BF16 : MXP_DTYPE_F16;
-            const double t0 = now_ms();
+            const double t0 = ab_thread_ms();
             const float *T = mxp_avx512_act16_table(fns[f], dt, csr_now());
-            const double t1 = now_ms();
+            const double t1 = ab_thread_ms();
             printf("table %-10s %-4s built in %.3f ms%s\n", fn_names[f], mxp_dtype_name(dt),
                    t1 - t0, T ? "" : " (none)");
         }

@@ -23,35 +23,12 @@
 
 #include "kernels/x86_avx512/avx512.h"
 #include "kernels/x86_avx512/loops.h"
+#include "bench_ab.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void report(const char *what, const char *data, double *t[2], int reps) {
-    double best[2], med[2];
-    for (int m = 0; m < 2; m++) {
-        qsort(t[m], (size_t)reps, sizeof(double), cmp_d);
-        best[m] = t[m][0];
-        med[m] = t[m][reps / 2];
-    }
-    printf("%-40s %-6s per-vector best %8.4f med %8.4f ms | split best %8.4f med %8.4f ms | "
-           "best ratio %.2fx\n",
-           what, data, best[0], med[0], best[1], med[1], best[0] / best[1]);
-    fflush(stdout);
-}
 
 typedef enum { D_NORMAL, D_SMALL, D_LARGE } data_kind;
 static const char *data_names[] = {"normal", "small", "large"};
@@ -86,12 +63,12 @@ static void bench(const mxp_kernels *k, kind kd, mxp_act act, int64_t B, int64_t
         for (int m = 0; m < 2; m++) {
             mxp_avx512_act_split_enable(m == 1);
             if (kd == K_FUSED_FWD) memcpy(y, y0, n * 4);
-            double t0 = now_ms();
+            double t0 = ab_thread_ms();
             switch (kd) {
             case K_FUSED_FWD: {
                 mxp_epilogue e = {.y = y, .bias = bias, .B = B, .C = C, .y_type = MXP_DTYPE_F32,
                                   .y_out = y, .act = act, .a_type = MXP_DTYPE_F32, .a_out = a};
-                t0 = now_ms();
+                t0 = ab_thread_ms();
                 k->bias_act_store(&e);
                 break;
             }
@@ -99,7 +76,7 @@ static void bench(const mxp_kernels *k, kind kd, mxp_act act, int64_t B, int64_t
                 mxp_act_bwd e = {.act = MXP_ACT_GELU, .n = n, .dy_type = MXP_DTYPE_F32, .dy = dy,
                                  .s_type = MXP_DTYPE_F32, .s = y0, .dx_type = MXP_DTYPE_F32,
                                  .dx = a};
-                t0 = now_ms();
+                t0 = ab_thread_ms();
                 k->act_bwd_store(&e);
                 break;
             }
@@ -107,7 +84,7 @@ static void bench(const mxp_kernels *k, kind kd, mxp_act act, int64_t B, int64_t
             case K_GELU_B: k->gelu_bwd(a, dy, y0, n); break;
             default: k->tanh_fwd(a, y0, n); break;
             }
-            const double t1 = now_ms();
+            const double t1 = ab_thread_ms();
             if (i >= 0) tm[m][i] = t1 - t0;
         }
     char what[96];
@@ -122,7 +99,7 @@ static void bench(const mxp_kernels *k, kind kd, mxp_act act, int64_t B, int64_t
     case K_GELU_B: snprintf(what, sizeof what, "gelu_bwd %zu", n); break;
     default: snprintf(what, sizeof what, "tanh_fwd %zu", n); break;
     }
-    report(what, data_names[d], tm, reps);
+    ab_report(what, data_names[d], "per-vector", "split", tm, reps);
     free(y0), free(y), free(a), free(dy), free(bias), free(tm[0]), free(tm[1]);
 }
 
