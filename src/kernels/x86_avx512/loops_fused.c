@@ -102,6 +102,19 @@ static inline void lookup(float *out, const float *T, const void *src, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = T[s[i]];
 }
 
+/* lookup into out, then its scan folded into *amax, *nonfinite. */
+static void lookup_scan(float *out, const float *T, const void *src, size_t n, float *amax,
+                        int64_t *nonfinite) {
+    lookup(out, T, src, n);
+    amax_acc acc;
+    amax_init(&acc);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        amax_add(&acc, _mm512_maskz_loadu_ps(m, out + i), m);
+    }
+    amax_fold(&acc, out, n, amax, nonfinite);
+}
+
 /* Mask of the first n (< 32) 16-bit lanes, or all 32. */
 static inline __mmask32 lanes32(size_t n) {
     return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
@@ -127,14 +140,7 @@ static void act_piece16(const float *T, const uint16_t *T16, mxp_dtype at, const
                           _mm512_srli_epi32(mx, 16));
     const uint32_t top = _mm512_reduce_max_epu32(mx);
     if (top >= (at == MXP_DTYPE_BF16 ? 0x7f80u : 0x7c00u)) {
-        lookup(ta, T, src, n);
-        amax_acc acc;
-        amax_init(&acc);
-        for (size_t i = 0; i < n; i += 16) {
-            __mmask16 m = lanes16(n - i);
-            amax_add(&acc, _mm512_maskz_loadu_ps(m, ta + i), m);
-        }
-        amax_fold(&acc, ta, n, &p->a_amax, &p->a_nonfinite);
+        lookup_scan(ta, T, src, n, &p->a_amax, &p->a_nonfinite);
         return;
     }
     const __m512i topv = _mm512_set1_epi16((short)top);
@@ -151,12 +157,17 @@ static void act_piece16(const float *T, const uint16_t *T16, mxp_dtype at, const
     if (m > p->a_amax) p->a_amax = m;
 }
 
-/* The table of activation a (GELU, tanh) of 16-bit type t for this thread's
- * MXCSR, or NULL: compute it. */
-static const float *act_table(mxp_act a, mxp_dtype t) {
-    if (a != MXP_ACT_GELU && a != MXP_ACT_TANH) return NULL;
-    return mxp_avx512_act16_table(a == MXP_ACT_GELU ? MXP_ACT16_GELU : MXP_ACT16_TANH, t,
-                                  _mm_getcsr());
+/* The forward tables of activation a of 16-bit type t for this thread's
+ * MXCSR: the FP32 one (*T16 too when the activation is stored as a_type,
+ * 16-bit), or NULL (relu, FP32 input, no table): compute it. */
+static const float *act_tables(mxp_act a, mxp_dtype t, mxp_dtype a_type, const uint16_t **T16) {
+    *T16 = NULL;
+    if ((a != MXP_ACT_GELU && a != MXP_ACT_TANH) || t == MXP_DTYPE_F32) return NULL;
+    const mxp_act16_fn f = a == MXP_ACT_GELU ? MXP_ACT16_GELU : MXP_ACT16_TANH;
+    const unsigned csr = _mm_getcsr();
+    const float *T = mxp_avx512_act16_table(f, t, csr);
+    if (T && a_type != MXP_DTYPE_F32) *T16 = mxp_avx512_act16_table16(f, t, a_type, csr);
+    return T;
 }
 
 /* The forward piece (mxp_epi_piece_fn; the file comment). */
@@ -185,24 +196,14 @@ static void epi_piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, i
     const void *src = e->y_type == MXP_DTYPE_F32 ? (const void *)y : yo;
     void *ao = elem_at(e->a_out, e->a_type, off);
     float *a = e->a_type == MXP_DTYPE_F32 ? (float *)ao : ta;
-    const float *T = e->y_type == MXP_DTYPE_F32 ? NULL : act_table(e->act, e->y_type);
-    const uint16_t *T16 =
-        T && e->a_type != MXP_DTYPE_F32
-            ? mxp_avx512_act16_table16(e->act == MXP_ACT_GELU ? MXP_ACT16_GELU : MXP_ACT16_TANH,
-                                       e->y_type, e->a_type, _mm_getcsr())
-            : NULL;
+    const uint16_t *T16;
+    const float *T = act_tables(e->act, e->y_type, e->a_type, &T16);
     if (T16) {
         act_piece16(T, T16, e->a_type, src, ao, n, ta, p);
         return;
     }
     if (T) {
-        lookup(a, T, src, n);
-        amax_init(&acc);
-        for (size_t i = 0; i < n; i += 16) {
-            __mmask16 m = lanes16(n - i);
-            amax_add(&acc, _mm512_maskz_loadu_ps(m, a + i), m);
-        }
-        amax_fold(&acc, a, n, &p->a_amax, &p->a_nonfinite);
+        lookup_scan(a, T, src, n, &p->a_amax, &p->a_nonfinite);
     } else if (e->act == MXP_ACT_GELU && mxp_avx512_act_split_enabled()) {
         split_buf b; /* erf's large branch on the large lanes only */
         amax_init(&acc);

@@ -48,16 +48,11 @@ void mxp_avx512_add_bias(float *y, const float *bias, int64_t B, int64_t C) {
     }
 }
 
-static inline __m512 load_f32(mxp_dtype t, const void *src, size_t i, __mmask16 k) {
-    (void)t;
-    return _mm512_maskz_loadu_ps(k, (const float *)src + i);
-}
-
 /* Columns in blocks of 64: the block's sums over the rows (in order b = 0,
  * 1, ..., starting from zero) stay in registers and are then added to dbias
  * once (see the file comment; the loop is v_col_sums_add, loops_simd.h). */
 void mxp_avx512_bias_grad(float *dbias, const float *dy, int64_t B, int64_t C) {
-    v_col_sums_add(dbias, MXP_DTYPE_F32, dy, B, C, load_f32);
+    v_col_sums_add(dbias, MXP_DTYPE_F32, dy, B, C, load_wide);
 }
 
 /* Sum of x[0..n) in FP32 (two 16-lane accumulators, then a tree). */
