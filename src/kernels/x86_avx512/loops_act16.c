@@ -65,13 +65,18 @@ static void fill(float *T, mxp_act16_fn f, mxp_dtype t) {
     }
 }
 
+/* The table set of an MXCSR value: by its FTZ and DAZ bits. */
+static int set_of(unsigned csr) {
+    return ((csr & MXCSR_FTZ) ? 1 : 0) | ((csr & MXCSR_DAZ) ? 2 : 0);
+}
+
 void mxp_avx512_act16_enable(bool on) { atomic_store_explicit(&enabled, on, memory_order_relaxed); }
 
 const float *mxp_avx512_act16_table(mxp_act16_fn f, mxp_dtype t, unsigned csr) {
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return NULL;
     if ((t != MXP_DTYPE_BF16 && t != MXP_DTYPE_F16) || (unsigned)f >= MXP_ACT16_FNS) return NULL;
     if ((csr & MXCSR_MASKS) != MXCSR_MASKS || (csr & MXCSR_RC) != 0) return NULL;
-    const int set = ((csr & MXCSR_FTZ) ? 1 : 0) | ((csr & MXCSR_DAZ) ? 2 : 0);
+    const int set = set_of(csr);
     const int kind = 2 * (int)f + (t == MXP_DTYPE_F16);
     float *T = atomic_load_explicit(&tables[set][kind], memory_order_acquire);
     if (T) return T;
@@ -93,7 +98,7 @@ const uint16_t *mxp_avx512_act16_table16(mxp_act16_fn f, mxp_dtype t, mxp_dtype 
     if (f == MXP_ACT16_GELU_DERIV || (out != MXP_DTYPE_BF16 && out != MXP_DTYPE_F16)) return NULL;
     const float *T = mxp_avx512_act16_table(f, t, csr); /* checks the rest; takes the lock */
     if (!T) return NULL;
-    const int set = ((csr & MXCSR_FTZ) ? 1 : 0) | ((csr & MXCSR_DAZ) ? 2 : 0);
+    const int set = set_of(csr);
     _Atomic(uint16_t *) *slot =
         &tables16[set][f == MXP_ACT16_TANH][t == MXP_DTYPE_F16][out == MXP_DTYPE_F16];
     uint16_t *T16 = atomic_load_explicit(slot, memory_order_acquire);
