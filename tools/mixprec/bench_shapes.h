@@ -12,8 +12,11 @@
  *             512. A linear layer x[B, in] W[out, in]^T issues
  *               fwd  y  = x W^T     NT  M = B,   N = out, K = in
  *               dX   dx = dY W      NN  M = B,   N = in,  K = out
- *               dW   dW += dY^T x   TN  M = out, N = in,  K = B  (beta 1)
- *             (src/nn/layer_linear.c; the first layer has no dX).
+ *               dW   dW  = dY^T x   TN  M = out, N = in,  K = B  (beta 0)
+ *             (src/nn/layer_linear.c; the first layer has no dX). The dW
+ *             GEMM writes (beta 0) in the step's first micro-batch, which
+ *             with the default grad_accum_steps = 1 is every step
+ *             (nn_grad_beta); later micro-batches accumulate (beta 1).
  */
 #ifndef MIXPREC_TOOLS_BENCH_SHAPES_H
 #define MIXPREC_TOOLS_BENCH_SHAPES_H
@@ -26,7 +29,7 @@ typedef struct bench_gemm_shape {
     char label[32]; /* "square", "h512 b256 dW", "mlp2048 in fwd", ... */
     int64_t M, N, K;
     bool trans_a, trans_b;
-    float beta;    /* 0 (C written) or 1 (accumulated, as the dW pass does) */
+    float beta;    /* 0 (C written) or 1 (C accumulated into) */
     bool training; /* a training-step shape: measured for f32, bf16, f16 */
 } bench_gemm_shape;
 
@@ -75,7 +78,7 @@ static inline int bench_shape_layer(bench_gemm_shape *out, int n, const char *na
     }
     if (with_dw) {
         snprintf(l, sizeof l, "%s dW", name);
-        n = bench_shape_add(out, n, l, o, in, B, true, false, 1.0f);
+        n = bench_shape_add(out, n, l, o, in, B, true, false, 0.0f);
     }
     for (int i = first; i < n; i++) out[i].training = true;
     return n;
