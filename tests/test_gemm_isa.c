@@ -488,8 +488,9 @@ static void test_paths(void) {
  * cut dimension in order; rows as equal as possible when M is cut (at most
  * one row apart), whole NR-column micro-tiles when N is cut (at most one
  * tile apart), 16-column lines on the small-M path; and the direction for
- * named training shapes: M when op(B) is read in place (FP32 NN/TN with
- * rows <= 1024 apart), N when both operands are packed and M < N. */
+ * named training shapes: M when op(B) is read in place and op(A) packed
+ * (FP32 NN with rows <= 1024 apart), N when both are packed and M < N or
+ * both read in place (FP32 TN). */
 static void test_split_plan(void) {
     static const struct {
         size_t M, N, K;
@@ -500,8 +501,9 @@ static void test_split_plan(void) {
     } sh[] = {
         {128, 256, 256, MXP_DTYPE_F32, 0, 2, 0},   /* dX: B in place */
         {128, 256, 256, MXP_DTYPE_F32, 2, 2, 1},   /* fwd: both packed */
-        {256, 256, 256, MXP_DTYPE_F32, 1, 2, 0},   /* dW: both in place */
-        {512, 512, 256, MXP_DTYPE_F32, 1, 3, 0},
+        {256, 256, 256, MXP_DTYPE_F32, 1, 2, 1},   /* dW: both in place */
+        {512, 512, 256, MXP_DTYPE_F32, 0, 3, 0},
+        {512, 512, 256, MXP_DTYPE_F32, 1, 3, 1},
         {256, 256, 32, MXP_DTYPE_BF16, 1, 2, 0},
         {128, 256, 256, MXP_DTYPE_BF16, 2, 3, 0},  /* DPBF16, N <= 2 M */
         {65, 2048, 512, MXP_DTYPE_BF16, 1, 2, 1},

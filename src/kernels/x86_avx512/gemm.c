@@ -449,22 +449,26 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
  *   - on the DPBF16 path with N <= 2 M: a row range of at most MC rows
  *     then packs op(B) in L2-sized chunks (gemm_range_l2), and cutting M
  *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512;
- *   - when op(B) is read in place (FP32 on the F32 path, rows at most
- *     IN_PLACE_MAX_LD apart): the M cut packs nothing twice, while the N
- *     cut packs op(A) once per thread (dX at 128x256x256 NN: the whole
- *     128 x 256 dY per thread). The N cut had measured 2-11% faster on
- *     F32 shapes at K >= 256 (256x512x512, 512x512x512, 256x2048x2048;
- *     docs/kernels.md "Two threads: the split direction") when the M cut
- *     gave whole micro-tiles (256 rows: 140 + 116, 9% over half; 512: 266
- *     + 246); M is now cut in equal rows (part_range), and the 2-thread
- *     comparison is to confirm the choice (docs/kernels.md "Balanced cuts").
- * Else N (M <= N with op(B) packed: the N cut duplicates the smaller
- * pack, op(A); 128x2048x2048 NT bf16 +20%, 65x2048x512 TN bf16 +22%). */
+ *   - when cutting M duplicates strictly less packing than cutting N:
+ *     op(B) read in place (FP32 on the F32 path, rows at most
+ *     IN_PLACE_MAX_LD apart) and op(A) packed, so the M cut packs nothing
+ *     twice while the N cut packs all of op(A) per thread (dX, NN: the
+ *     whole dY per thread). Each part run alone on one thread
+ *     (bench/bench_gemm_split.c, thread CPU time): 128x256x256 NN f32
+ *     max part -3.3%, 128x512x512 NN -3.9%, 256x256x256 NN -2.5%
+ *     (docs/kernels.md "Balanced cuts"). With both operands in place
+ *     (TN f32 up to 1024 wide) nothing is duplicated either way, and the
+ *     M cut's parts measured 0.5-2% slower (65x512x256 TN: 33 rows, 3
+ *     row tiles of which one of 5 rows, per thread), so N stays, as it
+ *     had measured 2-11% faster on F32 shapes at K >= 256 (docs/kernels.md
+ *     "Two threads: the split direction").
+ * Else N (M <= N: the N cut duplicates the smaller pack, op(A), or none;
+ * 128x2048x2048 NT bf16 +20%, 65x2048x512 TN bf16 +22%). */
 static bool prefer_m(const gemm_plan *p) {
     if (p->M > p->N) return true;
     if (p->K <= SPLIT_M_MAX_K && p->N <= 4 * p->M) return true;
     if (p->dp && p->N <= 2 * p->M) return true;
-    return in_place(&p->b, p->dp, 0, 0) != NULL;
+    return in_place(&p->b, p->dp, 0, 0) && !in_place(&p->a, p->dp, 0, 0);
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C): K == 0. */
