@@ -257,6 +257,25 @@ static inline uint32_t pair_rows(__mmask32 m) {
     return (x | x >> 8) & 0x0000ffffu;
 }
 
+/* Rows of X[r0 .. r0+rows)[k0 .. k0+kc) (BF16, k contiguous: X(r, k) at
+ * r*ld + k) that hold a BF16 subnormal (bit r: row r0 + r). A scalar scan,
+ * run only for the rare panels that pack_bf16_kcontig's vector test found
+ * one in, so its loop keeps one mask OR per load. */
+static uint32_t subnormal_rows_kcontig(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
+                                       size_t kc) {
+    const uint16_t *base = x->base;
+    uint32_t out = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *v = base + (r0 + r) * x->ld + k0;
+        for (size_t k = 0; k < kc; k++)
+            if ((v[k] & 0x7f80u) == 0 && (v[k] & 0x7fu) != 0) {
+                out |= 1u << r;
+                break;
+            }
+    }
+    return out;
+}
+
 static inline __attribute__((always_inline)) void
 pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                   size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub) {
@@ -264,7 +283,7 @@ pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
         size_t prow = min_sz((size_t)w, rows - p0);
         uint32_t *pd = dst + p0 * kp;
-        uint32_t sub_rows = 0;
+        __mmask32 any = 0;
         for (int s = 0; s < w; s += 16) {
             __mmask16 smask = lanes16((size_t)(w - s));
             size_t vr = slice_rows(prow, s);
@@ -281,8 +300,7 @@ pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                     size_t at = (row0 + r) * ld + k0 + 2 * qq;
                     prefetch_elem(t, x->base, at);
                     __m512i pr = load32_pairs(t, x->base, at, em);
-                    if (t == MXP_DTYPE_BF16 && bf16_subnormal_lanes(pr))
-                        sub_rows |= 1u << ((size_t)s + r);
+                    if (t == MXP_DTYPE_BF16) any |= bf16_subnormal_lanes(pr);
                     v[r] = _mm512_castsi512_ps(pr);
                 }
                 mxp_avx512_transpose16(v);
@@ -291,7 +309,7 @@ pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                                              _mm512_castps_si512(v[c]));
             }
         }
-        sub[p0 / (size_t)w] = sub_rows;
+        sub[p0 / (size_t)w] = any ? subnormal_rows_kcontig(x, r0 + p0, prow, k0, kc) : 0;
     }
 }
 
