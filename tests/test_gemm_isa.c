@@ -683,8 +683,9 @@ static void test_degenerate(void) {
  * rounding each); the first block stores alpha*acc + beta*c (beta == 0:
  * alpha*acc), later blocks c + alpha*acc, each operation rounded. The
  * AVX-512 kernel must match it bit for bit whatever its tile order (row or
- * column sweeps of a block, small-M path), thread split, and whether it
- * leaves out multiplications by 1 (alpha == 1, beta == 1). */
+ * column sweeps of a block, small-M path), thread split (1, 2 and 3
+ * threads: row ranges that start inside a micro-tile's span), and whether
+ * it leaves out multiplications by 1 (alpha == 1, beta == 1). */
 static float f32_path_oracle(const gcase *c, const gbufs *b, size_t i, size_t j) {
     size_t nb = (c->K + 511) / 512, kb = (c->K + nb - 1) / nb;
     kb += kb & 1;
@@ -716,7 +717,7 @@ static void test_f32_sequence(void) {
                            ab[q][0], ab[q][1]};
                 gbufs b = bufs_make(&c);
                 float *got = test_xmalloc(b.nc * sizeof(float) + 1);
-                for (int th = 1; th <= 2; th++) {
+                for (int th = 1; th <= 3; th++) {
                     memcpy(got, b.C0, b.nc * sizeof(float));
                     mxp_gemm_args g = args_for(&c, &b, got);
                     mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
