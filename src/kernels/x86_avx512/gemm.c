@@ -29,9 +29,12 @@
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
  * many instructions per cycle as the FP32 FMA and each does twice the
  * products (docs/kernels.md). vdpbf16ps reads BF16 subnormals as zero: the
- * packer flags micro-panels that hold one, and a micro-tile touching a
- * flagged panel is computed for that K block by the F32 microkernel on
- * freshly widened copies of its two micro-panels (exact; rare in practice).
+ * packer flags the rows of A micro-panels and the B micro-panels that hold
+ * one, and for that K block an element whose row or B micro-panel is
+ * flagged is computed by the F32 microkernel on freshly widened copies of
+ * its micro-panels (exact; rare in practice; tile_fallback,
+ * tile_rows_fallback). Rows, not A micro-panels, so the choice does not
+ * depend on where a thread's row range starts.
  *
  * Small M (M <= MXP_GEMM_SMALL_M = NR, op(B) FP32, F32 path): a batch-32
  * linear layer would pack the whole weight op(B) for one use. Instead only
@@ -42,10 +45,12 @@
  * path's, so the results are bit-identical to it (tested).
  *
  * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
- * row (or column: prefer_m) ranges of whole micro-tiles, one per thread,
- * each running the loop nest above with its own packing buffers. Each element of C is
- * computed by the same instructions whatever the cut, so results are
- * bit-identical for any thread count. Buffers are process-lifetime scratch,
+ * ranges, one per thread, each running the loop nest above with its own
+ * packing buffers: rows of C as equal as possible (each range ends in a
+ * partial micro-tile where it must), or columns in whole NR micro-tiles
+ * (prefer_m, part_range). Each element of C is computed by the same
+ * instructions whatever the cut, so results are bit-identical for any
+ * thread count. Buffers are process-lifetime scratch,
  * allocated on first use; calls are serialised by a mutex, since the
  * buffers are shared. If they cannot be allocated the call falls back to the
  * generic GEMM (same contract, slower) and allocation is retried next time.
@@ -57,8 +62,9 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
-enum { SCRATCH_SLOTS = 64 };
+enum { SCRATCH_SLOTS = MXP_GEMM_MAX_PARTS };
 enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 /* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
  * of a small problem to a worker costs more than it saves whenever the
@@ -79,6 +85,10 @@ enum { SPLIT_M_MAX_K = 128 };
  * a 14- or 32-wide panel is a new page, and reading in place was 5-7%
  * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
 #define IN_PLACE_MAX_LD 1024
+/* Column ranges of the small-M path start at multiples of this many
+ * floats (a 64-byte line of C), so no line of C is written by two
+ * threads when C's rows are line-aligned. */
+enum { C_LINE_FLOATS = 16 };
 
 typedef struct gemm_scratch {
     float *ap;  /* MC x KC FP32 (or MC x KC/2 BF16-pair words) */
@@ -119,19 +129,42 @@ typedef struct gemm_plan {
 
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-/* One micro-tile of a DPBF16 block whose A or B micro-panel holds a BF16
- * subnormal: widen both micro-panels to FP32 and use the F32 microkernel.
- * *bp1_for caches which B micro-panel bp1 holds (SIZE_MAX: none). */
+/* One micro-tile of a DPBF16 block whose B micro-panel holds a BF16
+ * subnormal: widen both micro-panels to FP32 and use the F32 microkernel
+ * (C tile at c, row stride ldc). *bp1_for caches which B micro-panel bp1
+ * holds (SIZE_MAX: none). */
 static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, int mr,
-                          size_t j0, int nr, size_t pc, size_t kc, float *c,
+                          size_t j0, int nr, size_t pc, size_t kc, float *c, size_t ldc,
                           mxp_gemm_store mode, size_t *bp1_for) {
     if (*bp1_for != j0) {
         mxp_avx512_pack_f32(&p->b, j0, (size_t)nr, pc, kc, MXP_GEMM_NR, s->bp1);
         *bp1_for = j0;
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, p->ldc, mr, nr,
+    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, ldc, mr, nr,
                            p->alpha, p->beta, mode, true, NULL);
+}
+
+/* One micro-tile of a DPBF16 block whose B micro-panel (bp) is clean but
+ * whose A micro-panel (ap) holds BF16 subnormals in the rows `rows` (bit r:
+ * row i0 + r): the F32 microkernel computes the tile into a copy of its C
+ * (taken first, so the store reads C as it was), vdpbf16ps computes it in
+ * C, and the flagged rows are then copied over from the F32 result. An
+ * element's path thus depends on its own row of op(A) and its B
+ * micro-panel only, not on where the tile starts; the F32 result of a row
+ * does not depend on the tile's other rows (one FMA chain per element). */
+static void tile_rows_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, int mr,
+                               size_t j0, int nr, size_t pc, size_t kc, const uint32_t *ap,
+                               const uint32_t *bp, uint32_t rows, float *c,
+                               mxp_gemm_store mode, size_t *bp1_for) {
+    float t[MXP_GEMM_MR * MXP_GEMM_NR];
+    const size_t row_bytes = (size_t)nr * sizeof(float);
+    for (int r = 0; r < mr; r++) memcpy(t + r * MXP_GEMM_NR, c + (size_t)r * p->ldc, row_bytes);
+    tile_fallback(p, s, i0, mr, j0, nr, pc, kc, t, MXP_GEMM_NR, mode, bp1_for);
+    mxp_avx512_ukernel_bf16((kc + 1) / 2, ap, bp, c, p->ldc, mr, nr, p->alpha, p->beta, mode,
+                            false, NULL);
+    for (int r = 0; r < mr; r++)
+        if (rows >> r & 1u) memcpy(c + (size_t)r * p->ldc, t + r * MXP_GEMM_NR, row_bytes);
 }
 
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
@@ -162,7 +195,7 @@ static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
  * (docs/kernels.md). The order changes nothing in any tile. */
 static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
-                       bool any, const uint8_t *sub_a, const uint8_t *sub_b,
+                       bool any, const uint32_t *sub_a, const uint32_t *sub_b,
                        const float *a_in, const float *b_in) {
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
@@ -198,8 +231,14 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                     kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
                     b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
                     c, p->ldc, mr, nr, p->alpha, p->beta, mode, false, cn);
-            else if (any && (sub_a[ir / MXP_GEMM_MR] | sub_b[jr / MXP_GEMM_NR]))
-                tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, mode, &bp1_for);
+            else if (any && sub_b[jr / MXP_GEMM_NR])
+                tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, p->ldc, mode,
+                              &bp1_for);
+            else if (any && sub_a[ir / MXP_GEMM_MR])
+                tile_rows_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc,
+                                   (const uint32_t *)s->ap + ir * kp,
+                                   (const uint32_t *)s->bp + jr * kp, sub_a[ir / MXP_GEMM_MR], c,
+                                   mode, &bp1_for);
             else
                 mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
@@ -223,7 +262,7 @@ static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
-    uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    uint32_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
     const bool unit = unit_ok(p);
     for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
         size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
@@ -265,7 +304,7 @@ static size_t k_words(const gemm_plan *p, size_t kc) { return p->dp ? (kc + 1) /
  * in gemm_range, so the results are the same bits. */
 static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                           const gemm_scratch *s, size_t nc_max) {
-    uint8_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
+    uint32_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
     const bool unit = unit_ok(p);
     const size_t mc = m1 - m0;
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
@@ -328,16 +367,32 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     }
 }
 
-/* Part `index` of `count`: a range of whole micro-tiles along the cut
- * dimension, the full extent of the other. */
+/* Range [*lo, *hi) of part `index` of `count` along the cut dimension
+ * (the other is covered whole), in units of:
+ *   - 1 row when M is cut: rows as equal as possible (M = 128 on 2
+ *     threads: 64 + 64, where whole micro-tiles gave 70 + 58); each range
+ *     runs its own micro-tiles from its first row, so it may end in a
+ *     partial one (mr < MR). Nothing depends on where a tile starts (F32:
+ *     one FMA chain per element; DPBF16: per-lane vdpbf16ps, and the
+ *     subnormal fallback decided per row, tile_rows_fallback);
+ *   - C_LINE_FLOATS columns on the small-M path (its tiles are MR = 14
+ *     columns of C, so whole tiles split 256 columns 140 + 116);
+ *   - NR columns when N is cut: B micro-panels then start at multiples of
+ *     NR whatever the cut, which the subnormal flags of B micro-panels
+ *     rely on, and no line of C is written by two threads. */
+static void part_range(const gemm_plan *p, int index, int count, size_t *lo, size_t *hi) {
+    size_t ext = p->split_n ? p->N : p->M;
+    size_t unit = p->small ? C_LINE_FLOATS : p->split_n ? MXP_GEMM_NR : 1;
+    size_t units = (ext + unit - 1) / unit;
+    *lo = min_sz(units * (size_t)index / (size_t)count * unit, ext);
+    *hi = min_sz(units * (size_t)(index + 1) / (size_t)count * unit, ext);
+}
+
+/* Part `index` of `count` (part_range). */
 static void gemm_part(void *ctx, int index, int count) {
     const gemm_plan *p = ctx;
-    size_t ext = p->split_n ? p->N : p->M;
-    size_t tile = p->split_n && !p->small ? MXP_GEMM_NR : MXP_GEMM_MR;
-    size_t tiles = (ext + tile - 1) / tile;
-    size_t t0 = tiles * (size_t)index / (size_t)count;
-    size_t t1 = tiles * (size_t)(index + 1) / (size_t)count;
-    size_t lo = min_sz(t0 * tile, ext), hi = min_sz(t1 * tile, ext);
+    size_t lo, hi;
+    part_range(p, index, count, &lo, &hi);
     if (lo >= hi) return;
     if (p->small)
         gemm_range_small(p, lo, hi, &scratch[index]);
@@ -374,29 +429,46 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
     return MXP_GEMM_PATH_DPBF16;
 }
 
-/* Whether threads should cut M (whole rows of C each) rather than N, when
- * M has enough tiles. Cutting N makes every thread pack all of op(A),
- * cutting M all of op(B), so by packing alone the larger dimension is cut.
- * But threads that own column ranges write interleaved pieces of every row
- * of C (1-2 KiB each at N = 512), and on the 2-CPU development VM that
- * slowed BOTH threads whenever C traffic mattered: 2 threads, wall clock,
- * 512x512x32 TN bf16 took 80-290 us cut along N against 48-50 us cut
- * along M (one thread alone on its half: 46 us); with thread 1 writing
- * its columns into a separate buffer, the N cut also ran in 48-50 us, so
- * it is the sharing of C's rows, not the packing (docs/kernels.md, issue
- * 16). Hence M is cut also when
- *   - K <= SPLIT_M_MAX_K (a pass over C every few k: weight gradients at
- *     batch 32-128, layers with 65-72 inputs), unless N > 4 M, where the
- *     duplicated op(B) packing costs more (128x2048x128: N cut +13% f32,
- *     +9% bf16);
+/* Whether threads should cut M (rows of C) rather than N, when M has
+ * enough tiles. Cutting N makes every thread pack all of op(A), cutting M
+ * all of op(B) (each unless read in place), so by packing alone the cut
+ * that duplicates less packing wins. But threads that own column ranges
+ * write interleaved pieces of every row of C (1-2 KiB each at N = 512),
+ * and on the 2-CPU development VM that slowed BOTH threads whenever C
+ * traffic mattered: 2 threads, wall clock, 512x512x32 TN bf16 took 80-290
+ * us cut along N against 48-50 us cut along M (one thread alone on its
+ * half: 46 us); with thread 1 writing its columns into a separate buffer,
+ * the N cut also ran in 48-50 us, so it is the sharing of C's rows, not
+ * the packing (docs/kernels.md, issue 16). Hence M is cut
+ *   - when M > N (the N cut would duplicate the larger pack, or write
+ *     short pieces of C's rows);
+ *   - when K <= SPLIT_M_MAX_K (a pass over C every few k: weight gradients
+ *     at batch 32-128, layers with 65-72 inputs), unless N > 4 M, where
+ *     the duplicated op(B) packing costs more (128x2048x128: N cut +13%
+ *     f32, +9% bf16);
  *   - on the DPBF16 path with N <= 2 M: a row range of at most MC rows
  *     then packs op(B) in L2-sized chunks (gemm_range_l2), and cutting M
- *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512; on the
- *     F32 path those shapes were within 6% either way, so they keep N. */
+ *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512;
+ *   - when cutting M duplicates strictly less packing than cutting N:
+ *     op(B) read in place (FP32 on the F32 path, rows at most
+ *     IN_PLACE_MAX_LD apart) and op(A) packed, so the M cut packs nothing
+ *     twice while the N cut packs all of op(A) per thread (dX, NN: the
+ *     whole dY per thread). Each part run alone on one thread
+ *     (bench/bench_gemm_split.c, thread CPU time): 128x256x256 NN f32
+ *     max part -3.3%, 128x512x512 NN -3.9%, 256x256x256 NN -2.5%
+ *     (docs/kernels.md "Balanced cuts"). With both operands in place
+ *     (TN f32 up to 1024 wide) nothing is duplicated either way, and the
+ *     M cut's parts measured 0.5-2% slower (65x512x256 TN: 33 rows, 3
+ *     row tiles of which one of 5 rows, per thread), so N stays, as it
+ *     had measured 2-11% faster on F32 shapes at K >= 256 (docs/kernels.md
+ *     "Two threads: the split direction").
+ * Else N (M <= N: the N cut duplicates the smaller pack, op(A), or none;
+ * 128x2048x2048 NT bf16 +20%, 65x2048x512 TN bf16 +22%). */
 static bool prefer_m(const gemm_plan *p) {
     if (p->M > p->N) return true;
     if (p->K <= SPLIT_M_MAX_K && p->N <= 4 * p->M) return true;
-    return p->dp && p->N <= 2 * p->M;
+    if (p->dp && p->N <= 2 * p->M) return true;
+    return in_place(&p->b, p->dp, 0, 0) && !in_place(&p->a, p->dp, 0, 0);
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C): K == 0. */
@@ -407,6 +479,46 @@ static void scale_c(const mxp_gemm_args *g) {
     }
 }
 
+/* The plan of g (M, N, K > 0) under o: path, K blocks, small-M path,
+ * thread count and cut. */
+static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gemm_plan *p) {
+    *p = (gemm_plan){
+        .M = (size_t)g->M, .N = (size_t)g->N, .K = (size_t)g->K, .ldc = (size_t)g->ldc,
+        .C = g->C, .alpha = g->alpha, .beta = g->beta,
+    };
+    make_sources(g, &p->a, &p->b);
+    p->dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
+    p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
+
+    int threads = mxp_threads_max();
+    if (o->threads > 0 && o->threads < threads) threads = o->threads;
+    if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
+    double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K;
+    if (flops < THREAD_MIN_FLOPS) threads = 1;
+    p->small = !p->dp && !o->packed_only && g->b_type == MXP_DTYPE_F32 &&
+               p->M <= MXP_GEMM_SMALL_M;
+    size_t tiles_m = (p->M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
+    size_t tiles_n = (p->N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
+    bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;
+    p->split_n = prefer_m(p) ? !m_ok && (n_ok || tiles_n > tiles_m)
+                             : n_ok || (!m_ok && tiles_n >= tiles_m);
+    if (p->small) p->split_n = true; /* ranges of C_LINE_FLOATS columns of C */
+    if (p->small) tiles_n = (p->N + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
+    size_t tiles = p->split_n ? tiles_n : tiles_m;
+    p->parts = (size_t)threads < tiles ? threads : (int)tiles;
+}
+
+int mxp_avx512_gemm_split(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, bool *split_n,
+                          size_t lo[], size_t hi[]) {
+    *split_n = false;
+    if (g->M <= 0 || g->N <= 0 || g->K <= 0) return 0;
+    gemm_plan p;
+    plan_make(g, o, &p);
+    *split_n = p.split_n;
+    for (int q = 0; q < p.parts; q++) part_range(&p, q, p.parts, &lo[q], &hi[q]);
+    return p.parts;
+}
+
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
@@ -414,30 +526,8 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
         return;
     }
     mxp_avx512_gemm_tables_init();
-    gemm_plan p = {
-        .M = (size_t)g->M, .N = (size_t)g->N, .K = (size_t)g->K, .ldc = (size_t)g->ldc,
-        .C = g->C, .alpha = g->alpha, .beta = g->beta,
-    };
-    make_sources(g, &p.a, &p.b);
-    p.dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
-    p.kb = k_block_len(p.K, p.dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
-
-    int threads = mxp_threads_max();
-    if (o->threads > 0 && o->threads < threads) threads = o->threads;
-    if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
-    double flops = 2.0 * (double)p.M * (double)p.N * (double)p.K;
-    if (flops < THREAD_MIN_FLOPS) threads = 1;
-    p.small = !p.dp && !o->packed_only && g->b_type == MXP_DTYPE_F32 &&
-              p.M <= MXP_GEMM_SMALL_M;
-    size_t tiles_m = (p.M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
-    size_t tiles_n = (p.N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
-    bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;
-    p.split_n = prefer_m(&p) ? !m_ok && (n_ok || tiles_n > tiles_m)
-                             : n_ok || (!m_ok && tiles_n >= tiles_m);
-    if (p.small) p.split_n = true; /* ranges of whole MR-column groups of C */
-    if (p.small) tiles_n = (p.N + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
-    size_t tiles = p.split_n ? tiles_n : tiles_m;
-    p.parts = (size_t)threads < tiles ? threads : (int)tiles;
+    gemm_plan p;
+    plan_make(g, o, &p);
 
     pthread_mutex_lock(&gemm_lock);
     if (!scratch_ensure(p.parts)) {

@@ -22,10 +22,12 @@
  *          interleaved into 32-bit words; vdpbf16ps microkernel (2 products
  *          per lane per instruction, FP32 accumulation). Used when both
  *          operands are BF16/FP8. vdpbf16ps reads BF16 subnormals as zero, so
- *          a micro-tile whose A or B micro-panel holds one (flagged while
- *          packing) is computed for that K block on the F32 path instead,
- *          from freshly widened micro-panels: exact, and decided from that
- *          tile's own inputs only, so still independent of the thread split.
+ *          an element of C whose row of op(A) or whose B micro-panel (NR
+ *          columns at a multiple of NR) holds one in a K block (flagged
+ *          while packing) is computed for that K block on the F32 path
+ *          instead, from freshly widened micro-panels: exact, and decided
+ *          from that element's own inputs only, so independent of where a
+ *          thread's rows start.
  */
 #ifndef MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H
 #define MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H
@@ -80,6 +82,18 @@ enum { MXP_GEMM_SMALL_M = 32 };
  * does not depend on the number of threads: every element of C is computed
  * by the same instruction sequence whichever thread owns its tile. */
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o);
+
+/* The most parts (threads) one call is cut into. */
+enum { MXP_GEMM_MAX_PARTS = 64 };
+
+/* How mxp_avx512_gemm_ex(g, o) cuts C between its threads (tests and
+ * benchmarks): returns the number of parts (1 when it runs on the calling
+ * thread alone; 0 when there is nothing to compute), sets *split_n (parts
+ * are column ranges of C over all M rows, else row ranges over all N
+ * columns) and part q's range [lo[q], hi[q]) (arrays of
+ * MXP_GEMM_MAX_PARTS). A part may be empty (lo == hi). */
+int mxp_avx512_gemm_split(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, bool *split_n,
+                          size_t lo[], size_t hi[]);
 /* The path mxp_avx512_gemm_ex would take for g under `path`. */
 mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path);
 
@@ -132,11 +146,12 @@ void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
 /* As mxp_avx512_pack_f32, as BF16 pairs: with kp = ceil(kc/2), panel p
  * starts at dst + p*w*kp and word (q, r) at q*w + r holds X[r][k0+2q] in its
  * low half and X[r][k0+2q+1] (0 past kc) in its high half. X must be BF16 or
- * FP8 (FP8 values are exact in BF16). sub[p] is set to 1 when panel p holds
- * a BF16 subnormal, else 0 (ceil(rows/w) entries); returns whether any
- * panel does. */
+ * FP8 (FP8 values are exact in BF16). sub[p] (ceil(rows/w) entries) is set
+ * to the rows of panel p that hold a BF16 subnormal in X[.][k0 .. k0+kc)
+ * (bit r: row r0 + p*w + r; 0 for none); returns whether any panel has
+ * one. */
 bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
-                          size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub);
+                          size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub);
 
 /* ---- microkernels (gemm_ukernel.c) -------------------------------------- */
 

@@ -14,9 +14,9 @@
  * No floating-point arithmetic is used, so MXCSR's FTZ/DAZ cannot alter a
  * packed value. FP8 -> BF16 (DPBF16 path) is the FP32 value truncated to its
  * upper half, exact because FP8 values have at most 3 significand bits and
- * lie well inside BF16's exponent range. The BF16 packer also flags each
- * panel that holds a BF16 subnormal (vdpbf16ps would read it as zero), from
- * the registers it already loaded: no extra pass over memory.
+ * lie well inside BF16's exponent range. The BF16 packer also flags, per
+ * panel, the rows that hold a BF16 subnormal (vdpbf16ps would read it as
+ * zero), from the registers it already loaded: no extra pass over memory.
  *
  * When X is contiguous in k (op(A) not transposed, op(B) transposed) the
  * panel is a transpose: 16 rows x 16 k (or 16 k pairs) are loaded, transposed
@@ -247,9 +247,38 @@ static inline __mmask32 bf16_subnormal_lanes(__m512i v) {
            _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x007f));
 }
 
+/* Rows of a pair panel slice from the subnormal lanes m of its 16 pair
+ * words (BF16 lanes 2r and 2r+1 are row r): bit r set when either is. */
+static inline uint32_t pair_rows(__mmask32 m) {
+    uint32_t x = ((uint32_t)m | (uint32_t)m >> 1) & 0x55555555u;
+    x = (x | x >> 1) & 0x33333333u;
+    x = (x | x >> 2) & 0x0f0f0f0fu;
+    x = (x | x >> 4) & 0x00ff00ffu;
+    return (x | x >> 8) & 0x0000ffffu;
+}
+
+/* Rows of X[r0 .. r0+rows)[k0 .. k0+kc) (BF16, k contiguous: X(r, k) at
+ * r*ld + k) that hold a BF16 subnormal (bit r: row r0 + r). A scalar scan,
+ * run only for the rare panels that pack_bf16_kcontig's vector test found
+ * one in, so its loop keeps one mask OR per load. */
+static uint32_t subnormal_rows_kcontig(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
+                                       size_t kc) {
+    const uint16_t *base = x->base;
+    uint32_t out = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *v = base + (r0 + r) * x->ld + k0;
+        for (size_t k = 0; k < kc; k++)
+            if ((v[k] & 0x7f80u) == 0 && (v[k] & 0x7fu) != 0) {
+                out |= 1u << r;
+                break;
+            }
+    }
+    return out;
+}
+
 static inline __attribute__((always_inline)) void
 pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
-                  size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+                  size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub) {
     size_t ld = x->ld, kp = (kc + 1) / 2;
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
         size_t prow = min_sz((size_t)w, rows - p0);
@@ -280,13 +309,13 @@ pack_bf16_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                                              _mm512_castps_si512(v[c]));
             }
         }
-        sub[p0 / (size_t)w] = any != 0;
+        sub[p0 / (size_t)w] = any ? subnormal_rows_kcontig(x, r0 + p0, prow, k0, kc) : 0;
     }
 }
 
 static inline __attribute__((always_inline)) void
 pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
-                  size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+                  size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub) {
     size_t ld = x->ld, kp = (kc + 1) / 2;
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) sub[p0 / (size_t)w] = 0;
     for (size_t q = 0; q < kp; q++) {
@@ -305,7 +334,8 @@ pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                     if (second)
                         v = _mm512_or_si512(
                             v, _mm512_slli_epi32(load16_bf16w(t, x->base, at + ld, m), 16));
-                    if (t == MXP_DTYPE_BF16 && bf16_subnormal_lanes(v)) sub[p0 / (size_t)w] = 1;
+                    __mmask32 sl = t == MXP_DTYPE_BF16 ? bf16_subnormal_lanes(v) : 0;
+                    if (sl) sub[p0 / (size_t)w] |= pair_rows(sl) << s;
                 }
                 _mm512_mask_storeu_epi32(pd + s, lanes16((size_t)(w - s)), v);
             }
@@ -315,7 +345,7 @@ pack_bf16_rcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
 
 /* One k pair q and panel p0 of pack_bf16_rcontig_bf16: rows p0 .. p0+w of
  * X's k rows 2q and 2q+1 (rk: row 2q at r0) interleaved into w pair words
- * at dst; returns the lanes holding a BF16 subnormal. */
+ * at dst; returns the rows (bit r: row p0 + r) holding a BF16 subnormal. */
 static inline __attribute__((always_inline)) __mmask32
 pair_panel_step(const uint16_t *rk, size_t ld, bool second, size_t p0, __mmask32 m, int w,
                 __m512i idx_lo, __m512i idx_hi, uint32_t *dst) {
@@ -338,7 +368,7 @@ pair_panel_step(const uint16_t *rk, size_t ld, bool second, size_t p0, __mmask32
  * the row prefetch, since grouping them was 10% slower at 2048x72x512 TN
  * (14-row pieces of 4 KiB rows) and 2-3% slower at 256x256x32..128 TN. */
 static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
-                                   size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+                                   size_t kc, int w, uint32_t *dst, uint32_t *sub) {
     const uint16_t *base = x->base;
     size_t ld = x->ld, kp = (kc + 1) / 2;
     /* word j of lo: rk[j] (low half), rk1[j] (high half); hi: rows 16 .. 31 */
@@ -353,10 +383,10 @@ static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows
             for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
                 prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0, 2 * ld);
                 prefetch_row_ahead(MXP_DTYPE_BF16, rk, p0 + ld, 2 * ld);
-                if (pair_panel_step(rk, ld, 2 * q + 1 < kc, p0,
-                                    lanes32(min_sz((size_t)w, rows - p0)), w, idx_lo, idx_hi,
-                                    dst + p0 * kp + q * (size_t)w))
-                    sub[p0 / (size_t)w] = 1;
+                sub[p0 / (size_t)w] |= pair_panel_step(rk, ld, 2 * q + 1 < kc, p0,
+                                                       lanes32(min_sz((size_t)w, rows - p0)),
+                                                       w, idx_lo, idx_hi,
+                                                       dst + p0 * kp + q * (size_t)w);
             }
         }
         return;
@@ -370,7 +400,7 @@ static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows
                 subn |= pair_panel_step(base + (k0 + 2 * q) * ld + r0, ld, 2 * q + 1 < kc, p0, m,
                                         MXP_GEMM_NR, idx_lo, idx_hi,
                                         dst + p0 * kp + q * MXP_GEMM_NR);
-            if (subn) sub[p0 / MXP_GEMM_NR] = 1;
+            sub[p0 / MXP_GEMM_NR] |= subn;
         }
     }
 }
@@ -383,7 +413,7 @@ static void pack_bf16_rcontig_bf16(const mxp_gemm_src *x, size_t r0, size_t rows
     }
 
 bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
-                          size_t k0, size_t kc, int w, uint32_t *dst, uint8_t *sub) {
+                          size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub) {
     if (x->k_contig) {
         PACK_DISPATCH_BF16(pack_bf16_kcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
     } else if (x->type == MXP_DTYPE_BF16) {
@@ -391,7 +421,7 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
     } else {
         PACK_DISPATCH_BF16(pack_bf16_rcontig, x->type, x, r0, rows, k0, kc, w, dst, sub)
     }
-    uint8_t any = 0;
+    uint32_t any = 0;
     for (size_t p = 0; p * (size_t)w < rows; p++) any |= sub[p];
     return any != 0;
 }
