@@ -48,14 +48,20 @@ static inline __attribute__((always_inline)) void
 store_tile(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int mr,
            const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    float *row = c;
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++) {
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) {
             __mmask16 m = v == nv - 1 ? last : (__mmask16)0xffff;
-            float *p = c + (size_t)r * ldc + 16 * v;
+            float *p = row + 16 * v;
             _mm512_mask_storeu_ps(p, m, store_value(acc[r][v], p, m, va, vb, mode));
         }
+        /* one add per row: without the barrier GCC hoists the 14 row
+         * offsets r*ldc out of the row kernel's tile loop, spills them and
+         * spends about 100 instructions per tile reloading them */
+        row += ldc;
+        __asm__("" : "+r"(row));
     }
 }
 
