@@ -310,9 +310,85 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
 
 /* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
  * per-tile call, dispatch and vzeroupper are paid once per row. */
+/* mxp_avx512_ukernel_bf16_row for the _UNIT store modes, software-
+ * pipelined: the first k pair of tile t+1 is issued row by row between the
+ * stores of tile t's C rows, so the next tile's vdpbf16ps chains start
+ * while this one drains and its C stores retire (short K: the 28 stores
+ * and their C loads are a large share of a 16-pair tile). Per element the
+ * same instructions as uk_bf16: acc = vdpbf16ps(0, A pair 0, B pair 0),
+ * then pairs 1 .. kp-1 in order, then the store. Accumulators as named
+ * variables (see uk_w16_bt). kp >= 1, tiles >= 1. */
+static inline __attribute__((always_inline)) void
+bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float *c, size_t ldc,
+            float alpha, float beta, const mxp_gemm_store mode, const float *cn) {
+#define SP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define SP_DECL(R) __m512 x##R##_0, x##R##_1;
+#define SP_FIRST(R)                                                            \
+    {                                                                          \
+        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)a[R]);            \
+        x##R##_0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb0);             \
+        x##R##_1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb1);             \
+    }
+#define SP_STEP(R)                                                             \
+    {                                                                          \
+        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)aq[R]);           \
+        x##R##_0 = _mm512_dpbf16_ps(x##R##_0, br, b0);                         \
+        x##R##_1 = _mm512_dpbf16_ps(x##R##_1, br, b1);                         \
+    }
+#define SP_STORE(R)                                                            \
+    _mm512_storeu_ps(row, store_value(x##R##_0, row, 0xffff, va, vb, mode));   \
+    _mm512_storeu_ps(row + 16, store_value(x##R##_1, row + 16, 0xffff, va, vb, mode)); \
+    SP_FIRST(R)                                                                \
+    row += ldc;                                                                \
+    __asm__("" : "+r"(row));
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    SP_ROWS(SP_DECL)
+    __m512bh nb0 = (__m512bh)_mm512_load_si512(b), nb1 = (__m512bh)_mm512_load_si512(b + 16);
+    SP_ROWS(SP_FIRST)
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        const uint32_t *aq = a + MXP_GEMM_MR, *bq = b + MXP_GEMM_NR;
+        for (size_t q = 1; q < kp; q++) {
+            if (next && q - 1 < (size_t)MXP_GEMM_MR) prefetch_next_c(next, ldc, q - 1);
+            const __m512bh b0 = (__m512bh)_mm512_load_si512(bq);
+            const __m512bh b1 = (__m512bh)_mm512_load_si512(bq + 16);
+            SP_ROWS(SP_STEP)
+            aq += MXP_GEMM_MR;
+            bq += MXP_GEMM_NR;
+        }
+        /* the next tile's first k pair (the last tile's: its own again,
+         * never stored) while this tile's C is stored */
+        const uint32_t *bn = t + 1 < tiles ? b + MXP_GEMM_NR * kp : b;
+        nb0 = (__m512bh)_mm512_load_si512(bn);
+        nb1 = (__m512bh)_mm512_load_si512(bn + 16);
+        float *row = c;
+        SP_ROWS(SP_STORE)
+        b = bn;
+        c += MXP_GEMM_NR;
+    }
+#undef SP_ROWS
+#undef SP_DECL
+#undef SP_FIRST
+#undef SP_STEP
+#undef SP_STORE
+}
+
 void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
                                  float *c, size_t ldc, float alpha, float beta,
                                  mxp_gemm_store mode, const float *cn) {
+    if (tiles == 0) return;
+    switch (mode) { /* the unit stores leave registers for the pipelining */
+    case MXP_GEMM_STORE_SET_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_SET_UNIT, cn);
+        return;
+    case MXP_GEMM_STORE_BETA_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_BETA_UNIT, cn);
+        return;
+    case MXP_GEMM_STORE_ADD_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_ADD_UNIT, cn);
+        return;
+    default: break;
+    }
     for (size_t t = 0; t < tiles; t++) {
         const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
         uk_bf16(kp, ap, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, beta,
