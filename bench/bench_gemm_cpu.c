@@ -32,8 +32,8 @@
  * MIXPREC_NUM_THREADS=N.
  *
  * --beta 0|1 runs every shape with that beta instead of the shape list's
- * (1 for dW, as with gradient accumulation; the default training step
- * issues dW with beta = 0 when grad_accum_steps is 1).
+ * (dW is issued with beta = 0 by the default training step, grad_accum_steps
+ * 1, and with beta = 1 when gradients accumulate).
  *
  * usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]
  *                       [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]
