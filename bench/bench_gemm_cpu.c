@@ -31,9 +31,13 @@
  * OpenMP default wait policy (as `mixprec bench kernels` runs it), and
  * MIXPREC_NUM_THREADS=N.
  *
+ * --beta 0|1 runs every shape with that beta instead of the shape list's
+ * (dW is issued with beta = 0 by the default training step, grad_accum_steps
+ * 1, and with beta = 1 when gradients accumulate).
+ *
  * usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]
  *                       [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]
- *                       [--ours LIB] [--threads N]
+ *                       [--ours LIB] [--threads N] [--beta 0|1]
  * Shapes: tools/mixprec/bench_shapes.h (the list `mixprec bench kernels
  * --shapes` uses). Not a test: it prints, and exits 1 only on bad usage or
  * when the baseline's bits differ.
@@ -129,7 +133,7 @@ static void *random_buf(mxp_dtype t, size_t n, unsigned seed, float *f32) {
 static void usage(void) {
     fputs("usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]\n"
           "                      [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]\n"
-          "                      [--ours LIB] [--threads N]\n",
+          "                      [--ours LIB] [--threads N] [--beta 0|1]\n",
           stderr);
 }
 
@@ -137,6 +141,7 @@ int main(int argc, char **argv) {
     int reps = 5, warm = 2;
     bench_shape_set set = BENCH_SHAPES_TRAINING;
     const char *only = NULL, *base_path = NULL, *ours_path = NULL, *dtype = "all";
+    int beta_override = -1; /* --beta: 0 or 1; -1 = the shape list's */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -151,6 +156,13 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--ours") == 0) ours_path = v;
         else if (strcmp(a, "--dtype") == 0) dtype = v;
         else if (strcmp(a, "--threads") == 0) nthreads = atoi(v);
+        else if (strcmp(a, "--beta") == 0) {
+            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+                usage();
+                return 1;
+            }
+            beta_override = atoi(v);
+        }
         else if (strcmp(a, "--shapes") == 0) {
             int k = 0;
             while (k < BENCH_SHAPES_COUNT && strcmp(v, bench_shape_set_names[k]) != 0) k++;
@@ -228,8 +240,10 @@ int main(int argc, char **argv) {
     else
         printf("%d threads, GFLOP/s of wall-clock time", nthreads);
     printf(", median of %d samples (>= 5 ms each, after an untimed call) after %d warm-up "
-           "calls, %s; ratio = / oneDNN\n", reps, warm,
+           "calls, %s; ratio = / oneDNN", reps, warm,
            nthreads == 1 ? "alternating" : "one implementation after the other");
+    if (beta_override >= 0) printf("; beta = %d on every shape", beta_override);
+    printf("\n");
     printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
     if (lib.base) printf(" %8s", "base");
     printf(" %8s %7s", "onednn", "ours/dn");
@@ -247,7 +261,8 @@ int main(int argc, char **argv) {
                 .trans_a = s->trans_a, .trans_b = s->trans_b, .M = s->M, .N = s->N, .K = s->K,
                 .a_type = types[t], .A = a[t], .lda = s->trans_a ? s->M : s->K,
                 .b_type = types[t], .B = b[t], .ldb = s->trans_b ? s->K : s->N,
-                .C = c, .ldc = s->N, .alpha = 1.0f, .beta = s->beta,
+                .C = c, .ldc = s->N, .alpha = 1.0f,
+                .beta = beta_override >= 0 ? (float)beta_override : s->beta,
             };
             call calls[IMPL_COUNT];
             for (int k = 0; k < IMPL_COUNT; k++)

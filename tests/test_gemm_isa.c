@@ -23,7 +23,8 @@
  * compute paths (FP32 widening and vdpbf16ps), BF16 subnormals (which must
  * leave the vdpbf16ps path), bit-exact widening of every input value, and
  * bit-identical results for 1 and 2 threads, and the small-M path (M <= 32,
- * FP32 B read in place) on edge sizes, bit-identical to the packed path;
+ * FP32 B read in place, FP16/BF16 B widened in the microkernel) on edge
+ * sizes, bit-identical to the packed path;
  * the F32 path bit for bit against a scalar oracle of its documented FMA
  * sequence (K blocks, fma per product in k order, the store's roundings),
  * and alpha = beta = 1 under flush-to-zero (multiplications by 1 kept);
@@ -677,6 +678,81 @@ static void test_degenerate(void) {
     for (int i = 0; i < 6; i++) CHECK(C[i] == 2.0f * (float)i);
 }
 
+/* One small-M case: against the generic GEMM (tolerance of the file
+ * comment), bit for bit against the packed path (NaN payloads aside) on 1
+ * and 2 threads. */
+static void small_vs_packed(const gcase *c) {
+    gbufs b = bufs_make(c);
+    float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
+    float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+    float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
+    memcpy(ref, b.C0, b.nc * sizeof(float));
+    mxp_gemm_args g = args_for(c, &b, ref);
+    G->gemm(&g);
+    memcpy(pk, b.C0, b.nc * sizeof(float));
+    g = args_for(c, &b, pk);
+    mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
+    mxp_avx512_gemm_ex(&g, &po);
+    for (int threads = 1; threads <= 2; threads++) {
+        memcpy(got, b.C0, b.nc * sizeof(float));
+        g = args_for(c, &b, got);
+        mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, threads, false};
+        mxp_avx512_gemm_ex(&g, &o);
+        compare(c, &b, got, ref, "small-m 16-bit B");
+        size_t d = count_differ(got, pk, b.nc);
+        CHECK_MSG(d == 0, "small-M (%s B) vs packed path: %zu differ (%s A, %c%c M=%zu N=%zu "
+                  "K=%zu threads=%d)", mxp_dtype_name(c->bt), d, mxp_dtype_name(c->at),
+                  c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', c->M, c->N, c->K, threads);
+    }
+    free(ref);
+    free(got);
+    free(pk);
+    bufs_free(&b);
+}
+
+/* The small-M path with an FP16 or BF16 op(B) (widened row by row in the
+ * microkernel, W16_AHEAD = 16 k steps ahead, when op(B) = B; packed when
+ * op(B) = B^T): K around the look-ahead (15, 16, 17, 33) and KC (513: two
+ * K blocks), M around its one/two-vector tiles, N around MR = 14 columns,
+ * every transpose, A of another dtype (both BF16 take the vdpbf16ps path);
+ * a shape large enough for two threads. */
+static void test_small_m_w16(void) {
+    static const size_t Ms[] = {1, 7, 16, 17, 32, 33};
+    static const size_t Ns[] = {1, 13, 14, 29, 129};
+    static const size_t Ks_full[] = {1, 15, 16, 17, 33, 257, 513};
+    static const size_t Ks_quick[] = {1, 16, 17, 513};
+    const char *q = getenv("MIXPREC_TEST_QUICK");
+    const bool quick = q && *q && strcmp(q, "0") != 0;
+    const size_t *Ks = quick ? Ks_quick : Ks_full;
+    const size_t nk = quick ? 4 : 7;
+    static const mxp_dtype bs[] = {MXP_DTYPE_F16, MXP_DTYPE_BF16};
+    static const mxp_dtype as[] = {MXP_DTYPE_F32, MXP_DTYPE_F16, MXP_DTYPE_BF16,
+                                   MXP_DTYPE_F8_E4M3};
+    int n = 0;
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+            for (size_t ki = 0; ki < nk; ki++)
+                for (int tr = 0; tr < 4; tr++, n++) {
+                    mxp_dtype bt = bs[n % 2], at = as[(n / 2) % 4];
+                    if (at == MXP_DTYPE_BF16 && bt == MXP_DTYPE_BF16) at = MXP_DTYPE_F32;
+                    gcase c = {
+                        .at = at, .bt = bt, .ta = tr & 1, .tb = (tr >> 1) & 1,
+                        .M = Ms[mi], .N = Ns[ni], .K = Ks[ki],
+                        .pad_a = (size_t)(n % 3) * 5, .pad_b = (size_t)(n % 4) * 3,
+                        .pad_c = (size_t)(n % 5) * 2,
+                        .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
+                    };
+                    small_vs_packed(&c);
+                }
+    for (int i = 0; i < 2; i++) {
+        gcase big = {.at = MXP_DTYPE_F32, .bt = bs[i], .ta = false, .tb = false,
+                     .M = 32, .N = 300, .K = 300, .pad_a = 1, .pad_b = 2, .pad_c = 3,
+                     .alpha = 1.0f, .beta = (float)i};
+        small_vs_packed(&big);
+        run_gcase(&big, true);
+    }
+}
+
 /* The F32 path's per-element instruction sequence, as a scalar oracle:
  * K cut into ceil(K / 512) blocks of equal even length (the last shorter);
  * per block acc = +0, then acc = fma(a_k, b_k, acc) in increasing k (one
@@ -798,6 +874,7 @@ int main(void) {
     test_nonfinite();
     test_blocks_and_threads();
     test_small_m();
+    test_small_m_w16();
     test_f32_sequence();
     test_unit_store_ftz();
     return test_finish("test_gemm_isa");

@@ -36,11 +36,13 @@
  * tile_rows_fallback). Rows, not A micro-panels, so the choice does not
  * depend on where a thread's row range starts.
  *
- * Small M (M <= MXP_GEMM_SMALL_M = NR, op(B) FP32, F32 path): a batch-32
- * linear layer would pack the whole weight op(B) for one use. Instead only
- * op(A) is packed, as one NR-wide panel over the rows of C, and the
- * microkernel computes C^T's tile (MR columns of C x all rows) with
- * broadcasts read straight from op(B), in either layout; the store
+ * Small M (M <= MXP_GEMM_SMALL_M = NR, F32 path; op(B) FP32, or FP16/BF16
+ * stored as B): a batch-32 linear layer would pack (and widen) the whole
+ * weight op(B) for one use. Instead only op(A) is packed, as one NR-wide
+ * panel over the rows of C, and the microkernel computes C^T's tile (MR
+ * columns of C x all rows) with broadcasts read straight from op(B), in
+ * either layout, or, for a 16-bit op(B), from rows of it widened 16 k steps
+ * ahead into a small ring in L1 (mxp_avx512_ukernel_w16_bt); the store
  * transposes in registers. The FMA sequence of every element is the packed
  * path's, so the results are bit-identical to it (tested).
  *
@@ -346,14 +348,15 @@ static void gemm_range_any(const gemm_plan *p, size_t m0, size_t m1, size_t n0, 
         gemm_range(p, m0, m1, n0, n1, s);
 }
 
-/* C[0 .. M)[n0 .. n1) on the small-M path (M <= NR, op(B) FP32): per K
+/* C[0 .. M)[n0 .. n1) on the small-M path (M <= NR, F32 path): per K
  * block, op(A) is packed as one NR-wide panel over the rows of C, and
- * op(B) is read in place, MR columns of C at a time. Same K blocks, same
- * per-element FMA order and store arithmetic as gemm_range. */
+ * op(B) is read in place, MR columns of C at a time (an FP16/BF16 op(B)
+ * widened by the microkernel a few k steps ahead of its FMAs). Same K
+ * blocks, same per-element FMA order and store arithmetic as gemm_range. */
 static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gemm_scratch *s) {
-    const float *bb = p->b.base;
     /* op(B)(k, j) = X_b[j][k]: at j*ld + k (k_contig) or k*ld + j */
     const size_t sj = p->b.k_contig ? p->b.ld : 1, sk = p->b.k_contig ? 1 : p->b.ld;
+    const size_t es = p->b.type == MXP_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     const bool unit = unit_ok(p);
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
@@ -361,8 +364,13 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
         mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
         for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
             int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);
-            mxp_avx512_ukernel_f32_bt(kc, s->ap, bb + j * sj + pc * sk, sj, sk, p->C + j, p->ldc,
-                                      (int)p->M, nr, p->alpha, p->beta, mode);
+            const void *b = (const char *)p->b.base + (j * sj + pc * sk) * es;
+            if (p->b.type == MXP_DTYPE_F32)
+                mxp_avx512_ukernel_f32_bt(kc, s->ap, b, sj, sk, p->C + j, p->ldc, (int)p->M, nr,
+                                          p->alpha, p->beta, mode);
+            else
+                mxp_avx512_ukernel_w16_bt(kc, s->ap, p->b.type, b, sk, p->C + j, p->ldc,
+                                          (int)p->M, nr, p->alpha, p->beta, mode, s->bp);
         }
     }
 }
@@ -412,6 +420,14 @@ static size_t k_block_len(size_t K, size_t kmax) {
     size_t nb = (K + kmax - 1) / kmax;
     size_t kb = (K + nb - 1) / nb;
     return kb + (kb & 1);
+}
+
+/* Whether the small-M path takes op(B): FP32, or FP16/BF16 contiguous
+ * along the columns of C (op(B) = B: widened row by row in the
+ * microkernel, mxp_avx512_ukernel_w16_bt). */
+static bool small_b(const mxp_gemm_src *b) {
+    return b->type == MXP_DTYPE_F32 ||
+           ((b->type == MXP_DTYPE_F16 || b->type == MXP_DTYPE_BF16) && !b->k_contig);
 }
 
 static bool dp_type(mxp_dtype t) {
@@ -495,8 +511,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
     double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K;
     if (flops < THREAD_MIN_FLOPS) threads = 1;
-    p->small = !p->dp && !o->packed_only && g->b_type == MXP_DTYPE_F32 &&
-               p->M <= MXP_GEMM_SMALL_M;
+    p->small = !p->dp && !o->packed_only && small_b(&p->b) && p->M <= MXP_GEMM_SMALL_M;
     size_t tiles_m = (p->M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles_n = (p->N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;

@@ -72,9 +72,10 @@ typedef struct mxp_avx512_gemm_opts {
     bool packed_only;  /* never take the small-M path (tests, benchmarks) */
 } mxp_avx512_gemm_opts;
 
-/* Small-M path: taken when M <= MXP_GEMM_SMALL_M, B is FP32 and the F32
- * path applies (gemm.c). Only op(A) is packed (as one NR-wide panel over
- * the rows of C); op(B) is read in place by mxp_avx512_ukernel_f32_bt. */
+/* Small-M path: taken when M <= MXP_GEMM_SMALL_M, the F32 path applies and
+ * op(B) is FP32, or FP16/BF16 with op(B) = B (gemm.c). Only op(A) is packed
+ * (as one NR-wide panel over the rows of C); op(B) is read in place by
+ * mxp_avx512_ukernel_f32_bt or mxp_avx512_ukernel_w16_bt. */
 enum { MXP_GEMM_SMALL_M = 32 };
 
 /* The AVX-512 GEMM with explicit options (tests and benchmarks use it to
@@ -196,6 +197,14 @@ void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *
 void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_t sj,
                                size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
                                float beta, mxp_gemm_store mode);
+/* As mxp_avx512_ukernel_f32_bt with op(B) FP16 or BF16 (bt) in place at b
+ * and contiguous along j (B(j, k) = b[j + k*sk]; nothing past column nr is
+ * read), each row widened exactly to FP32 into `ring` (32 x 16 floats,
+ * 64-byte aligned scratch) 16 k steps before the FMAs read it: the same
+ * FMA sequence and store per element, so bit-identical to the packed path. */
+void mxp_avx512_ukernel_w16_bt(size_t kc, const float *ap, mxp_dtype bt, const void *b,
+                               size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
+                               float beta, mxp_gemm_store mode, float *ring);
 /* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
 void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
                              float *c, size_t ldc, int mr, int nr, float alpha,

@@ -1,8 +1,8 @@
 /* kernels/x86_avx512/gemm_ukernel.c: register-blocked GEMM microkernels.
  *
- * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16,
- * mxp_avx512_ukernel_f32_bt (the small-M kernel; contracts in
- * gemm_internal.h).
+ * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16 (and their
+ * _row forms), mxp_avx512_ukernel_f32_bt and mxp_avx512_ukernel_w16_bt (the
+ * small-M kernels; contracts in gemm_internal.h).
  *
  * Tile: MR = 14 rows x NR = 32 columns of C held in 28 zmm accumulators; per
  * k step two zmm loads of the B micro-panel and 14 broadcasts of the A
@@ -48,14 +48,20 @@ static inline __attribute__((always_inline)) void
 store_tile(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int mr,
            const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    float *row = c;
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++) {
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) {
             __mmask16 m = v == nv - 1 ? last : (__mmask16)0xffff;
-            float *p = c + (size_t)r * ldc + 16 * v;
+            float *p = row + 16 * v;
             _mm512_mask_storeu_ps(p, m, store_value(acc[r][v], p, m, va, vb, mode));
         }
+        /* one add per row: without the barrier GCC hoists the 14 row
+         * offsets r*ldc out of the row kernel's tile loop, spills them and
+         * spends about 100 instructions per tile reloading them */
+        row += ldc;
+        __asm__("" : "+r"(row));
     }
 }
 
@@ -215,6 +221,27 @@ void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *
 /* Prefetch distance of the small-M kernel, in k steps (each 14-28 FMAs). */
 enum { BT_PREFETCH_K = 16 };
 
+/* The small-M kernels' store: acc[r][v] lane l is C[16 v + l][r] (r < nr,
+ * rows < m); each 16-row block is transposed in registers and written with
+ * store_tile's arithmetic row by row. */
+static inline __attribute__((always_inline)) void
+store_bt(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int m, const int nr,
+         const int nv, float alpha, float beta, mxp_gemm_store mode) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __mmask16 cm = (__mmask16)((1u << nr) - 1u);
+    for (int v = 0; v < nv; v++) {
+        __m512 t[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) t[r] = r < nr ? acc[r][v] : _mm512_setzero_ps();
+        mxp_avx512_transpose16(t);
+        int rows = m - 16 * v < 16 ? m - 16 * v : 16;
+        for (int l = 0; l < rows; l++) {
+            float *p = c + (size_t)(16 * v + l) * ldc;
+            _mm512_mask_storeu_ps(p, cm, store_value(t[l], p, cm, va, vb, mode));
+        }
+    }
+}
+
 /* The small-M kernel (contract in gemm_internal.h): acc[r][v] lane l is
  * C[16 v + l][r]; per k one or two loads of the A panel and nr broadcasts
  * of B(r, k) straight from op(B). The store transposes each 16-row block of
@@ -250,19 +277,7 @@ uk_f32_bt(size_t kc, const float *a, const float *b, size_t sj, size_t sk, float
         a += MXP_GEMM_NR;
         b += sk;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    const __mmask16 cm = (__mmask16)((1u << nr) - 1u);
-    for (int v = 0; v < nv; v++) {
-        __m512 t[16];
-#pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) t[r] = r < nr ? acc[r][v] : _mm512_setzero_ps();
-        mxp_avx512_transpose16(t);
-        int rows = m - 16 * v < 16 ? m - 16 * v : 16;
-        for (int l = 0; l < rows; l++) {
-            float *p = c + (size_t)(16 * v + l) * ldc;
-            _mm512_mask_storeu_ps(p, cm, store_value(t[l], p, cm, va, vb, mode));
-        }
-    }
+    store_bt(acc, c, ldc, m, nr, nv, alpha, beta, mode);
 }
 
 #define UKBT_CASE(NRC)                                                         \
@@ -295,9 +310,85 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
 
 /* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
  * per-tile call, dispatch and vzeroupper are paid once per row. */
+/* mxp_avx512_ukernel_bf16_row for the _UNIT store modes, software-
+ * pipelined: the first k pair of tile t+1 is issued row by row between the
+ * stores of tile t's C rows, so the next tile's vdpbf16ps chains start
+ * while this one drains and its C stores retire (short K: the 28 stores
+ * and their C loads are a large share of a 16-pair tile). Per element the
+ * same instructions as uk_bf16: acc = vdpbf16ps(0, A pair 0, B pair 0),
+ * then pairs 1 .. kp-1 in order, then the store. Accumulators as named
+ * variables (see uk_w16_bt). kp >= 1, tiles >= 1. */
+static inline __attribute__((always_inline)) void
+bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float *c, size_t ldc,
+            float alpha, float beta, const mxp_gemm_store mode, const float *cn) {
+#define SP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define SP_DECL(R) __m512 x##R##_0, x##R##_1;
+#define SP_FIRST(R)                                                            \
+    {                                                                          \
+        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)a[R]);            \
+        x##R##_0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb0);             \
+        x##R##_1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb1);             \
+    }
+#define SP_STEP(R)                                                             \
+    {                                                                          \
+        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)aq[R]);           \
+        x##R##_0 = _mm512_dpbf16_ps(x##R##_0, br, b0);                         \
+        x##R##_1 = _mm512_dpbf16_ps(x##R##_1, br, b1);                         \
+    }
+#define SP_STORE(R)                                                            \
+    _mm512_storeu_ps(row, store_value(x##R##_0, row, 0xffff, va, vb, mode));   \
+    _mm512_storeu_ps(row + 16, store_value(x##R##_1, row + 16, 0xffff, va, vb, mode)); \
+    SP_FIRST(R)                                                                \
+    row += ldc;                                                                \
+    __asm__("" : "+r"(row));
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    SP_ROWS(SP_DECL)
+    __m512bh nb0 = (__m512bh)_mm512_load_si512(b), nb1 = (__m512bh)_mm512_load_si512(b + 16);
+    SP_ROWS(SP_FIRST)
+    for (size_t t = 0; t < tiles; t++) {
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
+        const uint32_t *aq = a + MXP_GEMM_MR, *bq = b + MXP_GEMM_NR;
+        for (size_t q = 1; q < kp; q++) {
+            if (next && q - 1 < (size_t)MXP_GEMM_MR) prefetch_next_c(next, ldc, q - 1);
+            const __m512bh b0 = (__m512bh)_mm512_load_si512(bq);
+            const __m512bh b1 = (__m512bh)_mm512_load_si512(bq + 16);
+            SP_ROWS(SP_STEP)
+            aq += MXP_GEMM_MR;
+            bq += MXP_GEMM_NR;
+        }
+        /* the next tile's first k pair (the last tile's: its own again,
+         * never stored) while this tile's C is stored */
+        const uint32_t *bn = t + 1 < tiles ? b + MXP_GEMM_NR * kp : b;
+        nb0 = (__m512bh)_mm512_load_si512(bn);
+        nb1 = (__m512bh)_mm512_load_si512(bn + 16);
+        float *row = c;
+        SP_ROWS(SP_STORE)
+        b = bn;
+        c += MXP_GEMM_NR;
+    }
+#undef SP_ROWS
+#undef SP_DECL
+#undef SP_FIRST
+#undef SP_STEP
+#undef SP_STORE
+}
+
 void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
                                  float *c, size_t ldc, float alpha, float beta,
                                  mxp_gemm_store mode, const float *cn) {
+    if (tiles == 0) return;
+    switch (mode) { /* the unit stores leave registers for the pipelining */
+    case MXP_GEMM_STORE_SET_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_SET_UNIT, cn);
+        return;
+    case MXP_GEMM_STORE_BETA_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_BETA_UNIT, cn);
+        return;
+    case MXP_GEMM_STORE_ADD_UNIT:
+        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_ADD_UNIT, cn);
+        return;
+    default: break;
+    }
     for (size_t t = 0; t < tiles; t++) {
         const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
         uk_bf16(kp, ap, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, beta,
@@ -322,5 +413,103 @@ void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const flo
                    alpha, beta, mode, false, next, false);
         bp += bt;
         c += MXP_GEMM_NR;
+    }
+}
+
+/* ---- small M with a 16-bit op(B) ----------------------------------------- */
+
+/* How many k steps ahead the 16-bit small-M kernel widens op(B), and the
+ * rows of its ring buffer (a power of two, >= 2 * W16_AHEAD). */
+enum { W16_AHEAD = 16, W16_RING = 32 };
+
+/* 16 FP16 or BF16 values at p (lanes outside m are 0) widened to FP32:
+ * exact, no floating-point arithmetic (as gemm_pack.c's load16_f32). */
+static inline __attribute__((always_inline)) __m512 widen16(bool f16, const uint16_t *p,
+                                                            __mmask16 m) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if (f16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The small-M kernel on a 16-bit op(B) contiguous along j (contract in
+ * gemm_internal.h): as uk_f32_bt, with row k of op(B) (its nr columns)
+ * widened into a ring of W16_RING FP32 rows (the caller's scratch, 2 KiB,
+ * stays in L1) W16_AHEAD k steps before the FMAs of step k read it: one
+ * load, conversion and store per k step, which overlap the FMAs of the
+ * steps before. Each B value is widened once per call, exactly, as the
+ * packer would widen it, and the FMAs are uk_f32_bt's: the same sequence
+ * per element of C. (Widening a whole MR x kc group into a buffer first,
+ * then the FP32 kernel on it, was 5-10% slower than packing all of op(B),
+ * docs/kernels.md.) */
+static inline __attribute__((always_inline)) void
+uk_w16_bt(size_t kc, const float *a, const bool f16, const uint16_t *b, size_t sk, float *c,
+          size_t ldc, const int m, const int nr, const int nv, float alpha, float beta,
+          mxp_gemm_store mode, float *restrict ring) {
+    /* The accumulators as named variables, not an array: with the ring's
+     * store in the k loop, GCC 12 kept an accumulator array in memory and
+     * stored all of it on every k step (2.5x slower). */
+#define W16_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define W16_DECL(R) __m512 x##R##_0 = _mm512_setzero_ps(), x##R##_1 = _mm512_setzero_ps();
+#define W16_FMA(R)                                                             \
+    if (nr > R) {                                                              \
+        const __m512 br = _mm512_set1_ps(w[R]);                                \
+        x##R##_0 = _mm512_fmadd_ps(br, a0, x##R##_0);                          \
+        if (nv > 1) x##R##_1 = _mm512_fmadd_ps(br, a1, x##R##_1);              \
+    }
+#define W16_OUT(R)                                                             \
+    acc[R][0] = x##R##_0;                                                      \
+    acc[R][1] = x##R##_1;
+    W16_ROWS(W16_DECL)
+    const __mmask16 cm = (__mmask16)((1u << nr) - 1u);
+    /* B rows are ldb apart, often on a new page: prefetch BT_PREFETCH_K
+     * steps beyond the row being widened (as uk_f32_bt) */
+    const size_t pf = BT_PREFETCH_K * sk * sizeof(uint16_t);
+    const size_t last = (size_t)(nr - 1) * sizeof(uint16_t);
+    const size_t pre = kc < W16_AHEAD ? kc : W16_AHEAD;
+    const uint16_t *bw = b;
+#pragma GCC unroll 1
+    for (size_t k = 0; k < pre; k++, bw += sk)
+        _mm512_store_ps(ring + 16 * k, widen16(f16, bw, cm));
+    for (size_t k = 0; k < kc; k++) {
+        if (k + W16_AHEAD < kc) {
+            prefetch_at(bw, pf);
+            prefetch_at(bw, pf + last);
+            _mm512_store_ps(ring + 16 * ((k + W16_AHEAD) & (W16_RING - 1)), widen16(f16, bw, cm));
+            bw += sk;
+        }
+        const float *w = ring + 16 * (k & (W16_RING - 1));
+        const __m512 a0 = _mm512_load_ps(a);
+        const __m512 a1 = nv > 1 ? _mm512_load_ps(a + 16) : a0;
+        W16_ROWS(W16_FMA)
+        a += MXP_GEMM_NR;
+    }
+    __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
+    W16_ROWS(W16_OUT)
+    store_bt(acc, c, ldc, m, nr, nv, alpha, beta, mode);
+#undef W16_ROWS
+#undef W16_DECL
+#undef W16_FMA
+#undef W16_OUT
+}
+
+#define UKW_CASE(NRC)                                                          \
+    case NRC:                                                                  \
+        if (nv == 1 && f16) uk_w16_bt(kc, ap, true, b, sk, c, ldc, m, NRC, 1, alpha, beta, mode, ring); \
+        else if (nv == 1) uk_w16_bt(kc, ap, false, b, sk, c, ldc, m, NRC, 1, alpha, beta, mode, ring); \
+        else if (f16) uk_w16_bt(kc, ap, true, b, sk, c, ldc, m, NRC, 2, alpha, beta, mode, ring); \
+        else uk_w16_bt(kc, ap, false, b, sk, c, ldc, m, NRC, 2, alpha, beta, mode, ring); \
+        break;
+
+void mxp_avx512_ukernel_w16_bt(size_t kc, const float *ap, mxp_dtype bt, const void *bv,
+                               size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
+                               float beta, mxp_gemm_store mode, float *ring) {
+    const int nv = m > 16 ? 2 : 1;
+    const bool f16 = bt == MXP_DTYPE_F16;
+    const uint16_t *b = bv;
+    switch (nr) {
+        UKW_CASE(1) UKW_CASE(2) UKW_CASE(3) UKW_CASE(4) UKW_CASE(5) UKW_CASE(6)
+        UKW_CASE(7) UKW_CASE(8) UKW_CASE(9) UKW_CASE(10) UKW_CASE(11) UKW_CASE(12)
+        UKW_CASE(13) UKW_CASE(14)
+    default: break;
     }
 }
