@@ -198,8 +198,10 @@ static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
 }
 
 /* ---- the fused forward epilogue ---------------------------------------------------
- * A linear layer l (not in its FP8 form) runs its GEMM alone, then ONE pass
- * of the kernel table's bias_act_store over the GEMM output adds the bias,
+ * A linear layer l (not in its FP8 form) runs its GEMM with the kernel
+ * table's forward epilogue (gemm_epi: the GEMM, and on each block of its
+ * output, right after the block's last K block, the pass of bias_act_store;
+ * the FP16 fast-accumulate GEMM runs the two calls): the pass adds the bias,
  * stores the result in acts[l+1]'s dtype, scans it, and, when layer l+1 is
  * an element-wise activation, computes that activation from the stored
  * values, stores it in acts[l+2]'s dtype and scans it too (kernels.h,
@@ -237,13 +239,12 @@ static void forward_fused(mxp_model *m, int l, int span, int64_t B,
     float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
     mxp_epilogue e = {.y = y32, .B = B, .C = m->width[l + 1], .y_type = t,
                       .y_out = b->acts[l + 1], .act = MXP_ACT_NONE};
-    e.bias = nn_linear_forward_gemm(m, l, B, y32);
     if (span == 2) {
         e.act = act_kind(m->layers[l + 1].kind);
         e.a_type = b->act_type[l + 2];
         e.a_out = b->acts[l + 2];
     }
-    m->k->bias_act_store(&e);
+    nn_linear_forward_epi(m, l, B, &e);
     scan_given(m, site, false, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
                b->acts[l + 1], n);
     if (span == 2)

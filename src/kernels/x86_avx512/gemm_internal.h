@@ -80,6 +80,12 @@ enum { MXP_GEMM_SMALL_M = 32 };
  * does not depend on the number of threads: every element of C is computed
  * by the same instruction sequence whichever thread owns its tile. */
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o);
+/* The table's gemm_epi (contract in kernels.h) with explicit options: the
+ * epilogue e runs on each block of C after its last K block, on the thread
+ * that computed it (gemm_block per row of tiles, gemm_range_small per
+ * EPI_SMALL_COLS columns). */
+void mxp_avx512_gemm_epi_ex(const mxp_gemm_args *g, mxp_epilogue *e,
+                            const mxp_avx512_gemm_opts *o);
 /* The path mxp_avx512_gemm_ex would take for g under `path`. */
 mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path);
 
