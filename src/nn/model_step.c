@@ -398,6 +398,28 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
     return true;
 }
 
+/* The backward of a linear layer l with the store and scan of its dX
+ * (store_scan: bias_act_store without bias or activation) run by its dX
+ * GEMM on each block of dX (gemm_epi: the same bits), when store_scan would
+ * take its fused pass and nothing touches dX between the GEMM and the
+ * store (no per-layer loss scaling rescale, no armed fault on the layer),
+ * not in its FP8 form. dx32 [B, in] is the FP32 dX, stored into
+ * g[cur ^ 1]. Returns false: run unfused. */
+static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, mxp_dtype gt,
+                                  int cur, mxp_nonfinite_site *site) {
+    const nn_layer *L = &m->layers[l];
+    if (!m->fuse || L->kind != MXP_LAYER_LINEAR || (m->fp8 && !nn_layer_fp32(m, l))) return false;
+    if (m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l]) return false;
+    if (site && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
+    nn_bufs *b = &m->b;
+    mxp_epilogue e = {.y = dx32, .B = B, .C = L->in, .y_type = gt, .y_out = b->g[cur ^ 1],
+                      .act = MXP_ACT_NONE};
+    nn_linear_backward_epi(m, l, B, b->g[cur], &e);
+    scan_given(m, site, true, l, vtables[L->kind].name, e.y_amax, e.y_nonfinite, gt,
+               b->g[cur ^ 1], (size_t)B * (size_t)L->in);
+    return true;
+}
+
 /* Layers L-1 .. first parameter layer: dX into the ping-pong grad buffers
  * (dY of the last layer is in g[0]), parameter grads += into the slab, or
  * = when the gradients were discarded (m->grad_write: every layer that
@@ -419,6 +441,11 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
+        if (need_dx && backward_linear_fused(m, l, B, dx32, gt, cur, site)) {
+            cur ^= 1;
+            scan_param_grads(m, site, l, vt->name);
+            continue;
+        }
         vt->backward(m, l, B, b->g[cur], dx32);
         if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
             m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],

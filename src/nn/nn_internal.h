@@ -170,6 +170,11 @@ void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
  * GEMM. The caller fills e's other inputs (B = batch, C = out). Not for the
  * FP8 form (m->fp8 and the layer not kept FP32). */
 void nn_linear_forward_epi(mxp_model *m, int l, int64_t B, mxp_epilogue *e);
+/* nn_linear_backward with dX = e->y [B, in] (FP32) and the dX GEMM running
+ * e's pass over it (the driver's store + scan of dX: e has no bias and no
+ * activation), by the same table calls as nn_linear_forward_epi. Not for
+ * the FP8 form. */
+void nn_linear_backward_epi(mxp_model *m, int l, int64_t B, const void *dy, mxp_epilogue *e);
 void nn_relu_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_relu_backward(mxp_model *m, int l, int64_t B, const void *dy,
                       float *dx32);
