@@ -17,7 +17,8 @@
  * 512 on the F32 path, K > 1024 on the BF16 path), gemm_range_l2 (FP16 or
  * BF16 operands, a batch-sized M and a wide N), the vdpbf16ps path with
  * BF16 subnormal inputs (the F32 fallback tiles), an M cut and an N cut of
- * the threads, a C whose geometry does not fit (ldc > N: the two calls).
+ * the threads, a C whose geometry does not fit (ldc > N: the two calls);
+ * B stored [N, K] (the forward's NT GEMM) and [K, N] (the dX GEMM's NN).
  * The generic table's gemm_epi against its gemm then bias_act_store.
  * MIXPREC_TEST_QUICK=1 runs a stride of the combinations.
  */
@@ -34,6 +35,11 @@ enum { N_COMBOS = 3 * 3 * MXP_ACT_COUNT * 2 };
 
 static bool quick;
 
+/* operand dtype pairs of the shape tables (A, B) */
+#define F32_F32 MXP_DTYPE_F32, MXP_DTYPE_F32
+#define BF_BF MXP_DTYPE_BF16, MXP_DTYPE_BF16
+#define H_H MXP_DTYPE_F16, MXP_DTYPE_F16
+
 typedef struct shape {
     const char *what;
     int64_t M, N, K;
@@ -42,6 +48,7 @@ typedef struct shape {
     bool bf16_sub;      /* BF16 subnormals in A and B */
     bool packed_only;   /* never the small-M path */
     int stride;         /* run every stride-th combination (>= 1) */
+    bool nn;            /* B stored [K, N] (the backward's dX GEMM), else [N, K] */
 } shape;
 
 /* rows x cols values N(0, 1) as dtype t (exact in t); with `specials`, one
@@ -59,7 +66,8 @@ static void *make_operand(mxp_dtype t, size_t rows, size_t cols, mxp_rng *r, boo
             v[i * cols + (i * 13) % cols] = sp[i / 5 % 4];
         }
     if (bf16_sub)
-        for (size_t i = 3; i < n; i += 61) v[i] = (i & 1 ? 1.0e-39f : -2.5e-39f); /* BF16 subnormal */
+        for (size_t i = 3; i < n; i += 61) /* BF16 subnormals */
+            v[i] = i & 1 ? 1.0e-39f : -2.5e-39f;
     void *out = test_xmalloc(n * mxp_dtype_info(t)->size);
     mxp_convert(t, out, MXP_DTYPE_F32, v, n);
     free(v);
@@ -117,13 +125,15 @@ static void run_shape(const mxp_kernels *k, const shape *s, uint64_t seed) {
     mxp_rng r;
     mxp_rng_init(&r, seed);
     void *A = make_operand(s->at, M, K, &r, s->specials, s->bf16_sub);
-    void *Bw = make_operand(s->bt, N, K, &r, false, s->bf16_sub);
+    void *Bw = s->nn ? make_operand(s->bt, K, N, &r, false, s->bf16_sub)
+                     : make_operand(s->bt, N, K, &r, false, s->bf16_sub);
     float *bias = test_xmalloc(N * sizeof(float));
     for (size_t j = 0; j < N; j++) bias[j] = mxp_rng_normal(&r);
     float *C0 = test_xmalloc(n * sizeof(float));
-    mxp_gemm_args g = {.trans_a = false, .trans_b = true, .M = s->M, .N = s->N, .K = s->K,
+    mxp_gemm_args g = {.trans_a = false, .trans_b = !s->nn, .M = s->M, .N = s->N, .K = s->K,
                        .a_type = s->at, .A = A, .lda = s->K, .b_type = s->bt, .B = Bw,
-                       .ldb = s->K, .C = C0, .ldc = s->N, .alpha = 1.0f, .beta = 0.0f};
+                       .ldb = s->nn ? s->N : s->K, .C = C0, .ldc = s->N, .alpha = 1.0f,
+                       .beta = 0.0f};
     const bool avx = strcmp(k->isa, "avx512") == 0;
     const mxp_avx512_gemm_opts one = {MXP_GEMM_PATH_AUTO, 1, s->packed_only};
     if (avx) mxp_avx512_gemm_ex(&g, &one);
@@ -150,12 +160,14 @@ static void run_shape(const mxp_kernels *k, const shape *s, uint64_t seed) {
             const mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, s->packed_only};
             if (slot || !avx) k->gemm_epi(&gf, &fe);
             else mxp_avx512_gemm_epi_ex(&gf, &fe, &o);
-            char what[200];
-            snprintf(what, sizeof what, "%s %s %lldx%lldx%lld %s x %s: y %s a %s act %d bias %d, %s",
-                     k->isa, s->what, (long long)s->M, (long long)s->N, (long long)s->K,
-                     mxp_dtype_name(s->at), mxp_dtype_name(s->bt), mxp_dtype_name(re.y_type),
-                     mxp_dtype_name(re.a_type), (int)re.act, re.bias != NULL,
-                     slot ? "table slot" : th == 1 ? "1 thread" : th == 2 ? "2 threads" : "3 threads");
+            char what[200], how[16];
+            snprintf(how, sizeof how, slot ? "table slot" : "%d thread(s)", th);
+            snprintf(what, sizeof what,
+                     "%s %s%s %lldx%lldx%lld %s x %s: y %s a %s act %d bias %d, %s", k->isa,
+                     s->what, s->nn ? " NN" : "", (long long)s->M, (long long)s->N,
+                     (long long)s->K, mxp_dtype_name(s->at), mxp_dtype_name(s->bt),
+                     mxp_dtype_name(re.y_type), mxp_dtype_name(re.a_type), (int)re.act,
+                     re.bias != NULL, how);
             if (!same(&fe, &re, n, what)) break;
         }
     }
@@ -201,8 +213,8 @@ int main(void) {
     quick = getenv("MIXPREC_TEST_QUICK") != NULL;
     const mxp_kernels *G = mxp_kernels_generic();
     const shape generic_shapes[] = {
-        {"generic", 33, 70, 45, MXP_DTYPE_F32, MXP_DTYPE_F32, true, false, false, 1},
-        {"generic bf16", 17, 1100, 20, MXP_DTYPE_BF16, MXP_DTYPE_BF16, false, false, false, 7},
+        {"generic", 33, 70, 45, F32_F32, true, false, false, 1, false},
+        {"generic bf16", 17, 1100, 20, BF_BF, false, false, false, 7, false},
     };
     for (size_t i = 0; i < sizeof generic_shapes / sizeof *generic_shapes; i++)
         run_shape(G, &generic_shapes[i], 100 + i);
@@ -216,21 +228,24 @@ int main(void) {
     CHECK(X->gemm_epi != G->gemm_epi);
     const shape shapes[] = {
         /* small-M path: C^T tiles, the epilogue per 512 columns */
-        {"small-M", 7, 75, 40, MXP_DTYPE_F32, MXP_DTYPE_F32, true, false, false, 1},
-        {"small-M 2 K blocks", 32, 1100, 600, MXP_DTYPE_F32, MXP_DTYPE_F32, true, false, false, 5},
+        {"small-M", 7, 75, 40, F32_F32, true, false, false, 1, false},
+        {"small-M 2 K blocks", 32, 1100, 600, F32_F32, true, false, false, 5, false},
         /* packed F32 path: edges, M cut */
-        {"packed edges", 45, 77, 33, MXP_DTYPE_F32, MXP_DTYPE_F32, true, false, true, 1},
-        {"packed 2 K blocks, N > NC", 100, 1100, 520, MXP_DTYPE_F32, MXP_DTYPE_F32, true, false,
-         false, 11},
-        {"packed bf16 x f32", 300, 200, 70, MXP_DTYPE_BF16, MXP_DTYPE_F32, true, false, false, 3},
+        {"packed edges", 45, 77, 33, F32_F32, true, false, true, 1, false},
+        {"packed 2 K blocks N>NC", 100, 1100, 520, F32_F32, true, false, false, 11, false},
+        {"packed bf16 x f32", 300, 200, 70, MXP_DTYPE_BF16, MXP_DTYPE_F32, true, false, false, 3,
+         false},
         /* gemm_range_l2: widened FP16 B, then BF16 pairs over 2 K blocks */
-        {"l2 f16", 40, 1000, 600, MXP_DTYPE_F16, MXP_DTYPE_F16, true, false, false, 7},
-        {"l2 bf16 2 K blocks", 50, 1300, 1100, MXP_DTYPE_BF16, MXP_DTYPE_BF16, true, false, false,
-         13},
+        {"l2 f16", 40, 1000, 600, H_H, true, false, false, 7, false},
+        {"l2 bf16 2 K blocks", 50, 1300, 1100, BF_BF, true, false, false, 13, false},
         /* vdpbf16ps with BF16 subnormals: the F32 fallback tiles */
-        {"dpbf16 subnormals", 61, 130, 90, MXP_DTYPE_BF16, MXP_DTYPE_BF16, false, true, false, 1},
-        {"dpbf16 subnormals l2", 30, 900, 1030, MXP_DTYPE_BF16, MXP_DTYPE_BF16, true, true, false,
-         9},
+        {"dpbf16 subnormals", 61, 130, 90, BF_BF, false, true, false, 1, false},
+        {"dpbf16 subnormals l2", 30, 900, 1030, BF_BF, true, true, false, 9, false},
+        /* B stored [K, N], as the backward's dX GEMM issues it */
+        {"small-M", 20, 600, 70, F32_F32, true, false, false, 3, true},
+        {"packed", 150, 300, 530, F32_F32, true, false, false, 5, true},
+        {"dpbf16", 64, 260, 1100, BF_BF, true, true, false, 5, true},
+        {"l2 f16", 40, 1000, 300, H_H, true, false, false, 7, true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) run_shape(X, &shapes[i], 200 + i);
     test_ldc_mismatch(X);
