@@ -246,6 +246,10 @@ int main(void) {
         {"packed", 150, 300, 530, F32_F32, true, false, false, 5, true},
         {"dpbf16", 64, 260, 1100, BF_BF, true, true, false, 5, true},
         {"l2 f16", 40, 1000, 300, H_H, true, false, false, 7, true},
+        /* a batch-sized dX GEMM with a 16-bit weight (the small-M path
+         * where it takes FP16 / BF16 op(B), else the packed one) */
+        {"M 24 f16", 24, 700, 200, H_H, true, false, false, 5, true},
+        {"M 24 bf16", 24, 700, 200, BF_BF, true, true, false, 5, true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) run_shape(X, &shapes[i], 200 + i);
     test_ldc_mismatch(X);
