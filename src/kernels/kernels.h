@@ -137,6 +137,19 @@ typedef struct mxp_kernels {
     const char *isa; /* "generic", "avx512", ... */
 
     void (*gemm)(const mxp_gemm_args *a);
+    /* The linear layer's forward as one call: bit for bit
+     *   gemm(g);  bias_act_store(e);     (this table's two slots)
+     * with e->y the GEMM's output: g->C == e->y, g->ldc == g->N,
+     * e->B == g->M, e->C == g->N (otherwise the two calls are made one after
+     * the other). The fused form runs the epilogue on each piece of C right
+     * after its last K block, on the thread that computed it, while it is
+     * in cache; every element goes through the same epilogue code as in
+     * bias_act_store, and the absmax / non-finite counts combine by max /
+     * sum, so the results (e's outputs and fields) are those bits for any
+     * thread count. e->bias, y_out and a_out must not overlap g->A or g->B.
+     * The forward issues alpha = 1, beta = 0; other values are allowed (the
+     * epilogue follows the GEMM's last K block, beta included). */
+    void (*gemm_epi)(const mxp_gemm_args *g, mxp_epilogue *e);
     /* FP16 fast-accumulate GEMM (emulated; kernels/generic/gemm_f16acc.c):
      * gemm's contract, but each product a*b is added to an FP16 partial sum
      * with one RNE rounding (vfmadd231ph semantics) and the partial sum is

@@ -198,8 +198,10 @@ static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
 }
 
 /* ---- the fused forward epilogue ---------------------------------------------------
- * A linear layer l (not in its FP8 form) runs its GEMM alone, then ONE pass
- * of the kernel table's bias_act_store over the GEMM output adds the bias,
+ * A linear layer l (not in its FP8 form) runs its GEMM with the kernel
+ * table's forward epilogue (gemm_epi: the GEMM, and on each block of its
+ * output, right after the block's last K block, the pass of bias_act_store;
+ * the FP16 fast-accumulate GEMM runs the two calls): the pass adds the bias,
  * stores the result in acts[l+1]'s dtype, scans it, and, when layer l+1 is
  * an element-wise activation, computes that activation from the stored
  * values, stores it in acts[l+2]'s dtype and scans it too (kernels.h,
@@ -237,13 +239,12 @@ static void forward_fused(mxp_model *m, int l, int span, int64_t B,
     float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
     mxp_epilogue e = {.y = y32, .B = B, .C = m->width[l + 1], .y_type = t,
                       .y_out = b->acts[l + 1], .act = MXP_ACT_NONE};
-    e.bias = nn_linear_forward_gemm(m, l, B, y32);
     if (span == 2) {
         e.act = act_kind(m->layers[l + 1].kind);
         e.a_type = b->act_type[l + 2];
         e.a_out = b->acts[l + 2];
     }
-    m->k->bias_act_store(&e);
+    nn_linear_forward_epi(m, l, B, &e);
     scan_given(m, site, false, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
                b->acts[l + 1], n);
     if (span == 2)
@@ -397,6 +398,28 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
     return true;
 }
 
+/* The backward of a linear layer l with the store and scan of its dX
+ * (store_scan: bias_act_store without bias or activation) run by its dX
+ * GEMM on each block of dX (gemm_epi: the same bits), when store_scan would
+ * take its fused pass and nothing touches dX between the GEMM and the
+ * store (no per-layer loss scaling rescale, no armed fault on the layer),
+ * not in its FP8 form. dx32 [B, in] is the FP32 dX, stored into
+ * g[cur ^ 1]. Returns false: run unfused. */
+static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, mxp_dtype gt,
+                                  int cur, mxp_nonfinite_site *site) {
+    const nn_layer *L = &m->layers[l];
+    if (!m->fuse || L->kind != MXP_LAYER_LINEAR || (m->fp8 && !nn_layer_fp32(m, l))) return false;
+    if (m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l]) return false;
+    if (site && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
+    nn_bufs *b = &m->b;
+    mxp_epilogue e = {.y = dx32, .B = B, .C = L->in, .y_type = gt, .y_out = b->g[cur ^ 1],
+                      .act = MXP_ACT_NONE};
+    nn_linear_backward_epi(m, l, B, b->g[cur], &e);
+    scan_given(m, site, true, l, vtables[L->kind].name, e.y_amax, e.y_nonfinite, gt,
+               b->g[cur ^ 1], (size_t)B * (size_t)L->in);
+    return true;
+}
+
 /* Layers L-1 .. first parameter layer: dX into the ping-pong grad buffers
  * (dY of the last layer is in g[0]), parameter grads += into the slab, or
  * = when the gradients were discarded (m->grad_write: every layer that
@@ -418,6 +441,11 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
+        if (need_dx && backward_linear_fused(m, l, B, dx32, gt, cur, site)) {
+            cur ^= 1;
+            scan_param_grads(m, site, l, vt->name);
+            continue;
+        }
         vt->backward(m, l, B, b->g[cur], dx32);
         if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
             m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],

@@ -163,10 +163,18 @@ const nn_layer_vtable *nn_layer_vtable_get(mxp_layer_kind kind);
 void nn_linear_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_linear_backward(mxp_model *m, int l, int64_t B, const void *dy,
                         float *dx32);
-/* nn_linear_forward without its bias: y32 [B, out] = x W^T only; returns the
- * FP32 bias [out] to add (widened into p0 when stored narrower). Not for
- * the FP8 form (m->fp8 and the layer not kept FP32). */
-const float *nn_linear_forward_gemm(mxp_model *m, int l, int64_t B, float *y32);
+/* nn_linear_forward with the driver's fused epilogue: e->y [B, out] = x W^T,
+ * then e's pass (kernels.h, mxp_epilogue) with e->bias set here to the
+ * layer's FP32 bias (widened into p0 when stored narrower): the table's
+ * gemm_epi, or the GEMM then bias_act_store for the FP16 fast-accumulate
+ * GEMM. The caller fills e's other inputs (B = batch, C = out). Not for the
+ * FP8 form (m->fp8 and the layer not kept FP32). */
+void nn_linear_forward_epi(mxp_model *m, int l, int64_t B, mxp_epilogue *e);
+/* nn_linear_backward with dX = e->y [B, in] (FP32) and the dX GEMM running
+ * e's pass over it (the driver's store + scan of dX: e has no bias and no
+ * activation), by the same table calls as nn_linear_forward_epi. Not for
+ * the FP8 form. */
+void nn_linear_backward_epi(mxp_model *m, int l, int64_t B, const void *dy, mxp_epilogue *e);
 void nn_relu_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_relu_backward(mxp_model *m, int l, int64_t B, const void *dy,
                       float *dx32);

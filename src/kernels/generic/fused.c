@@ -1,10 +1,12 @@
 /* kernels/generic/fused.c: fused passes, the portable reference.
  *
- * Entry points: mxp_generic_bias_act_store, mxp_generic_act_bwd_store,
- * mxp_generic_bias_grad_typed (contracts in kernels/kernels.h), and
- * mxp_epilogue_rows / mxp_act_bwd_range, the loops that every table's
- * version runs (the AVX-512 one splits the work over the thread pool and
- * calls them per part with its own table).
+ * Entry points: mxp_generic_bias_act_store, mxp_generic_gemm_epi,
+ * mxp_generic_act_bwd_store, mxp_generic_bias_grad_typed (contracts in
+ * kernels/kernels.h), and mxp_epilogue_rows / mxp_epilogue_block /
+ * mxp_epilogue_finish / mxp_act_bwd_range, the loops that every table's
+ * version runs (the AVX-512 one splits the work over the thread pool, or
+ * runs it inside its GEMM per block of C, and calls them per part with its
+ * own table).
  *
  * How it stays bit-identical to the unfused sequence: the rows are cut into
  * pieces of at most EPI_SEG elements (whole rows when a row fits, else
@@ -74,14 +76,13 @@ static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64
     p->a_nonfinite += nf;
 }
 
-void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
-                       int64_t r0, int64_t r1, mxp_epilogue_part *p) {
+void mxp_epilogue_block(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
+                        int64_t r0, int64_t r1, int64_t c0, int64_t c1, mxp_epilogue_part *p) {
     float tx[MXP_EPI_SEG], ta[MXP_EPI_SEG];
     if (!fn) fn = piece;
-    memset(p, 0, sizeof *p);
     const int64_t C = e->C;
-    if (C <= 0 || r1 <= r0) return;
-    if (C <= EPI_SEG) { /* whole rows */
+    if (C <= 0 || r1 <= r0 || c1 <= c0) return;
+    if (c0 == 0 && c1 == C && C <= EPI_SEG) { /* whole rows */
         const int64_t per = EPI_SEG / C;
         for (int64_t r = r0; r < r1; r += per) {
             const int64_t rows = r1 - r < per ? r1 - r : per;
@@ -90,19 +91,43 @@ void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epil
         return;
     }
     for (int64_t r = r0; r < r1; r++) /* segments of one row */
-        for (int64_t c = 0; c < C; c += EPI_SEG) {
-            const int64_t w = C - c < EPI_SEG ? C - c : EPI_SEG;
+        for (int64_t c = c0; c < c1; c += EPI_SEG) {
+            const int64_t w = c1 - c < EPI_SEG ? c1 - c : EPI_SEG;
             fn(k, e, (size_t)r * (size_t)C + (size_t)c, 1, w, c, p, tx, ta);
         }
+}
+
+void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
+                       int64_t r0, int64_t r1, mxp_epilogue_part *p) {
+    memset(p, 0, sizeof *p);
+    mxp_epilogue_block(k, fn, e, r0, r1, 0, e->C, p);
+}
+
+void mxp_epilogue_finish(mxp_epilogue *e, const mxp_epilogue_part *parts, int count) {
+    mxp_epilogue_part t = {0};
+    for (int i = 0; i < count; i++) {
+        const mxp_epilogue_part *o = &parts[i];
+        if (o->y_amax > t.y_amax) t.y_amax = o->y_amax;
+        if (o->a_amax > t.a_amax) t.a_amax = o->a_amax;
+        t.y_nonfinite += o->y_nonfinite;
+        t.a_nonfinite += o->a_nonfinite;
+    }
+    e->y_amax = t.y_amax;
+    e->y_nonfinite = t.y_nonfinite;
+    e->a_amax = t.a_amax;
+    e->a_nonfinite = t.a_nonfinite;
 }
 
 void mxp_generic_bias_act_store(mxp_epilogue *e) {
     mxp_epilogue_part p;
     mxp_epilogue_rows(mxp_kernels_generic(), NULL, e, 0, e->B, &p);
-    e->y_amax = p.y_amax;
-    e->y_nonfinite = p.y_nonfinite;
-    e->a_amax = p.a_amax;
-    e->a_nonfinite = p.a_nonfinite;
+    mxp_epilogue_finish(e, &p, 1);
+}
+
+/* The reference: the two calls its contract names (kernels.h). */
+void mxp_generic_gemm_epi(const mxp_gemm_args *g, mxp_epilogue *e) {
+    mxp_generic_gemm(g);
+    mxp_generic_bias_act_store(e);
 }
 
 typedef void (*act_bwd_fn)(float *dx, const float *dy, const float *s, size_t n);

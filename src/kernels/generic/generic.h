@@ -82,7 +82,16 @@ typedef void (*mxp_bwd_piece_fn)(const mxp_kernels *k, const mxp_act_bwd *e, siz
 /* Rows [r0, r1) of e; the part's absmax / non-finite counts into *p. */
 void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
                        int64_t r0, int64_t r1, mxp_epilogue_part *p);
+/* Rows [r0, r1) x columns [c0, c1) of e (whole rows as mxp_epilogue_rows
+ * cuts them when the block spans them, else segments of one row), folded
+ * into *p (max, +: p is NOT reset). */
+void mxp_epilogue_block(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
+                        int64_t r0, int64_t r1, int64_t c0, int64_t c1, mxp_epilogue_part *p);
+/* e's results from its parts: max of the absmax values, sum of the counts
+ * (exact, so independent of how the tensor was cut). */
+void mxp_epilogue_finish(mxp_epilogue *e, const mxp_epilogue_part *parts, int count);
 void mxp_generic_bias_act_store(mxp_epilogue *e);
+void mxp_generic_gemm_epi(const mxp_gemm_args *g, mxp_epilogue *e);
 /* Elements [lo, hi) of e; their absmax / non-finite count. */
 void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_bwd *e,
                        size_t lo, size_t hi, float *amax, int64_t *nonfinite);

@@ -8,6 +8,7 @@
 static const mxp_kernels generic_table = {
     .isa = "generic",
     .gemm = mxp_generic_gemm,
+    .gemm_epi = mxp_generic_gemm_epi,
     .gemm_f16acc = mxp_generic_gemm_f16acc,
     .convert = mxp_convert,
     .convert_sr = mxp_convert_sr,

@@ -1,7 +1,8 @@
 /* kernels/x86_avx512/gemm.c: the AVX-512 GEMM driver.
  *
- * Entry points: mxp_avx512_fill_gemm (the table slot), mxp_avx512_gemm_ex,
- * mxp_avx512_gemm_path_for (gemm_internal.h).
+ * Entry points: mxp_avx512_fill_gemm (the table slots gemm and gemm_epi),
+ * mxp_avx512_gemm_ex, mxp_avx512_gemm_epi_ex, mxp_avx512_gemm_path_for
+ * (gemm_internal.h).
  *
  * Loop nest (BLIS, Van Zee & van de Geijn 2015), for one thread's range of C:
  *   for jc in N step NC            op(B) block of NC columns
@@ -46,6 +47,16 @@
  * transposes in registers. The FMA sequence of every element is the packed
  * path's, so the results are bit-identical to it (tested).
  *
+ * gemm_epi (the linear layer's forward epilogue, kernels.h): after the
+ * last K block of a block of C, gemm_block runs the epilogue (bias, store,
+ * scan, activation, store, scan: loops_fused.c's pieces, the code of
+ * bias_act_store) over each row of tiles it has just written (MR rows x the
+ * block's columns, in L1/L2), and gemm_range_small over all M rows of every
+ * EPI_SMALL_COLS columns; subnormal fallback tiles are in those rows. Each
+ * part folds its absmax / non-finite counts into its own slot and the
+ * driver combines the slots (max, sum: exact), so the results are those of
+ * gemm then bias_act_store, for any thread count.
+ *
  * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
  * ranges, one per thread, each running the loop nest above with its own
  * packing buffers: rows of C as equal as possible (each range ends in a
@@ -61,12 +72,16 @@
 
 #include "kernels/generic/generic.h"
 #include "kernels/threads.h"
+#include "kernels/x86_avx512/loops.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 enum { SCRATCH_SLOTS = MXP_GEMM_MAX_PARTS };
+/* gemm_epi on the small-M path: the epilogue runs over the M rows of at
+ * least this many columns at a time (32 rows x 512 FP32 = 64 KiB, in L2). */
+enum { EPI_SMALL_COLS = 512 };
 enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 /* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
  * of a small problem to a worker costs more than it saves whenever the
@@ -127,9 +142,20 @@ typedef struct gemm_plan {
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
     int parts;
+    const mxp_epilogue *epi;      /* gemm_epi: run on each block after its last K block */
+    mxp_epilogue_part *epi_parts; /* [parts]: part i's absmax / non-finite counts */
 } gemm_plan;
 
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* gemm_epi: the epilogue over C[r0 .. r1)[c0 .. c1), whose last K block is
+ * done, on this thread, folded into its part's results (s is the part's
+ * scratch slot: gemm_part gives part i scratch[i]). */
+static void epi_block(const gemm_plan *p, const gemm_scratch *s, size_t r0, size_t r1,
+                      size_t c0, size_t c1) {
+    mxp_avx512_epilogue_block(p->epi, (int64_t)r0, (int64_t)r1, (int64_t)c0, (int64_t)c1,
+                              &p->epi_parts[s - scratch]);
+}
 
 /* One micro-tile of a DPBF16 block whose B micro-panel holds a BF16
  * subnormal: widen both micro-panels to FP32 and use the F32 microkernel
@@ -201,6 +227,7 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                        const float *a_in, const float *b_in) {
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
+    const bool epi = p->epi && pc + kc == p->K; /* the last K block: C is final */
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
         if (!(p->dp && any) && mc - ir >= MXP_GEMM_MR) {
@@ -246,6 +273,8 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
                                         p->alpha, p->beta, mode, false, cn);
         }
+        if (epi) /* the row of tiles, still in L1/L2 */
+            epi_block(p, s, ic + ir, ic + ir + min_sz(MXP_GEMM_MR, mc - ir), jc, jc + nc);
     }
 }
 
@@ -361,6 +390,8 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = store_mode(p, pc, unit);
+        const bool epi = p->epi && pc + kc == p->K;
+        size_t e0 = n0; /* gemm_epi: first column not yet through the epilogue */
         mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
         for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
             int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);
@@ -371,6 +402,12 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
             else
                 mxp_avx512_ukernel_w16_bt(kc, s->ap, p->b.type, b, sk, p->C + j, p->ldc,
                                           (int)p->M, nr, p->alpha, p->beta, mode, s->bp);
+            /* the epilogue per EPI_SMALL_COLS columns of all M rows (C^T
+             * tiles are MR columns wide: too short a row piece alone) */
+            if (epi && (j + (size_t)nr - e0 >= EPI_SMALL_COLS || j + (size_t)nr == n1)) {
+                epi_block(p, s, 0, p->M, e0, j + (size_t)nr);
+                e0 = j + (size_t)nr;
+            }
         }
     }
 }
@@ -534,15 +571,30 @@ int mxp_avx512_gemm_split(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o,
     return p.parts;
 }
 
-void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
+/* Whether gemm_epi's epilogue e can run inside the GEMM g: e covers
+ * exactly C (kernels.h). */
+static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
+    return e->y == g->C && g->ldc == g->N && e->B == g->M && e->C == g->N;
+}
+
+/* mxp_avx512_gemm_ex, with gemm_epi's epilogue when epi != NULL. */
+static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_epilogue *epi) {
+    if (epi && (g->M <= 0 || g->N <= 0 || g->K <= 0 || !epi_fits(g, epi))) {
+        gemm_run(g, o, NULL); /* the contract's two calls */
+        mxp_avx512_bias_act_store(epi);
+        return;
+    }
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
         scale_c(g);
         return;
     }
     mxp_avx512_gemm_tables_init();
+    mxp_epilogue_part epi_parts[SCRATCH_SLOTS] = {{0}};
     gemm_plan p;
     plan_make(g, o, &p);
+    p.epi = epi;
+    p.epi_parts = epi_parts;
 
     pthread_mutex_lock(&gemm_lock);
     if (!scratch_ensure(p.parts)) {
@@ -550,18 +602,33 @@ void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
         mxp_log(MXP_LOG_WARN, "kernels: no memory for AVX-512 GEMM buffers; "
                               "using the generic GEMM for this call");
         mxp_generic_gemm(g);
+        if (epi) mxp_avx512_bias_act_store(epi);
         return;
     }
     mxp_threads_run(p.parts, gemm_part, &p);
     pthread_mutex_unlock(&gemm_lock);
+    if (epi) mxp_epilogue_finish(epi, epi_parts, p.parts);
 }
 
-static void avx512_gemm(const mxp_gemm_args *g) {
-    static const mxp_avx512_gemm_opts defaults = {MXP_GEMM_PATH_AUTO, 0, false};
-    mxp_avx512_gemm_ex(g, &defaults);
+void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
+    gemm_run(g, o, NULL);
+}
+
+void mxp_avx512_gemm_epi_ex(const mxp_gemm_args *g, mxp_epilogue *e,
+                            const mxp_avx512_gemm_opts *o) {
+    gemm_run(g, o, e);
+}
+
+static const mxp_avx512_gemm_opts defaults = {MXP_GEMM_PATH_AUTO, 0, false};
+
+static void avx512_gemm(const mxp_gemm_args *g) { gemm_run(g, &defaults, NULL); }
+
+static void avx512_gemm_epi(const mxp_gemm_args *g, mxp_epilogue *e) {
+    gemm_run(g, &defaults, e);
 }
 
 void mxp_avx512_fill_gemm(mxp_kernels *t) {
     mxp_avx512_gemm_tables_init();
     t->gemm = avx512_gemm;
+    t->gemm_epi = avx512_gemm_epi;
 }

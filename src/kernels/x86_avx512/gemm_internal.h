@@ -95,6 +95,13 @@ enum { MXP_GEMM_MAX_PARTS = 64 };
  * MXP_GEMM_MAX_PARTS). A part may be empty (lo == hi). */
 int mxp_avx512_gemm_split(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, bool *split_n,
                           size_t lo[], size_t hi[]);
+
+/* The table's gemm_epi (contract in kernels.h) with explicit options: the
+ * epilogue e runs on each block of C after its last K block, on the thread
+ * that computed it (gemm_block per row of tiles, gemm_range_small per
+ * EPI_SMALL_COLS columns). */
+void mxp_avx512_gemm_epi_ex(const mxp_gemm_args *g, mxp_epilogue *e,
+                            const mxp_avx512_gemm_opts *o);
 /* The path mxp_avx512_gemm_ex would take for g under `path`. */
 mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path);
 

@@ -17,6 +17,7 @@
 #ifndef MIXPREC_KERNELS_AVX512_LOOPS_H
 #define MIXPREC_KERNELS_AVX512_LOOPS_H
 
+#include "kernels/generic/generic.h" /* mxp_epilogue_part */
 #include "kernels/x86_avx512/avx512.h"
 
 /* Threads. Passes over at least MXP_AVX512_PAR_MIN elements run on the
@@ -104,6 +105,11 @@ void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
 
 /* ---- loops_fused.c ---- */
 void mxp_avx512_bias_act_store(mxp_epilogue *e);
+/* Rows [r0, r1) x columns [c0, c1) of bias_act_store's pass over e, on the
+ * calling thread, folded into *p (max, +): the same pieces' code as
+ * bias_act_store, so the same bits per element. */
+void mxp_avx512_epilogue_block(const mxp_epilogue *e, int64_t r0, int64_t r1, int64_t c0,
+                               int64_t c1, mxp_epilogue_part *p);
 void mxp_avx512_act_bwd_store(mxp_act_bwd *e);
 void mxp_avx512_bias_grad_typed(float *dbias, mxp_dtype t, const void *dy, int64_t B,
                                 int64_t C);

@@ -1,7 +1,9 @@
 /* kernels/x86_avx512/loops_fused.c: the AVX-512 fused passes.
  *
  * Entry points: mxp_avx512_bias_act_store, mxp_avx512_act_bwd_store,
- * mxp_avx512_bias_grad_typed (contracts in kernels/kernels.h). The loops
+ * mxp_avx512_bias_grad_typed (contracts in kernels/kernels.h), and
+ * mxp_avx512_epilogue_block, the forward pass over one block of C that the
+ * GEMM runs after the block's last K block (gemm_epi, gemm.c). The loops
  * over pieces of at most MXP_EPI_SEG elements are the reference's
  * (mxp_epilogue_rows, mxp_act_bwd_range in kernels/generic/fused.c); the
  * pieces are this file's, in registers, for FP32/BF16/FP16 tensors (other
@@ -277,9 +279,15 @@ static void epi_task(void *ctx, int i, int count) {
     mxp_epilogue_rows(c->k, c->fn, c->e, B * i / count, B * (i + 1) / count, &c->part[i]);
 }
 
-void mxp_avx512_bias_act_store(mxp_epilogue *e) {
+/* This table's piece kernel for e: epi_piece for FP32 / BF16 / FP16
+ * tensors, else NULL (the reference piece over this table's kernels). */
+static mxp_epi_piece_fn piece_for(const mxp_epilogue *e) {
     const bool reg = reg_type(e->y_type) && (e->act == MXP_ACT_NONE || reg_type(e->a_type));
-    epi_ctx c = {.k = mxp_kernels_avx512(), .fn = reg ? epi_piece : NULL, .e = e};
+    return reg ? epi_piece : NULL;
+}
+
+void mxp_avx512_bias_act_store(mxp_epilogue *e) {
+    epi_ctx c = {.k = mxp_kernels_avx512(), .fn = piece_for(e), .e = e};
     int count = 1;
     const size_t min = e->act == MXP_ACT_NONE ? EPI_STORE_PAR_MIN : EPI_PAR_MIN;
     if ((size_t)e->B * (size_t)e->C >= min) {
@@ -289,18 +297,12 @@ void mxp_avx512_bias_act_store(mxp_epilogue *e) {
     }
     if (count > 1) mxp_threads_run(count, epi_task, &c);
     else epi_task(&c, 0, 1);
-    mxp_epilogue_part *t = &c.part[0];
-    for (int i = 1; i < count; i++) {
-        const mxp_epilogue_part *o = &c.part[i];
-        if (o->y_amax > t->y_amax) t->y_amax = o->y_amax;
-        if (o->a_amax > t->a_amax) t->a_amax = o->a_amax;
-        t->y_nonfinite += o->y_nonfinite;
-        t->a_nonfinite += o->a_nonfinite;
-    }
-    e->y_amax = t->y_amax;
-    e->y_nonfinite = t->y_nonfinite;
-    e->a_amax = t->a_amax;
-    e->a_nonfinite = t->a_nonfinite;
+    mxp_epilogue_finish(e, c.part, count);
+}
+
+void mxp_avx512_epilogue_block(const mxp_epilogue *e, int64_t r0, int64_t r1, int64_t c0,
+                               int64_t c1, mxp_epilogue_part *p) {
+    mxp_epilogue_block(mxp_kernels_avx512(), piece_for(e), e, r0, r1, c0, c1, p);
 }
 
 typedef struct bwd_ctx {
