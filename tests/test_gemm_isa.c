@@ -500,10 +500,10 @@ static void test_split_plan(void) {
         int threads;
         int want_n; /* 1: N cut, 0: M cut, -1: either */
     } sh[] = {
-        {128, 256, 256, MXP_DTYPE_F32, 0, 2, 0},   /* dX: B in place */
+        {128, 256, 256, MXP_DTYPE_F32, 0, 2, 1},   /* dX: B in place, N (prefer_m) */
         {128, 256, 256, MXP_DTYPE_F32, 2, 2, 1},   /* fwd: both packed */
         {256, 256, 256, MXP_DTYPE_F32, 1, 2, 1},   /* dW: both in place */
-        {512, 512, 256, MXP_DTYPE_F32, 0, 3, 0},
+        {512, 512, 256, MXP_DTYPE_F32, 0, 3, 1},
         {512, 512, 256, MXP_DTYPE_F32, 1, 3, 1},
         {256, 256, 32, MXP_DTYPE_BF16, 1, 2, 0},
         {128, 256, 256, MXP_DTYPE_BF16, 2, 3, 0},  /* DPBF16, N <= 2 M */

@@ -501,27 +501,22 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
  *     f32, +9% bf16);
  *   - on the DPBF16 path with N <= 2 M: a row range of at most MC rows
  *     then packs op(B) in L2-sized chunks (gemm_range_l2), and cutting M
- *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512;
- *   - when cutting M duplicates strictly less packing than cutting N:
- *     op(B) read in place (FP32 on the F32 path, rows at most
- *     IN_PLACE_MAX_LD apart) and op(A) packed, so the M cut packs nothing
- *     twice while the N cut packs all of op(A) per thread (dX, NN: the
- *     whole dY per thread). Each part run alone on one thread
- *     (bench/bench_gemm_split.c, thread CPU time): 128x256x256 NN f32
- *     max part -3.3%, 128x512x512 NN -3.9%, 256x256x256 NN -2.5%
- *     (docs/kernels.md "Balanced cuts"). With both operands in place
- *     (TN f32 up to 1024 wide) nothing is duplicated either way, and the
- *     M cut's parts measured 0.5-2% slower (65x512x256 TN: 33 rows, 3
- *     row tiles of which one of 5 rows, per thread), so N stays, as it
- *     had measured 2-11% faster on F32 shapes at K >= 256 (docs/kernels.md
- *     "Two threads: the split direction").
+ *     measured +15-36% at 256x256x256, 256x512x512, 512x512x512.
+ * Not cut along M, though it would pack less: an FP32 op(B) read in place
+ * with op(A) packed (dX, NN: the N cut packs all of dY per thread). Each
+ * part alone measured 2.5-3.9% faster cut along M (bench_gemm_split:
+ * 128x256x256, 128x512x512, 256x256x256 NN f32), but in the training step
+ * both threads then read the whole weight, which the optimizer writes
+ * next: AdamW's phase of the 72-512x3-65 batch-256 fp32 step went from
+ * 0.16-0.20 to 0.26-0.30 ms on 2 threads (the same 0.31 ms on one), the
+ * step 2-4% slower (bench_train_step, 3 interleaved triples; docs/kernels.md
+ * "Balanced cuts between threads").
  * Else N (M <= N: the N cut duplicates the smaller pack, op(A), or none;
  * 128x2048x2048 NT bf16 +20%, 65x2048x512 TN bf16 +22%). */
 static bool prefer_m(const gemm_plan *p) {
     if (p->M > p->N) return true;
     if (p->K <= SPLIT_M_MAX_K && p->N <= 4 * p->M) return true;
-    if (p->dp && p->N <= 2 * p->M) return true;
-    return in_place(&p->b, p->dp, 0, 0) && !in_place(&p->a, p->dp, 0, 0);
+    return p->dp && p->N <= 2 * p->M;
 }
 
 /* C = beta * C (beta == 0 writes zeros without reading C): K == 0. */
@@ -577,6 +572,22 @@ static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
     return e->y == g->C && g->ldc == g->N && e->B == g->M && e->C == g->N;
 }
 
+/* Whether every block the epilogue would see inside the GEMM p is made of
+ * whole rows of C: one part, or parts that are row ranges, and no column
+ * blocking (N <= NC; on the small-M path one part of at most
+ * EPI_SMALL_COLS columns; gemm_range_l2's column chunks are within NC).
+ * Over column pieces the epilogue runs row segment by row segment, and
+ * with the FP32 GELU's per-call setup that measured slower: 72-512x3-65
+ * batch 256 fp32, 2 threads (fwd 256x512x512 NT f32 cut along N),
+ * forward 1.70-1.78 ms against 1.67-1.72 with the separate pass, step
+ * 2.5% slower (bench_train_step, 4 interleaved pairs); restricted to whole
+ * rows, within 1% (docs/kernels.md "The forward epilogue inside the
+ * GEMM"). Elsewhere gemm_epi makes the contract's two calls. */
+static bool epi_whole_rows(const gemm_plan *p) {
+    if (p->small) return p->parts == 1 && p->N <= EPI_SMALL_COLS;
+    return (!p->split_n || p->parts == 1) && p->N <= MXP_GEMM_NC;
+}
+
 /* mxp_avx512_gemm_ex, with gemm_epi's epilogue when epi != NULL. */
 static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_epilogue *epi) {
     if (epi && (g->M <= 0 || g->N <= 0 || g->K <= 0 || !epi_fits(g, epi))) {
@@ -593,6 +604,11 @@ static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_
     mxp_epilogue_part epi_parts[SCRATCH_SLOTS] = {{0}};
     gemm_plan p;
     plan_make(g, o, &p);
+    if (epi && !epi_whole_rows(&p)) { /* the contract's two calls */
+        gemm_run(g, o, NULL);
+        mxp_avx512_bias_act_store(epi);
+        return;
+    }
     p.epi = epi;
     p.epi_parts = epi_parts;
 
