@@ -572,18 +572,22 @@ static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
     return e->y == g->C && g->ldc == g->N && e->B == g->M && e->C == g->N;
 }
 
-/* Whether every block the epilogue would see inside the GEMM p is made of
- * whole rows of C: one part, or parts that are row ranges, and no column
- * blocking (N <= NC; on the small-M path one part of at most
- * EPI_SMALL_COLS columns; gemm_range_l2's column chunks are within NC).
- * Over column pieces the epilogue runs row segment by row segment, and
- * with the FP32 GELU's per-call setup that measured slower: 72-512x3-65
- * batch 256 fp32, 2 threads (fwd 256x512x512 NT f32 cut along N),
- * forward 1.70-1.78 ms against 1.67-1.72 with the separate pass, step
- * 2.5% slower (bench_train_step, 4 interleaved pairs); restricted to whole
- * rows, within 1% (docs/kernels.md "The forward epilogue inside the
- * GEMM"). Elsewhere gemm_epi makes the contract's two calls. */
-static bool epi_whole_rows(const gemm_plan *p) {
+/* Whether gemm_epi runs e inside the GEMM p. Only where every block it
+ * would see is made of whole rows of C: one part or row-range parts, and
+ * no column blocking (N <= NC; on the small-M path one part of at most
+ * EPI_SMALL_COLS columns). Over column pieces the epilogue runs row
+ * segment by row segment, and with the FP32 GELU's per-call setup that
+ * measured slower: 72-512x3-65 batch 256 fp32, 2 threads (fwd 256x512x512
+ * NT f32 cut along N), forward 1.70-1.78 ms against 1.67-1.72 with the
+ * separate pass, step 2.5% slower (bench_train_step, 4 interleaved
+ * pairs); restricted to whole rows, within 1%. And only on as many threads
+ * as bias_act_store would use: a GEMM below THREAD_MIN_FLOPS runs on one
+ * thread (the 4 -> 512 layer of the scenarios' model, whose GELU over
+ * 256 x 512 inside it made the forward 1.65 ms against 1.53). Elsewhere
+ * gemm_epi makes the contract's two calls (docs/kernels.md "The forward
+ * epilogue inside the GEMM"). */
+static bool epi_whole_rows(const gemm_plan *p, const mxp_epilogue *e) {
+    if (p->parts < mxp_avx512_epilogue_threads(e)) return false;
     if (p->small) return p->parts == 1 && p->N <= EPI_SMALL_COLS;
     return (!p->split_n || p->parts == 1) && p->N <= MXP_GEMM_NC;
 }
@@ -604,7 +608,7 @@ static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_
     mxp_epilogue_part epi_parts[SCRATCH_SLOTS] = {{0}};
     gemm_plan p;
     plan_make(g, o, &p);
-    if (epi && !epi_whole_rows(&p)) { /* the contract's two calls */
+    if (epi && !epi_whole_rows(&p, epi)) { /* the contract's two calls */
         gemm_run(g, o, NULL);
         mxp_avx512_bias_act_store(epi);
         return;

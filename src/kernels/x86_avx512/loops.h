@@ -105,6 +105,8 @@ void mxp_avx512_sgd(const mxp_weights *w, const float *g, float *buf,
 
 /* ---- loops_fused.c ---- */
 void mxp_avx512_bias_act_store(mxp_epilogue *e);
+/* How many threads bias_act_store gives e (1 below its size threshold). */
+int mxp_avx512_epilogue_threads(const mxp_epilogue *e);
 /* Rows [r0, r1) x columns [c0, c1) of bias_act_store's pass over e, on the
  * calling thread, folded into *p (max, +): the same pieces' code as
  * bias_act_store, so the same bits per element. */

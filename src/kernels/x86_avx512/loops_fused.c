@@ -286,8 +286,7 @@ static mxp_epi_piece_fn piece_for(const mxp_epilogue *e) {
     return reg ? epi_piece : NULL;
 }
 
-void mxp_avx512_bias_act_store(mxp_epilogue *e) {
-    epi_ctx c = {.k = mxp_kernels_avx512(), .fn = piece_for(e), .e = e};
+int mxp_avx512_epilogue_threads(const mxp_epilogue *e) {
     int count = 1;
     const size_t min = e->act == MXP_ACT_NONE ? EPI_STORE_PAR_MIN : EPI_PAR_MIN;
     if ((size_t)e->B * (size_t)e->C >= min) {
@@ -295,6 +294,12 @@ void mxp_avx512_bias_act_store(mxp_epilogue *e) {
         if (count > EPI_PARTS_MAX) count = EPI_PARTS_MAX;
         if (count > e->B) count = (int)e->B;
     }
+    return count;
+}
+
+void mxp_avx512_bias_act_store(mxp_epilogue *e) {
+    epi_ctx c = {.k = mxp_kernels_avx512(), .fn = piece_for(e), .e = e};
+    const int count = mxp_avx512_epilogue_threads(e);
     if (count > 1) mxp_threads_run(count, epi_task, &c);
     else epi_task(&c, 0, 1);
     mxp_epilogue_finish(e, c.part, count);
