@@ -1,6 +1,7 @@
-/* bench/bench_ab.h: the clock and the summary of the A/B pass benches
- * (bench_act16.c, bench_act_split.c), which alternate calls of two
- * variants of the same kernel in one process and compare thread CPU time.
+/* bench/bench_ab.h: the clock and the summary of the A/B benches
+ * (bench_act16.c, bench_act_split.c, bench_gemm_epi.c, bench_gemm_split.c),
+ * which alternate calls of two variants in one process and compare thread
+ * CPU time.
  * Header-only, static functions: each bench is one translation unit. */
 #ifndef MIXPREC_BENCH_AB_H
 #define MIXPREC_BENCH_AB_H
@@ -19,6 +20,12 @@ static inline double ab_thread_ms(void) {
 static inline int ab_cmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Median of v[n] (sorts v). */
+static inline double ab_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, ab_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* One line: best and median of variant 0 (name0) and 1 (name1) over reps

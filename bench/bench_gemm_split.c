@@ -21,6 +21,7 @@
  * Shapes: the training set of tools/mixprec/bench_shapes.h.
  */
 #define _GNU_SOURCE
+#include "bench_ab.h"
 #include "bench_shapes.h"
 #include "kernels/x86_avx512/gemm_internal.h"
 
@@ -39,12 +40,6 @@ typedef struct cut {
     int parts;
     size_t lo[MXP_GEMM_MAX_PARTS], hi[MXP_GEMM_MAX_PARTS];
 } cut;
-
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static bool dp_type(mxp_dtype t) {
     return t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2;
@@ -109,23 +104,13 @@ static mxp_gemm_args part_args(const mxp_gemm_args *g, const cut *c, int q,
 static double per_call(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {
     mxp_avx512_gemm_ex(g, o);
     int calls = 0;
-    double t0 = cpu_s(), t;
+    double t0 = ab_thread_ms() * 1e-3, t;
     do {
         mxp_avx512_gemm_ex(g, o);
         calls++;
-        t = cpu_s() - t0;
+        t = ab_thread_ms() * 1e-3 - t0;
     } while (t < 3e-3);
     return t / calls;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void *random_buf(mxp_dtype t, size_t n, unsigned seed) {
@@ -206,10 +191,10 @@ int main(int argc, char **argv) {
             double most[2] = {0, 0};
             for (int v = 0; v < 2; v++)
                 for (int q = 0; q < cuts[v].parts && q < MAX_PARTS; q++) {
-                    double m = median(samples[v][q], reps);
+                    double m = ab_median(samples[v][q], reps);
                     if (m > most[v]) most[v] = m;
                 }
-            double w2 = 0.5 * median(whole, reps);
+            double w2 = 0.5 * ab_median(whole, reps);
             char oc[48], nc[48], op[8];
             describe(&cuts[0], oc, sizeof oc);
             describe(&cuts[1], nc, sizeof nc);
