@@ -820,18 +820,21 @@ static void test_f32_sequence(void) {
 
 /* op(A) = A in FP32 (k-contiguous) is read in place on the F32 path, the
  * microkernel broadcasting from each tile row's own address (gemm.c a_kc)
- * where lda <= 1024, packed otherwise (and always under packed_only). Bit
- * for bit against packed_only on one thread, for 1, 2 and 3 threads, and
- * against the generic GEMM: M around MR = 14 (full tiles, every partial
- * tile row count through the 1 .. 13-row kernels, row cuts inside a tile),
- * N around NR = 32 and 16, K of one and two K blocks (three: packed), lda = K, K +
- * padding, the largest read in place (1024) and the first packed (1025),
- * op(B) = B or B^T, FP32 (read in place or packed) or FP16 (packed). */
+ * where lda <= 1024 and the tile's rows do not crowd one L1 set, packed
+ * otherwise (and always under packed_only). Bit for bit against
+ * packed_only on one thread, for 1, 2 and 3 threads, and against the
+ * generic GEMM: M around MR = 14 (full tiles, every partial tile row count
+ * through the 1 .. 13-row kernels, row cuts inside a tile), N around NR =
+ * 32 and 16, K of one and two K blocks (three: packed), lda = K, K +
+ * padding, 1016 (read in place), 1023 and 1024 (packed: rows in one L1
+ * set) and 1025 (over the limit), op(B) = B or B^T, FP32 (read in place or
+ * packed) or FP16 (packed). */
 static void test_a_kcontig(void) {
     static const struct { size_t M, N, K, lda; } sh[] = {
-        {33, 40, 7, 7},        {41, 17, 32, 45},     {56, 64, 100, 100},  {47, 33, 513, 520},
-        {70, 96, 64, 1024},    {70, 96, 64, 1025},   {99, 31, 1030, 1030}, {143, 130, 200, 203},
-        {34, 16, 1, 1},        {60, 70, 300, 1024},  {211, 100, 96, 97},   {99, 45, 1000, 1000},
+        {33, 40, 7, 7},       {41, 17, 32, 45},     {56, 64, 100, 100},   {47, 33, 513, 520},
+        {70, 96, 64, 1024},   {70, 96, 64, 1025},   {70, 96, 64, 1016},   {45, 70, 64, 1023},
+        {99, 31, 1030, 1030}, {143, 130, 200, 203}, {34, 16, 1, 1},       {60, 70, 300, 1016},
+        {211, 100, 96, 97},   {99, 45, 1000, 1000},
     };
     int n = 0;
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)

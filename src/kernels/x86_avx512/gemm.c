@@ -103,8 +103,16 @@ enum { SPLIT_M_MAX_K = 128 };
  * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
 #define IN_PLACE_MAX_LD 1024
 /* A k-contiguous FP32 op(A) is read in place (gemm_plan.a_kc) only when
- * its rows are at most this many elements apart (see IN_PLACE_MAX_LD). */
+ * its rows are at most this many elements apart (see IN_PLACE_MAX_LD) and
+ * at most A_KC_SET_ROWS of a tile's MR rows share a set of the 32 KiB
+ * 8-way L1 (64 sets of 64-byte lines: rows 4 KiB apart share one). One
+ * thread, 256x512xK NN with lda = K, in place / packed (throwaway loop
+ * over mxp_avx512_gemm_ex, CPU time, median of 15): K = 1024 (14 rows in
+ * a set) 0.76, 1023 (13) 0.91, 1022 (8) 1.015, 512 / 511 / 513 (7)
+ * 1.015-1.02, 1016 / 1020 / 1021 / 768 / 341 / 256 / 128 (2-5)
+ * 1.013-1.026. */
 #define A_KC_MAX_LD 1024
+enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
@@ -295,6 +303,19 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
 static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0) {
     if (dp || x->type != MXP_DTYPE_F32 || x->k_contig || x->ld > IN_PLACE_MAX_LD) return NULL;
     return (const float *)x->base + k0 * x->ld + r0;
+}
+
+/* Whether a k-contiguous FP32 op(A) with rows ld elements apart is read
+ * in place (A_KC_MAX_LD, A_KC_SET_ROWS): the L1 sets of a tile's MR rows,
+ * counted from a line-aligned first row. */
+static bool a_kc_ok(size_t ld) {
+    if (ld > A_KC_MAX_LD) return false;
+    unsigned char rows[L1_SETS] = {0};
+    for (size_t r = 0; r < MXP_GEMM_MR; r++) {
+        size_t set = r * ld * sizeof(float) / L1_LINE % L1_SETS;
+        if (++rows[set] > A_KC_SET_ROWS) return false;
+    }
+    return true;
 }
 
 /* op(A) as the microkernel reads it for the block at (r0, k0): in place
@@ -554,7 +575,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     p->dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
     p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
     p->a_kc = !p->dp && !o->packed_only && p->a.type == MXP_DTYPE_F32 && p->a.k_contig &&
-              p->a.ld <= A_KC_MAX_LD;
+              a_kc_ok(p->a.ld);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;
