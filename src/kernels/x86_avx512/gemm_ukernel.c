@@ -108,10 +108,11 @@ static inline __attribute__((always_inline)) void prefetch_next_c(const float *c
 
 /* Broadcast of A(r, k) for row r of a k-contiguous op(A) read in place
  * (uk_f32 with a_kc): row r at p0 + r*L bytes, reached from three row
- * bases (rows 0, 5, 10) and two byte strides (L and 3L) with the x86 index
- * scales 1, 2, 4, 8, so the 14 broadcasts stay memory operands of their
- * FMAs with 5 address registers (14 row pointers would not fit in the 15
- * general registers next to B, C and the counters). */
+ * bases (rows 0, 5, 10), each advanced once per k step, plus a multiple
+ * of L (14 row pointers would not fit in the 15 general registers next to
+ * B, C and the counters). GCC 12 keeps the 3 bases and the offsets L, 2L,
+ * 3L, 4L, 8L in registers and emits one vbroadcastss (base + offset) per
+ * row: the full-tile k loop has 56-58 instructions, 28 FMAs, no spill. */
 static inline __attribute__((always_inline)) __m512
 a_row(const char *p0, const char *p5, const char *p10, size_t l, size_t l3, const int r) {
     const char *p;
