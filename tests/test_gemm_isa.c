@@ -30,7 +30,8 @@
  * and alpha = beta = 1 under flush-to-zero (multiplications by 1 kept);
  * the cut between threads (rows as equal as possible, whole NR tiles when
  * N is cut) and BF16 subnormal rows at the cut points, 1, 2 and 3 threads
- * bit for bit, each row equal to the row computed alone.
+ * bit for bit, each row equal to the row computed alone; an FP32 op(A) = A
+ * read in place along k, bit for bit against the packed path.
  * Buffers are malloc'ed to their
  * exact extent so ASan sees any read past the end.
  */
@@ -817,6 +818,63 @@ static void test_f32_sequence(void) {
             }
 }
 
+/* op(A) = A in FP32 (k-contiguous) is read in place on the F32 path, the
+ * microkernel broadcasting from each tile row's own address (gemm.c a_kc)
+ * where lda <= 1024 and the tile's rows do not crowd one L1 set, packed
+ * otherwise (and always under packed_only). Bit for bit against
+ * packed_only on one thread, for 1, 2 and 3 threads, and against the
+ * generic GEMM: M around MR = 14 (full tiles, every partial tile row count
+ * through the 1 .. 13-row kernels, row cuts inside a tile), N around NR =
+ * 32 and 16, K of one and two K blocks (three: packed), lda = K, K +
+ * padding, 1016 (read in place), 1023 and 1024 (packed: rows in one L1
+ * set) and 1025 (over the limit), op(B) = B or B^T, FP32 (read in place or
+ * packed) or FP16 (packed). */
+static void test_a_kcontig(void) {
+    static const struct { size_t M, N, K, lda; } sh[] = {
+        {33, 40, 7, 7},       {41, 17, 32, 45},     {56, 64, 100, 100},   {47, 33, 513, 520},
+        {70, 96, 64, 1024},   {70, 96, 64, 1025},   {70, 96, 64, 1016},   {45, 70, 64, 1023},
+        {99, 31, 1030, 1030}, {143, 130, 200, 203}, {34, 16, 1, 1},       {60, 70, 300, 1016},
+        {211, 100, 96, 97},   {99, 45, 1000, 1000},
+    };
+    int n = 0;
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (int v = 0; v < 3; v++, n++) {
+            gcase c = {
+                .at = MXP_DTYPE_F32, .bt = v == 2 ? MXP_DTYPE_F16 : MXP_DTYPE_F32,
+                .ta = false, .tb = v == 1, .M = sh[s].M, .N = sh[s].N, .K = sh[s].K,
+                .pad_a = sh[s].lda - sh[s].K, .pad_b = (size_t)(n % 3) * 5,
+                .pad_c = (size_t)(n % 4), .alpha = n % 3 ? 1.0f : -0.75f,
+                .beta = n % 2 ? 0.5f : 0.0f,
+            };
+            gbufs b = bufs_make(&c);
+            float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
+            float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
+            float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+            memcpy(ref, b.C0, b.nc * sizeof(float));
+            mxp_gemm_args g = args_for(&c, &b, ref);
+            G->gemm(&g);
+            memcpy(pk, b.C0, b.nc * sizeof(float));
+            g = args_for(&c, &b, pk);
+            mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
+            mxp_avx512_gemm_ex(&g, &po);
+            for (int th = 1; th <= 3; th++) {
+                memcpy(got, b.C0, b.nc * sizeof(float));
+                g = args_for(&c, &b, got);
+                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_F32, th, false};
+                mxp_avx512_gemm_ex(&g, &o);
+                compare(&c, &b, got, ref, "a k-contiguous");
+                size_t d = count_differ(got, pk, b.nc);
+                CHECK_MSG(d == 0, "A read along k vs packed: %zu differ (%s B, N%c M=%zu N=%zu "
+                          "K=%zu lda=%zu threads=%d)", d, mxp_dtype_name(c.bt), c.tb ? 'T' : 'N',
+                          c.M, c.N, c.K, sh[s].lda, th);
+            }
+            free(ref);
+            free(pk);
+            free(got);
+            bufs_free(&b);
+        }
+}
+
 /* With MXCSR.FTZ on (here without DAZ, the combination where leaving the
  * multiplications by 1 out would show), alpha = beta = 1 must still
  * multiply: 1 * c flushes a subnormal c to zero, so C = a*b + c gives
@@ -876,6 +934,7 @@ int main(void) {
     test_small_m();
     test_small_m_w16();
     test_f32_sequence();
+    test_a_kcontig();
     test_unit_store_ftz();
     return test_finish("test_gemm_isa");
 }

@@ -102,6 +102,17 @@ enum { SPLIT_M_MAX_K = 128 };
  * a 14- or 32-wide panel is a new page, and reading in place was 5-7%
  * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
 #define IN_PLACE_MAX_LD 1024
+/* A k-contiguous FP32 op(A) is read in place (gemm_plan.a_kc) only when
+ * its rows are at most this many elements apart (see IN_PLACE_MAX_LD) and
+ * at most A_KC_SET_ROWS of a tile's MR rows share a set of the 32 KiB
+ * 8-way L1 (64 sets of 64-byte lines: rows 4 KiB apart share one). One
+ * thread, 256x512xK NN with lda = K, in place / packed (throwaway loop
+ * over mxp_avx512_gemm_ex, CPU time, median of 15): K = 1024 (14 rows in
+ * a set) 0.76, 1023 (13) 0.91, 1022 (8) 1.015, 512 / 511 / 513 (7)
+ * 1.015-1.02, 1016 / 1020 / 1021 / 768 / 341 / 256 / 128 (2-5)
+ * 1.013-1.026. */
+#define A_KC_MAX_LD 1024
+enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
@@ -138,6 +149,7 @@ typedef struct gemm_plan {
     float *C;
     float alpha, beta;
     bool dp;
+    bool a_kc;    /* op(A) FP32, k-contiguous, read in place (in_place_a) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -169,8 +181,8 @@ static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, 
         *bp1_for = j0;
     }
     mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, s->bp1, MXP_GEMM_NR, false, c, ldc, mr, nr,
-                           p->alpha, p->beta, mode, true, NULL);
+    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, false, s->bp1, MXP_GEMM_NR, false, c, ldc,
+                           mr, nr, p->alpha, p->beta, mode, true, NULL);
 }
 
 /* One micro-tile of a DPBF16 block whose B micro-panel (bp) is clean but
@@ -228,6 +240,7 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     const bool epi = p->epi && pc + kc == p->K; /* the last K block: C is final */
+    const size_t a_step = p->a_kc ? p->a.ld : 1; /* a_in: from one tile row to the next */
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
         if (!(p->dp && any) && mc - ir >= MXP_GEMM_MR) {
@@ -242,9 +255,10 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                                             p->beta, mode, cn);
             else
                 mxp_avx512_ukernel_f32_row(
-                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
-                    b_in ? b_in : s->bp, b_in ? p->b.ld : MXP_GEMM_NR,
-                    b_in ? MXP_GEMM_NR : MXP_GEMM_NR * kc, b_in != NULL, full, c, p->ldc,
+                    kc, a_in ? a_in + ir * a_step : s->ap + ir * kc,
+                    a_in ? p->a.ld : MXP_GEMM_MR, a_in && p->a_kc, b_in ? b_in : s->bp,
+                    b_in ? p->b.ld : MXP_GEMM_NR, b_in ? MXP_GEMM_NR : MXP_GEMM_NR * kc,
+                    b_in != NULL, full, c, p->ldc,
                     p->alpha, p->beta, mode, cn);
             q0 = full;
         }
@@ -257,9 +271,10 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                                              : NULL;
             if (!p->dp)
                 mxp_avx512_ukernel_f32(
-                    kc, a_in ? a_in + ir : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
-                    b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR, b_in != NULL,
-                    c, p->ldc, mr, nr, p->alpha, p->beta, mode, false, cn);
+                    kc, a_in ? a_in + ir * a_step : s->ap + ir * kc,
+                    a_in ? p->a.ld : MXP_GEMM_MR, a_in && p->a_kc,
+                    b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR,
+                    b_in != NULL, c, p->ldc, mr, nr, p->alpha, p->beta, mode, false, cn);
             else if (any && sub_b[jr / MXP_GEMM_NR])
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, p->ldc, mode,
                               &bp1_for);
@@ -290,6 +305,28 @@ static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k
     return (const float *)x->base + k0 * x->ld + r0;
 }
 
+/* Whether a k-contiguous FP32 op(A) with rows ld elements apart is read
+ * in place (A_KC_MAX_LD, A_KC_SET_ROWS): the L1 sets of a tile's MR rows,
+ * counted from a line-aligned first row. */
+static bool a_kc_ok(size_t ld) {
+    if (ld > A_KC_MAX_LD) return false;
+    unsigned char rows[L1_SETS] = {0};
+    for (size_t r = 0; r < MXP_GEMM_MR; r++) {
+        size_t set = r * ld * sizeof(float) / L1_LINE % L1_SETS;
+        if (++rows[set] > A_KC_SET_ROWS) return false;
+    }
+    return true;
+}
+
+/* op(A) as the microkernel reads it for the block at (r0, k0): in place
+ * along the tile's rows (in_place), in place along k (a_kc: op(A) = A
+ * FP32, X(r, k) at r*ld + k; the microkernel broadcasts from the MR rows'
+ * own addresses, docs/kernels.md "FP32 op(A) read along k"), or NULL: packed. */
+static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
+    if (p->a_kc) return (const float *)p->a.base + r0 * p->a.ld + k0;
+    return in_place(&p->a, p->dp, r0, k0);
+}
+
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
@@ -309,7 +346,7 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
-                const float *a_in = in_place(&p->a, p->dp, ic, pc);
+                const float *a_in = in_place_a(p, ic, pc);
                 bool any = any_b;
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
@@ -537,6 +574,8 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     make_sources(g, &p->a, &p->b);
     p->dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
     p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
+    p->a_kc = !p->dp && !o->packed_only && p->a.type == MXP_DTYPE_F32 && p->a.k_contig &&
+              a_kc_ok(p->a.ld);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;

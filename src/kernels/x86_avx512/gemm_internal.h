@@ -69,7 +69,9 @@ typedef enum mxp_gemm_path {
 typedef struct mxp_avx512_gemm_opts {
     mxp_gemm_path path;
     int threads;       /* upper bound on threads; 0 = mxp_threads_max() */
-    bool packed_only;  /* never take the small-M path (tests, benchmarks) */
+    bool packed_only;  /* never take the small-M path, and pack a k-contiguous
+                        * FP32 op(A) instead of reading it in place (gemm.c's
+                        * a_kc): the reference of tests, benchmarks */
 } mxp_avx512_gemm_opts;
 
 /* Small-M path: taken when M <= MXP_GEMM_SMALL_M, the F32 path applies and
@@ -180,19 +182,23 @@ typedef enum mxp_gemm_store {
 } mxp_gemm_store;
 
 /* C[0 .. mr)[0 .. nr) (row stride ldc) op= alpha * sum_k A(r, k) B(k, j)
- * over kc, with A(r, k) = ap[r + k*sa] and B(k, j) = bp[j + k*sb]: an
- * MR-wide and an NR-wide FP32 micro-panel (mxp_avx512_pack_f32; sa = MR,
- * sb = NR; bp 64-byte aligned, zero-padded) or FP32 operands read in place
- * (sa = lda; sb = ldb with b_in_place: unaligned loads, and none past
- * column nr). Reads only rows r < mr of A. 1 <= mr <= MR, 1 <= nr <= NR.
+ * over kc, with A(r, k) = ap[r + k*sa] (ap[r*sa + k] with a_kc) and B(k, j)
+ * = bp[j + k*sb]: an MR-wide and an NR-wide FP32 micro-panel
+ * (mxp_avx512_pack_f32; sa = MR, !a_kc, sb = NR; bp 64-byte aligned,
+ * zero-padded) or FP32 operands read in place (sa = lda, op(A) contiguous
+ * along the tile's rows, or along k with a_kc; sb = ldb with b_in_place:
+ * unaligned loads, and none past column nr). The same FMAs in the same
+ * order whichever form A and B take, so the same bits. Reads only rows
+ * r < mr of A. 1 <= mr <= MR, 1 <= nr <= NR.
  * pfc: prefetch the C tile into L1 before the k loop (worth it when C is
  * not being streamed along its rows). cn: NULL, or the top-left element of
  * the tile the caller computes next (row stride ldc), whose first mr rows
  * (two lines each) are prefetched into L1 during the first k steps; a
  * hint only (never dereferenced). */
-void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, const float *bp, size_t sb,
-                            bool b_in_place, float *c, size_t ldc, int mr, int nr, float alpha,
-                            float beta, mxp_gemm_store mode, bool pfc, const float *cn);
+void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, bool a_kc, const float *bp,
+                            size_t sb, bool b_in_place, float *c, size_t ldc, int mr, int nr,
+                            float alpha, float beta, mxp_gemm_store mode, bool pfc,
+                            const float *cn);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
  * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel
@@ -225,12 +231,12 @@ void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *
                                  float *c, size_t ldc, float alpha, float beta,
                                  mxp_gemm_store mode, const float *cn);
 /* As mxp_avx512_ukernel_bf16_row for F32 tiles: tile t is
- * mxp_avx512_ukernel_f32(kc, ap, sa, bp + t*bt, sb, b_in_place, c + t*NR,
- * ldc, MR, NR, alpha, beta, mode, false, next) (bt: NR*kc for packed B
+ * mxp_avx512_ukernel_f32(kc, ap, sa, a_kc, bp + t*bt, sb, b_in_place,
+ * c + t*NR, ldc, MR, NR, alpha, beta, mode, false, next) (bt: NR*kc for packed B
  * micro-panels, NR for op(B) read in place). */
-void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, const float *bp,
-                                size_t sb, size_t bt, bool b_in_place, size_t tiles, float *c,
-                                size_t ldc, float alpha, float beta, mxp_gemm_store mode,
-                                const float *cn);
+void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, bool a_kc,
+                                const float *bp, size_t sb, size_t bt, bool b_in_place,
+                                size_t tiles, float *c, size_t ldc, float alpha, float beta,
+                                mxp_gemm_store mode, const float *cn);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */
