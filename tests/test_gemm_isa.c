@@ -281,8 +281,7 @@ static void test_small_m(void) {
     static const size_t Ns[] = {1, 13, 14, 15, 29, 129};
     static const size_t Ks_full[] = {1, 17, 255, 256, 257, 513};
     static const size_t Ks_quick[] = {1, 17, 257};
-    const char *q = getenv("MIXPREC_TEST_QUICK");
-    const bool quick = q && *q && strcmp(q, "0") != 0;
+    const bool quick = test_quick();
     const size_t *Ks = quick ? Ks_quick : Ks_full;
     const size_t nk = quick ? 3 : 6;
     static const mxp_dtype as[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16,
@@ -722,8 +721,7 @@ static void test_small_m_w16(void) {
     static const size_t Ns[] = {1, 13, 14, 29, 129};
     static const size_t Ks_full[] = {1, 15, 16, 17, 33, 257, 513};
     static const size_t Ks_quick[] = {1, 16, 17, 513};
-    const char *q = getenv("MIXPREC_TEST_QUICK");
-    const bool quick = q && *q && strcmp(q, "0") != 0;
+    const bool quick = test_quick();
     const size_t *Ks = quick ? Ks_quick : Ks_full;
     const size_t nk = quick ? 4 : 7;
     static const mxp_dtype bs[] = {MXP_DTYPE_F16, MXP_DTYPE_BF16};

@@ -67,3 +67,8 @@ void test_rm_rf(const char *dir) {
     closedir(d);
     rmdir(dir);
 }
+
+bool test_quick(void) {
+    const char *q = getenv("MIXPREC_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}

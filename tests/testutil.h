@@ -28,6 +28,9 @@ void *test_xmalloc(size_t n);
 uint32_t test_f32_bits(float f);
 /* Remove dir and everything below it, best effort (temp dirs of tests). */
 void test_rm_rf(const char *dir);
+/* Whether MIXPREC_TEST_QUICK asks for the quick variant (set, not "" or
+ * "0"): the sanitizer and reference-kernel runs of scripts/test.sh. */
+bool test_quick(void);
 
 #define CHECK(cond)                                                          \
     do {                                                                     \
