@@ -270,6 +270,39 @@ static size_t count_differ(const float *x, const float *y, size_t n) {
     return d;
 }
 
+/* One case through mxp_avx512_gemm_ex on `path`, 1 .. max_threads
+ * threads: against the generic GEMM (tolerance of the file comment) and
+ * bit for bit against the packed path (packed_only: no small-M path, op(A)
+ * packed; NaN payloads aside). what names the variant under test. */
+static void vs_packed(const gcase *c, mxp_gemm_path path, int max_threads, const char *what) {
+    gbufs b = bufs_make(c);
+    float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
+    float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+    float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
+    memcpy(ref, b.C0, b.nc * sizeof(float));
+    mxp_gemm_args g = args_for(c, &b, ref);
+    G->gemm(&g);
+    memcpy(pk, b.C0, b.nc * sizeof(float));
+    g = args_for(c, &b, pk);
+    mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
+    mxp_avx512_gemm_ex(&g, &po);
+    for (int threads = 1; threads <= max_threads; threads++) {
+        memcpy(got, b.C0, b.nc * sizeof(float));
+        g = args_for(c, &b, got);
+        mxp_avx512_gemm_opts o = {path, threads, false};
+        mxp_avx512_gemm_ex(&g, &o);
+        compare(c, &b, got, ref, what);
+        size_t d = count_differ(got, pk, b.nc);
+        CHECK_MSG(d == 0, "%s vs packed path: %zu differ (%s A, %s B, %c%c M=%zu N=%zu K=%zu "
+                  "lda=%zu threads=%d)", what, d, mxp_dtype_name(c->at), mxp_dtype_name(c->bt),
+                  c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', c->M, c->N, c->K, b.A.ld, threads);
+    }
+    free(ref);
+    free(got);
+    free(pk);
+    bufs_free(&b);
+}
+
 /* The small-M path (M <= 32, FP32 B, op(B) read in place): edge sizes
  * around its tile (MR = 14 columns of C, 16 / 32 rows) and around KC, every
  * transpose, FP32/BF16/F16/E4M3 A. It must agree with the generic GEMM
@@ -298,32 +331,7 @@ static void test_small_m(void) {
                         .pad_c = (size_t)(n % 5) * 2,
                         .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
                     };
-                    gbufs b = bufs_make(&c);
-                    float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
-                    float *got = test_xmalloc(b.nc * sizeof(float) + 1);
-                    float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
-                    memcpy(ref, b.C0, b.nc * sizeof(float));
-                    mxp_gemm_args g = args_for(&c, &b, ref);
-                    G->gemm(&g);
-                    memcpy(pk, b.C0, b.nc * sizeof(float));
-                    g = args_for(&c, &b, pk);
-                    mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
-                    mxp_avx512_gemm_ex(&g, &po);
-                    for (int threads = 1; threads <= 2; threads++) {
-                        memcpy(got, b.C0, b.nc * sizeof(float));
-                        g = args_for(&c, &b, got);
-                        mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, threads, false};
-                        mxp_avx512_gemm_ex(&g, &o);
-                        compare(&c, &b, got, ref, "small-m");
-                        size_t d = count_differ(got, pk, b.nc);
-                        CHECK_MSG(d == 0, "small-M vs packed path: %zu differ (%s A, %c%c M=%zu "
-                                  "N=%zu K=%zu threads=%d)", d, mxp_dtype_name(c.at),
-                                  c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, threads);
-                    }
-                    free(ref);
-                    free(got);
-                    free(pk);
-                    bufs_free(&b);
+                    vs_packed(&c, MXP_GEMM_PATH_AUTO, 2, "small-M");
                 }
     /* a shape large enough for two threads (2 * 32 * 300 * 300 flops) */
     gcase big = {.at = MXP_DTYPE_F32, .bt = MXP_DTYPE_F32, .ta = false, .tb = true,
@@ -678,38 +686,6 @@ static void test_degenerate(void) {
     for (int i = 0; i < 6; i++) CHECK(C[i] == 2.0f * (float)i);
 }
 
-/* One small-M case: against the generic GEMM (tolerance of the file
- * comment), bit for bit against the packed path (NaN payloads aside) on 1
- * and 2 threads. */
-static void small_vs_packed(const gcase *c) {
-    gbufs b = bufs_make(c);
-    float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
-    float *got = test_xmalloc(b.nc * sizeof(float) + 1);
-    float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
-    memcpy(ref, b.C0, b.nc * sizeof(float));
-    mxp_gemm_args g = args_for(c, &b, ref);
-    G->gemm(&g);
-    memcpy(pk, b.C0, b.nc * sizeof(float));
-    g = args_for(c, &b, pk);
-    mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
-    mxp_avx512_gemm_ex(&g, &po);
-    for (int threads = 1; threads <= 2; threads++) {
-        memcpy(got, b.C0, b.nc * sizeof(float));
-        g = args_for(c, &b, got);
-        mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, threads, false};
-        mxp_avx512_gemm_ex(&g, &o);
-        compare(c, &b, got, ref, "small-m 16-bit B");
-        size_t d = count_differ(got, pk, b.nc);
-        CHECK_MSG(d == 0, "small-M (%s B) vs packed path: %zu differ (%s A, %c%c M=%zu N=%zu "
-                  "K=%zu threads=%d)", mxp_dtype_name(c->bt), d, mxp_dtype_name(c->at),
-                  c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', c->M, c->N, c->K, threads);
-    }
-    free(ref);
-    free(got);
-    free(pk);
-    bufs_free(&b);
-}
-
 /* The small-M path with an FP16 or BF16 op(B) (widened row by row in the
  * microkernel, W16_AHEAD = 16 k steps ahead, when op(B) = B; packed when
  * op(B) = B^T): K around the look-ahead (15, 16, 17, 33) and KC (513: two
@@ -741,13 +717,13 @@ static void test_small_m_w16(void) {
                         .pad_c = (size_t)(n % 5) * 2,
                         .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
                     };
-                    small_vs_packed(&c);
+                    vs_packed(&c, MXP_GEMM_PATH_AUTO, 2, "small-M 16-bit B");
                 }
     for (int i = 0; i < 2; i++) {
         gcase big = {.at = MXP_DTYPE_F32, .bt = bs[i], .ta = false, .tb = false,
                      .M = 32, .N = 300, .K = 300, .pad_a = 1, .pad_b = 2, .pad_c = 3,
                      .alpha = 1.0f, .beta = (float)i};
-        small_vs_packed(&big);
+        vs_packed(&big, MXP_GEMM_PATH_AUTO, 2, "small-M 16-bit B");
         run_gcase(&big, true);
     }
 }
@@ -844,32 +820,7 @@ static void test_a_kcontig(void) {
                 .pad_c = (size_t)(n % 4), .alpha = n % 3 ? 1.0f : -0.75f,
                 .beta = n % 2 ? 0.5f : 0.0f,
             };
-            gbufs b = bufs_make(&c);
-            float *ref = test_xmalloc(b.nc * sizeof(float) + 1);
-            float *pk = test_xmalloc(b.nc * sizeof(float) + 1);
-            float *got = test_xmalloc(b.nc * sizeof(float) + 1);
-            memcpy(ref, b.C0, b.nc * sizeof(float));
-            mxp_gemm_args g = args_for(&c, &b, ref);
-            G->gemm(&g);
-            memcpy(pk, b.C0, b.nc * sizeof(float));
-            g = args_for(&c, &b, pk);
-            mxp_avx512_gemm_opts po = {MXP_GEMM_PATH_AUTO, 1, true};
-            mxp_avx512_gemm_ex(&g, &po);
-            for (int th = 1; th <= 3; th++) {
-                memcpy(got, b.C0, b.nc * sizeof(float));
-                g = args_for(&c, &b, got);
-                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_F32, th, false};
-                mxp_avx512_gemm_ex(&g, &o);
-                compare(&c, &b, got, ref, "a k-contiguous");
-                size_t d = count_differ(got, pk, b.nc);
-                CHECK_MSG(d == 0, "A read along k vs packed: %zu differ (%s B, N%c M=%zu N=%zu "
-                          "K=%zu lda=%zu threads=%d)", d, mxp_dtype_name(c.bt), c.tb ? 'T' : 'N',
-                          c.M, c.N, c.K, sh[s].lda, th);
-            }
-            free(ref);
-            free(pk);
-            free(got);
-            bufs_free(&b);
+            vs_packed(&c, MXP_GEMM_PATH_F32, 3, "A read along k");
         }
 }
 

@@ -1,4 +1,6 @@
+# usage: summarize.py STEPS_OUTPUT [BEFORE]   (BEFORE: the worktree name steps.sh ran, default before20)
 import re,sys,statistics as st
+B=sys.argv[2] if len(sys.argv)>2 else 'before20'
 cur=None; d={}
 for line in open(sys.argv[1]):
     m=re.match(r"## (\S+) in=(\d+) hidden=(\S+) out=(\d+) batch=(\d+) (\S+) rep",line)
@@ -9,8 +11,8 @@ for line in open(sys.argv[1]):
     if m and cur: d.setdefault(cur+('ph',),[]).append([float(x) for x in m.groups()])
 keys=sorted({k[:3] for k in d})
 for k in keys:
-    b=d.get(k+('before20',),[]); a=d.get(k+('main',),[])
-    pb=d.get(k+('before20','ph'),[]); pa=d.get(k+('main','ph'),[])
+    b=d.get(k+(B,),[]); a=d.get(k+('main',),[])
+    pb=d.get(k+(B,'ph'),[]); pa=d.get(k+('main','ph'),[])
     med=lambda v: st.median(v) if v else float('nan')
     phm=lambda v: "/".join("%.2f"%st.median([x[i] for x in v]) for i in range(4)) if v else "-"
     print(f"{k[1]}-{k[0]}-{'65' if k[1]=='72' else '4'} {k[2]}: before {med(b):.3f} after {med(a):.3f} ms ({med(b)/med(a):.3f}x)  runs b={['%.2f'%x for x in b]} a={['%.2f'%x for x in a]}  phases b {phm(pb)} a {phm(pa)}")
