@@ -362,8 +362,6 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
     UK_SWITCH(uk_bf16)
 }
 
-/* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
- * per-tile call, dispatch and vzeroupper are paid once per row. */
 /* mxp_avx512_ukernel_bf16_row for the _UNIT store modes, software-
  * pipelined: the first k pair of tile t+1 is issued row by row between the
  * stores of tile t's C rows, so the next tile's vdpbf16ps chains start
@@ -427,6 +425,8 @@ bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float
 #undef SP_STORE
 }
 
+/* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
+ * per-tile call, dispatch and vzeroupper are paid once per row. */
 void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
                                  float *c, size_t ldc, float alpha, float beta,
                                  mxp_gemm_store mode, const float *cn) {
