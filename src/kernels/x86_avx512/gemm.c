@@ -51,9 +51,10 @@
  * last K block of a block of C, gemm_block runs the epilogue (bias, store,
  * scan, activation, store, scan: loops_fused.c's pieces, the code of
  * bias_act_store) over each row of tiles it has just written (MR rows x the
- * block's columns, in L1/L2), and gemm_range_small over all M rows of every
- * EPI_SMALL_COLS columns; subnormal fallback tiles are in those rows. Each
- * part folds its absmax / non-finite counts into its own slot and the
+ * block's columns, in L1/L2), and gemm_range_small over all M rows of its
+ * columns (at most EPI_SMALL_COLS); subnormal fallback tiles are in those
+ * rows. Only where those blocks are whole rows of C (epi_inside); else
+ * gemm_epi makes the contract's two calls. Each part folds its absmax / non-finite counts into its own slot and the
  * driver combines the slots (max, sum: exact), so the results are those of
  * gemm then bias_act_store, for any thread count.
  *
@@ -79,8 +80,9 @@
 #include <string.h>
 
 enum { SCRATCH_SLOTS = MXP_GEMM_MAX_PARTS };
-/* gemm_epi on the small-M path: the epilogue runs over the M rows of at
- * least this many columns at a time (32 rows x 512 FP32 = 64 KiB, in L2). */
+/* gemm_epi on the small-M path: the epilogue runs inside the GEMM only for
+ * at most this many columns (32 rows x 512 FP32 = 64 KiB, in L2), over all
+ * of them at once (C^T tiles are MR columns wide: too short a piece). */
 enum { EPI_SMALL_COLS = 512 };
 enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
 /* Below this many flops (2*M*N*K) one thread runs the GEMM: handing part
@@ -427,8 +429,6 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = store_mode(p, pc, unit);
-        const bool epi = p->epi && pc + kc == p->K;
-        size_t e0 = n0; /* gemm_epi: first column not yet through the epilogue */
         mxp_avx512_pack_f32(&p->a, 0, p->M, pc, kc, MXP_GEMM_NR, s->ap);
         for (size_t j = n0; j < n1; j += MXP_GEMM_MR) {
             int nr = (int)min_sz(MXP_GEMM_MR, n1 - j);
@@ -439,13 +439,10 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
             else
                 mxp_avx512_ukernel_w16_bt(kc, s->ap, p->b.type, b, sk, p->C + j, p->ldc,
                                           (int)p->M, nr, p->alpha, p->beta, mode, s->bp);
-            /* the epilogue per EPI_SMALL_COLS columns of all M rows (C^T
-             * tiles are MR columns wide: too short a row piece alone) */
-            if (epi && (j + (size_t)nr - e0 >= EPI_SMALL_COLS || j + (size_t)nr == n1)) {
-                epi_block(p, s, 0, p->M, e0, j + (size_t)nr);
-                e0 = j + (size_t)nr;
-            }
         }
+        /* gemm_epi: the range's M rows (at most EPI_SMALL_COLS columns,
+         * epi_inside), right after its last K block */
+        if (p->epi && pc + kc == p->K) epi_block(p, s, 0, p->M, n0, n1);
     }
 }
 
@@ -589,7 +586,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     p->split_n = prefer_m(p) ? !m_ok && (n_ok || tiles_n > tiles_m)
                              : n_ok || (!m_ok && tiles_n >= tiles_m);
     if (p->small) p->split_n = true; /* ranges of C_LINE_FLOATS columns of C */
-    if (p->small) tiles_n = (p->N + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
+    if (p->small) tiles_n = (p->N + C_LINE_FLOATS - 1) / C_LINE_FLOATS;
     size_t tiles = p->split_n ? tiles_n : tiles_m;
     p->parts = (size_t)threads < tiles ? threads : (int)tiles;
 }
@@ -625,38 +622,21 @@ static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
  * 256 x 512 inside it made the forward 1.65 ms against 1.53). Elsewhere
  * gemm_epi makes the contract's two calls (docs/kernels.md "The forward
  * epilogue inside the GEMM"). */
-static bool epi_whole_rows(const gemm_plan *p, const mxp_epilogue *e) {
-    if (p->parts < mxp_avx512_epilogue_threads(e)) return false;
+static bool epi_inside(const mxp_gemm_args *g, const gemm_plan *p, const mxp_epilogue *e) {
+    if (!epi_fits(g, e) || p->parts < mxp_avx512_epilogue_threads(e)) return false;
     if (p->small) return p->parts == 1 && p->N <= EPI_SMALL_COLS;
     return (!p->split_n || p->parts == 1) && p->N <= MXP_GEMM_NC;
 }
 
-/* mxp_avx512_gemm_ex, with gemm_epi's epilogue when epi != NULL. */
-static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_epilogue *epi) {
-    if (epi && (g->M <= 0 || g->N <= 0 || g->K <= 0 || !epi_fits(g, epi))) {
-        gemm_run(g, o, NULL); /* the contract's two calls */
-        mxp_avx512_bias_act_store(epi);
-        return;
-    }
-    if (g->M <= 0 || g->N <= 0) return;
-    if (g->K <= 0) {
-        scale_c(g);
-        return;
-    }
+/* The GEMM of plan p; with epi (epi_inside), its epilogue on each block
+ * of C after the block's last K block. */
+static void gemm_planned(const mxp_gemm_args *g, gemm_plan *p, mxp_epilogue *epi) {
     mxp_avx512_gemm_tables_init();
     mxp_epilogue_part epi_parts[SCRATCH_SLOTS] = {{0}};
-    gemm_plan p;
-    plan_make(g, o, &p);
-    if (epi && !epi_whole_rows(&p, epi)) { /* the contract's two calls */
-        gemm_run(g, o, NULL);
-        mxp_avx512_bias_act_store(epi);
-        return;
-    }
-    p.epi = epi;
-    p.epi_parts = epi_parts;
-
+    p->epi = epi;
+    p->epi_parts = epi_parts;
     pthread_mutex_lock(&gemm_lock);
-    if (!scratch_ensure(p.parts)) {
+    if (!scratch_ensure(p->parts)) {
         pthread_mutex_unlock(&gemm_lock);
         mxp_log(MXP_LOG_WARN, "kernels: no memory for AVX-512 GEMM buffers; "
                               "using the generic GEMM for this call");
@@ -664,9 +644,26 @@ static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_
         if (epi) mxp_avx512_bias_act_store(epi);
         return;
     }
-    mxp_threads_run(p.parts, gemm_part, &p);
+    mxp_threads_run(p->parts, gemm_part, p);
     pthread_mutex_unlock(&gemm_lock);
-    if (epi) mxp_epilogue_finish(epi, epi_parts, p.parts);
+    if (epi) mxp_epilogue_finish(epi, epi_parts, p->parts);
+}
+
+/* mxp_avx512_gemm_ex, with gemm_epi's epilogue when epi != NULL: inside
+ * the GEMM where epi_inside allows, else the contract's two calls. */
+static void gemm_run(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, mxp_epilogue *epi) {
+    if (g->M <= 0 || g->N <= 0) {
+        /* nothing to compute */
+    } else if (g->K <= 0) {
+        scale_c(g);
+    } else {
+        gemm_plan p;
+        plan_make(g, o, &p);
+        const bool inside = epi && epi_inside(g, &p, epi);
+        gemm_planned(g, &p, inside ? epi : NULL);
+        if (inside) return;
+    }
+    if (epi) mxp_avx512_bias_act_store(epi);
 }
 
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o) {

@@ -100,8 +100,9 @@ int mxp_avx512_gemm_split(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o,
 
 /* The table's gemm_epi (contract in kernels.h) with explicit options: the
  * epilogue e runs on each block of C after its last K block, on the thread
- * that computed it (gemm_block per row of tiles, gemm_range_small per
- * EPI_SMALL_COLS columns). */
+ * that computed it (gemm_block per row of tiles, gemm_range_small over its
+ * columns), where those blocks are whole rows of C (gemm.c epi_inside);
+ * elsewhere it makes the contract's two calls. */
 void mxp_avx512_gemm_epi_ex(const mxp_gemm_args *g, mxp_epilogue *e,
                             const mxp_avx512_gemm_opts *o);
 /* The path mxp_avx512_gemm_ex would take for g under `path`. */
