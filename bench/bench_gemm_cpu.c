@@ -29,7 +29,10 @@
  * (CLOCK_MONOTONIC; meaningful only on an otherwise idle machine), ours and
  * the baseline with threads = N, oneDNN with OMP_NUM_THREADS=N and the
  * OpenMP default wait policy (as `mixprec bench kernels` runs it), and
- * MIXPREC_NUM_THREADS=N.
+ * MIXPREC_NUM_THREADS=N. The samples alternate as on one thread, each
+ * after the previous implementation's workers have stopped spinning
+ * (bench_quiet: OpenMP's spin for milliseconds and would take the CPUs
+ * from the next sample).
  *
  * --beta 0|1 runs every shape with that beta instead of the shape list's
  * (dW is issued with beta = 0 by the default training step, grad_accum_steps
@@ -43,6 +46,7 @@
  * when the baseline's bits differ.
  */
 #define _GNU_SOURCE
+#include "bench_quiet.h"
 #include "bench_shapes.h"
 #include "kernels/kernels.h"
 #include "kernels/x86_avx512/gemm_internal.h"
@@ -240,8 +244,7 @@ int main(int argc, char **argv) {
     else
         printf("%d threads, GFLOP/s of wall-clock time", nthreads);
     printf(", median of %d samples (>= 5 ms each, after an untimed call) after %d warm-up "
-           "calls, %s; ratio = / oneDNN", reps, warm,
-           nthreads == 1 ? "alternating" : "one implementation after the other");
+           "calls, alternating; ratio = / oneDNN", reps, warm);
     if (beta_override >= 0) printf("; beta = %d on every shape", beta_override);
     printf("\n");
     printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
@@ -283,29 +286,19 @@ int main(int argc, char **argv) {
             int per[IMPL_COUNT];
             for (int k = 0; k < IMPL_COUNT; k++) {
                 if (!have[k]) continue;
+                if (nthreads > 1) bench_quiet(0.1);
                 for (int w = 0; w < warm; w++) run_call(&calls[k]);
                 double one = sample(&calls[k], 1);
                 per[k] = one > 0 ? (int)(0.005 / one) + 1 : 1;
             }
             double med[IMPL_COUNT] = {0}, x[IMPL_COUNT][101];
-            if (nthreads == 1) {
-                for (int r = 0; r < reps; r++) /* the first of a round reads slower: rotate */
-                    for (int q = 0; q < IMPL_COUNT; q++) {
-                        int k = (q + r) % IMPL_COUNT;
-                        if (have[k]) x[k][r] = sample(&calls[k], per[k]) / per[k];
-                    }
-            } else {
-                /* Threads: one implementation after the other, each after
-                 * 50 ms of warm-up calls, since a pool's waiting workers
-                 * (OpenMP's spin for milliseconds) would take the CPUs from
-                 * the next implementation's first samples. */
-                for (int k = 0; k < IMPL_COUNT; k++) {
+            for (int r = 0; r < reps; r++) /* the first of a round reads slower: rotate */
+                for (int q = 0; q < IMPL_COUNT; q++) {
+                    int k = (q + r) % IMPL_COUNT;
                     if (!have[k]) continue;
-                    double t0 = thread_cpu_s();
-                    while (thread_cpu_s() - t0 < 0.05) run_call(&calls[k]);
-                    for (int r = 0; r < reps; r++) x[k][r] = sample(&calls[k], per[k]) / per[k];
+                    if (nthreads > 1) bench_quiet(0.1); /* the last one's workers asleep */
+                    x[k][r] = sample(&calls[k], per[k]) / per[k];
                 }
-            }
             for (int k = 0; k < IMPL_COUNT; k++) {
                 if (!have[k]) continue;
                 qsort(x[k], (size_t)reps, sizeof(double), cmp_double);

@@ -2,7 +2,8 @@
  *
  *   cmd_bench.c     the verb: options, printing, CSV (the only file here
  *                   that prints);
- *   bench_time.c    median-of-samples timing after a warm-up;
+ *   bench_time.c    median-of-samples timing after a warm-up, of one
+ *                   function or of several alternating (bench_quiet.h);
  *   bench_peak.c    machine peak: FP32 FMA, vdpbf16ps and AVX512-FP16
  *                   register-only loops, on 1 and on all threads;
  *   bench_shapes.h  the GEMM shape lists (core, training), shared with
@@ -37,6 +38,21 @@ typedef struct bench_timing {
  * samples of enough calls to last min_sample_s each. */
 bench_timing bench_time(void (*fn)(void *), void *ctx, int reps, double warm_s,
                         double min_sample_s);
+
+typedef struct bench_fn {
+    void (*fn)(void *);
+    void *ctx;
+} bench_fn;
+enum { BENCH_ALT_MAX = 4 };
+
+/* Time n (<= BENCH_ALT_MAX) functions side by side: each is warmed up as
+ * bench_time does, then the samples alternate (rounds of one sample each,
+ * the first of a round rotating), each after the other threads of the
+ * process have gone quiet (bench_quiet.h) and one untimed call, so that a
+ * slow spell of a shared machine falls on all of them alike. out[i] is
+ * f[i]'s timing. */
+void bench_time_alternating(const bench_fn *f, int n, int reps, double warm_s,
+                            double min_sample_s, bench_timing *out);
 
 /* ---- peak (bench_peak.c) ------------------------------------------------ */
 
@@ -84,8 +100,11 @@ bool bench_peer_open(bench_peer p, char *why, size_t why_size);
 /* True when peer p has a GEMM for this dtype pair (f32 x f32; oneDNN also
  * bf16 x bf16). */
 bool bench_peer_supports(bench_peer p, mxp_dtype at, mxp_dtype bt);
-bench_timing bench_gemm_peer(bench_peer p, bench_gemm_bufs *b, const bench_gemm_shape *s,
-                             mxp_dtype at, mxp_dtype bt, int reps, double min_sample_s);
+/* k->gemm and the nwith peers in with[] on one shape and dtype pair, alternating
+ * (bench_time_alternating): out[0] is k's timing, out[1 + i] with[i]'s. */
+void bench_gemm_side_by_side(const mxp_kernels *k, const bench_peer *with, int nwith,
+                             bench_gemm_bufs *b, const bench_gemm_shape *s, mxp_dtype at,
+                             mxp_dtype bt, int reps, double min_sample_s, bench_timing *out);
 
 /* ---- bandwidth-bound kernels (bench_loops.c) ---------------------------- */
 

@@ -228,8 +228,16 @@ static void call_peer(void *c) {
     peer_call(x->p, &x->g);
 }
 
-bench_timing bench_gemm_peer(bench_peer p, bench_gemm_bufs *b, const bench_gemm_shape *s,
-                             mxp_dtype at, mxp_dtype bt, int reps, double min_sample_s) {
-    peer_ctx c = {p, shape_args(b, s, at, bt)};
-    return bench_time(call_peer, &c, reps, 0.05, min_sample_s);
+void bench_gemm_side_by_side(const mxp_kernels *k, const bench_peer *with, int nwith,
+                             bench_gemm_bufs *b, const bench_gemm_shape *s, mxp_dtype at,
+                             mxp_dtype bt, int reps, double min_sample_s, bench_timing *out) {
+    table_ctx t = {k, shape_args(b, s, at, bt)};
+    peer_ctx pc[BENCH_PEER_COUNT];
+    bench_fn f[1 + BENCH_PEER_COUNT] = {{call_table, &t}};
+    if (nwith > BENCH_PEER_COUNT) nwith = BENCH_PEER_COUNT;
+    for (int i = 0; i < nwith; i++) {
+        pc[i] = (peer_ctx){with[i], t.g};
+        f[1 + i] = (bench_fn){call_peer, &pc[i]};
+    }
+    bench_time_alternating(f, 1 + nwith, reps, 0.05, min_sample_s, out);
 }

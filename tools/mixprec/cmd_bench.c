@@ -6,7 +6,9 @@
  * generic table and the optional peers (oneDNN, OpenBLAS), each as a % of
  * the peak of the instruction it relies on; the bandwidth-bound kernels in
  * GB/s for the active and the generic table, next to memcpy's bandwidth.
- * Every figure is the median of --reps timed samples after a warm-up.
+ * Every figure is the median of --reps timed samples after a warm-up; a
+ * GEMM's samples alternate with the peers' (bench_time_alternating), so a
+ * slow spell of a shared machine falls on both sides of a ratio.
  * Results print as they come and, with --csv, go to a CSV file (one row per
  * measurement). The measuring code lives in bench_*.c; this file prints.
  */
@@ -31,8 +33,9 @@ static void help(FILE *f) {
           "Measure the kernels of the active table (MIXPREC_FORCE_ISA=generic forces\n"
           "the reference) against the machine's peak, the generic table and, where\n"
           "installed, oneDNN (libdnnl.so.2) and OpenBLAS (libopenblas.so.0).\n"
-          "Figures are medians of N timed samples after a warm-up; run on an idle\n"
-          "machine (threads: MIXPREC_NUM_THREADS, default all CPUs).\n"
+          "Figures are medians of N timed samples after a warm-up (a GEMM's samples\n"
+          "alternate with the peers'); run on an idle machine (threads:\n"
+          "MIXPREC_NUM_THREADS, default all CPUs).\n"
           "\n"
           "  --csv FILE    also write every measurement to FILE (CSV)\n"
           "  --json        every measurement as one JSON object on stdout (schema\n"
@@ -184,7 +187,14 @@ static int run_gemm(const bench_opts *opt, bench_out *o, int threads,
             char dt[32];
             pair_name(at, bt, dt, sizeof dt);
             bench_peak_kind pk = bench_gemm_peak_kind(act, at, bt);
-            bench_timing t = bench_gemm_table(act, bufs, s, at, bt, opt->reps, 0.02);
+            bench_peer with[BENCH_PEER_COUNT];
+            int nwith = 0;
+            for (int p = 0; p < BENCH_PEER_COUNT; p++)
+                if (peer_ok[p] && bench_peer_supports((bench_peer)p, at, bt))
+                    with[nwith++] = (bench_peer)p;
+            bench_timing tw[1 + BENCH_PEER_COUNT];
+            bench_gemm_side_by_side(act, with, nwith, bufs, s, at, bt, opt->reps, 0.02, tw);
+            const bench_timing t = tw[0];
             double gf = flops / t.median_s / 1e9;
             double pct = peak[pk] > 0 ? 100.0 * gf / peak[pk] : 0.0;
             printf("  %-15s %-15s %-2s %-11s %7.1f (%4.0f%%)", s->label, mnk, trans_name(s), dt,
@@ -205,13 +215,13 @@ static int run_gemm(const bench_opts *opt, bench_out *o, int threads,
                     printf(" %9s %7s", "skipped", "");
                 }
             }
-            for (int p = 0; p < BENCH_PEER_COUNT; p++) {
+            for (int p = 0, w = 0; p < BENCH_PEER_COUNT; p++) {
                 if (!peer_ok[p]) continue;
-                if (!bench_peer_supports((bench_peer)p, at, bt)) {
+                if (w == nwith || with[w] != (bench_peer)p) {
                     printf(" %9s %6s", "-", "");
                     continue;
                 }
-                bench_timing tp = bench_gemm_peer((bench_peer)p, bufs, s, at, bt, opt->reps, 0.02);
+                const bench_timing tp = tw[1 + w++];
                 double gp = flops / tp.median_s / 1e9;
                 double pp = peak[pk] > 0 ? 100.0 * gp / peak[pk] : 0.0;
                 printf(" %9.1f %5.2fx", gp, gf / gp);
