@@ -62,6 +62,10 @@ bench_timing bench_time(void (*fn)(void *), void *ctx, int reps, double warm_s,
 
 void bench_time_alternating(const bench_fn *f, int n, int reps, double warm_s,
                             double min_sample_s, bench_timing *out) {
+    if (n == 1) { /* nothing to alternate with */
+        out[0] = bench_time(f[0].fn, f[0].ctx, reps, warm_s, min_sample_s);
+        return;
+    }
     reps = clamp_reps(reps);
     if (n > BENCH_ALT_MAX) n = BENCH_ALT_MAX;
     int calls[BENCH_ALT_MAX];
