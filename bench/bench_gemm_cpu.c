@@ -30,9 +30,11 @@
  * the baseline with threads = N, oneDNN with OMP_NUM_THREADS=N and the
  * OpenMP default wait policy (as `mixprec bench kernels` runs it), and
  * MIXPREC_NUM_THREADS=N. The samples alternate as on one thread, each
- * after the previous implementation's workers have stopped spinning
- * (bench_quiet: OpenMP's spin for milliseconds and would take the CPUs
- * from the next sample).
+ * after 30 ms of untimed calls: OpenMP's workers keep spinning for
+ * milliseconds after oneDNN's last call and would take the CPUs from our
+ * next sample, and the VM's CPUs need 5-20 ms of work after an idle spell
+ * to run at full speed (32x256x256 NN f32 read 88 GF/s after one untimed
+ * call, 107 after 5 ms of calls, 182 after 20 ms).
  *
  * --beta 0|1 runs every shape with that beta instead of the shape list's
  * (dW is issued with beta = 0 by the default training step, grad_accum_steps
@@ -46,7 +48,6 @@
  * when the baseline's bits differ.
  */
 #define _GNU_SOURCE
-#include "bench_quiet.h"
 #include "bench_shapes.h"
 #include "kernels/kernels.h"
 #include "kernels/x86_avx512/gemm_internal.h"
@@ -81,6 +82,8 @@ typedef struct call {
     const float *b32;
 } call;
 
+/* --threads N: untimed calls before each sample (see the top comment). */
+#define SWITCH_WARM_S 0.03
 static int nthreads = 1; /* --threads: 1 = thread CPU time, else wall clock */
 
 /* The clock of a sample: this thread's CPU time with one thread, else the
@@ -286,7 +289,6 @@ int main(int argc, char **argv) {
             int per[IMPL_COUNT];
             for (int k = 0; k < IMPL_COUNT; k++) {
                 if (!have[k]) continue;
-                if (nthreads > 1) bench_quiet(0.1);
                 for (int w = 0; w < warm; w++) run_call(&calls[k]);
                 double one = sample(&calls[k], 1);
                 per[k] = one > 0 ? (int)(0.005 / one) + 1 : 1;
@@ -296,7 +298,10 @@ int main(int argc, char **argv) {
                 for (int q = 0; q < IMPL_COUNT; q++) {
                     int k = (q + r) % IMPL_COUNT;
                     if (!have[k]) continue;
-                    if (nthreads > 1) bench_quiet(0.1); /* the last one's workers asleep */
+                    if (nthreads > 1) { /* see --threads above */
+                        double w0 = thread_cpu_s();
+                        while (thread_cpu_s() - w0 < SWITCH_WARM_S) run_call(&calls[k]);
+                    }
                     x[k][r] = sample(&calls[k], per[k]) / per[k];
                 }
             for (int k = 0; k < IMPL_COUNT; k++) {

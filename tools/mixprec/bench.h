@@ -3,7 +3,7 @@
  *   cmd_bench.c     the verb: options, printing, CSV (the only file here
  *                   that prints);
  *   bench_time.c    median-of-samples timing after a warm-up, of one
- *                   function or of several alternating (bench_quiet.h);
+ *                   function or of several alternating;
  *   bench_peak.c    machine peak: FP32 FMA, vdpbf16ps and AVX512-FP16
  *                   register-only loops, on 1 and on all threads;
  *   bench_shapes.h  the GEMM shape lists (core, training), shared with
@@ -47,10 +47,11 @@ enum { BENCH_ALT_MAX = 4 };
 
 /* Time n (<= BENCH_ALT_MAX) functions side by side: each is warmed up as
  * bench_time does, then the samples alternate (rounds of one sample each,
- * the first of a round rotating), each after the other threads of the
- * process have gone quiet (bench_quiet.h) and one untimed call, so that a
- * slow spell of a shared machine falls on all of them alike. out[i] is
- * f[i]'s timing. */
+ * the first of a round rotating), so that a slow spell of a shared machine
+ * falls on all of them alike. Each sample follows 30 ms of untimed calls of
+ * its own function: the previous function's pool may still be spinning
+ * (OpenMP's workers, oneDNN's, spin for milliseconds after a call), and its
+ * buffers fill the caches. out[i] is f[i]'s timing. */
 void bench_time_alternating(const bench_fn *f, int n, int reps, double warm_s,
                             double min_sample_s, bench_timing *out);
 

@@ -1,13 +1,12 @@
 /* tools/mixprec/bench_time.c: median-of-samples wall-clock timing, of one
  * function or of several alternating. */
 #include "bench.h"
-#include "bench_quiet.h"
 
 #include <stdlib.h>
 
 enum { BENCH_MAX_SAMPLES = 1000 };
-/* The longest wait for the previous implementation's workers to sleep. */
-#define BENCH_QUIET_MAX_S 0.1
+/* Untimed calls before each alternating sample (bench.h). */
+#define BENCH_SWITCH_WARM_S 0.03
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -69,16 +68,13 @@ void bench_time_alternating(const bench_fn *f, int n, int reps, double warm_s,
     reps = clamp_reps(reps);
     if (n > BENCH_ALT_MAX) n = BENCH_ALT_MAX;
     int calls[BENCH_ALT_MAX];
-    for (int i = 0; i < n; i++) {
-        bench_quiet(BENCH_QUIET_MAX_S);
-        calls[i] = warm_up(f[i].fn, f[i].ctx, warm_s, min_sample_s);
-    }
+    for (int i = 0; i < n; i++) calls[i] = warm_up(f[i].fn, f[i].ctx, warm_s, min_sample_s);
     static double samples[BENCH_ALT_MAX][BENCH_MAX_SAMPLES];
     for (int r = 0; r < reps; r++) {
         for (int q = 0; q < n; q++) {
             int i = (q + r) % n; /* rotate who goes first in a round */
-            bench_quiet(BENCH_QUIET_MAX_S);
-            f[i].fn(f[i].ctx); /* untimed: the caches held the previous one's buffers */
+            double w0 = mxp_time_now();
+            while (mxp_time_now() - w0 < BENCH_SWITCH_WARM_S) f[i].fn(f[i].ctx); /* untimed */
             samples[i][r] = sample(f[i].fn, f[i].ctx, calls[i]);
         }
     }
