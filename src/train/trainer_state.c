@@ -87,6 +87,7 @@ mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
     const size_t n = t->n_params;
     size_t first = 0, bad = 0;
     const char *what = "weights";
+    const float *holder = NULL; /* the array `what` names; NULL: the weights */
     const float *master = mxp_model_master(m);
     if (master) {
         bad = count_bad(master, n, false, &first);
@@ -96,17 +97,17 @@ mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
     }
     if (!bad && t->m) {
         what = t->v ? "AdamW first moment" : "SGD momentum";
+        holder = t->m;
         bad = count_bad(t->m, n, false, &first);
     }
     if (!bad && t->v) {
         what = "AdamW second moment";
+        holder = t->v;
         bad = count_bad(t->v, n, true, &first);
     }
     if (!bad) return MXP_OK;
-    const bool second = t->v && strcmp(what, "AdamW second moment") == 0;
-    float x = second ? t->v[first]
-              : strcmp(what, "weights") == 0 ? mxp_model_param(m, first)
-                                              : t->m[first];
+    const bool second = holder && holder == t->v;
+    float x = holder ? holder[first] : mxp_model_param(m, first);
     size_t local;
     const char *name = tensor_of(m, first, &local);
     return mxp_error_set(err, MXP_ERR_NONFINITE,
