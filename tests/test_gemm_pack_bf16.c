@@ -67,8 +67,9 @@ static void check_case(bool k_contig, int w, size_t rows, size_t kc, size_t r0, 
                 }
                 if (dst[p * (size_t)w * kp + q * (size_t)w + r] != (lo | hi << 16)) bad++;
             }
-        CHECK_MSG(sub[p] == sub_ref, "sub[%zu] %#x, expected %#x (k_contig %d w %d rows %zu kc %zu)",
-                  p, sub[p], sub_ref, k_contig, w, rows, kc);
+        CHECK_MSG(sub[p] == sub_ref,
+                  "sub[%zu] %#x, expected %#x (k_contig %d w %d rows %zu kc %zu)", p, sub[p],
+                  sub_ref, k_contig, w, rows, kc);
         any_ref |= sub_ref != 0;
     }
     CHECK_MSG(bad == 0, "%zu words differ (k_contig %d w %d rows %zu kc %zu r0 %zu k0 %zu)", bad,
