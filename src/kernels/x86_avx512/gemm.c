@@ -115,9 +115,10 @@ enum { SPLIT_M_MAX_K = 128 };
  * 1.013-1.026. */
 #define A_KC_MAX_LD 1024
 /* A small-M product with both FP32 operands in place takes the packed
- * path when a K block of op(B) is at most this many bytes (Zen 4's L2;
- * small_packed_better). */
-#define SMALL_PACKED_B_BYTES ((size_t)1024 * 1024)
+ * path when a K block of op(B) is at most this many bytes (half of Zen
+ * 4's L2; small_packed_better). At 1 MiB (32x512x512 NN) the two paths
+ * measured the same on one thread (bench_gemm_cpu 0.98-1.01). */
+#define SMALL_PACKED_B_BYTES ((size_t)512 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
@@ -508,15 +509,16 @@ static bool small_b(const mxp_gemm_src *b) {
 /* Whether the packed path should run a small-M product (M <= 32) instead:
  * when it reads both FP32 operands in place (op(A) = A along k, a_kc;
  * op(B) = B, rows at most IN_PLACE_MAX_LD apart: the dX pass, NN) and a K
- * block of op(B) fits Zen 4's 1 MiB L2, it packs nothing, while the
+ * block of op(B) fits half of Zen 4's L2, it packs nothing, while the
  * small-M path packs (transposes) op(A) per K block (about 3% of
  * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
  * when M is not a multiple of 16. One thread, CPU time, packed / small
  * (throwaway loop over mxp_avx512_gemm_ex, median of 11, docs/kernels.md
  * "Batch-32 dX on the packed path"): 32 x N x K NN 128x128 1.12,
  * 256x256 1.06-1.10, 512x256 1.06, 256x512 1.07, 384x384 1.03, 512x512
- * 1.01-1.02, 1024x256 1.03, 256x1024 1.01 (op(B) blocks <= 1 MiB);
- * 640x512 0.98, 768x512 0.99, 1024x512 0.96, 1024x1024 0.94 (larger);
+ * 1.01-1.02 (bench_gemm_cpu: 0.98-1.01), 1024x256 1.03, 256x1024 1.01
+ * (op(B) blocks <= 1 MiB); 640x512 0.98, 768x512 0.99, 1024x512 0.96,
+ * 1024x1024 0.94 (larger);
  * 8x256x256 2.5, 16x256x256 1.22, 24x256x256 1.45. */
 static bool small_packed_better(const gemm_plan *p) {
     return p->a_kc && p->b.type == MXP_DTYPE_F32 && !p->b.k_contig &&
