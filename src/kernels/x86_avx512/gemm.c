@@ -45,7 +45,10 @@
  * either layout, or, for a 16-bit op(B), from rows of it widened 16 k steps
  * ahead into a small ring in L1 (mxp_avx512_ukernel_w16_bt); the store
  * transposes in registers. The FMA sequence of every element is the packed
- * path's, so the results are bit-identical to it (tested).
+ * path's, so the results are bit-identical to it (tested). Where the
+ * packed path would read both FP32 operands in place and op(B)'s K block
+ * fits in L2 (small_packed_better: the batch-32 dX of a 256-wide layer),
+ * it packs nothing and takes the product instead.
  *
  * gemm_epi (the linear layer's forward epilogue, kernels.h): after the
  * last K block of a block of C, gemm_block runs the epilogue (bias, store,
