@@ -308,7 +308,10 @@ static void vs_packed(const gcase *c, mxp_gemm_path path, int max_threads, const
  * transpose, FP32/BF16/F16/E4M3 A. It must agree with the generic GEMM
  * (tolerance of the file comment), be bit-identical to the packed path
  * (same FMA order per element; NaN payloads aside) and to itself on 1 and
- * 2 threads. M = 33 checks the switch back to the packed path. */
+ * 2 threads. M = 33 checks the switch back to the packed path; FP32 NN
+ * cases whose operands the packed path reads in place take it (gemm.c,
+ * small_packed_better), so the small-M kernel gets FP32 NN cases with B
+ * rows more than 1024 elements apart at the end. */
 static void test_small_m(void) {
     static const size_t Ms[] = {1, 3, 7, 15, 16, 17, 31, 32, 33};
     static const size_t Ns[] = {1, 13, 14, 15, 29, 129};
@@ -341,6 +344,19 @@ static void test_small_m(void) {
     big.tb = false;
     big.beta = 1.0f;
     run_gcase(&big, true);
+    /* FP32 A and B, NN: with both read in place and op(B) in L2 the
+     * packed path runs these (gemm.c, small_packed_better, covered above);
+     * rows of B more than 1024 elements apart keep the small-M kernel */
+    static const size_t Mw[] = {7, 16, 17, 32}, Nw[] = {14, 29}, Kw[] = {17, 257};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t ni = 0; ni < 2; ni++)
+            for (size_t ki = 0; ki < 2; ki++, n++) {
+                gcase c = {.at = MXP_DTYPE_F32, .bt = MXP_DTYPE_F32, .M = Mw[mi], .N = Nw[ni],
+                           .K = Kw[ki], .pad_a = (size_t)(n % 3), .pad_b = 1100,
+                           .pad_c = (size_t)(n % 5), .alpha = n % 3 ? 1.0f : -0.75f,
+                           .beta = n % 2 ? 0.5f : 0.0f};
+                vs_packed(&c, MXP_GEMM_PATH_AUTO, 2, "small-M, B rows > 1024 apart");
+            }
 }
 
 /* Inf and NaN in the inputs propagate as in the reference. */
@@ -507,20 +523,25 @@ static void test_split_plan(void) {
         int tr; /* bit 0: trans_a, bit 1: trans_b */
         int threads;
         int want_n; /* 1: N cut, 0: M cut, -1: either */
+        size_t unit; /* columns of the N cut; 0: 16 on the small-M path, else NR */
     } sh[] = {
-        {128, 256, 256, MXP_DTYPE_F32, 0, 2, 1},   /* dX: B in place, N (prefer_m) */
-        {128, 256, 256, MXP_DTYPE_F32, 2, 2, 1},   /* fwd: both packed */
-        {256, 256, 256, MXP_DTYPE_F32, 1, 2, 1},   /* dW: both in place */
-        {512, 512, 256, MXP_DTYPE_F32, 0, 3, 1},
-        {512, 512, 256, MXP_DTYPE_F32, 1, 3, 1},
-        {256, 256, 32, MXP_DTYPE_BF16, 1, 2, 0},
-        {128, 256, 256, MXP_DTYPE_BF16, 2, 3, 0},  /* DPBF16, N <= 2 M */
-        {65, 2048, 512, MXP_DTYPE_BF16, 1, 2, 1},
-        {256, 2048, 2048, MXP_DTYPE_F32, 0, 2, 1}, /* B rows 8 KiB apart: packed */
-        {32, 256, 256, MXP_DTYPE_F32, 0, 2, 1},    /* small-M path: columns */
-        {30, 300, 300, MXP_DTYPE_F32, 2, 3, 1},
-        {300, 300, 300, MXP_DTYPE_F16, 0, 3, -1},
-        {100, 1000, 200, MXP_DTYPE_F16, 3, 3, 1},
+        {128, 256, 256, MXP_DTYPE_F32, 0, 2, 1, 0},   /* dX: B in place, N (prefer_m) */
+        {128, 256, 256, MXP_DTYPE_F32, 2, 2, 1, 0},   /* fwd: both packed */
+        {256, 256, 256, MXP_DTYPE_F32, 1, 2, 1, 0},   /* dW: both in place */
+        {512, 512, 256, MXP_DTYPE_F32, 0, 3, 1, 0},
+        {512, 512, 256, MXP_DTYPE_F32, 1, 3, 1, 0},
+        {256, 256, 32, MXP_DTYPE_BF16, 1, 2, 0, 0},
+        {128, 256, 256, MXP_DTYPE_BF16, 2, 3, 0, 0},  /* DPBF16, N <= 2 M */
+        {65, 2048, 512, MXP_DTYPE_BF16, 1, 2, 1, 0},
+        {256, 2048, 2048, MXP_DTYPE_F32, 0, 2, 1, 0}, /* B rows 8 KiB apart: packed */
+        {32, 256, 256, MXP_DTYPE_F32, 0, 2, 1, 32}, /* M <= 32, FP32 NN in place: packed */
+        {32, 300, 300, MXP_DTYPE_F32, 0, 2, 1, 32}, /* (the small path: 144 + 156) */
+        {32, 1120, 300, MXP_DTYPE_F32, 0, 2, 1, 16}, /* B rows > 1024 apart: small-M */
+        {32, 288, 448, MXP_DTYPE_F32, 0, 2, 1, 32}, /* op(B) K block 504 KiB: packed */
+        {32, 288, 512, MXP_DTYPE_F32, 0, 2, 1, 16}, /* 576 KiB: small-M (144 + 144) */
+        {30, 300, 300, MXP_DTYPE_F32, 2, 3, 1, 0},
+        {300, 300, 300, MXP_DTYPE_F16, 0, 3, -1, 0},
+        {100, 1000, 200, MXP_DTYPE_F16, 3, 3, 1, 0},
     };
     int max_threads = mxp_threads_max();
     for (size_t q = 0; q < sizeof sh / sizeof sh[0]; q++) {
@@ -551,7 +572,7 @@ static void test_split_plan(void) {
                       split_n ? 'N' : 'M');
         bool small = split_n && sh[q].M <= MXP_GEMM_SMALL_M && sh[q].t == MXP_DTYPE_F32;
         size_t ext = split_n ? sh[q].N : sh[q].M;
-        size_t unit = !split_n ? 1 : small ? 16 : MXP_GEMM_NR;
+        size_t unit = !split_n ? 1 : sh[q].unit ? sh[q].unit : small ? 16 : MXP_GEMM_NR;
         size_t most = 0, least = SIZE_MAX;
         for (int i = 0; i < parts; i++) {
             CHECK(lo[i] == (i ? hi[i - 1] : 0) && lo[i] <= hi[i]);

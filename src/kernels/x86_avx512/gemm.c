@@ -45,7 +45,10 @@
  * either layout, or, for a 16-bit op(B), from rows of it widened 16 k steps
  * ahead into a small ring in L1 (mxp_avx512_ukernel_w16_bt); the store
  * transposes in registers. The FMA sequence of every element is the packed
- * path's, so the results are bit-identical to it (tested).
+ * path's, so the results are bit-identical to it (tested). Where the
+ * packed path would read both FP32 operands in place and op(B)'s K block
+ * fits in L2 (small_packed_better: the batch-32 dX of a 256-wide layer),
+ * it packs nothing and takes the product instead.
  *
  * gemm_epi (the linear layer's forward epilogue, kernels.h): after the
  * last K block of a block of C, gemm_block runs the epilogue (bias, store,
@@ -114,6 +117,11 @@ enum { SPLIT_M_MAX_K = 128 };
  * 1.015-1.02, 1016 / 1020 / 1021 / 768 / 341 / 256 / 128 (2-5)
  * 1.013-1.026. */
 #define A_KC_MAX_LD 1024
+/* A small-M product with both FP32 operands in place takes the packed
+ * path when a K block of op(B) is at most this many bytes (half of Zen
+ * 4's L2; small_packed_better). At 1 MiB (32x512x512 NN) the two paths
+ * measured the same on one thread (bench_gemm_cpu 0.98-1.01). */
+#define SMALL_PACKED_B_BYTES ((size_t)512 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
@@ -501,6 +509,25 @@ static bool small_b(const mxp_gemm_src *b) {
            ((b->type == MXP_DTYPE_F16 || b->type == MXP_DTYPE_BF16) && !b->k_contig);
 }
 
+/* Whether the packed path should run a small-M product (M <= 32) instead:
+ * when it reads both FP32 operands in place (op(A) = A along k, a_kc;
+ * op(B) = B, rows at most IN_PLACE_MAX_LD apart: the dX pass, NN) and a K
+ * block of op(B) fits half of Zen 4's L2, it packs nothing, while the
+ * small-M path packs (transposes) op(A) per K block (about 3% of
+ * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
+ * when M is not a multiple of 16. One thread, CPU time, packed / small
+ * (throwaway loop over mxp_avx512_gemm_ex, median of 11, docs/kernels.md
+ * "Batch-32 dX on the packed path"): 32 x N x K NN 128x128 1.12,
+ * 256x256 1.06-1.10, 512x256 1.06, 256x512 1.07, 384x384 1.03, 512x512
+ * 1.01-1.02 (bench_gemm_cpu: 0.98-1.01), 1024x256 1.03, 256x1024 1.01
+ * (op(B) blocks <= 1 MiB); 640x512 0.98, 768x512 0.99, 1024x512 0.96,
+ * 1024x1024 0.94 (larger);
+ * 8x256x256 2.5, 16x256x256 1.22, 24x256x256 1.45. */
+static bool small_packed_better(const gemm_plan *p) {
+    return p->a_kc && p->b.type == MXP_DTYPE_F32 && !p->b.k_contig &&
+           p->b.ld <= IN_PLACE_MAX_LD && p->kb * p->N * sizeof(float) <= SMALL_PACKED_B_BYTES;
+}
+
 static bool dp_type(mxp_dtype t) {
     return t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2;
 }
@@ -579,7 +606,8 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
     double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K;
     if (flops < THREAD_MIN_FLOPS) threads = 1;
-    p->small = !p->dp && !o->packed_only && small_b(&p->b) && p->M <= MXP_GEMM_SMALL_M;
+    p->small = !p->dp && !o->packed_only && small_b(&p->b) && p->M <= MXP_GEMM_SMALL_M &&
+               !small_packed_better(p);
     size_t tiles_m = (p->M + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
     size_t tiles_n = (p->N + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     bool n_ok = tiles_n >= (size_t)threads, m_ok = tiles_m >= (size_t)threads;

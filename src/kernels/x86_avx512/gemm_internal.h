@@ -75,9 +75,10 @@ typedef struct mxp_avx512_gemm_opts {
 } mxp_avx512_gemm_opts;
 
 /* Small-M path: taken when M <= MXP_GEMM_SMALL_M, the F32 path applies and
- * op(B) is FP32, or FP16/BF16 with op(B) = B (gemm.c). Only op(A) is packed
- * (as one NR-wide panel over the rows of C); op(B) is read in place by
- * mxp_avx512_ukernel_f32_bt or mxp_avx512_ukernel_w16_bt. */
+ * op(B) is FP32, or FP16/BF16 with op(B) = B (gemm.c), unless the packed
+ * path reads both FP32 operands in place (gemm.c, small_packed_better).
+ * Only op(A) is packed (as one NR-wide panel over the rows of C); op(B) is
+ * read in place by mxp_avx512_ukernel_f32_bt or mxp_avx512_ukernel_w16_bt. */
 enum { MXP_GEMM_SMALL_M = 32 };
 
 /* The AVX-512 GEMM with explicit options (tests and benchmarks use it to
