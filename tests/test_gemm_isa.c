@@ -874,6 +874,10 @@ static void test_pack_f32(void) {
     enum { NROWS = sizeof rows_l / sizeof rows_l[0], NKC = sizeof kc_l / sizeof kc_l[0] };
     const size_t r0 = 3, k0 = 5, canary = 16;
     const uint32_t sentinel = 0x7fbadbadu;
+    /* random bytes, copied into each exact-size X from a varying offset */
+    enum { POOL = 256 * 1024, SHIFT = 64 };
+    uint8_t *pool = test_xmalloc(POOL + SHIFT);
+    for (size_t i = 0; i < POOL + SHIFT; i++) pool[i] = (uint8_t)mxp_rng_u32(&rng);
     for (int ti = 0; ti < NTYPES; ti++)
         for (int kcont = 0; kcont < 2; kcont++)
             for (int wide = 0; wide < 4; wide++) /* bit 0: rows 1030 apart; bit 1: NR wide */
@@ -888,7 +892,8 @@ static void test_pack_f32(void) {
                         size_t n = kcont ? (r0 + rows - 1) * ld + k0 + kc
                                          : (k0 + kc - 1) * ld + r0 + rows;
                         uint8_t *x = test_xmalloc(n * es);
-                        for (size_t i = 0; i < n * es; i++) x[i] = (uint8_t)mxp_rng_u32(&rng);
+                        CHECK(n * es <= POOL);
+                        memcpy(x, pool + mxp_rng_u32(&rng) % SHIFT, n * es);
                         size_t np = (rows + (size_t)w - 1) / (size_t)w;
                         size_t nd = np * (size_t)w * kc + canary;
                         uint32_t *d = test_xmalloc(nd * sizeof(float));
@@ -923,6 +928,7 @@ static void test_pack_f32(void) {
                         free(x);
                         free(d);
                     }
+    free(pool);
 }
 
 int main(void) {

@@ -20,8 +20,11 @@
  *
  * When X is contiguous in k (op(A) not transposed, op(B) transposed) the
  * panel is a transpose: 16 rows x 16 k (or 16 k pairs) are loaded, transposed
- * in registers (4 shuffle stages) and stored as 16 panel columns. Otherwise
- * each k is a contiguous run of rows: one masked load and store per 16 rows.
+ * in registers (4 shuffle stages) and stored as 16 panel columns; 16-bit X
+ * with rows at most BLOCK32_MAX_LD apart is transposed as words, 16 rows x
+ * 32 k at a time, before widening (pack_block32_w16). Otherwise each k is a
+ * contiguous run of rows: one masked load and store per 16 rows, and for
+ * MR-wide panels whole 16-k groups as 14 full vectors (pack_group_mr).
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 
@@ -153,16 +156,16 @@ static inline __attribute__((always_inline)) __m512 widen16_f32(mxp_dtype t, __m
 }
 
 /* 16 rows x 32 k of a 16-bit X (k contiguous) from p (row i at p + i*ld;
- * rows from vr on read as zero; the row prefetch PREFETCH_BYTES / 2
- * ahead: 512 bytes, or 512 into L2, was 2-4% slower at 2048 x 2048 NT),
- * transposed as 16-bit words, then widened
- * per column: column c (the 16 rows' k = c) to pd + c*w, lanes smask.
+ * rows from vr on read as zero; each row prefetched PREFETCH_BYTES / 2
+ * ahead: 512 or 1024 bytes ahead made 32..512 x 2048 x 2048 NT 2-17%
+ * slower), transposed as 16-bit words, then widened per column: column c
+ * (the 16 rows' k = c) to pd + c*w, lanes smask.
  * Three in-lane unpack stages (words, dwords, qwords) leave, for rows 0-7
  * and 8-15 apart, one k per 128-bit lane; one vpermt2q per two columns
  * joins the halves. 80 shuffles per 512 values (16 vextracti64x4 among
  * them) against 128 for two 32-bit 16 x 16 transposes after widening:
  * throwaway timing of the packer alone (one thread, CPU time, FP16, 128 /
- * 336 rows x 72 / 256 / 512 k): 0.76-0.84 of the 32-bit transpose's time
+ * 336 rows x 72 / 256 / 512 k): 0.76-0.94 of the 32-bit transpose's time
  * (docs/kernels.md, f16pack). The same values in the same places. */
 static inline __attribute__((always_inline)) void
 pack_block32_w16(mxp_dtype t, const uint16_t *p, size_t ld, size_t vr, int w, __mmask16 smask,
@@ -213,8 +216,9 @@ pack_block32_w16(mxp_dtype t, const uint16_t *p, size_t ld, size_t vr, int w, __
 /* pack_block32_w16 is used only where X's rows are at most this many
  * elements (2 KiB) apart. With 2048-wide rows (4 KiB apart, all 16 rows
  * of a slice in one L1 set) it was slower in the GEMM than the 32-bit
- * transpose: 32 / 128 / 256 x 2048 x 2048 NT f16 0.96-0.98 of the base
- * (bench_gemm_cpu, one thread, two runs), though faster alone. */
+ * transpose: 32 / 128 / 256 x 2048 x 2048 NT f16 0.955-1.036 of the base,
+ * 0.986 on average (bench_gemm_cpu, one thread, four runs), though faster
+ * alone. */
 enum { BLOCK32_MAX_LD = 1024 };
 
 static inline __attribute__((always_inline)) void
