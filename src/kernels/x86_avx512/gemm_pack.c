@@ -20,8 +20,11 @@
  *
  * When X is contiguous in k (op(A) not transposed, op(B) transposed) the
  * panel is a transpose: 16 rows x 16 k (or 16 k pairs) are loaded, transposed
- * in registers (4 shuffle stages) and stored as 16 panel columns. Otherwise
- * each k is a contiguous run of rows: one masked load and store per 16 rows.
+ * in registers (4 shuffle stages) and stored as 16 panel columns; 16-bit X
+ * with rows at most BLOCK32_MAX_LD apart is transposed as words, 16 rows x
+ * 32 k at a time, before widening (pack_block32_w16). Otherwise each k is a
+ * contiguous run of rows: one masked load and store per 16 rows, and for
+ * MR-wide panels whole 16-k groups as 14 full vectors (pack_group_mr).
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 
@@ -146,10 +149,83 @@ static inline size_t slice_rows(size_t prow, int s) {
 
 /* ---- FP32 panels ---------------------------------------------------------- */
 
+/* 16 16-bit values (FP16 or BF16 bits) widened to FP32. */
+static inline __attribute__((always_inline)) __m512 widen16_f32(mxp_dtype t, __m256i h) {
+    if (t == MXP_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 rows x 32 k of a 16-bit X (k contiguous) from p (row i at p + i*ld;
+ * rows from vr on read as zero; each row prefetched PREFETCH_BYTES / 2
+ * ahead: 512 or 1024 bytes ahead made 32..512 x 2048 x 2048 NT 2-17%
+ * slower), transposed as 16-bit words, then widened per column: column c
+ * (the 16 rows' k = c) to pd + c*w, lanes smask.
+ * Three in-lane unpack stages (words, dwords, qwords) leave, for rows 0-7
+ * and 8-15 apart, one k per 128-bit lane; one vpermt2q per two columns
+ * joins the halves. 80 shuffles per 512 values (16 vextracti64x4 among
+ * them) against 128 for two 32-bit 16 x 16 transposes after widening:
+ * throwaway timing of the packer alone (one thread, CPU time, FP16, 128 /
+ * 336 rows x 72 / 256 / 512 k): 0.76-0.94 of the 32-bit transpose's time
+ * (docs/kernels.md, f16pack). The same values in the same places. */
+static inline __attribute__((always_inline)) void
+pack_block32_w16(mxp_dtype t, const uint16_t *p, size_t ld, size_t vr, int w, __mmask16 smask,
+                 float *pd) {
+    __m512i r[16], a[16], b[16], c[16];
+    for (size_t i = 0; i < 16; i++) {
+        if (i >= vr) {
+            r[i] = _mm512_setzero_si512();
+            continue;
+        }
+        _mm_prefetch((const char *)(p + i * ld) + PREFETCH_BYTES / 2, _MM_HINT_T0);
+        r[i] = _mm512_loadu_si512(p + i * ld);
+    }
+    /* a[2q + h]: rows 2q, 2q+1 as 32-bit units, k 4h .. 4h+3 of each lane */
+    for (int q = 0; q < 8; q++) {
+        a[2 * q] = _mm512_unpacklo_epi16(r[2 * q], r[2 * q + 1]);
+        a[2 * q + 1] = _mm512_unpackhi_epi16(r[2 * q], r[2 * q + 1]);
+    }
+    /* b[4g + m]: rows 4g .. 4g+3 as 64-bit units, k 2m, 2m+1 of each lane */
+    for (int g = 0; g < 4; g++)
+        for (int h = 0; h < 2; h++) {
+            b[4 * g + 2 * h] = _mm512_unpacklo_epi32(a[4 * g + h], a[4 * g + 2 + h]);
+            b[4 * g + 2 * h + 1] = _mm512_unpackhi_epi32(a[4 * g + h], a[4 * g + 2 + h]);
+        }
+    /* c[8o + q]: rows 8o .. 8o+7, k q of each lane (lane L: column 8L + q) */
+    for (int o = 0; o < 2; o++)
+        for (int m = 0; m < 4; m++) {
+            c[8 * o + 2 * m] = _mm512_unpacklo_epi64(b[8 * o + m], b[8 * o + 4 + m]);
+            c[8 * o + 2 * m + 1] = _mm512_unpackhi_epi64(b[8 * o + m], b[8 * o + 4 + m]);
+        }
+    const __m512i lanes01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i lanes23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (int q = 0; q < 8; q++) {
+        /* z0: columns q (low half) and 8 + q; z1: 16 + q and 24 + q */
+        __m512i z0 = _mm512_permutex2var_epi64(c[q], lanes01, c[8 + q]);
+        __m512i z1 = _mm512_permutex2var_epi64(c[q], lanes23, c[8 + q]);
+        _mm512_mask_storeu_ps(pd + (size_t)q * (size_t)w, smask,
+                              widen16_f32(t, _mm512_castsi512_si256(z0)));
+        _mm512_mask_storeu_ps(pd + (size_t)(8 + q) * (size_t)w, smask,
+                              widen16_f32(t, _mm512_extracti64x4_epi64(z0, 1)));
+        _mm512_mask_storeu_ps(pd + (size_t)(16 + q) * (size_t)w, smask,
+                              widen16_f32(t, _mm512_castsi512_si256(z1)));
+        _mm512_mask_storeu_ps(pd + (size_t)(24 + q) * (size_t)w, smask,
+                              widen16_f32(t, _mm512_extracti64x4_epi64(z1, 1)));
+    }
+}
+
+/* pack_block32_w16 is used only where X's rows are at most this many
+ * elements (2 KiB) apart. With 2048-wide rows (4 KiB apart, all 16 rows
+ * of a slice in one L1 set) it was slower in the GEMM than the 32-bit
+ * transpose: 32 / 128 / 256 x 2048 x 2048 NT f16 0.955-1.036 of the base,
+ * 0.986 on average (bench_gemm_cpu, one thread, four runs), though faster
+ * alone. */
+enum { BLOCK32_MAX_LD = 1024 };
+
 static inline __attribute__((always_inline)) void
 pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
                  size_t k0, size_t kc, int w, float *dst) {
     size_t ld = x->ld;
+    const bool w16 = (t == MXP_DTYPE_F16 || t == MXP_DTYPE_BF16) && ld <= BLOCK32_MAX_LD;
     for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
         size_t prow = min_sz((size_t)w, rows - p0);
         float *pd = dst + p0 * kc;
@@ -157,7 +233,12 @@ pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
             __mmask16 smask = lanes16((size_t)(w - s));
             size_t vr = slice_rows(prow, s);
             const size_t row0 = r0 + p0 + (size_t)s;
-            for (size_t kk = 0; kk < kc; kk += 16) {
+            size_t kk = 0;
+            if (w16) /* whole 32-k blocks of 16-bit X; the rest as below */
+                for (; kk + 32 <= kc; kk += 32)
+                    pack_block32_w16(t, (const uint16_t *)x->base + row0 * ld + k0 + kk, ld, vr,
+                                     w, smask, pd + kk * (size_t)w + (size_t)s);
+            for (; kk < kc; kk += 16) {
                 size_t kn = min_sz(16, kc - kk);
                 __m512 v[16];
                 for (size_t r = 0; r < 16; r++) {
@@ -187,10 +268,47 @@ pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
  * f16 +9%, 128/256x2048x2048 NN f32 +6-7% (docs/kernels.md, gemm3). */
 enum { PACK_KGROUP = 16, PACK_KGROUP_BF16 = 8 };
 
+/* Lane i of index j (vpermt2ps) for MR-wide panels: floats 16j .. 16j+16
+ * of a k group's 16 x 14 panel values, from two consecutive k rows a, b
+ * (14 values each) of which floats 2j .. 13 of a come first (j < 7). */
+#define RC14_LANE(o, i) ((i) + (o) + ((i) >= 14 - (o) ? 2 : 0))
+#define RC14_ROW(o)                                                                 \
+    {RC14_LANE(o, 0),  RC14_LANE(o, 1),  RC14_LANE(o, 2),  RC14_LANE(o, 3),         \
+     RC14_LANE(o, 4),  RC14_LANE(o, 5),  RC14_LANE(o, 6),  RC14_LANE(o, 7),         \
+     RC14_LANE(o, 8),  RC14_LANE(o, 9),  RC14_LANE(o, 10), RC14_LANE(o, 11),        \
+     RC14_LANE(o, 12), RC14_LANE(o, 13), RC14_LANE(o, 14), RC14_LANE(o, 15)}
+static const int32_t rc14_idx[7][16] __attribute__((aligned(64))) = {
+    RC14_ROW(0), RC14_ROW(2), RC14_ROW(4), RC14_ROW(6), RC14_ROW(8), RC14_ROW(10), RC14_ROW(12)};
+#undef RC14_ROW
+#undef RC14_LANE
+
+/* One full k group (PACK_KGROUP = 16 k) of an MR-wide panel from k-major
+ * rows: the 16 k rows' 14 values (loaded from at + k*ld, rows past m
+ * zero) are 224 consecutive panel floats, written as 14 whole zmm, each
+ * joined from two k rows by one vpermt2ps, instead of 16 masked 14-lane
+ * stores 56 bytes apart, 7 of 8 of which straddle a cache line. Same
+ * values in the same places. Throwaway timing of the packer alone (one
+ * thread, CPU time, FP16, 336 rows x 128..512 k): 0.77-0.82 of the masked
+ * stores' time (docs/kernels.md, f16pack). */
+static inline __attribute__((always_inline)) void
+pack_group_mr(mxp_dtype t, const void *base, size_t at, size_t ld, __mmask16 m, float *pd) {
+    static_assert(MXP_GEMM_MR == 14 && PACK_KGROUP == 16, "rc14_idx is for 16 k x 14 rows");
+    for (int h = 0; h < 2; h++) { /* k rows 8h .. 8h+8: floats 112h .. 112h+112 */
+        __m512 a = load16_f32(t, base, at + (size_t)(8 * h) * ld, m);
+        for (int j = 0; j < 7; j++) {
+            __m512 b = load16_f32(t, base, at + (size_t)(8 * h + j + 1) * ld, m);
+            _mm512_storeu_ps(pd + 16 * (7 * h + j),
+                             _mm512_permutex2var_ps(a, _mm512_load_si512(rc14_idx[j]), b));
+            a = b;
+        }
+    }
+}
+
 /* X[r0 .. r0+rows)[k0 .. k0+kc) (X(r, k) at k*ld + r) widened into FP32
  * panels of width w: per k group, per panel, per k one contiguous run of
- * up to w elements, in 16-lane slices. w is a compile-time constant in
- * the calls from pack_f32_rcontig, so the slice loop and masks fold. */
+ * up to w elements, in 16-lane slices (MR-wide panels: whole groups by
+ * pack_group_mr). w is a compile-time constant in the calls from
+ * pack_f32_rcontig, so the slice loop and masks fold. */
 static inline __attribute__((always_inline)) void
 pack_f32_rcontig_w(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0,
                    size_t kc, const int w, float *dst) {
@@ -199,6 +317,11 @@ pack_f32_rcontig_w(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows, s
         const size_t ke = min_sz(kc, kg + PACK_KGROUP);
         for (size_t p0 = 0; p0 < rows; p0 += (size_t)w) {
             const size_t prow = min_sz((size_t)w, rows - p0);
+            if (w == MXP_GEMM_MR && ke - kg == PACK_KGROUP) {
+                pack_group_mr(t, x->base, (k0 + kg) * ld + r0 + p0, ld, lanes16(prow),
+                              dst + p0 * kc + kg * (size_t)w);
+                continue;
+            }
             for (size_t k = kg; k < ke; k++) {
                 const size_t at = (k0 + k) * ld + r0 + p0;
                 float *pd = dst + p0 * kc + k * (size_t)w;
