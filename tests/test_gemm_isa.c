@@ -538,8 +538,8 @@ static void test_split_plan(void) {
         {32, 256, 256, MXP_DTYPE_F32, 0, 2, 1, 32}, /* M <= 32, FP32 NN in place: packed */
         {32, 300, 300, MXP_DTYPE_F32, 0, 2, 1, 32}, /* (the small path: 144 + 156) */
         {32, 1120, 300, MXP_DTYPE_F32, 0, 2, 1, 16}, /* B rows > 1024 apart: small-M */
-        {32, 288, 448, MXP_DTYPE_F32, 0, 2, 1, 32}, /* op(B) K block 504 KiB: packed */
-        {32, 288, 512, MXP_DTYPE_F32, 0, 2, 1, 16}, /* 576 KiB: small-M (144 + 144) */
+        {32, 560, 464, MXP_DTYPE_F32, 0, 2, 1, 32}, /* op(B) K block 1015 KiB: packed */
+        {32, 560, 512, MXP_DTYPE_F32, 0, 2, 1, 16}, /* 1120 KiB: small-M (272 + 288) */
         {30, 300, 300, MXP_DTYPE_F32, 2, 3, 1, 0},
         {300, 300, 300, MXP_DTYPE_F16, 0, 3, -1, 0},
         {100, 1000, 200, MXP_DTYPE_F16, 3, 3, 1, 0},

@@ -118,10 +118,12 @@ enum { SPLIT_M_MAX_K = 128 };
  * 1.013-1.026. */
 #define A_KC_MAX_LD 1024
 /* A small-M product with both FP32 operands in place takes the packed
- * path when a K block of op(B) is at most this many bytes (half of Zen
- * 4's L2; small_packed_better). At 1 MiB (32x512x512 NN) the two paths
- * measured the same on one thread (bench_gemm_cpu 0.98-1.01). */
-#define SMALL_PACKED_B_BYTES ((size_t)512 * 1024)
+ * path when a K block of op(B) is at most this many bytes (Zen 4's L2;
+ * small_packed_better). At 1 MiB (32x512x512 NN) packed / small read
+ * 1.01-1.02 on one thread (bench_gemm_cpu: 0.98-1.01 in the f32small
+ * branch, 1.013-1.025 in three runs after the merge) and 0.99-1.06 on two
+ * (five runs; the small path's threads each pack all of op(A)). */
+#define SMALL_PACKED_B_BYTES ((size_t)1024 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
@@ -512,7 +514,7 @@ static bool small_b(const mxp_gemm_src *b) {
 /* Whether the packed path should run a small-M product (M <= 32) instead:
  * when it reads both FP32 operands in place (op(A) = A along k, a_kc;
  * op(B) = B, rows at most IN_PLACE_MAX_LD apart: the dX pass, NN) and a K
- * block of op(B) fits half of Zen 4's L2, it packs nothing, while the
+ * block of op(B) fits Zen 4's L2, it packs nothing, while the
  * small-M path packs (transposes) op(A) per K block (about 3% of
  * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
  * when M is not a multiple of 16. One thread, CPU time, packed / small
