@@ -31,8 +31,8 @@
  * the cut between threads (rows as equal as possible, whole NR tiles when
  * N is cut) and BF16 subnormal rows at the cut points, 1, 2 and 3 threads
  * bit for bit, each row equal to the row computed alone; an FP32 op(A) = A
- * read in place along k, bit for bit against the packed path; the packer
- * alone against the scalar widening (test_pack_f32).
+ * read in place along k, bit for bit against the packed path (the packers
+ * alone: test_gemm_pack_f32.c, test_gemm_pack_bf16.c).
  * Buffers are malloc'ed to their
  * exact extent so ASan sees any read past the end.
  */
@@ -881,77 +881,6 @@ static void test_unit_store_ftz(void) {
         }
 }
 
-/* mxp_avx512_pack_f32 alone against num's scalar widening (mxp_load_f32,
- * an independent oracle): every panel value bit for bit (a NaN as any NaN),
- * zeros past `rows` in the last panel, nothing written past the last
- * panel, nothing read past X (exact-size buffers, for ASan). Sizes around
- * the packers' blocks: 16-k groups (MR-wide panels from k-major rows: 14
- * whole zmm per group), 32-k word transposes of 16-bit k-contiguous rows
- * (rows at most 1024 elements apart) and the 16-k transposes after them or
- * with wider rows, 14- and 32-wide panels and partial ones, every dtype. */
-static void test_pack_f32(void) {
-    static const size_t rows_l[] = {1, 13, 14, 15, 16, 17, 31, 32, 33, 47};
-    static const size_t kc_l[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 65, 100};
-    enum { NROWS = sizeof rows_l / sizeof rows_l[0], NKC = sizeof kc_l / sizeof kc_l[0] };
-    const size_t r0 = 3, k0 = 5, canary = 16;
-    const uint32_t sentinel = 0x7fbadbadu;
-    /* random bytes, copied into each exact-size X from a varying offset */
-    enum { POOL = 256 * 1024, SHIFT = 64 };
-    uint8_t *pool = test_xmalloc(POOL + SHIFT);
-    for (size_t i = 0; i < POOL + SHIFT; i++) pool[i] = (uint8_t)mxp_rng_u32(&rng);
-    for (int ti = 0; ti < NTYPES; ti++)
-        for (int kcont = 0; kcont < 2; kcont++)
-            for (int wide = 0; wide < 4; wide++) /* bit 0: rows 1030 apart; bit 1: NR wide */
-                for (int ri = 0; ri < NROWS; ri++)
-                    for (int ki = 0; ki < NKC; ki++) {
-                        mxp_dtype t = all_types[ti];
-                        size_t rows = rows_l[ri], kc = kc_l[ki], es = mxp_dtype_info(t)->size;
-                        int w = wide & 2 ? MXP_GEMM_NR : MXP_GEMM_MR;
-                        /* X(r, k) at r*ld + k (kcont) or k*ld + r */
-                        size_t ld = kcont ? (wide & 1 ? 1030 : k0 + kc + 3)
-                                          : r0 + rows + (wide & 1 ? 7 : 0);
-                        size_t n = kcont ? (r0 + rows - 1) * ld + k0 + kc
-                                         : (k0 + kc - 1) * ld + r0 + rows;
-                        uint8_t *x = test_xmalloc(n * es);
-                        CHECK(n * es <= POOL);
-                        memcpy(x, pool + mxp_rng_u32(&rng) % SHIFT, n * es);
-                        size_t np = (rows + (size_t)w - 1) / (size_t)w;
-                        size_t nd = np * (size_t)w * kc + canary;
-                        uint32_t *d = test_xmalloc(nd * sizeof(float));
-                        for (size_t i = 0; i < nd; i++) d[i] = sentinel;
-                        mxp_gemm_src src = {t, x, ld, kcont};
-                        mxp_avx512_pack_f32(&src, r0, rows, k0, kc, w, (float *)d);
-                        int bad = 0;
-                        for (size_t i = 0; i < nd; i++) {
-                            size_t p = i / ((size_t)w * kc), k = i / (size_t)w % kc,
-                                   r = p * (size_t)w + i % (size_t)w;
-                            float got;
-                            memcpy(&got, &d[i], sizeof got);
-                            bool ok;
-                            if (i >= nd - canary) {
-                                ok = d[i] == sentinel;
-                            } else if (r >= rows) {
-                                ok = d[i] == 0;
-                            } else {
-                                size_t at = kcont ? (r0 + r) * ld + k0 + k : (k0 + k) * ld + r0 + r;
-                                float ref = mxp_load_f32(t, x, at);
-                                ok = isnan(ref) ? isnan(got)
-                                                : d[i] == test_f32_bits(ref);
-                            }
-                            if (!ok && bad++ < 3)
-                                test_fail(__FILE__, __LINE__, "pack %s %s w %d rows %zu kc %zu "
-                                          "ld %zu: float %zu gave %08x", mxp_dtype_name(t),
-                                          kcont ? "k-contiguous" : "k-major", w, rows, kc, ld,
-                                          i, (unsigned)d[i]);
-                            test_checks++;
-                        }
-                        test_failures += bad > 3 ? bad - 3 : 0;
-                        free(x);
-                        free(d);
-                    }
-    free(pool);
-}
-
 int main(void) {
     const mxp_cpu_features *f = mxp_cpu_features_get();
     if (!mxp_avx512_usable(f)) {
@@ -978,6 +907,5 @@ int main(void) {
     test_f32_sequence();
     test_a_kcontig();
     test_unit_store_ftz();
-    test_pack_f32();
     return test_finish("test_gemm_isa");
 }
