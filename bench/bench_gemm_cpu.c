@@ -246,8 +246,9 @@ int main(int argc, char **argv) {
         printf("one thread, GFLOP/s of thread CPU time");
     else
         printf("%d threads, GFLOP/s of wall-clock time", nthreads);
-    printf(", median of %d samples (>= 5 ms each, after an untimed call) after %d warm-up "
-           "calls, alternating; ratio = / oneDNN", reps, warm);
+    printf(", median of %d samples (>= 5 ms each, after %s) after %d warm-up "
+           "calls, alternating; ratio = / oneDNN", reps,
+           nthreads == 1 ? "an untimed call" : "30 ms of untimed calls", warm);
     if (beta_override >= 0) printf("; beta = %d on every shape", beta_override);
     printf("\n");
     printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");

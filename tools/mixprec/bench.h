@@ -99,7 +99,9 @@ const char *bench_peer_name(bench_peer p);
  * fails a 3x5x4 correctness check against the generic GEMM. */
 bool bench_peer_open(bench_peer p, char *why, size_t why_size);
 /* True when peer p has a GEMM for this dtype pair (f32 x f32; oneDNN also
- * bf16 x bf16). */
+ * bf16 x bf16), or runs it as FP32 (f16 x f16: neither peer has an FP16
+ * GEMM, so its FP32 GEMM on FP32 operands of the shape is the reference
+ * an FP16 row is compared with; the conversion is not timed). */
 bool bench_peer_supports(bench_peer p, mxp_dtype at, mxp_dtype bt);
 /* k->gemm and the nwith peers in with[] on one shape and dtype pair, alternating
  * (bench_time_alternating): out[0] is k's timing, out[1 + i] with[i]'s. */

@@ -131,7 +131,7 @@ const char *bench_peer_name(bench_peer p) {
 
 bool bench_peer_supports(bench_peer p, mxp_dtype at, mxp_dtype bt) {
     if (at != bt) return false;
-    if (at == MXP_DTYPE_F32) return true;
+    if (at == MXP_DTYPE_F32 || at == MXP_DTYPE_F16) return true; /* f16: as FP32 */
     return p == BENCH_PEER_ONEDNN && at == MXP_DTYPE_BF16 && peers[p].dnnl_bf16;
 }
 
@@ -235,8 +235,11 @@ void bench_gemm_side_by_side(const mxp_kernels *k, const bench_peer *with, int n
     peer_ctx pc[BENCH_PEER_COUNT];
     bench_fn f[1 + BENCH_PEER_COUNT] = {{call_table, &t}};
     if (nwith > BENCH_PEER_COUNT) nwith = BENCH_PEER_COUNT;
+    /* no peer has an FP16 GEMM: f16 rows give them the FP32 operands */
+    const mxp_dtype pa = at == MXP_DTYPE_F16 ? MXP_DTYPE_F32 : at;
+    const mxp_dtype pb = bt == MXP_DTYPE_F16 ? MXP_DTYPE_F32 : bt;
     for (int i = 0; i < nwith; i++) {
-        pc[i] = (peer_ctx){with[i], t.g};
+        pc[i] = (peer_ctx){with[i], shape_args(b, s, pa, pb)};
         f[1 + i] = (bench_fn){call_peer, &pc[i]};
     }
     bench_time_alternating(f, 1 + nwith, reps, 0.05, min_sample_s, out);

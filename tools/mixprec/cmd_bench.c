@@ -169,7 +169,8 @@ static int run_gemm(const bench_opts *opt, bench_out *o, int threads,
     }
     bool with_generic = opt->generic && act != gen;
     printf("\ngemm (C = op(A) op(B), FP32 accumulation; GF/s and %% of the %d-thread peak "
-           "of the instruction used):\n", threads);
+           "of the instruction used; the peers run f16 x f16 rows as FP32, having no FP16 "
+           "GEMM):\n", threads);
     printf("  %-15s %-15s %-2s %-11s %16s", "shape", "MxNxK", "tr", "dtype", act->isa);
     if (with_generic) printf(" %9s %7s", "generic", "speedup");
     for (int p = 0; p < BENCH_PEER_COUNT; p++)

@@ -47,7 +47,8 @@
  * transposes in registers. The FMA sequence of every element is the packed
  * path's, so the results are bit-identical to it (tested). Where the
  * packed path would read both FP32 operands in place and op(B)'s K block
- * fits in L2 (small_packed_better: the batch-32 dX of a 256-wide layer),
+ * fits in L2 (small_packed_better: the batch-32 dX of a 256- or 512-wide
+ * layer),
  * it packs nothing and takes the product instead.
  *
  * gemm_epi (the linear layer's forward epilogue, kernels.h): after the
