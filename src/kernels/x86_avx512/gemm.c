@@ -48,8 +48,7 @@
  * path's, so the results are bit-identical to it (tested). Where the
  * packed path would read both FP32 operands in place and op(B)'s K block
  * fits in L2 (small_packed_better: the batch-32 dX of a 256- or 512-wide
- * layer),
- * it packs nothing and takes the product instead.
+ * layer), it packs nothing and takes the product instead.
  *
  * gemm_epi (the linear layer's forward epilogue, kernels.h): after the
  * last K block of a block of C, gemm_block runs the epilogue (bias, store,
@@ -58,9 +57,10 @@
  * block's columns, in L1/L2), and gemm_range_small over all M rows of its
  * columns (at most EPI_SMALL_COLS); subnormal fallback tiles are in those
  * rows. Only where those blocks are whole rows of C (epi_inside); else
- * gemm_epi makes the contract's two calls. Each part folds its absmax / non-finite counts into its own slot and the
- * driver combines the slots (max, sum: exact), so the results are those of
- * gemm then bias_act_store, for any thread count.
+ * gemm_epi makes the contract's two calls. Each part folds its absmax /
+ * non-finite counts into its own slot and the driver combines the slots
+ * (max, sum: exact), so the results are those of gemm then bias_act_store,
+ * for any thread count.
  *
  * Threads: problems of at least THREAD_MIN_FLOPS are cut into disjoint
  * ranges, one per thread, each running the loop nest above with its own
@@ -514,7 +514,7 @@ static bool small_b(const mxp_gemm_src *b) {
 
 /* Whether the packed path should run a small-M product (M <= 32) instead:
  * when it reads both FP32 operands in place (op(A) = A along k, a_kc;
- * op(B) = B, rows at most IN_PLACE_MAX_LD apart: the dX pass, NN) and a K
+ * op(B) = B, in_place: the dX pass, NN) and a K
  * block of op(B) fits Zen 4's L2, it packs nothing, while the
  * small-M path packs (transposes) op(A) per K block (about 3% of
  * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
@@ -527,8 +527,8 @@ static bool small_b(const mxp_gemm_src *b) {
  * 1024x1024 0.94 (larger);
  * 8x256x256 2.5, 16x256x256 1.22, 24x256x256 1.45. */
 static bool small_packed_better(const gemm_plan *p) {
-    return p->a_kc && p->b.type == MXP_DTYPE_F32 && !p->b.k_contig &&
-           p->b.ld <= IN_PLACE_MAX_LD && p->kb * p->N * sizeof(float) <= SMALL_PACKED_B_BYTES;
+    return p->a_kc && in_place(&p->b, p->dp, 0, 0) &&
+           p->kb * p->N * sizeof(float) <= SMALL_PACKED_B_BYTES;
 }
 
 static bool dp_type(mxp_dtype t) {
