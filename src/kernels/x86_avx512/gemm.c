@@ -162,7 +162,9 @@ typedef struct gemm_plan {
     float *C;
     float alpha, beta;
     bool dp;
-    bool a_kc;    /* op(A) FP32, k-contiguous, read in place (in_place_a) */
+    bool a_kc;    /* op(A) = A read in place along k: FP32 on the F32 path
+                   * (in_place_a), BF16 on the DPBF16 path (block by block,
+                   * in_place_a_bf16) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -214,8 +216,8 @@ static void tile_rows_fallback(const gemm_plan *p, const gemm_scratch *s, size_t
     const size_t row_bytes = (size_t)nr * sizeof(float);
     for (int r = 0; r < mr; r++) memcpy(t + r * MXP_GEMM_NR, c + (size_t)r * p->ldc, row_bytes);
     tile_fallback(p, s, i0, mr, j0, nr, pc, kc, t, MXP_GEMM_NR, mode, bp1_for);
-    mxp_avx512_ukernel_bf16((kc + 1) / 2, ap, bp, c, p->ldc, mr, nr, p->alpha, p->beta, mode,
-                            false, NULL);
+    mxp_avx512_ukernel_bf16((kc + 1) / 2, ap, 0, false, bp, c, p->ldc, mr, nr, p->alpha,
+                            p->beta, mode, false, NULL);
     for (int r = 0; r < mr; r++)
         if (rows >> r & 1u) memcpy(c + (size_t)r * p->ldc, t + r * MXP_GEMM_NR, row_bytes);
 }
@@ -249,13 +251,16 @@ static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
 static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
                        bool any, const uint32_t *sub_a, const uint32_t *sub_b,
-                       const float *a_in, const float *b_in) {
+                       const float *a_in, const float *b_in, const uint16_t *a_bf) {
     size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     const bool epi = p->epi && pc + kc == p->K; /* the last K block: C is final */
     const size_t a_step = p->a_kc ? p->a.ld : 1; /* a_in: from one tile row to the next */
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
+        /* DPBF16: op(A)'s rows in place (a_bf) or its packed micro-panel */
+        const void *ab = a_bf ? (const void *)(a_bf + ir * p->a.ld)
+                              : (const void *)((const uint32_t *)s->ap + ir * kp);
         if (!(p->dp && any) && mc - ir >= MXP_GEMM_MR) {
             /* the row's full tiles in one call; its edge tile below */
             size_t full = nc / MXP_GEMM_NR;
@@ -263,7 +268,7 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             const float *cn = full < n_jr ? c + full * MXP_GEMM_NR
                               : o + 1 < n_ir ? c + MXP_GEMM_MR * p->ldc : NULL;
             if (p->dp)
-                mxp_avx512_ukernel_bf16_row(kp, (const uint32_t *)s->ap + ir * kp,
+                mxp_avx512_ukernel_bf16_row(kp, ab, p->a.ld, a_bf != NULL,
                                             (const uint32_t *)s->bp, full, c, p->ldc, p->alpha,
                                             p->beta, mode, cn);
             else
@@ -291,13 +296,13 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             else if (any && sub_b[jr / MXP_GEMM_NR])
                 tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, p->ldc, mode,
                               &bp1_for);
-            else if (any && sub_a[ir / MXP_GEMM_MR])
+            else if (any && !a_bf && sub_a[ir / MXP_GEMM_MR])
                 tile_rows_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc,
                                    (const uint32_t *)s->ap + ir * kp,
                                    (const uint32_t *)s->bp + jr * kp, sub_a[ir / MXP_GEMM_MR], c,
                                    mode, &bp1_for);
             else
-                mxp_avx512_ukernel_bf16(kp, (const uint32_t *)s->ap + ir * kp,
+                mxp_avx512_ukernel_bf16(kp, ab, p->a.ld, a_bf != NULL,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
                                         p->alpha, p->beta, mode, false, cn);
         }
@@ -318,14 +323,14 @@ static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k
     return (const float *)x->base + k0 * x->ld + r0;
 }
 
-/* Whether a k-contiguous FP32 op(A) with rows ld elements apart is read
- * in place (A_KC_MAX_LD, A_KC_SET_ROWS): the L1 sets of a tile's MR rows,
- * counted from a line-aligned first row. */
-static bool a_kc_ok(size_t ld) {
+/* Whether a k-contiguous op(A) with rows ld elements of es bytes apart is
+ * read in place (A_KC_MAX_LD, A_KC_SET_ROWS): the L1 sets of a tile's MR
+ * rows, counted from a line-aligned first row. */
+static bool a_kc_ok(size_t ld, size_t es) {
     if (ld > A_KC_MAX_LD) return false;
     unsigned char rows[L1_SETS] = {0};
     for (size_t r = 0; r < MXP_GEMM_MR; r++) {
-        size_t set = r * ld * sizeof(float) / L1_LINE % L1_SETS;
+        size_t set = r * ld * es / L1_LINE % L1_SETS;
         if (++rows[set] > A_KC_SET_ROWS) return false;
     }
     return true;
@@ -336,8 +341,24 @@ static bool a_kc_ok(size_t ld) {
  * FP32, X(r, k) at r*ld + k; the microkernel broadcasts from the MR rows'
  * own addresses, docs/kernels.md "FP32 op(A) read along k"), or NULL: packed. */
 static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
+    if (p->dp) return NULL;
     if (p->a_kc) return (const float *)p->a.base + r0 * p->a.ld + k0;
     return in_place(&p->a, p->dp, r0, k0);
+}
+
+/* On the DPBF16 path, a BF16 op(A) = A (a_kc) as the microkernel reads it
+ * for the block X[r0 .. r0+rows)[k0 .. k0+kc): in place along k, the
+ * address of X(r0, k0), when kc is even (a pair never reaches past a row)
+ * and no element is a BF16 subnormal (a scan, reading only the block;
+ * with one, the block is packed so that the packer flags its rows for
+ * tile_rows_fallback); else NULL: packed. The same words as the packed
+ * panel (pairs of k from k0), so the same bits. */
+static const uint16_t *in_place_a_bf16(const gemm_plan *p, size_t r0, size_t rows, size_t k0,
+                                       size_t kc) {
+    if (!p->dp || !p->a_kc || kc % 2 != 0 ||
+        mxp_avx512_bf16_kcontig_subnormal(&p->a, r0, rows, k0, kc))
+        return NULL;
+    return (const uint16_t *)p->a.base + r0 * p->a.ld + k0;
 }
 
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
@@ -360,13 +381,15 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
                 const float *a_in = in_place_a(p, ic, pc);
+                const uint16_t *a_bf = in_place_a_bf16(p, ic, mc, pc, kc);
                 bool any = any_b;
-                if (p->dp)
+                if (p->dp && !a_bf)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
-                else if (!a_in)
+                else if (!p->dp && !a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in);
+                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in,
+                           a_bf);
             }
         }
     }
@@ -392,10 +415,11 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
         size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = store_mode(p, pc, unit);
         bool any_a = false;
-        if (p->dp)
+        const uint16_t *a_bf = in_place_a_bf16(p, m0, mc, pc, kc);
+        if (p->dp && !a_bf)
             any_a = mxp_avx512_pack_bf16(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, (uint32_t *)s->ap,
                                          sub_a);
-        else
+        else if (!p->dp)
             mxp_avx512_pack_f32(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, s->ap);
         for (size_t jc = n0; jc < n1; jc += nc_max) {
             size_t nc = min_sz(nc_max, n1 - jc);
@@ -405,7 +429,7 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
                                             (uint32_t *)s->bp, sub_b);
             else
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
-            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, NULL, NULL);
+            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, NULL, NULL, a_bf);
         }
     }
 }
@@ -601,8 +625,9 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     make_sources(g, &p->a, &p->b);
     p->dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
     p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
-    p->a_kc = !p->dp && !o->packed_only && p->a.type == MXP_DTYPE_F32 && p->a.k_contig &&
-              a_kc_ok(p->a.ld);
+    p->a_kc = !o->packed_only && p->a.k_contig &&
+              p->a.type == (p->dp ? MXP_DTYPE_BF16 : MXP_DTYPE_F32) &&
+              a_kc_ok(p->a.ld, mxp_dtype_info(p->a.type)->size);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;

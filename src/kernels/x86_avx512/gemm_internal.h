@@ -165,6 +165,13 @@ void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
 bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
                           size_t k0, size_t kc, int w, uint32_t *dst, uint32_t *sub);
 
+/* Whether X[r0 .. r0+rows)[k0 .. k0+kc) (BF16, k contiguous) holds a BF16
+ * subnormal: the check that lets gemm.c read such an op(A) in place
+ * (mxp_avx512_ukernel_bf16 with a_kc) instead of packing it. Reads only
+ * those elements. */
+bool mxp_avx512_bf16_kcontig_subnormal(const mxp_gemm_src *x, size_t r0, size_t rows,
+                                       size_t k0, size_t kc);
+
 /* ---- microkernels (gemm_ukernel.c) -------------------------------------- */
 
 /* How a microkernel writes its tile. Each operation is rounded separately,
@@ -220,18 +227,27 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
 void mxp_avx512_ukernel_w16_bt(size_t kc, const float *ap, mxp_dtype bt, const void *b,
                                size_t sk, float *c, size_t ldc, int m, int nr, float alpha,
                                float beta, mxp_gemm_store mode, float *ring);
-/* As mxp_avx512_ukernel_f32 for BF16-pair micro-panels of kp pairs. */
-void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
-                             float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode, bool pfc, const float *cn);
+/* As mxp_avx512_ukernel_f32 for BF16 pairs, kp of them: A(r, q) is word
+ * r + q*MR of an MR-wide pair micro-panel at ap (mxp_avx512_pack_bf16, w =
+ * MR; lda unused) or, with a_kc, op(A) = A BF16 read in place along k:
+ * rows lda elements apart from ap, A(r, q) the 32-bit word at BF16 element
+ * r*lda + 2q (its low half the even k, as in the panel), so the caller's
+ * K block must be even (2*kp values of each row are read, none past them)
+ * and free of BF16 subnormals (the packed path's rows_fallback is the
+ * caller's). B: an NR-wide pair micro-panel at bp. The same vdpbf16ps
+ * sequence and store whichever form A takes, so the same bits. */
+void mxp_avx512_ukernel_bf16(size_t kp, const void *ap, size_t lda, bool a_kc,
+                             const uint32_t *bp, float *c, size_t ldc, int mr, int nr,
+                             float alpha, float beta, mxp_gemm_store mode, bool pfc,
+                             const float *cn);
 /* `tiles` full MR x NR BF16 tiles side by side: tile t is
- * mxp_avx512_ukernel_bf16(kp, ap, bp + t*NR*kp, c + t*NR, ldc, MR, NR,
- * alpha, beta, mode, false, next) with next = the following tile, and cn
- * (may be NULL) after the last: the same instructions per tile, in one
- * call (the row-of-tiles sweep, gemm.c). */
-void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
-                                 float *c, size_t ldc, float alpha, float beta,
-                                 mxp_gemm_store mode, const float *cn);
+ * mxp_avx512_ukernel_bf16(kp, ap, lda, a_kc, bp + t*NR*kp, c + t*NR, ldc,
+ * MR, NR, alpha, beta, mode, false, next) with next = the following tile,
+ * and cn (may be NULL) after the last: the same instructions per tile, in
+ * one call (the row-of-tiles sweep, gemm.c). */
+void mxp_avx512_ukernel_bf16_row(size_t kp, const void *ap, size_t lda, bool a_kc,
+                                 const uint32_t *bp, size_t tiles, float *c, size_t ldc,
+                                 float alpha, float beta, mxp_gemm_store mode, const float *cn);
 /* As mxp_avx512_ukernel_bf16_row for F32 tiles: tile t is
  * mxp_avx512_ukernel_f32(kc, ap, sa, a_kc, bp + t*bt, sb, b_in_place,
  * c + t*NR, ldc, MR, NR, alpha, beta, mode, false, next) (bt: NR*kc for packed B

@@ -1,7 +1,8 @@
 /* kernels/x86_avx512/gemm_pack.c: packing of GEMM operands into micro-panels.
  *
  * Entry points: mxp_avx512_pack_f32, mxp_avx512_pack_bf16,
- * mxp_avx512_gemm_tables_init (layouts in gemm_internal.h).
+ * mxp_avx512_bf16_kcontig_subnormal, mxp_avx512_gemm_tables_init (layouts
+ * in gemm_internal.h).
  *
  * Widening is exact and matches num's scalar reference bit for bit (up to
  * NaN payloads, which the num contract leaves open):
@@ -547,4 +548,17 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
     uint32_t any = 0;
     for (size_t p = 0; p * (size_t)w < rows; p++) any |= sub[p];
     return any != 0;
+}
+
+bool mxp_avx512_bf16_kcontig_subnormal(const mxp_gemm_src *x, size_t r0, size_t rows,
+                                       size_t k0, size_t kc) {
+    const uint16_t *base = x->base;
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *v = base + (r0 + r) * x->ld + k0;
+        __mmask32 any = 0;
+        for (size_t k = 0; k < kc; k += 32)
+            any |= bf16_subnormal_lanes(_mm512_maskz_loadu_epi16(lanes32(kc - k), v + k));
+        if (any) return true;
+    }
+    return false;
 }

@@ -106,33 +106,38 @@ static inline __attribute__((always_inline)) void prefetch_next_c(const float *c
     _mm_prefetch((const char *)(row + 64), _MM_HINT_T0);
 }
 
-/* Broadcast of A(r, k) for row r of a k-contiguous op(A) read in place
- * (uk_f32 with a_kc): row r at p0 + r*L bytes, reached from three row
- * bases (rows 0, 5, 10), each advanced once per k step, plus a multiple
- * of L (14 row pointers would not fit in the 15 general registers next to
- * B, C and the counters). GCC 12 keeps the 3 bases and the offsets L, 2L,
- * 3L, 4L, 8L in registers and emits one vbroadcastss (base + offset) per
- * row: the full-tile k loop has 56-58 instructions, 28 FMAs, no spill. */
+/* Address of row r of a k-contiguous op(A) read in place (uk_f32 with
+ * a_kc, uk_bf16 with a_kc): row r at p0 + r*L bytes, reached from three
+ * row bases (rows 0, 5, 10), each advanced once per k step, plus a
+ * multiple of L (14 row pointers would not fit in the 15 general registers
+ * next to B, C and the counters). GCC 12 keeps the 3 bases and the offsets
+ * L, 2L, 3L, 4L, 8L in registers and emits one broadcast (base + offset)
+ * per row: the full F32 tile's k loop has 56-58 instructions, 28 FMAs, no
+ * spill. */
+static inline __attribute__((always_inline)) const char *
+a_row_at(const char *p0, const char *p5, const char *p10, size_t l, size_t l3, const int r) {
+    switch (r) {
+    case 0: return p0;
+    case 1: return p0 + l;
+    case 2: return p0 + 2 * l;
+    case 3: return p0 + l3;
+    case 4: return p0 + 4 * l;
+    case 5: return p5;
+    case 6: return p5 + l;
+    case 7: return p5 + 2 * l;
+    case 8: return p0 + 8 * l;
+    case 9: return p5 + 4 * l;
+    case 10: return p10;
+    case 11: return p10 + l;
+    case 12: return p10 + 2 * l;
+    default: return p5 + 8 * l; /* 13 */
+    }
+}
+
+/* Broadcast of A(r, k) for row r of a k-contiguous FP32 op(A) (a_row_at). */
 static inline __attribute__((always_inline)) __m512
 a_row(const char *p0, const char *p5, const char *p10, size_t l, size_t l3, const int r) {
-    const char *p;
-    switch (r) {
-    case 0: p = p0; break;
-    case 1: p = p0 + l; break;
-    case 2: p = p0 + 2 * l; break;
-    case 3: p = p0 + l3; break;
-    case 4: p = p0 + 4 * l; break;
-    case 5: p = p5; break;
-    case 6: p = p5 + l; break;
-    case 7: p = p5 + 2 * l; break;
-    case 8: p = p0 + 8 * l; break;
-    case 9: p = p5 + 4 * l; break;
-    case 10: p = p10; break;
-    case 11: p = p10 + l; break;
-    case 12: p = p10 + 2 * l; break;
-    default: p = p5 + 8 * l; break; /* 13 */
-    }
-    return _mm512_set1_ps(*(const float *)p);
+    return _mm512_set1_ps(*(const float *)a_row_at(p0, p5, p10, l, l3, r));
 }
 
 /* The F32 tile. B(k, 16 v + l) = b[16 v + l + k*sb] and A(r, k) =
@@ -185,16 +190,39 @@ uk_f32(size_t kc, const float *a, size_t sa, const float *b, size_t sb, float *c
     store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
 }
 
+/* Broadcast of A's pair q = 0 of row r on the BF16 path: word r of a
+ * packed MR-wide pair panel (ap), or, with a_kc, the 32-bit word at row
+ * r's address (a_row_at; BF16 X(r, k) and X(r, k+1) side by side, low half
+ * first, as the packer interleaves them; 2-byte aligned only when lda is
+ * odd, hence the unaligned load). */
+static inline __attribute__((always_inline)) __m512bh
+a_pair(const uint32_t *ap, const char *p0, const char *p5, const char *p10, size_t l, size_t l3,
+       const int r, const bool a_kc) {
+    if (!a_kc) return (__m512bh)_mm512_set1_epi32((int)ap[r]);
+    return (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(a_row_at(p0, p5, p10, l, l3, r)));
+}
+
+/* The BF16 tile: A(r, q) = ap[r + q*MR] (packed pair panel) or, with a_kc,
+ * the word at ap + r*la + 4q bytes (op(A) = A BF16 read in place along k,
+ * rows la bytes apart; kp pairs = an even kc, so no pair reaches past a
+ * row). a_kc only changes where the broadcasts are read from: the same
+ * vdpbf16ps sequence and store, so the same bits. */
 static inline __attribute__((always_inline)) void
-uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, const int mr,
-        const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode, bool pfc,
-        const float *cn) {
+uk_bf16(size_t kp, const void *ap, size_t la, const uint32_t *b, float *c, size_t ldc,
+        const int mr, const int nv, __mmask16 last, float alpha, float beta, mxp_gemm_store mode,
+        bool pfc, const float *cn, const bool a_kc) {
     __m512 acc[MXP_GEMM_MR][MXP_GEMM_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
     if (pfc) prefetch_c(c, ldc, mr, nv);
+    /* a_kc: row bases only for rows that exist (no pointer past op(A)) */
+    const uint32_t *a = a_kc ? NULL : ap;
+    const size_t l3 = 3 * la;
+    const char *p0 = ap;
+    const char *p5 = a_kc && mr > 5 ? p0 + 5 * la : p0;
+    const char *p10 = a_kc && mr > 10 ? p0 + 10 * la : p0;
     for (size_t q = 0; q < kp; q++) {
         if (cn && q < (size_t)mr) prefetch_next_c(cn, ldc, q);
         __m512bh bv[MXP_GEMM_NV];
@@ -202,22 +230,33 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
         for (int v = 0; v < nv; v++) bv[v] = (__m512bh)_mm512_load_si512(b + 16 * v);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
-            __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            __m512bh ar = a_pair(a, p0, p5, p10, la, l3, r, a_kc);
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
         }
-        a += MXP_GEMM_MR;
+        if (a_kc) {
+            p0 += sizeof(uint32_t);
+            p5 += sizeof(uint32_t);
+            p10 += sizeof(uint32_t);
+        } else {
+            a += MXP_GEMM_MR;
+        }
         b += MXP_GEMM_NR;
     }
     store_tile(acc, c, ldc, mr, nv, last, alpha, beta, mode);
 }
 
 /* One case per (mr, nv): constant arguments let the compiler specialise
- * the inlined body (registers, unrolling) for each edge shape. */
-#define UK_CASE(fn, MRC)                                                       \
+ * the inlined body (registers, unrolling) for each edge shape. The BF16
+ * tile's: A packed or read along k (akc). */
+#define UKB_CALL(MRC, NVC, AKC)                                                \
+    uk_bf16(k, a, la, b, c, ldc, MRC, NVC, last, alpha, beta, mode, pfc, cn, AKC)
+#define UKB_CASE(MRC)                                                          \
     case MRC:                                                                  \
-        if (nv == 1) fn(k, a, b, c, ldc, MRC, 1, last, alpha, beta, mode, pfc, cn); \
-        else fn(k, a, b, c, ldc, MRC, 2, last, alpha, beta, mode, pfc, cn);         \
+        if (akc && nv == 1) UKB_CALL(MRC, 1, true);                            \
+        else if (akc) UKB_CALL(MRC, 2, true);                                  \
+        else if (nv == 1) UKB_CALL(MRC, 1, false);                             \
+        else UKB_CALL(MRC, 2, false);                                          \
         break;
 
 /* The F32 tile's call for row count MRC: a and b with their k strides,
@@ -238,15 +277,6 @@ uk_bf16(size_t kp, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, c
             else UKF_CALL(fn, MRC, 2, false, false);                           \
         }                                                                      \
         break;
-
-#define UK_SWITCH(fn)                                                          \
-    switch (mr) {                                                              \
-        UK_CASE(fn, 1) UK_CASE(fn, 2) UK_CASE(fn, 3) UK_CASE(fn, 4)            \
-        UK_CASE(fn, 5) UK_CASE(fn, 6) UK_CASE(fn, 7) UK_CASE(fn, 8)            \
-        UK_CASE(fn, 9) UK_CASE(fn, 10) UK_CASE(fn, 11) UK_CASE(fn, 12)         \
-        UK_CASE(fn, 13) UK_CASE(fn, 14)                                        \
-    default: break;                                                            \
-    }
 
 static inline __mmask16 last_mask(int nr, int *nv) {
     *nv = nr > 16 ? 2 : 1;
@@ -352,14 +382,22 @@ void mxp_avx512_ukernel_f32_bt(size_t kc, const float *ap, const float *b, size_
     }
 }
 
-void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
-                             float *c, size_t ldc, int mr, int nr, float alpha,
-                             float beta, mxp_gemm_store mode, bool pfc, const float *cn) {
+void mxp_avx512_ukernel_bf16(size_t kp, const void *ap, size_t lda, bool a_kc,
+                             const uint32_t *bp, float *c, size_t ldc, int mr, int nr,
+                             float alpha, float beta, mxp_gemm_store mode, bool pfc,
+                             const float *cn) {
     int nv;
     __mmask16 last = last_mask(nr, &nv);
-    size_t k = kp;
-    const uint32_t *a = ap, *b = bp;
-    UK_SWITCH(uk_bf16)
+    size_t k = kp, la = a_kc ? lda * sizeof(uint16_t) : 0;
+    const void *a = ap;
+    const uint32_t *b = bp;
+    const bool akc = a_kc;
+    switch (mr) {
+        UKB_CASE(1) UKB_CASE(2) UKB_CASE(3) UKB_CASE(4) UKB_CASE(5) UKB_CASE(6) UKB_CASE(7)
+        UKB_CASE(8) UKB_CASE(9) UKB_CASE(10) UKB_CASE(11) UKB_CASE(12) UKB_CASE(13)
+        UKB_CASE(14)
+    default: break;
+    }
 }
 
 /* mxp_avx512_ukernel_bf16_row for the _UNIT store modes, software-
@@ -368,22 +406,24 @@ void mxp_avx512_ukernel_bf16(size_t kp, const uint32_t *ap, const uint32_t *bp,
  * while this one drains and its C stores retire (short K: the 28 stores
  * and their C loads are a large share of a 16-pair tile). Per element the
  * same instructions as uk_bf16: acc = vdpbf16ps(0, A pair 0, B pair 0),
- * then pairs 1 .. kp-1 in order, then the store. Accumulators as named
+ * then pairs 1 .. kp-1 in order, then the store. A packed, or read along
+ * k (a_kc: rows la bytes apart, as uk_bf16). Accumulators as named
  * variables (see uk_w16_bt). kp >= 1, tiles >= 1. */
 static inline __attribute__((always_inline)) void
-bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float *c, size_t ldc,
-            float alpha, float beta, const mxp_gemm_store mode, const float *cn) {
+bf16_row_sp(size_t kp, const void *ap, size_t la, const uint32_t *b, size_t tiles, float *c,
+            size_t ldc, float alpha, float beta, const mxp_gemm_store mode, const float *cn,
+            const bool a_kc) {
 #define SP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 #define SP_DECL(R) __m512 x##R##_0, x##R##_1;
 #define SP_FIRST(R)                                                            \
     {                                                                          \
-        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)a[R]);            \
+        const __m512bh br = a_pair(a, p0, p5, p10, la, l3, R, a_kc);           \
         x##R##_0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb0);             \
         x##R##_1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), br, nb1);             \
     }
 #define SP_STEP(R)                                                             \
     {                                                                          \
-        const __m512bh br = (__m512bh)_mm512_set1_epi32((int)aq[R]);           \
+        const __m512bh br = a_pair(aq, q0, q5, q10, la, l3, R, a_kc);          \
         x##R##_0 = _mm512_dpbf16_ps(x##R##_0, br, b0);                         \
         x##R##_1 = _mm512_dpbf16_ps(x##R##_1, br, b1);                         \
     }
@@ -394,18 +434,31 @@ bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float
     row += ldc;                                                                \
     __asm__("" : "+r"(row));
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const uint32_t *a = a_kc ? NULL : ap;
+    const size_t l3 = 3 * la;
+    const char *p0 = ap;
+    const char *p5 = a_kc ? p0 + 5 * la : p0, *p10 = a_kc ? p0 + 10 * la : p0;
     SP_ROWS(SP_DECL)
     __m512bh nb0 = (__m512bh)_mm512_load_si512(b), nb1 = (__m512bh)_mm512_load_si512(b + 16);
     SP_ROWS(SP_FIRST)
     for (size_t t = 0; t < tiles; t++) {
         const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
-        const uint32_t *aq = a + MXP_GEMM_MR, *bq = b + MXP_GEMM_NR;
+        const uint32_t *aq = a_kc ? NULL : a + MXP_GEMM_MR, *bq = b + MXP_GEMM_NR;
+        const size_t w = sizeof(uint32_t);
+        const char *q0 = p0 + (a_kc ? w : 0), *q5 = p5 + (a_kc ? w : 0);
+        const char *q10 = p10 + (a_kc ? w : 0);
         for (size_t q = 1; q < kp; q++) {
             if (next && q - 1 < (size_t)MXP_GEMM_MR) prefetch_next_c(next, ldc, q - 1);
             const __m512bh b0 = (__m512bh)_mm512_load_si512(bq);
             const __m512bh b1 = (__m512bh)_mm512_load_si512(bq + 16);
             SP_ROWS(SP_STEP)
-            aq += MXP_GEMM_MR;
+            if (a_kc) {
+                q0 += w;
+                q5 += w;
+                q10 += w;
+            } else {
+                aq += MXP_GEMM_MR;
+            }
             bq += MXP_GEMM_NR;
         }
         /* the next tile's first k pair (the last tile's: its own again,
@@ -427,30 +480,41 @@ bf16_row_sp(size_t kp, const uint32_t *a, const uint32_t *b, size_t tiles, float
 
 /* A row of full BF16 tiles (contract in gemm_internal.h): one call, so the
  * per-tile call, dispatch and vzeroupper are paid once per row. */
-void mxp_avx512_ukernel_bf16_row(size_t kp, const uint32_t *ap, const uint32_t *bp, size_t tiles,
-                                 float *c, size_t ldc, float alpha, float beta,
-                                 mxp_gemm_store mode, const float *cn) {
+#define UKB_ROW_SP(MODE, AKC)                                                  \
+    bf16_row_sp(kp, ap, la, bp, tiles, c, ldc, alpha, beta, MODE, cn, AKC)
+#define UKB_ROW(AKC)                                                           \
+    for (size_t t = 0; t < tiles; t++) {                                       \
+        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;              \
+        uk_bf16(kp, ap, la, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, \
+                beta, mode, false, next, AKC);                                 \
+        bp += MXP_GEMM_NR * kp;                                                \
+        c += MXP_GEMM_NR;                                                      \
+    }
+void mxp_avx512_ukernel_bf16_row(size_t kp, const void *ap, size_t lda, bool a_kc,
+                                 const uint32_t *bp, size_t tiles, float *c, size_t ldc,
+                                 float alpha, float beta, mxp_gemm_store mode, const float *cn) {
     if (tiles == 0) return;
+    const size_t la = a_kc ? lda * sizeof(uint16_t) : 0;
     switch (mode) { /* the unit stores leave registers for the pipelining */
     case MXP_GEMM_STORE_SET_UNIT:
-        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_SET_UNIT, cn);
+        if (a_kc) UKB_ROW_SP(MXP_GEMM_STORE_SET_UNIT, true);
+        else UKB_ROW_SP(MXP_GEMM_STORE_SET_UNIT, false);
         return;
     case MXP_GEMM_STORE_BETA_UNIT:
-        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_BETA_UNIT, cn);
+        if (a_kc) UKB_ROW_SP(MXP_GEMM_STORE_BETA_UNIT, true);
+        else UKB_ROW_SP(MXP_GEMM_STORE_BETA_UNIT, false);
         return;
     case MXP_GEMM_STORE_ADD_UNIT:
-        bf16_row_sp(kp, ap, bp, tiles, c, ldc, alpha, beta, MXP_GEMM_STORE_ADD_UNIT, cn);
+        if (a_kc) UKB_ROW_SP(MXP_GEMM_STORE_ADD_UNIT, true);
+        else UKB_ROW_SP(MXP_GEMM_STORE_ADD_UNIT, false);
         return;
     default: break;
     }
-    for (size_t t = 0; t < tiles; t++) {
-        const float *next = t + 1 < tiles ? c + MXP_GEMM_NR : cn;
-        uk_bf16(kp, ap, bp, c, ldc, MXP_GEMM_MR, MXP_GEMM_NV, (__mmask16)0xffff, alpha, beta,
-                mode, false, next);
-        bp += MXP_GEMM_NR * kp;
-        c += MXP_GEMM_NR;
-    }
+    if (a_kc) UKB_ROW(true)
+    else UKB_ROW(false)
 }
+#undef UKB_ROW_SP
+#undef UKB_ROW
 
 /* A row of full F32 tiles (contract in gemm_internal.h). */
 #define UKF_ROW(BM, AKC)                                                       \
