@@ -7,7 +7,8 @@
  * short-tail path for the last 1..4 pairs of a 16-pair chunk; rows
  * contiguous: the pair interleave), both panel widths (MR = 14: unmasked
  * 16-word stores inside a panel, masked at its end; NR = 32), every kc
- * around the chunk and tail boundaries, row counts around 14/16/32.
+ * around the chunk and tail boundaries, row counts around 14/16/32. And
+ * the subnormal scan of a k-contiguous block (check_scan).
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 #include "kernels/kernels.h"
@@ -83,6 +84,45 @@ static void check_case(bool k_contig, int w, size_t rows, size_t kc, size_t r0, 
     free(x);
 }
 
+/* mxp_avx512_bf16_kcontig_subnormal (gemm.c reads a BF16 op(A) in place
+ * only where it says no) against the scalar definition: a block of
+ * normal values and zeros with one special value planted (or none) at
+ * every position class (first / last element of a row, a 32-lane chunk's
+ * tail, the middle), the value one of the boundary classes (the smallest
+ * and largest subnormals of both signs: yes; +-0, the smallest normal,
+ * Inf, NaN: no); subnormals outside the block (the rows' padding, the
+ * rows before and after, k before k0) must not count. Rows contiguous
+ * (ld == kc: one run) and padded. */
+static void check_scan(size_t rows, size_t kc, size_t pad) {
+    static const uint16_t special[] = {0x0001, 0x007f, 0x8001, 0x807f, 0x0040,
+                                       0x0000, 0x8000, 0x0080, 0x8080, 0x7f80, 0x7fc1};
+    const size_t r0 = 1, k0 = pad ? 2 : 0, ld = kc + k0 + pad, n = (rows + 2) * ld;
+    uint16_t *x = malloc(n * sizeof *x);
+    CHECK(x != NULL);
+    const mxp_gemm_src src = {MXP_DTYPE_BF16, x, ld, true};
+    const size_t pos[][2] = {{0, 0}, {0, kc - 1}, {rows - 1, kc - 1}, {rows / 2, kc / 2},
+                             {rows - 1, kc > 31 ? 31 : kc - 1}, {rows / 3, kc > 33 ? 33 : 0}};
+    for (size_t v = 0; v <= sizeof special / sizeof special[0]; v++)
+        for (size_t q = 0; q < sizeof pos / sizeof pos[0]; q++) {
+            for (size_t i = 0; i < n; i++) {
+                size_t r = i / ld, k = i % ld;
+                bool inside = r >= r0 && r < r0 + rows && k >= k0 && k < k0 + kc;
+                x[i] = inside ? random_bf16(0) : (uint16_t)(0x0001u + i % 0x7eu);
+            }
+            bool want = false;
+            if (v < sizeof special / sizeof special[0]) {
+                x[(r0 + pos[q][0]) * ld + k0 + pos[q][1]] = special[v];
+                want = subnormal(special[v]);
+            }
+            bool got = mxp_avx512_bf16_kcontig_subnormal(&src, r0, rows, k0, kc);
+            CHECK_MSG(got == want, "subnormal scan %d, expected %d (rows %zu kc %zu ld %zu, "
+                      "value %#x at %zu, %zu)", got, want, rows, kc, ld,
+                      v < sizeof special / sizeof special[0] ? special[v] : 0, pos[q][0],
+                      pos[q][1]);
+        }
+    free(x);
+}
+
 int main(void) {
     const mxp_cpu_features *f = mxp_cpu_features_get();
     if (!mxp_avx512_usable(f)) {
@@ -102,5 +142,8 @@ int main(void) {
                     check_case(kcontig, w, rows, kc, 0, 0, 0);
                     check_case(kcontig, w, rows, kc, 3, 5, 20); /* offsets, subnormals */
                 }
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++)
+        for (size_t ki = 0; ki < sizeof kc_list / sizeof kc_list[0]; ki++)
+            for (size_t pad = 0; pad < 2; pad++) check_scan(rows_list[ri], kc_list[ki], pad * 3);
     return test_finish("test_gemm_pack_bf16");
 }

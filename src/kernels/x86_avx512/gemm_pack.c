@@ -550,15 +550,30 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
     return any != 0;
 }
 
+/* Whether the n BF16 values at v hold a subnormal: per 16-bit lane the
+ * magnitude minus 1 (zero wraps to 0xffff) is below 0x7f exactly for a
+ * subnormal; the minimum over all lanes is kept in a vector (three vector
+ * operations per 32 values, no mask operations in the loop). */
+static bool bf16_run_subnormal(const uint16_t *v, size_t n) {
+    const __m512i mag = _mm512_set1_epi16(0x7fff), one = _mm512_set1_epi16(1);
+    __m512i lo = _mm512_set1_epi16(-1);
+    size_t k = 0;
+    for (; k + 32 <= n; k += 32)
+        lo = _mm512_min_epu16(lo, _mm512_sub_epi16(_mm512_and_si512(_mm512_loadu_si512(v + k), mag),
+                                                   one));
+    if (k < n) /* masked-off lanes load 0, which wraps to 0xffff */
+        lo = _mm512_min_epu16(
+            lo, _mm512_sub_epi16(_mm512_and_si512(_mm512_maskz_loadu_epi16(lanes32(n - k), v + k),
+                                                  mag),
+                                 one));
+    return _mm512_cmplt_epu16_mask(lo, _mm512_set1_epi16(0x7f)) != 0;
+}
+
 bool mxp_avx512_bf16_kcontig_subnormal(const mxp_gemm_src *x, size_t r0, size_t rows,
                                        size_t k0, size_t kc) {
-    const uint16_t *base = x->base;
-    for (size_t r = 0; r < rows; r++) {
-        const uint16_t *v = base + (r0 + r) * x->ld + k0;
-        __mmask32 any = 0;
-        for (size_t k = 0; k < kc; k += 32)
-            any |= bf16_subnormal_lanes(_mm512_maskz_loadu_epi16(lanes32(kc - k), v + k));
-        if (any) return true;
-    }
+    const uint16_t *base = (const uint16_t *)x->base + r0 * x->ld + k0;
+    if (x->ld == kc) return bf16_run_subnormal(base, rows * kc); /* one run of rows */
+    for (size_t r = 0; r < rows; r++)
+        if (bf16_run_subnormal(base + r * x->ld, kc)) return true;
     return false;
 }
