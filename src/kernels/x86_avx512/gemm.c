@@ -20,6 +20,9 @@
  * tile's instruction sequence as it is (docs/kernels.md, issue 16):
  *   - FP32 operands contiguous along the tile's rows or columns are read
  *     in place instead of packed (in_place);
+ *   - op(A) = A contiguous along k is read in place (a_kc): FP32 on the
+ *     F32 path; BF16 on the DPBF16 path, per block whose K length is even
+ *     and which holds no BF16 subnormal (in_place_a_bf16);
  *   - a batch-sized row range with a wide B that must be widened or paired
  *     runs K blocks outermost with B packed in L2-sized chunks
  *     (gemm_range_l2);
@@ -538,7 +541,7 @@ static bool small_b(const mxp_gemm_src *b) {
 
 /* Whether the packed path should run a small-M product (M <= 32) instead:
  * when it reads both FP32 operands in place (op(A) = A along k, a_kc;
- * op(B) = B, in_place: the dX pass, NN) and a K
+ * op(B) = B, in_place, which is NULL on the DPBF16 path: the dX pass, NN) and a K
  * block of op(B) fits Zen 4's L2, it packs nothing, while the
  * small-M path packs (transposes) op(A) per K block (about 3% of
  * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
