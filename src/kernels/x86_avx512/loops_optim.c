@@ -10,11 +10,10 @@
  * multiplies and adds (no FMA); vsqrtps and vdivps round correctly like
  * sqrtf and '/'. The weights are processed in chunks of OPT_CHUNK: the
  * master path updates a chunk in place and recasts it into `work` while it
- * is in cache (AdamW into BF16: in the update loop, bf16_store16, the
- * convert's bits, hidden under the divisions); the pure path widens a
- * chunk of `work` into a stack buffer, updates it and stores it back
- * through mxp_avx512_convert_sr (element i draws mxp_rng_at(seed,
- * counter + i), as the reference) or mxp_avx512_convert. Chunking does not change results: every operation is
+ * is in cache; the pure path widens a chunk of `work` into a stack buffer,
+ * updates it and stores it back through mxp_avx512_convert_sr (element i
+ * draws mxp_rng_at(seed, counter + i), as the reference) or
+ * mxp_avx512_convert. Chunking does not change results: every operation is
  * element-wise. Large updates (>= PAR_MIN elements) are split over the
  * kernel thread pool at chunk boundaries (loops_simd.h), which changes
  * nothing either.
@@ -60,14 +59,6 @@ typedef struct adamw_ctx {
     float b1, b2, omb1, omb2, eps, decay, step_size, bc2_sqrt;
 } adamw_ctx;
 
-/* The BF16 working copy of FP32 master weights, which adamw_range rounds
- * into as it updates (bf16_store16: the bits of chunk_store's convert), or
- * NULL: chunk_store recasts. */
-static uint16_t *bf16_recast(const mxp_weights *w) {
-    if (!w->master || !w->work || w->work == (void *)w->master) return NULL;
-    return w->work_type == MXP_DTYPE_BF16 ? w->work : NULL;
-}
-
 /* AdamW on elements [lo, hi) (lo a multiple of OPT_CHUNK). */
 static void adamw_range(const adamw_ctx *c, size_t lo, size_t hi) {
     const __m512 vb1 = _mm512_set1_ps(c->b1), vb2 = _mm512_set1_ps(c->b2);
@@ -75,14 +66,12 @@ static void adamw_range(const adamw_ctx *c, size_t lo, size_t hi) {
     const __m512 veps = _mm512_set1_ps(c->eps), vdecay = _mm512_set1_ps(c->decay);
     const __m512 vstep = _mm512_set1_ps(c->step_size), vbc2 = _mm512_set1_ps(c->bc2_sqrt);
     float tmp[OPT_CHUNK];
-    uint16_t *const wb = bf16_recast(c->w);
 
     for (size_t off = lo; off < hi; off += OPT_CHUNK) {
         size_t len = hi - off < OPT_CHUNK ? hi - off : OPT_CHUNK;
         float *wp = chunk_load(c->w, off, len, tmp);
         const float *gc = c->g + off;
         float *mc = c->m + off, *vc = c->v + off;
-        uint16_t *wbc = wb ? wb + off : NULL;
         for (size_t i = 0; i < len; i += 16) {
             __mmask16 k = lanes16(len - i);
             __m512 gi = _mm512_maskz_loadu_ps(k, gc + i);
@@ -97,9 +86,8 @@ static void adamw_range(const adamw_ctx *c, size_t lo, size_t hi) {
             wi = _mm512_sub_ps(_mm512_mul_ps(wi, vdecay),
                                _mm512_mul_ps(vstep, _mm512_div_ps(mi, denom)));
             _mm512_mask_storeu_ps(wp + i, k, wi);
-            if (wbc) bf16_store16(wbc + i, wi, k);
         }
-        if (!wbc) chunk_store(c->w, off, len, wp);
+        chunk_store(c->w, off, len, wp);
     }
 }
 

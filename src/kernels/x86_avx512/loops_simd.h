@@ -129,42 +129,6 @@ static inline void amax_add(amax_acc *a, __m512 v, __mmask16 k) {
     a->bits = _mm512_mask_max_epu32(a->bits, k, a->bits, _mm512_castps_si512(_mm512_abs_ps(v)));
 }
 
-/* ---- FP32 -> BF16, round to nearest even (loops_convert.c, loops_optim.c) ---- */
-
-/* 16 FP32 bit patterns -> 16 BF16 in the low halves of 32-bit lanes (RNE):
- * the reference's carry trick and NaN branch (src/num/bf16.c) in integers. */
-static inline __m512i bf16_rne_bits(__m512i u) {
-    const __m512i one = _mm512_set1_epi32(1);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-    r = _mm512_srli_epi32(r, 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_mask_blend_epi32(nan, r, qnan);
-}
-
-/* Lanes of u (16 FP32 bit patterns) that are subnormal: exponent 0,
- * fraction != 0. */
-static inline __mmask16 f32_subnormal_lanes(__m512i u) {
-    const __mmask16 e0 = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_test_epi32_mask(e0, u, _mm512_set1_epi32(0x007fffff));
-}
-
-/* Lanes k of v rounded to BF16 and stored at dst. vcvtneps2bf16 gives the
- * reference's bits on every input but FP32 subnormals, which it reads as
- * zero (RNE whatever MXCSR says; a NaN becomes its upper half with the
- * quiet bit set, as the reference's; a normal input never rounds to a BF16
- * subnormal): all 2^32 inputs were compared against bf16_rne_bits
- * (docs/kernels.md). A vector holding a subnormal takes bf16_rne_bits. */
-static inline void bf16_store16(uint16_t *dst, __m512 v, __mmask16 k) {
-    const __m512i u = _mm512_castps_si512(v);
-    if (f32_subnormal_lanes(u) & k)
-        _mm512_mask_cvtepi32_storeu_epi16(dst, k, bf16_rne_bits(u));
-    else
-        _mm256_mask_storeu_epi16(dst, k, (__m256i)_mm512_cvtneps_pbh(v));
-}
-
 /* MXCSR bits: FTZ (bit 15) and DAZ (bit 6). */
 #define MXP_MXCSR_FTZ_DAZ 0x8040u
 
