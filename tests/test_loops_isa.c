@@ -726,6 +726,10 @@ static void test_optim(void) {
         fill(m0, n, 0.001f, false);
         for (size_t i = 0; i < n; i++) v0[i] = 1e-6f * mxp_rng_uniform(&rng);
         for (size_t i = 0; i < n; i += 7) g[i] = i % 2 ? 0.0f : 1e-30f;
+        for (size_t i = 5; i < n; i += 11) { /* weights that stay FP32 subnormals (the */
+            w0[i] = (i % 3 ? 1.0f : -1.0f) * 1e-40f * (float)(1 + i % 5); /* integer path */
+            g[i] = m0[i] = 0.0f;                                          /* of a recast) */
+        }
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int adam = 0; adam < 2; adam++)
                 for (int64_t t = 1; t <= 3; t++) {

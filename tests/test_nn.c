@@ -220,6 +220,26 @@ static void test_structure(void) {
         }
         if (!ln && t->count >= 21) CHECK_MSG(mx > 0.5 * bound, "%s spread", t->name);
     }
+    /* bit for bit the stream of mxp_rng_uniform (one draw per parameter of
+     * the linear layers, in slab order; layernorm draws nothing), whatever
+     * the counter's position in its Philox block at each tensor */
+    {
+        mxp_rng r;
+        mxp_rng_init(&r, 42);
+        size_t bad = 0;
+        for (int i = 0; i < 10; i++) {
+            const mxp_tensor_info *t = mxp_model_tensor(m, i);
+            if ((i / 2) % 2 == 1 && i < 8) continue; /* layernorm */
+            const float bound = (float)(1.0 / sqrt(i < 2 ? 5.0 : 7.0));
+            for (size_t j = 0; j < t->count; j++) {
+                const float u = (2.0f * mxp_rng_uniform(&r) - 1.0f) * bound;
+                if (memcmp(&u, &mw[t->offset + j], sizeof u) != 0 && bad++ == 0)
+                    test_fail(__FILE__, __LINE__, "%s[%zu] = %.9g, mxp_rng_uniform stream %.9g",
+                              t->name, j, mw[t->offset + j], u);
+            }
+        }
+        CHECK_MSG(bad == 0, "%zu init values differ from the mxp_rng_uniform stream", bad);
+    }
     /* deterministic per seed, different across seeds */
     mxp_model *m2 = make(&s, MXP_PRECISION_FP32, 42), *m3 = make(&s, MXP_PRECISION_FP32, 43);
     if (m2 && m3) {

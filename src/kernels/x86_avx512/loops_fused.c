@@ -117,6 +117,21 @@ static void lookup_scan(float *out, const float *T, const void *src, size_t n, f
     amax_fold(&acc, out, n, amax, nonfinite);
 }
 
+/* out[i] = T16[src[i]], two entries per 32-bit load and store: on the
+ * development CPU (Zen 4) 0.32 ns per element against 0.57 for one 16-bit
+ * store per element (one thread, 1024 N(0, 1.5) BF16 inputs; FP32 outputs,
+ * lookup above, run at 0.30 either way). */
+static inline void lookup16(uint16_t *out, const uint16_t *T16, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        uint32_t s, o;
+        memcpy(&s, src + i, sizeof s);
+        o = (uint32_t)T16[s & 0xffffu] | (uint32_t)T16[s >> 16] << 16;
+        memcpy(out + i, &o, sizeof o);
+    }
+    if (i < n) out[i] = T16[src[i]];
+}
+
 /* Mask of the first n (< 32) 16-bit lanes, or all 32. */
 static inline __mmask32 lanes32(size_t n) {
     return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
@@ -132,7 +147,7 @@ static inline __mmask32 lanes32(size_t n) {
  * scanned from T in full with absmax's rules (amax_fold). */
 static void act_piece16(const float *T, const uint16_t *T16, mxp_dtype at, const uint16_t *src,
                         uint16_t *ao, size_t n, float *ta, mxp_epilogue_part *p) {
-    for (size_t i = 0; i < n; i++) ao[i] = T16[src[i]];
+    lookup16(ao, T16, src, n);
     const __m512i abs16 = _mm512_set1_epi16(0x7fff);
     __m512i mx = _mm512_setzero_si512();
     for (size_t i = 0; i < n; i += 32)
