@@ -163,6 +163,7 @@ typedef struct gemm_plan {
     float alpha, beta;
     bool dp;
     bool a_kc;    /* op(A) FP32, k-contiguous, read in place (in_place_a) */
+    bool a_w16;   /* op(A) FP16, k-contiguous, widened along k (a_widen) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -340,6 +341,35 @@ static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
     return in_place(&p->a, p->dp, r0, k0);
 }
 
+/* Row stride of a widened FP16 op(A) block (a_w16) of K blocks of at
+ * most kb: whole 64-byte lines. */
+static size_t a_w16_ld(size_t kb) { return (kb + 15) & ~(size_t)15; }
+
+/* Whether op(A) is FP16 along k (op(A) = A: the dX pass NN, the forward
+ * NT) and is widened block by block in its own layout (a_widen) rather
+ * than packed into MR panels. */
+static bool a_w16_ok(const gemm_plan *p) {
+    return !p->dp && p->a.type == MXP_DTYPE_F16 && p->a.k_contig && a_kc_ok(a_w16_ld(p->kb));
+}
+
+/* An FP16 op(A) along k (a_w16): its block X[ic .. ic+mc)[pc .. pc+kc)
+ * is widened row by row into s->ap, rows a_w16_ld(kb) floats apart (a
+ * stream: load, vcvtph2ps, store; the MR-panel packer transposes), and
+ * read there along k as an FP32 op(A) is in place (a_kc). Returns the plan
+ * gemm_block gets, *q: p with op(A) that FP32 block; *a_in: its first row.
+ * The same values (exact widening), FMAs and store: the same bits. */
+static const gemm_plan *a_widen(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
+                                size_t pc, size_t kc, gemm_plan *q, const float **a_in) {
+    const size_t ld = a_w16_ld(p->kb);
+    mxp_avx512_widen_f32(&p->a, ic, mc, pc, kc, s->ap, ld);
+    *q = *p;
+    q->a = (mxp_gemm_src){MXP_DTYPE_F32, s->ap, ld, true};
+    q->a_kc = true;
+    q->a_w16 = false;
+    *a_in = s->ap;
+    return q;
+}
+
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
@@ -360,13 +390,17 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
             for (size_t ic = m0; ic < m1; ic += MXP_GEMM_MC) {
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
                 const float *a_in = in_place_a(p, ic, pc);
+                const gemm_plan *pa = p;
+                gemm_plan pw;
                 bool any = any_b;
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
+                else if (p->a_w16)
+                    pa = a_widen(p, s, ic, mc, pc, kc, &pw, &a_in);
                 else if (!a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in);
+                gemm_block(pa, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in);
             }
         }
     }
@@ -391,10 +425,15 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = store_mode(p, pc, unit);
+        const gemm_plan *pa = p;
+        gemm_plan pw;
+        const float *a_in = NULL;
         bool any_a = false;
         if (p->dp)
             any_a = mxp_avx512_pack_bf16(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, (uint32_t *)s->ap,
                                          sub_a);
+        else if (p->a_w16)
+            pa = a_widen(p, s, m0, mc, pc, kc, &pw, &a_in);
         else
             mxp_avx512_pack_f32(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, s->ap);
         for (size_t jc = n0; jc < n1; jc += nc_max) {
@@ -405,7 +444,7 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
                                             (uint32_t *)s->bp, sub_b);
             else
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
-            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, NULL, NULL);
+            gemm_block(pa, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, NULL);
         }
     }
 }
@@ -603,6 +642,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
     p->a_kc = !p->dp && !o->packed_only && p->a.type == MXP_DTYPE_F32 && p->a.k_contig &&
               a_kc_ok(p->a.ld);
+    p->a_w16 = !o->packed_only && a_w16_ok(p);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;
