@@ -126,6 +126,18 @@ enum { SPLIT_M_MAX_K = 128 };
  * (five runs; the small path's threads each pack all of op(A)). */
 #define SMALL_PACKED_B_BYTES ((size_t)1024 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
+/* An FP16 op(A) = A^T whose k rows alias in L1 (kmajor_aliased) is widened
+ * in its own layout (a_widen) only for at most this many columns of C (3
+ * B micro-panels): the MR-panel packer reads 16 such k rows per group and
+ * misses L1 on each (2.2-2.6x the widening floor alone), but the tiles
+ * then read A^T along the rows of C, 56 bytes per k step at a stride
+ * (not one 56-byte run per k as in a micro-panel; presumably more L1
+ * lines per tile), and that costs more than the packing saved from
+ * N = 128 on. One thread, CPU time, ours /
+ * base (bench_gemm_cpu with a throwaway shape list, two runs):
+ * 2048xNx512 TN f16 N = 72 1.038 / 1.052, 128 1.005 / 0.995, 256-2048
+ * 0.985-0.999 (docs/kernels.md, f16wide). */
+#define A_W16_KMAJOR_MAX_N ((size_t)96)
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
@@ -163,7 +175,7 @@ typedef struct gemm_plan {
     float alpha, beta;
     bool dp;
     bool a_kc;    /* op(A) FP32, k-contiguous, read in place (in_place_a) */
-    bool a_w16;   /* op(A) FP16, k-contiguous, widened along k (a_widen) */
+    bool a_w16;   /* op(A) FP16, widened in its own layout (a_widen) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -341,30 +353,46 @@ static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
     return in_place(&p->a, p->dp, r0, k0);
 }
 
-/* Row stride of a widened FP16 op(A) block (a_w16) of K blocks of at
- * most kb: whole 64-byte lines. */
-static size_t a_w16_ld(size_t kb) { return (kb + 15) & ~(size_t)15; }
-
-/* Whether op(A) is FP16 along k (op(A) = A: the dX pass NN, the forward
- * NT) and is widened block by block in its own layout (a_widen) rather
- * than packed into MR panels. */
-static bool a_w16_ok(const gemm_plan *p) {
-    return !p->dp && p->a.type == MXP_DTYPE_F16 && p->a.k_contig && a_kc_ok(a_w16_ld(p->kb));
+/* Whether the packer's groups of PACK_KGROUP = 16 k rows of a k-major
+ * operand (X(r, k) at k*ld + r, elements of es bytes) put more rows in one
+ * set of the 8-way L1 than it has ways (rows 4 KiB apart: all 16). */
+static bool kmajor_aliased(size_t ld, size_t es) {
+    unsigned char rows[L1_SETS] = {0};
+    for (size_t k = 0; k < 16; k++)
+        if (++rows[k * ld * es / L1_LINE % L1_SETS] > 8) return true;
+    return false;
 }
 
-/* An FP16 op(A) along k (a_w16): its block X[ic .. ic+mc)[pc .. pc+kc)
- * is widened row by row into s->ap, rows a_w16_ld(kb) floats apart (a
- * stream: load, vcvtph2ps, store; the MR-panel packer transposes), and
- * read there along k as an FP32 op(A) is in place (a_kc). Returns the plan
- * gemm_block gets, *q: p with op(A) that FP32 block; *a_in: its first row.
- * The same values (exact widening), FMAs and store: the same bits. */
+/* A length rounded up to whole 64-byte lines of floats. */
+static size_t lines16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Whether op(A) is FP16 and is widened block by block in its own layout
+ * (a_widen) rather than packed into MR panels: along k (op(A) = A: the
+ * dX pass NN, the forward NT) when the a_kc kernel may read it there, or
+ * along the rows of C (op(A) = A^T: the dW pass TN) when the packer's k
+ * rows alias in L1 and N is small (A_W16_KMAJOR_MAX_N). */
+static bool a_w16_ok(const gemm_plan *p) {
+    if (p->dp || p->a.type != MXP_DTYPE_F16) return false;
+    if (p->a.k_contig) return a_kc_ok(lines16(p->kb));
+    return kmajor_aliased(p->a.ld, sizeof(uint16_t)) && p->N <= A_W16_KMAJOR_MAX_N;
+}
+
+/* An FP16 op(A) (a_w16): its block X[ic .. ic+mc)[pc .. pc+kc) is
+ * widened line by line into s->ap in X's own layout (a stream: load,
+ * vcvtph2ps, store; the MR-panel packers transpose or regroup), rows
+ * lines16(kb) floats apart when X is k-contiguous (then read along k, as
+ * an FP32 op(A) is in place with a_kc), else k rows lines16(mc) apart
+ * (read along the rows of C, as an FP32 op(A) = A^T in place). Returns
+ * the plan gemm_block gets, *q: p with op(A) that FP32 block; *a_in: its
+ * origin. The same values (exact widening), FMAs and store: the same
+ * bits. */
 static const gemm_plan *a_widen(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                                 size_t pc, size_t kc, gemm_plan *q, const float **a_in) {
-    const size_t ld = a_w16_ld(p->kb);
+    const size_t ld = lines16(p->a.k_contig ? p->kb : mc);
     mxp_avx512_widen_f32(&p->a, ic, mc, pc, kc, s->ap, ld);
     *q = *p;
-    q->a = (mxp_gemm_src){MXP_DTYPE_F32, s->ap, ld, true};
-    q->a_kc = true;
+    q->a = (mxp_gemm_src){MXP_DTYPE_F32, s->ap, ld, p->a.k_contig};
+    q->a_kc = p->a.k_contig;
     q->a_w16 = false;
     *a_in = s->ap;
     return q;
