@@ -138,6 +138,8 @@ enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
  * 2048xNx512 TN f16 N = 72 1.038 / 1.052, 128 1.005 / 0.995, 256-2048
  * 0.985-0.999 (docs/kernels.md, f16wide). */
 #define A_W16_KMAJOR_MAX_N ((size_t)96)
+/* See a_w16_block. */
+#define A_W16_MAX_B_BYTES ((size_t)1024 * 1024)
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
@@ -377,6 +379,16 @@ static bool a_w16_ok(const gemm_plan *p) {
     return kmajor_aliased(p->a.ld, sizeof(uint16_t)) && p->N <= A_W16_KMAJOR_MAX_N;
 }
 
+/* Whether gemm_range widens an FP16 op(A) (a_w16) for a packed op(B)
+ * block of nc x kc: always along the rows of C; along k only while that
+ * block fits Zen 4's L2. With a 2 MiB block (512x2048x2048 NN and NT, B
+ * streamed from L3 past the tiles) reading the widened rows along k read
+ * 0.990-0.998 of the base in six runs, packing 1.00 (docs/kernels.md,
+ * f16wide); gemm_range_l2's chunks always fit. */
+static bool a_w16_block(const gemm_plan *p, size_t nc, size_t kc) {
+    return !p->a.k_contig || nc * kc * sizeof(float) <= A_W16_MAX_B_BYTES;
+}
+
 /* An FP16 op(A) (a_w16): its block X[ic .. ic+mc)[pc .. pc+kc) is
  * widened line by line into s->ap in X's own layout (a stream: load,
  * vcvtph2ps, store; the MR-panel packers transpose or regroup), rows
@@ -424,7 +436,7 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                 if (p->dp)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
-                else if (p->a_w16)
+                else if (p->a_w16 && a_w16_block(p, nc, kc))
                     pa = a_widen(p, s, ic, mc, pc, kc, &pw, &a_in);
                 else if (!a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
