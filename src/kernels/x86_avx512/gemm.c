@@ -126,20 +126,14 @@ enum { SPLIT_M_MAX_K = 128 };
  * (five runs; the small path's threads each pack all of op(A)). */
 #define SMALL_PACKED_B_BYTES ((size_t)1024 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
-/* An FP16 op(A) = A^T whose k rows alias in L1 (kmajor_aliased) is widened
- * in its own layout (a_widen) only for at most this many columns of C (3
- * B micro-panels): the MR-panel packer reads 16 such k rows per group and
- * misses L1 on each (2.2-2.6x the widening floor alone), but the tiles
- * then read A^T along the rows of C, 56 bytes per k step at a stride
- * (not one 56-byte run per k as in a micro-panel; presumably more L1
- * lines per tile), and that costs more than the packing saved from
- * N = 128 on. One thread, CPU time, ours /
- * base (bench_gemm_cpu with a throwaway shape list, two runs):
- * 2048xNx512 TN f16 N = 72 1.038 / 1.052, 128 1.005 / 0.995, 256-2048
- * 0.985-0.999 (docs/kernels.md, f16wide). */
+/* An FP16 op(A) = A^T whose k rows alias in L1 (kmajor_aliased; the MR
+ * packer then runs at 2.6x the widening floor) is widened in its own
+ * layout (a_widen) for at most this many columns of C: the tiles then read
+ * A^T at a stride, which from N = 128 on cost more than the packing saved.
+ * One thread, ours / base, 2048xNx512 TN f16, two runs: N = 72 1.038 /
+ * 1.052, 128 1.005 / 0.995, 256-2048 0.985-0.999 (docs/kernels.md). */
 #define A_W16_KMAJOR_MAX_N ((size_t)96)
-/* See a_w16_block. */
-#define A_W16_MAX_B_BYTES ((size_t)1024 * 1024)
+#define A_W16_MAX_B_BYTES ((size_t)1024 * 1024) /* a_w16_block */
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
