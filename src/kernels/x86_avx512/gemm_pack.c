@@ -371,13 +371,9 @@ void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
 static inline __attribute__((always_inline)) void
 widen_lines(mxp_dtype t, const void *base, size_t ld, size_t line0, size_t lines, size_t off,
             size_t n, float *dst, size_t ldd) {
-    const size_t es = t == MXP_DTYPE_F32 ? 4 : t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2 ? 1 : 2;
     for (size_t i = 0; i < lines; i++) {
         const size_t at = (line0 + i) * ld + off;
         float *d = dst + i * ldd;
-        if (i + 1 < lines) /* the next line (often on another page) */
-            for (size_t b = 0; b < n * es; b += 64)
-                _mm_prefetch((const char *)base + (at + ld) * es + b, _MM_HINT_T0);
         size_t e = 0;
         for (; e + 64 <= n; e += 64) {
             __m512 v0 = load16_f32(t, base, at + e, 0xffff);
