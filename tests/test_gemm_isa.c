@@ -846,6 +846,63 @@ static void test_a_kcontig(void) {
         }
 }
 
+/* An FP16 op(A) on the F32 path is widened in its own layout instead of
+ * packed into MR panels (gemm.c a_widen): op(A) = A (k-contiguous) row by
+ * row, read along k; op(A) = A^T whose k rows alias in L1 (4 KiB apart)
+ * with N <= 96, k row by k row, read along the rows of C; packed
+ * otherwise (and always under packed_only). Bit for bit against
+ * packed_only for 1, 2 and 3 threads, against the generic GEMM, and (all
+ * but the largest case) on one and three threads against the scalar
+ * FMA-sequence oracle
+ * (f32_path_oracle, which widens with num's mxp_load_f32): M around MR =
+ * 14 and over MC = 336 (two row blocks), N around NR and the 96 bound, K
+ * of one, two and three K blocks and K blocks that are not whole 64-byte
+ * lines, lda = K, K + padding, 1024, 2048 (aliased k rows) and 2047,
+ * op(B) FP16 (packed, or in L2-sized chunks: 40 x 300 x 512; a packed
+ * block over 1 MiB, where op(A) along k is packed: 340 x 530 x 512) or
+ * FP32, B or B^T. */
+static void test_a_w16(void) {
+    static const struct { bool ta; size_t M, N, K, lda; } sh[] = {
+        {false, 13, 40, 7, 7},     {false, 14, 33, 32, 45},    {false, 29, 64, 100, 100},
+        {false, 47, 17, 513, 520}, {false, 70, 96, 64, 1024},  {false, 45, 70, 1030, 1030},
+        {false, 350, 50, 72, 72},  {false, 40, 300, 512, 512}, {false, 34, 16, 1, 1},
+        {false, 340, 530, 512, 512},
+        {true, 70, 72, 40, 2048},  {true, 350, 96, 520, 2048}, {true, 15, 97, 64, 2048},
+        {true, 43, 65, 1030, 2048}, {true, 41, 72, 33, 2047},  {true, 29, 31, 64, 1024},
+    };
+    int n = 0;
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (int v = 0; v < 3; v++, n++) {
+            gcase c = {
+                .at = MXP_DTYPE_F16, .bt = v == 2 ? MXP_DTYPE_F32 : MXP_DTYPE_F16,
+                .ta = sh[s].ta, .tb = v == 1, .M = sh[s].M, .N = sh[s].N, .K = sh[s].K,
+                .pad_a = sh[s].lda - (sh[s].ta ? sh[s].M : sh[s].K),
+                .pad_b = (size_t)(n % 3) * 5, .pad_c = (size_t)(n % 4),
+                .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
+            };
+            vs_packed(&c, MXP_GEMM_PATH_F32, 3, "FP16 A widened in its layout");
+            if (c.M * c.N * c.K > ((size_t)1 << 26)) continue; /* the oracle is slow */
+            gbufs b = bufs_make(&c);
+            float *got = test_xmalloc(b.nc * sizeof(float) + 1);
+            for (int th = 1; th <= 3; th += 2) {
+                memcpy(got, b.C0, b.nc * sizeof(float));
+                mxp_gemm_args g = args_for(&c, &b, got);
+                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
+                mxp_avx512_gemm_ex(&g, &o);
+                size_t bad = 0;
+                for (size_t i = 0; i < c.M; i++)
+                    for (size_t j = 0; j < c.N; j++)
+                        bad += test_f32_bits(got[i * b.ldc + j]) !=
+                               test_f32_bits(f32_path_oracle(&c, &b, i, j));
+                CHECK_MSG(bad == 0, "FP16 A %c%c %zux%zux%zu lda %zu, %d threads: %zu elements "
+                          "differ from the scalar FMA sequence", c.ta ? 'T' : 'N',
+                          c.tb ? 'T' : 'N', c.M, c.N, c.K, b.A.ld, th, bad);
+            }
+            free(got);
+            bufs_free(&b);
+        }
+}
+
 /* With MXCSR.FTZ on (here without DAZ, the combination where leaving the
  * multiplications by 1 out would show), alpha = beta = 1 must still
  * multiply: 1 * c flushes a subnormal c to zero, so C = a*b + c gives
@@ -906,6 +963,7 @@ int main(void) {
     test_small_m_w16();
     test_f32_sequence();
     test_a_kcontig();
+    test_a_w16();
     test_unit_store_ftz();
     return test_finish("test_gemm_isa");
 }

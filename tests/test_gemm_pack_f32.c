@@ -1,6 +1,7 @@
 /* tests/test_gemm_pack_f32.c: the F32-path packer (mxp_avx512_pack_f32)
  * alone, for every operand dtype, against num's scalar widening (see
- * test_pack_f32 below). Split from test_gemm_isa.c, which tests the GEMM
+ * test_pack_f32 below), and the widening of a block in its own layout
+ * (mxp_avx512_widen_f32). Split from test_gemm_isa.c, which tests the GEMM
  * as a whole.
  */
 #include "kernels/x86_avx512/gemm_internal.h"
@@ -87,6 +88,62 @@ static void test_pack_f32(void) {
     free(pool);
 }
 
+/* mxp_avx512_widen_f32 alone against num's scalar widening: X's block in
+ * its own layout, lines ldd floats apart (ldd = the line's length, or
+ * more), every value bit for bit (a NaN as any NaN), the gaps between
+ * lines and a canary past the last line untouched, nothing read past X
+ * (exact-size buffers). Line lengths around its 64-element step and the
+ * 16-element tail, every dtype, both layouts. */
+static void test_widen_f32(void) {
+    static const size_t rows_l[] = {1, 14, 15, 47, 64, 65, 130};
+    static const size_t kc_l[] = {1, 15, 16, 17, 63, 64, 65, 100, 129};
+    const size_t r0 = 3, k0 = 5, canary = 16;
+    const uint32_t sentinel = 0x7fbadbadu;
+    for (int ti = 0; ti < NTYPES; ti++)
+        for (int kcont = 0; kcont < 2; kcont++)
+            for (int pad = 0; pad < 2; pad++)
+                for (size_t ri = 0; ri < sizeof rows_l / sizeof rows_l[0]; ri++)
+                    for (size_t ki = 0; ki < sizeof kc_l / sizeof kc_l[0]; ki++) {
+                        mxp_dtype t = all_types[ti];
+                        size_t rows = rows_l[ri], kc = kc_l[ki], es = mxp_dtype_info(t)->size;
+                        size_t ld = kcont ? k0 + kc + 2 : r0 + rows + 1;
+                        size_t n = kcont ? (r0 + rows - 1) * ld + k0 + kc
+                                         : (k0 + kc - 1) * ld + r0 + rows;
+                        uint8_t *x = test_xmalloc(n * es);
+                        for (size_t i = 0; i < n * es; i++) x[i] = (uint8_t)mxp_rng_u32(&rng);
+                        size_t lines = kcont ? rows : kc, len = kcont ? kc : rows;
+                        size_t ldd = len + (pad ? 19 : 0);
+                        size_t nd = (lines - 1) * ldd + len + canary;
+                        uint32_t *d = test_xmalloc(nd * sizeof(float));
+                        for (size_t i = 0; i < nd; i++) d[i] = sentinel;
+                        mxp_gemm_src src = {t, x, ld, kcont};
+                        mxp_avx512_widen_f32(&src, r0, rows, k0, kc, (float *)d, ldd);
+                        int bad = 0;
+                        for (size_t i = 0; i < nd; i++) {
+                            size_t line = i / ldd, e = i % ldd;
+                            bool ok;
+                            if (line >= lines || e >= len) {
+                                ok = d[i] == sentinel;
+                            } else {
+                                size_t r = kcont ? line : e, k = kcont ? e : line;
+                                size_t at = kcont ? (r0 + r) * ld + k0 + k : (k0 + k) * ld + r0 + r;
+                                float ref = mxp_load_f32(t, x, at), got;
+                                memcpy(&got, &d[i], sizeof got);
+                                ok = isnan(ref) ? isnan(got) : d[i] == test_f32_bits(ref);
+                            }
+                            if (!ok && bad++ < 3)
+                                test_fail(__FILE__, __LINE__, "widen %s %s rows %zu kc %zu "
+                                          "ldd %zu: float %zu gave %08x", mxp_dtype_name(t),
+                                          kcont ? "k-contiguous" : "k-major", rows, kc, ldd, i,
+                                          (unsigned)d[i]);
+                            test_checks++;
+                        }
+                        test_failures += bad > 3 ? bad - 3 : 0;
+                        free(x);
+                        free(d);
+                    }
+}
+
 int main(void) {
     if (!mxp_avx512_usable(mxp_cpu_features_get())) {
         printf("test_gemm_pack_f32: skipped: no AVX-512\n");
@@ -95,5 +152,6 @@ int main(void) {
     mxp_avx512_gemm_tables_init(); /* the FP8 decode tables (the GEMM entries build them) */
     mxp_rng_init(&rng, 20261124);
     test_pack_f32();
+    test_widen_f32();
     return test_finish("test_gemm_pack_f32");
 }

@@ -129,6 +129,14 @@ enum { SPLIT_M_MAX_K = 128 };
  * (five runs; the small path's threads each pack all of op(A)). */
 #define SMALL_PACKED_B_BYTES ((size_t)1024 * 1024)
 enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
+/* An FP16 op(A) = A^T whose k rows alias in L1 (kmajor_aliased; the MR
+ * packer then runs at 2.6x the widening floor) is widened in its own
+ * layout (a_widen) for at most this many columns of C: the tiles then read
+ * A^T at a stride, which from N = 128 on cost more than the packing saved.
+ * One thread, ours / base, 2048xNx512 TN f16, two runs: N = 72 1.038 /
+ * 1.052, 128 1.005 / 0.995, 256-2048 0.985-0.999 (docs/kernels.md). */
+#define A_W16_KMAJOR_MAX_N ((size_t)96)
+#define A_W16_MAX_B_BYTES ((size_t)1024 * 1024) /* a_w16_block */
 /* Column ranges of the small-M path start at multiples of this many
  * floats (a 64-byte line of C), so no line of C is written by two
  * threads when C's rows are line-aligned. */
@@ -168,6 +176,7 @@ typedef struct gemm_plan {
     bool a_kc;    /* op(A) = A read in place along k: FP32 on the F32 path
                    * (in_place_a), BF16 on the DPBF16 path (block by block,
                    * in_place_a_bf16) */
+    bool a_w16;   /* op(A) FP16, widened in its own layout (a_widen) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -364,6 +373,61 @@ static const uint16_t *in_place_a_bf16(const gemm_plan *p, size_t r0, size_t row
     return (const uint16_t *)p->a.base + r0 * p->a.ld + k0;
 }
 
+/* Whether the packer's groups of PACK_KGROUP = 16 k rows of a k-major
+ * operand (X(r, k) at k*ld + r, elements of es bytes) put more rows in one
+ * set of the 8-way L1 than it has ways (rows 4 KiB apart: all 16). */
+static bool kmajor_aliased(size_t ld, size_t es) {
+    unsigned char rows[L1_SETS] = {0};
+    for (size_t k = 0; k < 16; k++)
+        if (++rows[k * ld * es / L1_LINE % L1_SETS] > 8) return true;
+    return false;
+}
+
+/* A length rounded up to whole 64-byte lines of floats. */
+static size_t lines16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Whether op(A) is FP16 and is widened block by block in its own layout
+ * (a_widen) rather than packed into MR panels: along k (op(A) = A: the
+ * dX pass NN, the forward NT) when the a_kc kernel may read it there, or
+ * along the rows of C (op(A) = A^T: the dW pass TN) when the packer's k
+ * rows alias in L1 and N is small (A_W16_KMAJOR_MAX_N). */
+static bool a_w16_ok(const gemm_plan *p) {
+    if (p->dp || p->a.type != MXP_DTYPE_F16) return false;
+    if (p->a.k_contig) return a_kc_ok(lines16(p->kb), sizeof(float));
+    return kmajor_aliased(p->a.ld, sizeof(uint16_t)) && p->N <= A_W16_KMAJOR_MAX_N;
+}
+
+/* Whether gemm_range widens an FP16 op(A) (a_w16) for a packed op(B)
+ * block of nc x kc: always along the rows of C; along k only while that
+ * block fits Zen 4's L2. With a 2 MiB block (512x2048x2048 NN and NT, B
+ * streamed from L3 past the tiles) reading the widened rows along k read
+ * 0.990-0.998 of the base in six runs, packing 1.00 (docs/kernels.md,
+ * f16wide); gemm_range_l2's chunks always fit. */
+static bool a_w16_block(const gemm_plan *p, size_t nc, size_t kc) {
+    return !p->a.k_contig || nc * kc * sizeof(float) <= A_W16_MAX_B_BYTES;
+}
+
+/* An FP16 op(A) (a_w16): its block X[ic .. ic+mc)[pc .. pc+kc) is
+ * widened line by line into s->ap in X's own layout (a stream: load,
+ * vcvtph2ps, store; the MR-panel packers transpose or regroup), rows
+ * lines16(kb) floats apart when X is k-contiguous (then read along k, as
+ * an FP32 op(A) is in place with a_kc), else k rows lines16(mc) apart
+ * (read along the rows of C, as an FP32 op(A) = A^T in place). Returns
+ * the plan gemm_block gets, *q: p with op(A) that FP32 block; *a_in: its
+ * origin. The same values (exact widening), FMAs and store: the same
+ * bits. */
+static const gemm_plan *a_widen(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
+                                size_t pc, size_t kc, gemm_plan *q, const float **a_in) {
+    const size_t ld = lines16(p->a.k_contig ? p->kb : mc);
+    mxp_avx512_widen_f32(&p->a, ic, mc, pc, kc, s->ap, ld);
+    *q = *p;
+    q->a = (mxp_gemm_src){MXP_DTYPE_F32, s->ap, ld, p->a.k_contig};
+    q->a_kc = p->a.k_contig;
+    q->a_w16 = false;
+    *a_in = s->ap;
+    return q;
+}
+
 /* C[m0 .. m1)[n0 .. n1) by the loop nest in the file comment. */
 static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size_t n1,
                        const gemm_scratch *s) {
@@ -385,13 +449,17 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                 size_t mc = min_sz(MXP_GEMM_MC, m1 - ic);
                 const float *a_in = in_place_a(p, ic, pc);
                 const uint16_t *a_bf = in_place_a_bf16(p, ic, mc, pc, kc);
+                const gemm_plan *pa = p;
+                gemm_plan pw;
                 bool any = any_b;
                 if (p->dp && !a_bf)
                     any |= mxp_avx512_pack_bf16(&p->a, ic, mc, pc, kc, MXP_GEMM_MR,
                                                 (uint32_t *)s->ap, sub_a);
+                else if (p->a_w16 && a_w16_block(p, nc, kc))
+                    pa = a_widen(p, s, ic, mc, pc, kc, &pw, &a_in);
                 else if (!p->dp && !a_in)
                     mxp_avx512_pack_f32(&p->a, ic, mc, pc, kc, MXP_GEMM_MR, s->ap);
-                gemm_block(p, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in,
+                gemm_block(pa, s, ic, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, b_in,
                            a_bf);
             }
         }
@@ -417,11 +485,16 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
     for (size_t pc = 0; pc < p->K; pc += p->kb) {
         size_t kc = min_sz(p->kb, p->K - pc);
         mxp_gemm_store mode = store_mode(p, pc, unit);
+        const gemm_plan *pa = p;
+        gemm_plan pw;
+        const float *a_in = NULL;
         bool any_a = false;
         const uint16_t *a_bf = in_place_a_bf16(p, m0, mc, pc, kc);
         if (p->dp && !a_bf)
             any_a = mxp_avx512_pack_bf16(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, (uint32_t *)s->ap,
                                          sub_a);
+        else if (p->a_w16)
+            pa = a_widen(p, s, m0, mc, pc, kc, &pw, &a_in);
         else if (!p->dp)
             mxp_avx512_pack_f32(&p->a, m0, mc, pc, kc, MXP_GEMM_MR, s->ap);
         for (size_t jc = n0; jc < n1; jc += nc_max) {
@@ -432,7 +505,8 @@ static void gemm_range_l2(const gemm_plan *p, size_t m0, size_t m1, size_t n0, s
                                             (uint32_t *)s->bp, sub_b);
             else
                 mxp_avx512_pack_f32(&p->b, jc, nc, pc, kc, MXP_GEMM_NR, s->bp);
-            gemm_block(p, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, NULL, NULL, a_bf);
+            gemm_block(pa, s, m0, mc, jc, nc, pc, kc, mode, any, sub_a, sub_b, a_in, NULL,
+                       a_bf);
         }
     }
 }
@@ -631,6 +705,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     p->a_kc = !o->packed_only && p->a.k_contig &&
               p->a.type == (p->dp ? MXP_DTYPE_BF16 : MXP_DTYPE_F32) &&
               a_kc_ok(p->a.ld, mxp_dtype_info(p->a.type)->size);
+    p->a_w16 = !o->packed_only && a_w16_ok(p);
 
     int threads = mxp_threads_max();
     if (o->threads > 0 && o->threads < threads) threads = o->threads;

@@ -155,6 +155,13 @@ void mxp_avx512_gemm_tables_init(void);
  * X[r0 + p*w + r][k0 + k] at k*w + r; rows past `rows` are zero. */
 void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
                          size_t k0, size_t kc, int w, float *dst);
+/* X[r0 .. r0+rows)[k0 .. k0+kc) widened to FP32 in X's own layout, with
+ * lines ldd floats apart: X(r0 + r, k0 + k) to dst[r*ldd + k] (k_contig)
+ * or dst[k*ldd + r]; nothing else of dst is written. The same values as
+ * mxp_avx512_pack_f32 puts in its panels, for the microkernel to read
+ * "in place" (gemm.c: FP16 operands). */
+void mxp_avx512_widen_f32(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0, size_t kc,
+                          float *dst, size_t ldd);
 /* As mxp_avx512_pack_f32, as BF16 pairs: with kp = ceil(kc/2), panel p
  * starts at dst + p*w*kp and word (q, r) at q*w + r holds X[r][k0+2q] in its
  * low half and X[r][k0+2q+1] (0 past kc) in its high half. X must be BF16 or

@@ -363,6 +363,43 @@ void mxp_avx512_pack_f32(const mxp_gemm_src *x, size_t r0, size_t rows,
     }
 }
 
+/* ---- FP32 rows --------------------------------------------------------- */
+
+/* Lines i of X (X's rows r0 + i when k_contig, else its k rows k0 + i),
+ * each n contiguous elements from `off`, widened into dst + i*ldd: one
+ * (masked at the end) load, widening and store per 16 elements, four
+ * vectors per step. A pure stream, no transpose. */
+static inline __attribute__((always_inline)) void
+widen_lines(mxp_dtype t, const void *base, size_t ld, size_t line0, size_t lines, size_t off,
+            size_t n, float *dst, size_t ldd) {
+    for (size_t i = 0; i < lines; i++) {
+        const size_t at = (line0 + i) * ld + off;
+        float *d = dst + i * ldd;
+        size_t e = 0;
+        for (; e + 64 <= n; e += 64) {
+            __m512 v0 = load16_f32(t, base, at + e, 0xffff);
+            __m512 v1 = load16_f32(t, base, at + e + 16, 0xffff);
+            __m512 v2 = load16_f32(t, base, at + e + 32, 0xffff);
+            __m512 v3 = load16_f32(t, base, at + e + 48, 0xffff);
+            _mm512_storeu_ps(d + e, v0);
+            _mm512_storeu_ps(d + e + 16, v1);
+            _mm512_storeu_ps(d + e + 32, v2);
+            _mm512_storeu_ps(d + e + 48, v3);
+        }
+        for (; e < n; e += 16) {
+            __mmask16 m = lanes16(n - e);
+            _mm512_mask_storeu_ps(d + e, m, load16_f32(t, base, at + e, m));
+        }
+    }
+}
+
+void mxp_avx512_widen_f32(const mxp_gemm_src *x, size_t r0, size_t rows, size_t k0, size_t kc,
+                          float *dst, size_t ldd) {
+    const size_t line0 = x->k_contig ? r0 : k0, lines = x->k_contig ? rows : kc;
+    const size_t off = x->k_contig ? k0 : r0, n = x->k_contig ? kc : rows;
+    PACK_DISPATCH(widen_lines, x->type, x->base, x->ld, line0, lines, off, n, dst, ldd)
+}
+
 /* ---- BF16 pair panels ----------------------------------------------------- */
 
 /* Lanes of v (32 BF16 values) that are subnormal: exponent 0, fraction != 0. */
