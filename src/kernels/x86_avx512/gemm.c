@@ -35,10 +35,9 @@
  * products (docs/kernels.md). vdpbf16ps reads BF16 subnormals as zero: the
  * packer flags the rows of A micro-panels and the B micro-panels that hold
  * one, and for that K block an element whose row or B micro-panel is
- * flagged is computed by the F32 microkernel on freshly widened copies of
- * its micro-panels (exact; rare in practice; tile_fallback,
- * tile_rows_fallback). Rows, not A micro-panels, so the choice does not
- * depend on where a thread's row range starts.
+ * flagged is computed by the F32 microkernel on FP32 copies of its
+ * micro-panels (exact; gemm_fallback.c). Rows, not A micro-panels, so the
+ * choice does not depend on where a thread's row range starts.
  *
  * Small M (M <= MXP_GEMM_SMALL_M = NR, F32 path; op(B) FP32, or FP16/BF16
  * stored as B): a batch-32 linear layer would pack (and widen) the whole
@@ -196,44 +195,6 @@ static void epi_block(const gemm_plan *p, const gemm_scratch *s, size_t r0, size
                               &p->epi_parts[s - scratch]);
 }
 
-/* One micro-tile of a DPBF16 block whose B micro-panel holds a BF16
- * subnormal: widen both micro-panels to FP32 and use the F32 microkernel
- * (C tile at c, row stride ldc). *bp1_for caches which B micro-panel bp1
- * holds (SIZE_MAX: none). */
-static void tile_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, int mr,
-                          size_t j0, int nr, size_t pc, size_t kc, float *c, size_t ldc,
-                          mxp_gemm_store mode, size_t *bp1_for) {
-    if (*bp1_for != j0) {
-        mxp_avx512_pack_f32(&p->b, j0, (size_t)nr, pc, kc, MXP_GEMM_NR, s->bp1);
-        *bp1_for = j0;
-    }
-    mxp_avx512_pack_f32(&p->a, i0, (size_t)mr, pc, kc, MXP_GEMM_MR, s->ap1);
-    mxp_avx512_ukernel_f32(kc, s->ap1, MXP_GEMM_MR, false, s->bp1, MXP_GEMM_NR, false, c, ldc,
-                           mr, nr, p->alpha, p->beta, mode, true, NULL);
-}
-
-/* One micro-tile of a DPBF16 block whose B micro-panel (bp) is clean but
- * whose A micro-panel (ap) holds BF16 subnormals in the rows `rows` (bit r:
- * row i0 + r): the F32 microkernel computes the tile into a copy of its C
- * (taken first, so the store reads C as it was), vdpbf16ps computes it in
- * C, and the flagged rows are then copied over from the F32 result. An
- * element's path thus depends on its own row of op(A) and its B
- * micro-panel only, not on where the tile starts; the F32 result of a row
- * does not depend on the tile's other rows (one FMA chain per element). */
-static void tile_rows_fallback(const gemm_plan *p, const gemm_scratch *s, size_t i0, int mr,
-                               size_t j0, int nr, size_t pc, size_t kc, const uint32_t *ap,
-                               const uint32_t *bp, uint32_t rows, float *c,
-                               mxp_gemm_store mode, size_t *bp1_for) {
-    float t[MXP_GEMM_MR * MXP_GEMM_NR];
-    const size_t row_bytes = (size_t)nr * sizeof(float);
-    for (int r = 0; r < mr; r++) memcpy(t + r * MXP_GEMM_NR, c + (size_t)r * p->ldc, row_bytes);
-    tile_fallback(p, s, i0, mr, j0, nr, pc, kc, t, MXP_GEMM_NR, mode, bp1_for);
-    mxp_avx512_ukernel_bf16((kc + 1) / 2, ap, 0, false, bp, c, p->ldc, mr, nr, p->alpha,
-                            p->beta, mode, false, NULL);
-    for (int r = 0; r < mr; r++)
-        if (rows >> r & 1u) memcpy(c + (size_t)r * p->ldc, t + r * MXP_GEMM_NR, row_bytes);
-}
-
 /* Whether this thread may use the _UNIT store modes (alpha == 1): the
  * multiplications they leave out are exact only while MXCSR keeps
  * subnormals (FTZ and DAZ clear). Read in the thread that runs the range:
@@ -264,16 +225,24 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
                        bool any, const uint32_t *sub_a, const uint32_t *sub_b,
                        const float *a_in, const float *b_in, const uint16_t *a_bf) {
-    size_t kp = (kc + 1) / 2, bp1_for = SIZE_MAX;
+    size_t kp = (kc + 1) / 2;
     size_t n_ir = (mc + MXP_GEMM_MR - 1) / MXP_GEMM_MR, n_jr = (nc + MXP_GEMM_NR - 1) / MXP_GEMM_NR;
     const bool epi = p->epi && pc + kc == p->K; /* the last K block: C is final */
     const size_t a_step = p->a_kc ? p->a.ld : 1; /* a_in: from one tile row to the next */
+    /* DPBF16 with BF16 subnormals in the block (any): the flagged tiles
+     * go to gemm_fallback.c; a row of tiles none of which is flagged still
+     * takes the row kernel */
+    bool b_flagged = false;
+    for (size_t q = 0; p->dp && any && q < n_jr; q++) b_flagged |= sub_b[q] != 0;
+    mxp_gemm_fallback fb = {&p->a, &p->b, pc, kc, p->ldc, p->alpha, p->beta,
+                            s->ap1,  s->bp1, SIZE_MAX, SIZE_MAX};
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
         /* DPBF16: op(A)'s rows in place (a_bf) or its packed micro-panel */
         const void *ab = a_bf ? (const void *)(a_bf + ir * p->a.ld)
                               : (const void *)((const uint32_t *)s->ap + ir * kp);
-        if (!(p->dp && any) && mc - ir >= MXP_GEMM_MR) {
+        const bool flagged = p->dp && any && (b_flagged || (!a_bf && sub_a[o]));
+        if (!flagged && mc - ir >= MXP_GEMM_MR) {
             /* the row's full tiles in one call; its edge tile below */
             size_t full = nc / MXP_GEMM_NR;
             float *c = p->C + (ic + ir) * p->ldc + jc;
@@ -305,14 +274,11 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
                     a_in ? p->a.ld : MXP_GEMM_MR, a_in && p->a_kc,
                     b_in ? b_in + jr : s->bp + jr * kc, b_in ? p->b.ld : MXP_GEMM_NR,
                     b_in != NULL, c, p->ldc, mr, nr, p->alpha, p->beta, mode, false, cn);
-            else if (any && sub_b[jr / MXP_GEMM_NR])
-                tile_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc, c, p->ldc, mode,
-                              &bp1_for);
-            else if (any && !a_bf && sub_a[ir / MXP_GEMM_MR])
-                tile_rows_fallback(p, s, ic + ir, mr, jc + jr, nr, pc, kc,
-                                   (const uint32_t *)s->ap + ir * kp,
-                                   (const uint32_t *)s->bp + jr * kp, sub_a[ir / MXP_GEMM_MR], c,
-                                   mode, &bp1_for);
+            else if (flagged && (sub_b[q] || (!a_bf && sub_a[o])))
+                mxp_avx512_tile_fallback(&fb, ic + ir, mr, jc + jr, nr,
+                                         a_bf ? NULL : (const uint32_t *)ab,
+                                         (const uint32_t *)s->bp + jr * kp,
+                                         sub_b[q] ? 0 : sub_a[o], c, mode);
             else
                 mxp_avx512_ukernel_bf16(kp, ab, p->a.ld, a_bf != NULL,
                                         (const uint32_t *)s->bp + jr * kp, c, p->ldc, mr, nr,
@@ -363,7 +329,7 @@ static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
  * address of X(r0, k0), when kc is even (a pair never reaches past a row)
  * and no element is a BF16 subnormal (a scan, reading only the block;
  * with one, the block is packed so that the packer flags its rows for
- * tile_rows_fallback); else NULL: packed. The same words as the packed
+ * gemm_fallback.c); else NULL: packed. The same words as the packed
  * panel (pairs of k from k0), so the same bits. */
 static const uint16_t *in_place_a_bf16(const gemm_plan *p, size_t r0, size_t rows, size_t k0,
                                        size_t kc) {
@@ -565,7 +531,7 @@ static void gemm_range_small(const gemm_plan *p, size_t n0, size_t n1, const gem
  *     runs its own micro-tiles from its first row, so it may end in a
  *     partial one (mr < MR). Nothing depends on where a tile starts (F32:
  *     one FMA chain per element; DPBF16: per-lane vdpbf16ps, and the
- *     subnormal fallback decided per row, tile_rows_fallback);
+ *     subnormal fallback decided per row, gemm_fallback.c);
  *   - C_LINE_FLOATS columns on the small-M path (its tiles are MR = 14
  *     columns of C, so whole tiles split 256 columns 140 + 116);
  *   - NR columns when N is cut: B micro-panels then start at multiples of

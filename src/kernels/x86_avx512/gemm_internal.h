@@ -7,7 +7,8 @@
  *                  the split of C between threads, the table slot;
  *   gemm_pack.c    packing of op(A) and op(B) into contiguous micro-panels,
  *                  widening every input dtype while packing;
- *   gemm_ukernel.c register-blocked microkernels (MR x NR tile of C).
+ *   gemm_ukernel.c register-blocked microkernels (MR x NR tile of C);
+ *   gemm_fallback.c the DPBF16 path's tiles with BF16 subnormal inputs.
  *
  * Both operands are packed by ONE packer, seen as a "panel source": a matrix
  * X whose rows are the rows of op(A) (i) or the columns of op(B) (j), and
@@ -263,5 +264,32 @@ void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, bool a_kc
                                 const float *bp, size_t sb, size_t bt, bool b_in_place,
                                 size_t tiles, float *c, size_t ldc, float alpha, float beta,
                                 mxp_gemm_store mode, const float *cn);
+
+/* ---- the DPBF16 path's subnormal fallback (gemm_fallback.c) ------------ */
+
+/* One K block [pc, pc+kc) of a DPBF16 block of C, as the fallback tiles
+ * read it: the operands, FP32 scratch for one A micro-panel (MR x
+ * KC_BF16) and one B micro-panel (KC_BF16 x NR), and which panels those
+ * hold (a_for / b_for: first row of op(A) / column of op(B); SIZE_MAX for
+ * none: set so before the block's first tile). */
+typedef struct mxp_gemm_fallback {
+    const mxp_gemm_src *a, *b;
+    size_t pc, kc, ldc;
+    float alpha, beta;
+    float *ap1, *bp1;
+    size_t a_for, b_for;
+} mxp_gemm_fallback;
+
+/* The tile C[i0 .. i0+mr)[j0 .. j0+nr) (at c, row stride f->ldc) of the K
+ * block, stored by `mode`, bit for bit as the generic kernel's contract
+ * asks when some inputs are BF16 subnormals, which vdpbf16ps reads as
+ * zero: rows == 0 (op(B)'s micro-panel bp holds one), the whole tile by
+ * the F32 microkernel on FP32 copies of both micro-panels; else the rows
+ * set in `rows` (bit r: row i0 + r holds one) by the F32 microkernel and
+ * the others by vdpbf16ps from the pair micro-panels ap (MR wide) and bp
+ * (NR wide). ap is NULL when op(A) is read in place (then rows == 0). */
+void mxp_avx512_tile_fallback(mxp_gemm_fallback *f, size_t i0, int mr, size_t j0, int nr,
+                              const uint32_t *ap, const uint32_t *bp, uint32_t rows, float *c,
+                              mxp_gemm_store mode);
 
 #endif /* MIXPREC_KERNELS_AVX512_GEMM_INTERNAL_H */
