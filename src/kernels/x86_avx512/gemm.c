@@ -235,7 +235,7 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     bool b_flagged = false;
     for (size_t q = 0; p->dp && any && q < n_jr; q++) b_flagged |= sub_b[q] != 0;
     mxp_gemm_fallback fb = {&p->a, &p->b, pc, kc, p->ldc, p->alpha, p->beta,
-                            s->ap1,  s->bp1, SIZE_MAX, SIZE_MAX};
+                            s->ap1,  s->bp1, SIZE_MAX, SIZE_MAX, 0};
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
         /* DPBF16: op(A)'s rows in place (a_bf) or its packed micro-panel */

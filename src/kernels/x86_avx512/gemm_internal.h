@@ -271,13 +271,15 @@ void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, bool a_kc
  * read it: the operands, FP32 scratch for one A micro-panel (MR x
  * KC_BF16) and one B micro-panel (KC_BF16 x NR), and which panels those
  * hold (a_for / b_for: first row of op(A) / column of op(B); SIZE_MAX for
- * none: set so before the block's first tile). */
+ * none: set so before the block's first tile; a_rows: 0 when ap1 holds the
+ * whole A micro-panel, else the flagged rows it holds, packed together). */
 typedef struct mxp_gemm_fallback {
     const mxp_gemm_src *a, *b;
     size_t pc, kc, ldc;
     float alpha, beta;
     float *ap1, *bp1;
     size_t a_for, b_for;
+    uint32_t a_rows;
 } mxp_gemm_fallback;
 
 /* The tile C[i0 .. i0+mr)[j0 .. j0+nr) (at c, row stride f->ldc) of the K
