@@ -774,6 +774,21 @@ static float f32_path_oracle(const gcase *c, const gbufs *b, size_t i, size_t j)
     return out;
 }
 
+/* mxp_avx512_gemm_ex (AUTO path, th threads) on case c into got (from
+ * C0): how many elements differ in bits from f32_path_oracle. */
+static size_t f32_sequence_diffs(const gcase *c, const gbufs *b, float *got, int th) {
+    memcpy(got, b->C0, b->nc * sizeof(float));
+    mxp_gemm_args g = args_for(c, b, got);
+    mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
+    mxp_avx512_gemm_ex(&g, &o);
+    size_t bad = 0;
+    for (size_t i = 0; i < c->M; i++)
+        for (size_t j = 0; j < c->N; j++)
+            bad += test_f32_bits(got[i * b->ldc + j]) !=
+                   test_f32_bits(f32_path_oracle(c, b, i, j));
+    return bad;
+}
+
 static void test_f32_sequence(void) {
     static const struct { size_t M, N, K; } sh[] = {
         {29, 67, 32}, {256, 70, 32}, {45, 1030, 24}, {3, 100, 1}, {70, 33, 129},
@@ -791,16 +806,7 @@ static void test_f32_sequence(void) {
                 gbufs b = bufs_make(&c);
                 float *got = test_xmalloc(b.nc * sizeof(float) + 1);
                 for (int th = 1; th <= 3; th++) {
-                    memcpy(got, b.C0, b.nc * sizeof(float));
-                    mxp_gemm_args g = args_for(&c, &b, got);
-                    mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
-                    mxp_avx512_gemm_ex(&g, &o);
-                    size_t bad = 0;
-                    for (size_t i = 0; i < c.M; i++)
-                        for (size_t j = 0; j < c.N; j++) {
-                            float want = f32_path_oracle(&c, &b, i, j);
-                            bad += test_f32_bits(got[i * b.ldc + j]) != test_f32_bits(want);
-                        }
+                    size_t bad = f32_sequence_diffs(&c, &b, got, th);
                     test_checks++;
                     if (bad) {
                         test_fail(__FILE__, __LINE__,
@@ -885,15 +891,7 @@ static void test_a_w16(void) {
             gbufs b = bufs_make(&c);
             float *got = test_xmalloc(b.nc * sizeof(float) + 1);
             for (int th = 1; th <= 3; th += 2) {
-                memcpy(got, b.C0, b.nc * sizeof(float));
-                mxp_gemm_args g = args_for(&c, &b, got);
-                mxp_avx512_gemm_opts o = {MXP_GEMM_PATH_AUTO, th, false};
-                mxp_avx512_gemm_ex(&g, &o);
-                size_t bad = 0;
-                for (size_t i = 0; i < c.M; i++)
-                    for (size_t j = 0; j < c.N; j++)
-                        bad += test_f32_bits(got[i * b.ldc + j]) !=
-                               test_f32_bits(f32_path_oracle(&c, &b, i, j));
+                size_t bad = f32_sequence_diffs(&c, &b, got, th);
                 CHECK_MSG(bad == 0, "FP16 A %c%c %zux%zux%zu lda %zu, %d threads: %zu elements "
                           "differ from the scalar FMA sequence", c.ta ? 'T' : 'N',
                           c.tb ? 'T' : 'N', c.M, c.N, c.K, b.A.ld, th, bad);
