@@ -1,6 +1,7 @@
 #!/bin/bash
 # bench_train_step, 2 threads, interleaved: before (the worktree /work/$BEFORE: before20 = 1871f5b,
-# session 20's start; before21 = e64e882, session 21's start) / after (main). Usage: steps.sh [BEFORE]
+# session 20's start; before21 = e64e882, session 21's start; before22 = a54317b; before23 =
+# 1e1bc16, session 23's start) / after (main). Usage: steps.sh [BEFORE]
 BEFORE=${1:-before20}
 for cfg in "72 512 65 256 100 10" "4 512 4 256 100 10" "72 2048 65 512 12 3"; do
   set -- $cfg
