@@ -289,7 +289,8 @@ typedef struct mxp_gemm_fallback {
  * the F32 microkernel on FP32 copies of both micro-panels; else the rows
  * set in `rows` (bit r: row i0 + r holds one) by the F32 microkernel and
  * the others by vdpbf16ps from the pair micro-panels ap (MR wide) and bp
- * (NR wide). ap is NULL when op(A) is read in place (then rows == 0). */
+ * (NR wide). ap is NULL when op(A) is read in place (then rows == 0);
+ * rows != 0 only for a BF16 op(A). */
 void mxp_avx512_tile_fallback(mxp_gemm_fallback *f, size_t i0, int mr, size_t j0, int nr,
                               const uint32_t *ap, const uint32_t *bp, uint32_t rows, float *c,
                               mxp_gemm_store mode);
