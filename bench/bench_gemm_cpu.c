@@ -14,9 +14,18 @@
  * buffers) and then enough calls to last >= 5 ms of CPU time; the figure is
  * the median.
  *
- * oneDNN 2.6 (libdnnl.so.2, dlopen): dnnl_sgemm for f32 and for f16 inputs
- * (it has no f16 GEMM; it gets FP32 copies, conversion not timed), and
- * dnnl_gemm_bf16bf16f32 for bf16. --base LIB loads another build of
+ * oneDNN 2.6 (libdnnl.so.2, dlopen): dnnl_sgemm for f32 and for f16 inputs,
+ * and dnnl_gemm_bf16bf16f32 for bf16. oneDNN 2.6 has no FP16 GEMM (its
+ * GEMM API is sgemm, bf16bf16f32 and two integer ones, and the library
+ * holds no AVX512-FP16 code), so an f16 row is timed two ways: "onednn",
+ * dnnl_sgemm on FP32 copies made beforehand (conversion not timed: the
+ * bound, what an FP32 GEMM takes on these values), and "dn+cvt", the
+ * conversion of both FP16 operands to FP32 on the calling thread (F16C
+ * `vcvtph2ps`, 16 values per load and store: the streaming floor) followed
+ * by dnnl_sgemm: what a caller holding FP16 data pays to use oneDNN here.
+ * (mixprec's threaded converter was tried instead: with oneDNN's OpenMP
+ * workers spinning after each sgemm, its pool worker fought them for the
+ * second CPU and the conversion took several times longer.) --base LIB loads another build of
  * libmixprec (RTLD_DEEPBIND, so its GEMM calls its own packers) and calls
  * its mxp_avx512_gemm_ex: "before" and "after" in the same process.
  * --ours LIB loads "ours" the same way instead of calling the linked
@@ -55,6 +64,7 @@
 #include <mixprec/mixprec.h>
 
 #include <dlfcn.h>
+#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +76,7 @@ typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const
 typedef int (*dnnl_bf16_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *,
                             int64_t, const uint16_t *, int64_t, float, float *, int64_t);
 
-enum { IMPL_OURS, IMPL_BASE, IMPL_DNNL, IMPL_COUNT };
+enum { IMPL_OURS, IMPL_BASE, IMPL_DNNL, IMPL_DNNL_CVT, IMPL_COUNT };
 
 static struct {
     gemm_ex_fn ours; /* --ours LIB, else this build's (linked) */
@@ -80,6 +90,8 @@ typedef struct call {
     mxp_gemm_args g;  /* our operands (dtype of the row) */
     const float *a32; /* FP32 copies for dnnl_sgemm (f16 rows) */
     const float *b32;
+    float *a_cvt; /* IMPL_DNNL_CVT: A and B converted here on each call */
+    float *b_cvt;
 } call;
 
 /* --threads N: untimed calls before each sample (see the top comment). */
@@ -94,6 +106,16 @@ static double thread_cpu_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* dst[i] = FP16 src[i] widened (exact), 16 at a time (n: any). */
+__attribute__((target("avx512f"))) static void widen_f16(float *dst, const void *src,
+                                                          size_t n) {
+    const uint16_t *h = src;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    for (; i < n; i++) dst[i] = mxp_load_f32(MXP_DTYPE_F16, h, i);
+}
+
 static void run_call(const call *c) {
     const mxp_avx512_gemm_opts one = {MXP_GEMM_PATH_AUTO, nthreads, false};
     const mxp_gemm_args *g = &c->g;
@@ -101,6 +123,12 @@ static void run_call(const call *c) {
     switch (c->impl) {
     case IMPL_OURS: lib.ours(g, &one); break;
     case IMPL_BASE: lib.base(g, &one); break;
+    case IMPL_DNNL_CVT:
+        widen_f16(c->a_cvt, g->A, (size_t)g->M * (size_t)g->K);
+        widen_f16(c->b_cvt, g->B, (size_t)g->K * (size_t)g->N);
+        lib.sgemm(ta, tb, g->M, g->N, g->K, g->alpha, c->a_cvt, g->lda, c->b_cvt, g->ldb,
+                  g->beta, g->C, g->ldc);
+        break;
     default:
         if (g->a_type == MXP_DTYPE_BF16)
             lib.bf16(ta, tb, g->M, g->N, g->K, g->alpha, g->A, g->lda, g->B, g->ldb, g->beta,
@@ -229,6 +257,7 @@ int main(int argc, char **argv) {
     void *a[3], *b[3];
     float *c = mxp_calloc(mn, sizeof(float)), *c_ref = mxp_calloc(mn, sizeof(float));
     float *c_init = mxp_calloc(mn, sizeof(float));
+    float *a_cvt = mxp_calloc(mk, sizeof(float)), *b_cvt = mxp_calloc(kn, sizeof(float));
     for (int t = 0; t < 3; t++) {
         a32[t] = mxp_calloc(mk, sizeof(float));
         b32[t] = mxp_calloc(kn, sizeof(float));
@@ -239,7 +268,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (!c || !c_ref || !c_init) return 1;
+    if (!c || !c_ref || !c_init || !a_cvt || !b_cvt) return 1;
     for (size_t i = 0; i < mn; i++) c_init[i] = (float)(i % 7) * 0.25f - 0.75f;
 
     if (nthreads == 1)
@@ -255,7 +284,7 @@ int main(int argc, char **argv) {
     if (lib.base) printf(" %8s", "base");
     printf(" %8s %7s", "onednn", "ours/dn");
     if (lib.base) printf(" %7s %5s", "base/dn", "bits");
-    printf("\n");
+    printf(" %8s %7s\n", "dn+cvt", "ours/dc");
     int diffs = 0;
     for (int i = 0; i < ns; i++) {
         const bench_gemm_shape *s = &shapes[i];
@@ -273,8 +302,9 @@ int main(int argc, char **argv) {
             };
             call calls[IMPL_COUNT];
             for (int k = 0; k < IMPL_COUNT; k++)
-                calls[k] = (call){k, g, a32[t], b32[t]};
-            bool have[IMPL_COUNT] = {true, lib.base != NULL, lib.sgemm && lib.bf16};
+                calls[k] = (call){k, g, a32[t], b32[t], a_cvt, b_cvt};
+            bool have[IMPL_COUNT] = {true, lib.base != NULL, lib.sgemm && lib.bf16,
+                                     lib.sgemm && types[t] == MXP_DTYPE_F16};
             const char *bits = "";
             if (lib.base) {
                 size_t n = (size_t)s->M * (size_t)s->N;
@@ -321,6 +351,8 @@ int main(int argc, char **argv) {
             double dn = med[IMPL_DNNL];
             printf(" %8.1f %7.2f", dn, dn > 0 ? med[IMPL_OURS] / dn : 0.0);
             if (lib.base) printf(" %7.2f %5s", dn > 0 ? med[IMPL_BASE] / dn : 0.0, bits);
+            double dc = med[IMPL_DNNL_CVT];
+            if (have[IMPL_DNNL_CVT]) printf(" %8.1f %7.2f", dc, med[IMPL_OURS] / dc);
             printf("\n");
             fflush(stdout);
         }
@@ -334,6 +366,8 @@ int main(int argc, char **argv) {
     mxp_free(c);
     mxp_free(c_ref);
     mxp_free(c_init);
+    mxp_free(a_cvt);
+    mxp_free(b_cvt);
     if (diffs) printf("%d rows differ from the baseline bit for bit\n", diffs);
     return diffs ? 1 : 0;
 }
