@@ -23,11 +23,14 @@
  * conversion of both FP16 operands to FP32 on the calling thread (F16C
  * `vcvtph2ps`, 16 values per load and store: the streaming floor) followed
  * by dnnl_sgemm: what a caller holding FP16 data pays to use oneDNN here.
- * (mixprec's threaded converter was tried instead: with oneDNN's OpenMP
- * workers spinning after each sgemm, its pool worker fought them for the
- * second CPU and the conversion took several times longer.) --base LIB loads another build of
- * libmixprec (RTLD_DEEPBIND, so its GEMM calls its own packers) and calls
- * its mxp_avx512_gemm_ex: "before" and "after" in the same process.
+ * With --threads 2 that costs more than the conversion: oneDNN's second
+ * thread reads operands the first core just wrote (converting on both
+ * threads with mixprec's converter read the same; docs/kernels.md "The
+ * sixth pass").
+ *
+ * --base LIB loads another build of libmixprec (RTLD_DEEPBIND, so its GEMM
+ * calls its own packers) and calls its mxp_avx512_gemm_ex: "before" and
+ * "after" in the same process.
  * --ours LIB loads "ours" the same way instead of calling the linked
  * library: identical code measured once linked and once loaded read up to
  * 3-8% apart on some shapes, so before/after comparisons load both. Before
