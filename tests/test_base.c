@@ -80,6 +80,25 @@ int main(void) {
     b.counter = 5;
     CHECK(mxp_rng_u32(&a) == mxp_rng_u32(&b));
 
+    /* mxp_rng_uniform_fill = that many mxp_rng_uniform calls, bit for bit,
+     * from any counter (block-aligned or not, across a 2^32 carry), and the
+     * counter ends where the calls leave it */
+    static const uint64_t starts[] = {0, 1, 3, 4, 7, 0xfffffffdull};
+    static const size_t lens[] = {0, 1, 2, 3, 4, 5, 13, 64};
+    float got[64];
+    for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            mxp_rng f = {0x1234567890abcdefull, starts[si]}, u = f;
+            mxp_rng_uniform_fill(&f, got, lens[li]);
+            for (size_t i = 0; i < lens[li]; i++) {
+                float want = mxp_rng_uniform(&u);
+                CHECK_MSG(memcmp(&got[i], &want, sizeof want) == 0,
+                          "fill from %llu, n %zu: [%zu] = %.9g, uniform %.9g",
+                          (unsigned long long)starts[si], lens[li], i, got[i], want);
+            }
+            CHECK(f.counter == u.counter);
+        }
+
     /* the log callback honours the level filter */
     mxp_log_set_callback(capture, NULL);
     mxp_log_set_level(MXP_LOG_WARN);

@@ -114,6 +114,9 @@ void mxp_rng_init(mxp_rng *r, uint64_t seed);
 uint32_t mxp_rng_u32(mxp_rng *r);
 /* Uniform in [0, 1) with 24 random bits. */
 float mxp_rng_uniform(mxp_rng *r);
+/* dst[0 .. n) = the next n values of mxp_rng_uniform(r), bit for bit (r's
+ * counter advances by n), computed a Philox block at a time. */
+void mxp_rng_uniform_fill(mxp_rng *r, float *dst, size_t n);
 /* Standard normal (Box-Muller on two uniforms). */
 float mxp_rng_normal(mxp_rng *r);
 /* Uniform integer in [0, n), n > 0 (rejection sampling, unbiased). */

@@ -23,8 +23,25 @@ void mxp_rng_init(mxp_rng *r, uint64_t seed) {
 
 uint32_t mxp_rng_u32(mxp_rng *r) { return mxp_rng_at(r->seed, r->counter++); }
 
-float mxp_rng_uniform(mxp_rng *r) {
-    return (float)(mxp_rng_u32(r) >> 8) * (1.0f / 16777216.0f);
+/* A draw as a uniform in [0, 1): its top 24 bits times 2^-24. */
+static float unit24(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+float mxp_rng_uniform(mxp_rng *r) { return unit24(mxp_rng_u32(r)); }
+
+/* One Philox block per 4 draws (mxp_philox_block) instead of one per draw
+ * (mxp_rng_uniform): the same words, a quarter of the work. */
+void mxp_rng_uniform_fill(mxp_rng *r, float *dst, size_t n) {
+    uint32_t w[4];
+    uint64_t held = UINT64_MAX; /* the block in w */
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t c = r->counter + i;
+        if (c >> 2 != held) {
+            held = c >> 2;
+            mxp_philox_block(r->seed, held, w);
+        }
+        dst[i] = unit24(w[c & 3u]);
+    }
+    r->counter += n;
 }
 
 float mxp_rng_normal(mxp_rng *r) {

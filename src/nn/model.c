@@ -16,8 +16,6 @@
  */
 #include "nn/nn_internal.h"
 
-#include "backend/numerics/philox.h"
-
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
@@ -272,29 +270,6 @@ static void install_weights(const mxp_model *m, const mxp_precision_policy *p,
     if (!b->work_is_master) m->k->convert(p->weight, b->work, MXP_DTYPE_F32, src, P);
 }
 
-/* dst[i] = (2 u_i - 1) * bound for the next n draws u_i of r, u_i being
- * mxp_rng_uniform's value (base/rng.c: the top 24 bits of the draw times
- * 2^-24); r->counter advances by n. One Philox block per 4 draws (a draw is
- * word counter % 4 of block counter / 4, mxp_philox_at) instead of one per
- * draw: the same values; the model's init took ~8 ns per parameter
- * through mxp_rng_uniform. */
-static void uniform_fill(mxp_rng *r, float bound, float *dst, size_t n) {
-    const uint32_t key[2] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32)};
-    uint32_t w[4];
-    uint64_t held = UINT64_MAX; /* the block in w */
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t c = r->counter + i, blk = c >> 2;
-        if (blk != held) {
-            const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0u, 0u};
-            mxp_philox4x32_10(ctr, key, w);
-            held = blk;
-        }
-        const float u = (float)(w[c & 3u] >> 8) * (1.0f / 16777216.0f);
-        dst[i] = (2.0f * u - 1.0f) * bound;
-    }
-    r->counter += n;
-}
-
 /* PyTorch init in slab order from one RNG stream: linear weight then bias,
  * each U(-1/sqrt(in), 1/sqrt(in)); layernorm gamma 1, beta 0. Values are
  * drawn in FP32 into dst [P]. */
@@ -305,7 +280,11 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
         const nn_layer *L = &m->layers[l];
         if (L->kind == MXP_LAYER_LINEAR) {
             float bound = (float)(1.0 / sqrt((double)L->in));
-            uniform_fill(&r, bound, dst + L->w_off, L->n_params);
+            /* the mxp_rng_uniform stream, a Philox block per 4 draws
+             * (mxp_rng_uniform_fill: one per draw took ~8 ns a parameter) */
+            float *w = dst + L->w_off;
+            mxp_rng_uniform_fill(&r, w, L->n_params);
+            for (size_t i = 0; i < L->n_params; i++) w[i] = (2.0f * w[i] - 1.0f) * bound;
         } else if (L->kind == MXP_LAYER_LAYERNORM) {
             for (int64_t c = 0; c < L->in; c++) {
                 dst[L->w_off + (size_t)c] = 1.0f;

@@ -1,9 +1,10 @@
 /* backend/numerics/philox.h: Philox4x32-10, the counter-based generator
  * behind every random draw of mixprec (stochastic rounding, data order).
  *
- * Entry points: mxp_philox4x32_10 (one 128-bit block), mxp_philox_at (the
- * draw mxp_rng_at(seed, counter) of include/mixprec/base.h: block
- * counter/4 keyed by seed, word counter%4).
+ * Entry points: mxp_philox4x32_10 (one 128-bit block), mxp_philox_block
+ * (block b of stream seed: draws 4b .. 4b+3), mxp_philox_at (the draw
+ * mxp_rng_at(seed, counter) of include/mixprec/base.h: word counter%4 of
+ * block counter/4).
  * Reference: Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy
  * as 1, 2, 3", SC'11 (Random123): multipliers 0xD2511F53 / 0xCD9E8D57,
  * Weyl key increments 0x9E3779B9 / 0xBB67AE85, 10 rounds. Known-answer
@@ -37,14 +38,19 @@ MXP_HD static inline void mxp_philox4x32_10(const uint32_t ctr[4], const uint32_
     out[0] = x0; out[1] = x1; out[2] = x2; out[3] = x3;
 }
 
-/* Draw `counter` of stream `seed`: the 128-bit block counter is
- * (counter >> 2) in its low 64 bits, the key is the seed (low word first). */
-MXP_HD static inline uint32_t mxp_philox_at(uint64_t seed, uint64_t counter) {
-    uint64_t c = counter >> 2;
-    uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0u, 0u};
+/* Block `block` of stream `seed` (draws 4 block .. 4 block + 3): the
+ * 128-bit block counter is `block` in its low 64 bits, the key is the seed
+ * (low word first). */
+MXP_HD static inline void mxp_philox_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0u, 0u};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t out[4];
     mxp_philox4x32_10(ctr, key, out);
+}
+
+/* Draw `counter` of stream `seed`: word counter % 4 of block counter / 4. */
+MXP_HD static inline uint32_t mxp_philox_at(uint64_t seed, uint64_t counter) {
+    uint32_t out[4];
+    mxp_philox_block(seed, counter >> 2, out);
     return out[counter & 3];
 }
 
