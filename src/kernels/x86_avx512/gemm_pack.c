@@ -587,22 +587,24 @@ bool mxp_avx512_pack_bf16(const mxp_gemm_src *x, size_t r0, size_t rows,
     return any != 0;
 }
 
+/* lo = the lane-wise unsigned minimum of lo and (v & 0x7fff) - 1 (16-bit
+ * lanes; a zero magnitude wraps to 0xffff). */
+static inline __m512i min_mag_minus_one(__m512i lo, __m512i v) {
+    const __m512i m1 = _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7fff)),
+                                        _mm512_set1_epi16(1));
+    return _mm512_min_epu16(lo, m1);
+}
+
 /* Whether the n BF16 values at v hold a subnormal: per 16-bit lane the
  * magnitude minus 1 (zero wraps to 0xffff) is below 0x7f exactly for a
  * subnormal; the minimum over all lanes is kept in a vector (three vector
  * operations per 32 values, no mask operations in the loop). */
 static bool bf16_run_subnormal(const uint16_t *v, size_t n) {
-    const __m512i mag = _mm512_set1_epi16(0x7fff), one = _mm512_set1_epi16(1);
     __m512i lo = _mm512_set1_epi16(-1);
     size_t k = 0;
-    for (; k + 32 <= n; k += 32)
-        lo = _mm512_min_epu16(lo, _mm512_sub_epi16(_mm512_and_si512(_mm512_loadu_si512(v + k), mag),
-                                                   one));
+    for (; k + 32 <= n; k += 32) lo = min_mag_minus_one(lo, _mm512_loadu_si512(v + k));
     if (k < n) /* masked-off lanes load 0, which wraps to 0xffff */
-        lo = _mm512_min_epu16(
-            lo, _mm512_sub_epi16(_mm512_and_si512(_mm512_maskz_loadu_epi16(lanes32(n - k), v + k),
-                                                  mag),
-                                 one));
+        lo = min_mag_minus_one(lo, _mm512_maskz_loadu_epi16(lanes32(n - k), v + k));
     return _mm512_cmplt_epu16_mask(lo, _mm512_set1_epi16(0x7f)) != 0;
 }
 
