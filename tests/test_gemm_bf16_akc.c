@@ -8,7 +8,7 @@
  * row r from A + r*lda + k instead of from the panel changes no vdpbf16ps
  * and no store. Independent oracle: a double-precision dot product of the
  * exact BF16 values, within the FP32 accumulation bound of
- * test_gemm_isa.c (atol + 2 (K + 2) 2^-24 S, S = |alpha| sum |a b| +
+ * gemm_cases.h (atol + 2 (K + 2) 2^-24 S, S = |alpha| sum |a b| +
  * |beta c|), which catches a wrong or missing product in both.
  *
  * Covered: M around MR = 14 (every partial tile row count, the row kernel
