@@ -14,6 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Case n of a small-M sweep: transposes from tr (bit 0: A, bit 1: B),
+ * leading-dimension padding, alpha and beta cycling with n. */
+static gcase sweep_case(mxp_dtype at, mxp_dtype bt, int tr, size_t M, size_t N, size_t K, int n) {
+    return (gcase){
+        .at = at, .bt = bt, .ta = tr & 1, .tb = (tr >> 1) & 1, .M = M, .N = N, .K = K,
+        .pad_a = (size_t)(n % 3) * 5, .pad_b = (size_t)(n % 4) * 3, .pad_c = (size_t)(n % 5) * 2,
+        .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
+    };
+}
+
 /* The small-M path (M <= 32, FP32 B, op(B) read in place): edge sizes
  * around its tile (MR = 14 columns of C, 16 / 32 rows) and around KC, every
  * transpose, FP32/BF16/F16/E4M3 A. It must agree with the generic GEMM
@@ -38,13 +48,7 @@ static void test_small_m(void) {
         for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
             for (size_t ki = 0; ki < nk; ki++)
                 for (int tr = 0; tr < 4; tr++, n++) {
-                    gcase c = {
-                        .at = as[n % 4], .bt = MXP_DTYPE_F32, .ta = tr & 1, .tb = (tr >> 1) & 1,
-                        .M = Ms[mi], .N = Ns[ni], .K = Ks[ki],
-                        .pad_a = (size_t)(n % 3) * 5, .pad_b = (size_t)(n % 4) * 3,
-                        .pad_c = (size_t)(n % 5) * 2,
-                        .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
-                    };
+                    gcase c = sweep_case(as[n % 4], MXP_DTYPE_F32, tr, Ms[mi], Ns[ni], Ks[ki], n);
                     vs_packed(&c, MXP_GEMM_PATH_AUTO, 2, "small-M");
                 }
     /* a shape large enough for two threads (2 * 32 * 300 * 300 flops) */
@@ -94,13 +98,7 @@ static void test_small_m_w16(void) {
                 for (int tr = 0; tr < 4; tr++, n++) {
                     mxp_dtype bt = bs[n % 2], at = as[(n / 2) % 4];
                     if (at == MXP_DTYPE_BF16 && bt == MXP_DTYPE_BF16) at = MXP_DTYPE_F32;
-                    gcase c = {
-                        .at = at, .bt = bt, .ta = tr & 1, .tb = (tr >> 1) & 1,
-                        .M = Ms[mi], .N = Ns[ni], .K = Ks[ki],
-                        .pad_a = (size_t)(n % 3) * 5, .pad_b = (size_t)(n % 4) * 3,
-                        .pad_c = (size_t)(n % 5) * 2,
-                        .alpha = n % 3 ? 1.0f : -0.75f, .beta = n % 2 ? 0.5f : 0.0f,
-                    };
+                    gcase c = sweep_case(at, bt, tr, Ms[mi], Ns[ni], Ks[ki], n);
                     vs_packed(&c, MXP_GEMM_PATH_AUTO, 2, "small-M 16-bit B");
                 }
     for (int i = 0; i < 2; i++) {

@@ -17,9 +17,10 @@
  * from its source rows; an FP8 operand (its pairs hold its BF16
  * conversion) and an op(A) read in place are widened from the source as
  * before. Flagged rows of op(A) come only from packed BF16 pairs (an FP8
- * value is never a BF16 subnormal). With only some rows of op(A) flagged, only those rows are
- * computed on the F32 path, packed together into one FP32 panel (a row's
- * F32 result does not depend on the other rows), instead of all MR.
+ * value is never a BF16 subnormal). With only some rows of op(A) flagged,
+ * only those rows are computed on the F32 path, packed together into one
+ * FP32 panel (a row's F32 result does not depend on the other rows),
+ * instead of all MR.
  */
 #include "kernels/x86_avx512/gemm_internal.h"
 

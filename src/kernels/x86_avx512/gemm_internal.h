@@ -242,8 +242,9 @@ void mxp_avx512_ukernel_w16_bt(size_t kc, const float *ap, mxp_dtype bt, const v
  * r*lda + 2q (its low half the even k, as in the panel), so the caller's
  * K block must be even (2*kp values of each row are read, none past them)
  * and free of BF16 subnormals (a block holding one is packed instead, so
- * that its flagged rows go to gemm_fallback.c). B: an NR-wide pair micro-panel at bp. The same vdpbf16ps
- * sequence and store whichever form A takes, so the same bits. */
+ * that its flagged rows go to gemm_fallback.c). B: an NR-wide pair
+ * micro-panel at bp. The same vdpbf16ps sequence and store whichever form
+ * A takes, so the same bits. */
 void mxp_avx512_ukernel_bf16(size_t kp, const void *ap, size_t lda, bool a_kc,
                              const uint32_t *bp, float *c, size_t ldc, int mr, int nr,
                              float alpha, float beta, mxp_gemm_store mode, bool pfc,
