@@ -1,7 +1,9 @@
 /* kernels/x86_avx512/table.c: assemble the AVX-512 kernel table: the
- * generic table with the slots each AVX-512 file overrides. Built once, on
+ * generic table with the slots each AVX-512 file overrides, and those of
+ * kernels/x86_avx512fp16/ when the CPU has AVX512-FP16. Built once, on
  * first use, under pthread_once. */
 #include "kernels/x86_avx512/avx512.h"
+#include "kernels/x86_avx512fp16/avx512fp16.h"
 
 #include <pthread.h>
 
@@ -13,6 +15,10 @@ static void build(void) {
     table.isa = "avx512";
     mxp_avx512_fill_gemm(&table);
     mxp_avx512_fill_loops(&table);
+    /* AVX512-FP16 where cpuid has it: the FP16 fast-accumulate GEMM runs on
+     * vfmadd231ph (same bits as the emulation) */
+    if (mxp_avx512fp16_usable(mxp_cpu_features_get()))
+        table.gemm_f16acc = mxp_avx512fp16_gemm_f16acc;
 }
 
 const mxp_kernels *mxp_kernels_avx512(void) {
@@ -22,4 +28,10 @@ const mxp_kernels *mxp_kernels_avx512(void) {
 
 bool mxp_avx512_usable(const mxp_cpu_features *f) {
     return f->avx512f && f->avx512bw && f->avx512vl && f->avx512_bf16 && f->f16c && f->fma;
+}
+
+/* Defined here, not in kernels/x86_avx512fp16/ (built with -mavx512fp16),
+ * so that the check itself can never execute an AVX512-FP16 instruction. */
+bool mxp_avx512fp16_usable(const mxp_cpu_features *f) {
+    return mxp_avx512_usable(f) && f->avx512_fp16;
 }
