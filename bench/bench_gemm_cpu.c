@@ -48,13 +48,20 @@
  * to run at full speed (32x256x256 NN f32 read 88 GF/s after one untimed
  * call, 107 after 5 ms of calls, 182 after 20 ms).
  *
+ * --dtype f16acc (also in "all", after f16) times the FP16 fast-accumulate
+ * GEMM (the table's gemm_f16acc slot with k = --kper, default 16: on
+ * AVX512-FP16 vfmadd231ph, else the emulation) on the f16 operands, against
+ * the same peers as the f16 rows; the FP32-accumulate f16 row beside it is
+ * the GEMM mixed_fp16 runs by default. No base/ours library is timed on
+ * these rows.
+ *
  * --beta 0|1 runs every shape with that beta instead of the shape list's
  * (dW is issued with beta = 0 by the default training step, grad_accum_steps
  * 1, and with beta = 1 when gradients accumulate).
  *
  * usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]
  *                       [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]
- *                       [--ours LIB] [--threads N] [--beta 0|1]
+ *                       [--ours LIB] [--threads N] [--beta 0|1] [--kper K]
  * Shapes: tools/mixprec/bench_shapes.h (the list `mixprec bench kernels
  * --shapes` uses). Not a test: it prints, and exits 1 only on bad usage or
  * when the baseline's bits differ.
@@ -90,6 +97,7 @@ static struct {
 
 typedef struct call {
     int impl;
+    int kper;         /* > 0: IMPL_OURS is the gemm_f16acc slot with this k */
     mxp_gemm_args g;  /* our operands (dtype of the row) */
     const float *a32; /* FP32 copies for dnnl_sgemm (f16 rows) */
     const float *b32;
@@ -124,7 +132,12 @@ static void run_call(const call *c) {
     const mxp_gemm_args *g = &c->g;
     char ta = g->trans_a ? 'T' : 'N', tb = g->trans_b ? 'T' : 'N';
     switch (c->impl) {
-    case IMPL_OURS: lib.ours(g, &one); break;
+    case IMPL_OURS:
+        if (c->kper > 0)
+            mxp_kernels_get()->gemm_f16acc(g, c->kper);
+        else
+            lib.ours(g, &one);
+        break;
     case IMPL_BASE: lib.base(g, &one); break;
     case IMPL_DNNL_CVT:
         widen_f16(c->a_cvt, g->A, (size_t)g->M * (size_t)g->K);
@@ -171,12 +184,13 @@ static void *random_buf(mxp_dtype t, size_t n, unsigned seed, float *f32) {
 static void usage(void) {
     fputs("usage: bench_gemm_cpu [--reps N] [--warm N] [--shapes core|training|all]\n"
           "                      [--dtype f32|bf16|f16|all] [--only TEXT] [--base LIB]\n"
-          "                      [--ours LIB] [--threads N] [--beta 0|1]\n",
+          "                      [--ours LIB] [--threads N] [--beta 0|1] [--kper K]\n"
+          "       --dtype also takes f16acc (the FP16 fast-accumulate GEMM)\n",
           stderr);
 }
 
 int main(int argc, char **argv) {
-    int reps = 5, warm = 2;
+    int reps = 5, warm = 2, kper = 16;
     bench_shape_set set = BENCH_SHAPES_TRAINING;
     const char *only = NULL, *base_path = NULL, *ours_path = NULL, *dtype = "all";
     int beta_override = -1; /* --beta: 0 or 1; -1 = the shape list's */
@@ -194,6 +208,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--ours") == 0) ours_path = v;
         else if (strcmp(a, "--dtype") == 0) dtype = v;
         else if (strcmp(a, "--threads") == 0) nthreads = atoi(v);
+        else if (strcmp(a, "--kper") == 0) kper = atoi(v);
         else if (strcmp(a, "--beta") == 0) {
             if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
                 usage();
@@ -214,7 +229,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (reps < 1 || reps > 101 || warm < 0 || nthreads < 1 || nthreads > 64) {
+    if (reps < 1 || reps > 101 || warm < 0 || nthreads < 1 || nthreads > 64 || kper < 1 ||
+        kper > MXP_F16ACC_K_MAX) {
         usage();
         return 1;
     }
@@ -283,7 +299,7 @@ int main(int argc, char **argv) {
            nthreads == 1 ? "an untimed call" : "30 ms of untimed calls", warm);
     if (beta_override >= 0) printf("; beta = %d on every shape", beta_override);
     printf("\n");
-    printf("%-16s %-15s %-2s %-5s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
+    printf("%-16s %-15s %-2s %-6s %8s", "shape", "MxNxK", "tr", "dtype", "ours");
     if (lib.base) printf(" %8s", "base");
     printf(" %8s %7s", "onednn", "ours/dn");
     if (lib.base) printf(" %7s %5s", "base/dn", "bits");
@@ -293,9 +309,10 @@ int main(int argc, char **argv) {
         const bench_gemm_shape *s = &shapes[i];
         if (only && !strstr(s->label, only)) continue;
         double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K;
-        for (int t = 0; t < 3; t++) {
-            if (strcmp(dtype, "all") != 0 && strcmp(dtype, mxp_dtype_name(types[t])) != 0)
-                continue;
+        for (int row = 0; row < 4; row++) {
+            int t = row < 3 ? row : 2; /* row 3: f16acc on the f16 operands */
+            const char *name = row < 3 ? mxp_dtype_name(types[t]) : "f16acc";
+            if (strcmp(dtype, "all") != 0 && strcmp(dtype, name) != 0) continue;
             mxp_gemm_args g = {
                 .trans_a = s->trans_a, .trans_b = s->trans_b, .M = s->M, .N = s->N, .K = s->K,
                 .a_type = types[t], .A = a[t], .lda = s->trans_a ? s->M : s->K,
@@ -305,11 +322,11 @@ int main(int argc, char **argv) {
             };
             call calls[IMPL_COUNT];
             for (int k = 0; k < IMPL_COUNT; k++)
-                calls[k] = (call){k, g, a32[t], b32[t], a_cvt, b_cvt};
-            bool have[IMPL_COUNT] = {true, lib.base != NULL, lib.sgemm && lib.bf16,
+                calls[k] = (call){k, row == 3 ? kper : 0, g, a32[t], b32[t], a_cvt, b_cvt};
+            bool have[IMPL_COUNT] = {true, lib.base != NULL && row < 3, lib.sgemm && lib.bf16,
                                      lib.sgemm && types[t] == MXP_DTYPE_F16};
             const char *bits = "";
-            if (lib.base) {
+            if (have[IMPL_BASE]) {
                 size_t n = (size_t)s->M * (size_t)s->N;
                 memcpy(c, c_init, n * sizeof(float));
                 run_call(&calls[IMPL_BASE]);
@@ -347,9 +364,8 @@ int main(int argc, char **argv) {
             snprintf(mnk, sizeof mnk, "%lldx%lldx%lld", (long long)s->M, (long long)s->N,
                      (long long)s->K);
             static const char *const tr[] = {"NN", "TN", "NT", "TT"};
-            printf("%-16s %-15s %-2s %-5s %8.1f", s->label, mnk,
-                   tr[(s->trans_a ? 1 : 0) + (s->trans_b ? 2 : 0)], mxp_dtype_name(types[t]),
-                   med[IMPL_OURS]);
+            printf("%-16s %-15s %-2s %-6s %8.1f", s->label, mnk,
+                   tr[(s->trans_a ? 1 : 0) + (s->trans_b ? 2 : 0)], name, med[IMPL_OURS]);
             if (lib.base) printf(" %8.1f", med[IMPL_BASE]);
             double dn = med[IMPL_DNNL];
             printf(" %8.1f %7.2f", dn, dn > 0 ? med[IMPL_OURS] / dn : 0.0);

@@ -32,13 +32,15 @@
 #include "kernels/generic/generic.h"
 #include "kernels/threads.h"
 
+#include <assert.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
 
 enum {
     MR = 8,            /* rows of the register tile */
-    NR = 32,           /* columns: one zmm of FP16 */
+    NV = 1,            /* zmm of FP16 per row */
+    NR = 32 * NV,      /* columns */
     MC = 64,           /* rows of op(A) per packed block (MR multiple) */
     KC_TARGET = 256,   /* products per K chunk when kper divides it */
     NC_MAX = 1024,     /* columns of op(B) per packed block (NR multiple) */
@@ -47,6 +49,8 @@ enum {
 };
 /* Below this many flops (2*M*N*K) one thread runs the product (as in
  * kernels/x86_avx512/gemm.c: a fork costs more than it saves). */
+static_assert(MR % 8 == 0 && NR % 8 == 0 && MC % MR == 0 && NC_MAX % NR == 0,
+              "panels are packed 8 x 8 at a time; blocks are whole panels");
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
 
 typedef struct f16_scratch {
@@ -155,39 +159,50 @@ typedef enum tile_out {
 static void ukernel(size_t kc, size_t kper, const uint16_t *ap, const uint16_t *bp, float *acc,
                     bool first, tile_out out, const f16_plan *p, size_t i0, size_t j0, size_t mr,
                     size_t nr) {
-    __m512 a32[MR][2];
+    __m512 a32[MR][2 * NV];
     for (int r = 0; r < MR; r++)
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2 * NV; h++)
             a32[r][h] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * NR + h * 16);
     const _Float16 *a = (const _Float16 *)ap;
     for (size_t k0 = 0; k0 < kc; k0 += kper) {
         size_t n = kc - k0 < kper ? kc - k0 : kper;
-        __m512h h[MR];
-        for (int r = 0; r < MR; r++) h[r] = _mm512_setzero_ph();
+        __m512h h[MR][NV];
+        for (int r = 0; r < MR; r++)
+            for (int v = 0; v < NV; v++) h[r][v] = _mm512_setzero_ph();
         const _Float16 *ak = a + k0 * MR;
         const uint16_t *bk = bp + k0 * NR;
         for (size_t k = 0; k < n; k++) {
-            __m512h b = _mm512_load_ph(bk + k * NR);
-            for (int r = 0; r < MR; r++)
-                h[r] = _mm512_fmadd_ph(_mm512_set1_ph(ak[k * MR + r]), b, h[r]);
+            __m512h b[NV];
+            for (int v = 0; v < NV; v++) b[v] = _mm512_load_ph(bk + k * NR + v * 32);
+            for (int r = 0; r < MR; r++) {
+                __m512h x = _mm512_set1_ph(ak[k * MR + r]);
+                for (int v = 0; v < NV; v++) h[r][v] = _mm512_fmadd_ph(x, b[v], h[r][v]);
+            }
         }
-        for (int r = 0; r < MR; r++) { /* promote: acc32 += (float)acc16 */
-            __m256h lo = _mm512_castph512_ph256(h[r]);
-            __m256h hi = _mm256_castsi256_ph(_mm512_extracti64x4_epi64(_mm512_castph_si512(h[r]), 1));
-            a32[r][0] = _mm512_add_ps(a32[r][0], _mm512_cvtxph_ps(lo));
-            a32[r][1] = _mm512_add_ps(a32[r][1], _mm512_cvtxph_ps(hi));
-        }
+        for (int r = 0; r < MR; r++) /* promote: acc32 += (float)acc16 */
+            for (int v = 0; v < NV; v++) {
+                /* through memory: vcvtph2psx from a register also needs a
+                 * shuffle (vextracti64x4) and competes with the FMAs for
+                 * ports 0 and 5; from memory it reads faster (h512 b256
+                 * fwd/dX/dW, one thread: 142-151 / 127-140 / 136-145 GF/s
+                 * against 127-141 / 128-129 / 135-143, interleaved runs) */
+                _Alignas(64) uint16_t t[32];
+                _mm512_store_ph(t, h[r][v]);
+                a32[r][2 * v] = _mm512_add_ps(a32[r][2 * v], _mm512_cvtxph_ps(_mm256_load_ph(t)));
+                a32[r][2 * v + 1] =
+                    _mm512_add_ps(a32[r][2 * v + 1], _mm512_cvtxph_ps(_mm256_load_ph(t + 16)));
+            }
     }
     if (out == TILE_KEEP) {
         for (int r = 0; r < MR; r++)
-            for (int h = 0; h < 2; h++) _mm512_store_ps(acc + r * NR + h * 16, a32[r][h]);
+            for (int h = 0; h < 2 * NV; h++) _mm512_store_ps(acc + r * NR + h * 16, a32[r][h]);
         return;
     }
     const mxp_gemm_args *g = p->g;
     __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
     for (size_t r = 0; r < mr; r++) {
         float *c = g->C + (i0 + r) * (size_t)g->ldc + j0;
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < 2 * NV; h++) {
             size_t off = (size_t)h * 16;
             if (off >= nr) break;
             __mmask16 m = nr - off >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nr - off)) - 1u);
