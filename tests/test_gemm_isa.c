@@ -146,21 +146,27 @@ static void test_widening_exact(void) {
     }
 }
 
-/* Path choice: vdpbf16ps for BF16/FP8 pairs, FP32 widening otherwise. A
- * BF16 subnormal (read as zero by vdpbf16ps) must still give generic's
- * result: its micro-tiles fall back to the FP32 microkernel. */
+/* Path choice: vdpbf16ps for BF16/FP8 pairs where the CPU runs it fast
+ * (tune.c: AUTO takes it then; asked for, it is taken on any CPU), FP32
+ * widening otherwise. A BF16 subnormal (read as zero by vdpbf16ps) must
+ * still give generic's result: its micro-tiles fall back to the FP32
+ * microkernel. run_case checks the DPBF16 path on every CPU. */
 static void test_paths(void) {
+    const mxp_gemm_path dp_auto =
+        mxp_avx512_tune_get()->dpbf16_fast ? MXP_GEMM_PATH_DPBF16 : MXP_GEMM_PATH_F32;
     gcase c = {.at = MXP_DTYPE_BF16, .bt = MXP_DTYPE_BF16, .ta = false, .tb = true,
                .M = 17, .N = 33, .K = 31, .alpha = 1.0f, .beta = 0.0f};
     gbufs b = bufs_make(&c);
     float C[1];
     mxp_gemm_args g = args_for(&c, &b, C);
-    CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_DPBF16);
+    CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_AUTO) == dp_auto);
+    CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_DPBF16) == MXP_GEMM_PATH_DPBF16);
     CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_F32) == MXP_GEMM_PATH_F32);
     mxp_gemm_args g2 = g;
     g2.a_type = MXP_DTYPE_F8_E4M3;
     g2.b_type = MXP_DTYPE_F8_E5M2;
-    CHECK(mxp_avx512_gemm_path_for(&g2, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_DPBF16);
+    CHECK(mxp_avx512_gemm_path_for(&g2, MXP_GEMM_PATH_AUTO) == dp_auto);
+    CHECK(mxp_avx512_gemm_path_for(&g2, MXP_GEMM_PATH_DPBF16) == MXP_GEMM_PATH_DPBF16);
     g2.a_type = MXP_DTYPE_F16;
     CHECK(mxp_avx512_gemm_path_for(&g2, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_F32);
     g2.a_type = MXP_DTYPE_BF16;
@@ -173,7 +179,7 @@ static void test_paths(void) {
     for (size_t j = 0; j < c.K; j++) ((uint16_t *)b.B.p)[5 * b.B.ld + j] = 0x7100;
     for (size_t k = 0; k < c.K; k++) ((uint16_t *)b.A.p)[3 * b.A.ld + k] = 0;
     ((uint16_t *)b.A.p)[3 * b.A.ld + 7] = 0x000b;
-    CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_DPBF16);
+    CHECK(mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_DPBF16) == MXP_GEMM_PATH_DPBF16);
     run_case(&c, &b, false);
     bufs_free(&b);
 
@@ -221,7 +227,7 @@ static void test_paths(void) {
     for (size_t i = 0; i < t.K * t.M; i++) ((uint16_t *)tb.A.p)[i] = 0x1e3d; /* ~1e-20 */
     for (size_t i = 0; i < t.K * t.N; i++) ((uint16_t *)tb.B.p)[i] = 0x1e3d;
     mxp_gemm_args gt = args_for(&t, &tb, C);
-    CHECK(mxp_avx512_gemm_path_for(&gt, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_DPBF16);
+    CHECK(mxp_avx512_gemm_path_for(&gt, MXP_GEMM_PATH_DPBF16) == MXP_GEMM_PATH_DPBF16);
     run_case(&t, &tb, false);
     bufs_free(&tb);
 }

@@ -12,7 +12,10 @@
  *   emulated  software conversion and FP32 arithmetic. FP8 is always
  *             emulated: no CPU has FP8 arithmetic (mixprec quantises, then
  *             computes in FP32, and says so).
- * The level describes the CPU, not the kernel table in use: under
+ * The level describes the CPU, not the kernel table in use (the "how" text
+ * of this CPU names what the active table's GEMM computes in, kernels.h
+ * gemm_compute: BF16 widened where vdpbf16ps is slow, FP16 FMA only with
+ * training.fp16_accumulate=fp16): under
  * MIXPREC_FORCE_ISA=generic the same formats run through the portable
  * reference kernels (`mixprec doctor` shows both).
  *
@@ -23,7 +26,10 @@
  */
 #include "guard/guard_internal.h"
 
+#include "kernels/kernels.h"
+
 #include <assert.h>
+#include <string.h>
 
 static const char *const support_names[] = {"emulated", "convert", "native"};
 static_assert(sizeof support_names / sizeof support_names[0] == MXP_SUPPORT_COUNT,
@@ -36,6 +42,9 @@ const char *mxp_support_name(mxp_support s) {
 mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
                                   const char **why) {
     if (!f) f = mxp_cpu_features_get();
+    /* for this CPU, the text says what the active kernel table's GEMM does */
+    const mxp_kernels *k = mxp_kernels_get();
+    const bool this_cpu = f == mxp_cpu_features_get() && strcmp(k->isa, "avx512") == 0;
     const char *w;
     mxp_support s;
     switch (p) {
@@ -48,6 +57,9 @@ mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
         if (f->avx512_bf16 || f->amx_bf16) {
             s = MXP_SUPPORT_NATIVE;
             w = f->avx512_bf16 ? "AVX512_BF16 dot products (vdpbf16ps)" : "AMX-BF16 tiles";
+            if (this_cpu && k->gemm_compute(MXP_DTYPE_BF16, false) == MXP_GEMM_COMPUTE_FP32_WIDENED)
+                w = "AVX512_BF16, but vdpbf16ps is slower than FP32 FMA on this CPU: the GEMMs "
+                    "widen BF16 to FP32 (FP32 FMA)";
         } else if (f->avx512f || f->avx2) {
             s = MXP_SUPPORT_CONVERT;
             w = "BF16 widened by vector shifts, FP32 arithmetic";
@@ -61,6 +73,9 @@ mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
         if (f->avx512_fp16) {
             s = MXP_SUPPORT_NATIVE;
             w = "AVX512_FP16 half arithmetic";
+            if (this_cpu && k->gemm_compute(MXP_DTYPE_F16, true) == MXP_GEMM_COMPUTE_FP16_FMA)
+                w = "AVX512_FP16: GEMMs widen FP16 to FP32 (FP32 FMA), or with "
+                    "training.fp16_accumulate=fp16 run vfmadd231ph with FP16 partial sums";
         } else if (f->f16c) {
             s = MXP_SUPPORT_CONVERT;
             w = "F16C conversions, FP32 arithmetic";

@@ -133,8 +133,29 @@ typedef struct mxp_act_bwd {
     int64_t dx_nonfinite;
 } mxp_act_bwd;
 
+/* What a table's GEMM computes in on this CPU (mxp_kernels.gemm_compute):
+ * for doctor, the advisor and the benchmarks' peaks, so that what they say
+ * is what the kernels do. */
+typedef enum mxp_gemm_compute {
+    MXP_GEMM_COMPUTE_FP32_FMA,      /* FP32 operands, FP32 FMA */
+    MXP_GEMM_COMPUTE_FP32_WIDENED,  /* 16/8-bit operands widened to FP32, FP32 FMA */
+    MXP_GEMM_COMPUTE_BF16_DOT,      /* BF16 pair dot products (vdpbf16ps), FP32 sums */
+    MXP_GEMM_COMPUTE_FP16_FMA,      /* FP16 FMA (vfmadd231ph), FP16 partial sums
+                                     * promoted to FP32 every k products */
+    MXP_GEMM_COMPUTE_EMULATED,      /* portable scalar code (reference kernels, or
+                                     * the FP16-accumulate emulation) */
+    MXP_GEMM_COMPUTE_COUNT
+} mxp_gemm_compute;
+
+/* One line naming c ("FP32 FMA", ...). */
+const char *mxp_gemm_compute_name(mxp_gemm_compute c);
+
 typedef struct mxp_kernels {
     const char *isa; /* "generic", "avx512", ... */
+
+    /* What gemm computes in for operands of dtype t (both operands t), or,
+     * with f16acc, what gemm_f16acc computes in for FP16 operands. */
+    mxp_gemm_compute (*gemm_compute)(mxp_dtype t, bool f16acc);
 
     void (*gemm)(const mxp_gemm_args *a);
     /* The linear layer's forward as one call: bit for bit

@@ -84,8 +84,9 @@ void bench_gemm_bufs_destroy(bench_gemm_bufs *b);
 bench_timing bench_gemm_table(const mxp_kernels *k, bench_gemm_bufs *b,
                               const bench_gemm_shape *s, mxp_dtype at, mxp_dtype bt,
                               int reps, double min_sample_s);
-/* The peak kind k's GEMM uses for this dtype pair (BF16 dot products on
- * the AVX-512 table where both operands are BF16/FP8, else FP32 FMA). */
+/* The peak kind k's GEMM uses for this dtype pair: BF16 dot products where
+ * the table computes in them (k->gemm_compute: BF16/FP8 pairs on the
+ * AVX-512 table of a CPU whose vdpbf16ps is fast), else FP32 FMA. */
 bench_peak_kind bench_gemm_peak_kind(const mxp_kernels *k, mxp_dtype at, mxp_dtype bt);
 
 typedef enum bench_peer {

@@ -94,14 +94,16 @@ bench_timing bench_gemm_table(const mxp_kernels *k, bench_gemm_bufs *b,
     return bench_time(call_table, &c, reps, 0.05, min_sample_s);
 }
 
-static bool dot_type(mxp_dtype t) {
-    return t == MXP_DTYPE_BF16 || t == MXP_DTYPE_F8_E4M3 || t == MXP_DTYPE_F8_E5M2;
-}
-
 bench_peak_kind bench_gemm_peak_kind(const mxp_kernels *k, mxp_dtype at, mxp_dtype bt) {
-    if (strcmp(k->isa, "avx512") == 0 && dot_type(at) && dot_type(bt))
-        return BENCH_PEAK_BF16_DP;
-    return BENCH_PEAK_FP32_FMA;
+    /* the table says what it computes in (kernels.h, gemm_compute); a BF16 x
+     * FP8 pair goes the way of its wider operand */
+    mxp_dtype t = at == bt ? at : (at == MXP_DTYPE_BF16 || bt == MXP_DTYPE_BF16) &&
+                                          mxp_dtype_info(at)->size <= 2 &&
+                                          mxp_dtype_info(bt)->size <= 2
+                                      ? MXP_DTYPE_BF16
+                                      : MXP_DTYPE_F32;
+    return k->gemm_compute(t, false) == MXP_GEMM_COMPUTE_BF16_DOT ? BENCH_PEAK_BF16_DP
+                                                                   : BENCH_PEAK_FP32_FMA;
 }
 
 /* ---- peers ---------------------------------------------------------------- */

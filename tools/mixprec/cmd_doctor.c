@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "kernels/kernels.h"
+#include "kernels/threads.h"
+
+#include <math.h>
 
 #include <jansson.h>
 
@@ -32,6 +36,77 @@ static void help(FILE *f) {
           "  --config FILE   YAML configuration for --preflight\n"
           "  key=value       config overrides for --preflight\n",
           f);
+}
+
+/* The GEMM each precision mode issues, measured on the active table: one
+ * hidden layer's forward of the benchmark MLP (y = x W^T, batch 256,
+ * 512 x 512), the shape `bench train`'s scenarios spend most time in. */
+enum { GEMM_M = 256, GEMM_N = 512, GEMM_K = 512, GEMM_REPS = 5, GEMM_ROWS = 5 };
+#define GEMM_SHAPE_TEXT "256x512x512 NT, x W^T"
+static const struct {
+    const char *label;
+    mxp_dtype type;
+    bool f16acc;
+} gemm_row_defs[GEMM_ROWS] = {
+    {"FP32 (fp32)", MXP_DTYPE_F32, false},
+    {"BF16 (mixed_bf16, bf16)", MXP_DTYPE_BF16, false},
+    {"FP16 (mixed_fp16, fp16)", MXP_DTYPE_F16, false},
+    {"FP16, training.fp16_accumulate=fp16", MXP_DTYPE_F16, true},
+    {"FP8 E4M3 (fp8)", MXP_DTYPE_F8_E4M3, false},
+};
+
+typedef struct gemm_rows {
+    double gflops[GEMM_ROWS];
+    mxp_gemm_compute compute[GEMM_ROWS];
+    int threads;
+} gemm_rows;
+
+typedef struct gemm_ctx {
+    const mxp_kernels *k;
+    mxp_gemm_args g;
+    bool f16acc;
+} gemm_ctx;
+
+static void gemm_call(void *p) {
+    gemm_ctx *c = p;
+    if (c->f16acc)
+        c->k->gemm_f16acc(&c->g, 16);
+    else
+        c->k->gemm(&c->g);
+}
+
+/* Time every row of gemm_row_defs (about 0.1 s each); NaN where memory
+ * ran out. */
+static void gemm_measure(gemm_rows *out) {
+    const mxp_kernels *k = mxp_kernels_get();
+    out->threads = mxp_threads_max();
+    size_t na = (size_t)GEMM_M * GEMM_K, nb = (size_t)GEMM_N * GEMM_K;
+    float *a32 = mxp_calloc(na, sizeof(float)), *b32 = mxp_calloc(nb, sizeof(float));
+    float *c = mxp_calloc((size_t)GEMM_M * GEMM_N, sizeof(float));
+    void *a = mxp_calloc(na, sizeof(float)), *b = mxp_calloc(nb, sizeof(float));
+    mxp_rng rng;
+    mxp_rng_init(&rng, 7);
+    for (size_t i = 0; a32 && i < na; i++) a32[i] = 2.0f * mxp_rng_uniform(&rng) - 1.0f;
+    for (size_t i = 0; b32 && i < nb; i++) b32[i] = 2.0f * mxp_rng_uniform(&rng) - 1.0f;
+    for (int i = 0; i < GEMM_ROWS; i++) {
+        out->compute[i] = k->gemm_compute(gemm_row_defs[i].type, gemm_row_defs[i].f16acc);
+        out->gflops[i] = NAN;
+        if (!a32 || !b32 || !c || !a || !b) continue;
+        mxp_dtype t = gemm_row_defs[i].type;
+        mxp_convert(t, a, MXP_DTYPE_F32, a32, na);
+        mxp_convert(t, b, MXP_DTYPE_F32, b32, nb);
+        gemm_ctx x = {k,
+                      {false, true, GEMM_M, GEMM_N, GEMM_K, t, a, GEMM_K, t, b, GEMM_K, c, GEMM_N,
+                       1.0f, 0.0f},
+                      gemm_row_defs[i].f16acc};
+        bench_timing tm = bench_time(gemm_call, &x, GEMM_REPS, 0.02, 0.01);
+        out->gflops[i] = 2.0 * GEMM_M * GEMM_N * GEMM_K / tm.median_s * 1e-9;
+    }
+    mxp_free(a32);
+    mxp_free(b32);
+    mxp_free(c);
+    mxp_free(a);
+    mxp_free(b);
 }
 
 static void print_cpu(void) {
@@ -83,6 +158,14 @@ static void print_cpu(void) {
            "arithmetic; emulated: software conversion (FP8 is always emulated on a CPU).\n"
            "The fallback chain skips emulated formats unless "
            "guard.fallback.allow_emulated=true.\n");
+    gemm_rows rows;
+    gemm_measure(&rows);
+    printf("\nGEMM of each mode on this CPU (%s, %d thread%s, median of %d):\n", GEMM_SHAPE_TEXT,
+           rows.threads, rows.threads == 1 ? "" : "s", GEMM_REPS);
+    printf("%-36s %8s  %s\n", "operands (modes)", "GFLOP/s", "computes in");
+    for (int i = 0; i < GEMM_ROWS; i++)
+        printf("%-36s %8.1f  %s\n", gemm_row_defs[i].label, rows.gflops[i],
+               mxp_gemm_compute_name(rows.compute[i]));
 }
 
 /* The same facts as print_cpu, as JSON (schema mixprec.doctor/1). */
@@ -121,6 +204,23 @@ static json_t *cpu_json(void) {
         json_array_append_new(precs, e);
     }
     json_object_set_new(j, "precisions", precs);
+    gemm_rows rows;
+    gemm_measure(&rows);
+    json_t *gemm = json_object(), *gr = json_array();
+    json_object_set_new(gemm, "shape", json_string(GEMM_SHAPE_TEXT));
+    json_object_set_new(gemm, "threads", json_integer(rows.threads));
+    for (int i = 0; i < GEMM_ROWS; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "operands", json_string(gemm_row_defs[i].label));
+        json_object_set_new(e, "dtype", json_string(mxp_dtype_name(gemm_row_defs[i].type)));
+        json_object_set_new(e, "fp16_accumulate", json_boolean(gemm_row_defs[i].f16acc));
+        json_object_set_new(e, "computes_in", json_string(mxp_gemm_compute_name(rows.compute[i])));
+        json_object_set_new(e, "gflops", isfinite(rows.gflops[i]) ? json_real(rows.gflops[i])
+                                                                  : json_null());
+        json_array_append_new(gr, e);
+    }
+    json_object_set_new(gemm, "rows", gr);
+    json_object_set_new(j, "gemm", gemm);
     return j;
 }
 

@@ -5,8 +5,29 @@
  */
 #include "kernels/generic/generic.h"
 
+#include <assert.h>
+
+static mxp_gemm_compute generic_gemm_compute(mxp_dtype t, bool f16acc) {
+    (void)t;
+    (void)f16acc;
+    return MXP_GEMM_COMPUTE_EMULATED;
+}
+
+const char *mxp_gemm_compute_name(mxp_gemm_compute c) {
+    static const char *const names[] = {
+        "FP32 FMA",
+        "FP32 FMA after widening to FP32",
+        "BF16 pair dot products (vdpbf16ps), FP32 accumulation",
+        "FP16 FMA (vfmadd231ph), FP16 partial sums promoted to FP32 every k products",
+        "portable scalar code",
+    };
+    static_assert(sizeof names / sizeof names[0] == MXP_GEMM_COMPUTE_COUNT, "one name each");
+    return (unsigned)c < MXP_GEMM_COMPUTE_COUNT ? names[c] : "?";
+}
+
 static const mxp_kernels generic_table = {
     .isa = "generic",
+    .gemm_compute = generic_gemm_compute,
     .gemm = mxp_generic_gemm,
     .gemm_epi = mxp_generic_gemm_epi,
     .gemm_f16acc = mxp_generic_gemm_f16acc,

@@ -105,13 +105,14 @@ enum { SPLIT_M_MAX_K = 128 };
  * tiles read it (gemm_range_l2; half of Zen 4's 1 MiB L2). */
 #define L2_CHUNK_BYTES ((size_t)512 * 1024)
 /* FP32 operands are read in place (in_place) only when their rows are at
- * most this many elements apart: each k step of a micro-panel then stays
- * within a page or two. With 2048-wide rows (8 KiB apart) every k step of
- * a 14- or 32-wide panel is a new page, and reading in place was 5-7%
- * slower than packing (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN). */
-#define IN_PLACE_MAX_LD 1024
+ * most tune.c's in_place_max_ld elements apart: each k step of a
+ * micro-panel then stays within a page or two. On Zen 4 that is 1024: with
+ * 2048-wide rows (8 KiB apart) every k step of a 14- or 32-wide panel is a
+ * new page, and reading in place was 5-7% slower than packing
+ * (bench_gemm_cpu: 2048x2048x128 TN, 65x2048x512 TN); on the Intel Xeon
+ * measured, 256 (tune.c). */
 /* A k-contiguous FP32 op(A) is read in place (gemm_plan.a_kc) only when
- * its rows are at most this many elements apart (see IN_PLACE_MAX_LD) and
+ * its rows are at most this many elements apart (see in_place) and
  * at most A_KC_SET_ROWS of a tile's MR rows share a set of the 32 KiB
  * 8-way L1 (64 sets of 64-byte lines: rows 4 KiB apart share one). One
  * thread, 256x512xK NN with lda = K, in place / packed (throwaway loop
@@ -176,6 +177,7 @@ typedef struct gemm_plan {
                    * (in_place_a), BF16 on the DPBF16 path (block by block,
                    * in_place_a_bf16) */
     bool a_w16;   /* op(A) FP16, widened in its own layout (a_widen) */
+    size_t nc;    /* columns of op(B) per packed block (tune.c, <= MXP_GEMM_NC) */
     size_t kb;    /* K block length (k_block_len), the same for every thread */
     bool small;   /* the small-M path (op(A) packed once per K block, op(B) in place) */
     bool split_n; /* threads cut N (else M) */
@@ -297,7 +299,9 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
  * gives the same values as packing (FP32 packs by copying), so the same
  * bits. */
 static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0) {
-    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig || x->ld > IN_PLACE_MAX_LD) return NULL;
+    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig ||
+        x->ld > mxp_avx512_tune_get()->in_place_max_ld)
+        return NULL;
     return (const float *)x->base + k0 * x->ld + r0;
 }
 
@@ -399,8 +403,8 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
                        const gemm_scratch *s) {
     uint32_t sub_a[MXP_GEMM_MC / MXP_GEMM_MR], sub_b[MXP_GEMM_NC / MXP_GEMM_NR];
     const bool unit = unit_ok(p);
-    for (size_t jc = n0; jc < n1; jc += MXP_GEMM_NC) {
-        size_t nc = min_sz(MXP_GEMM_NC, n1 - jc);
+    for (size_t jc = n0; jc < n1; jc += p->nc) {
+        size_t nc = min_sz(p->nc, n1 - jc);
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
             size_t kc = min_sz(p->kb, p->K - pc);
             mxp_gemm_store mode = store_mode(p, pc, unit);
@@ -488,7 +492,7 @@ static void gemm_range_any(const gemm_plan *p, size_t m0, size_t m1, size_t n0, 
     size_t kw = k_words(p, p->kb) * sizeof(float);
     size_t nc_max = L2_CHUNK_BYTES / kw / MXP_GEMM_NR * MXP_GEMM_NR;
     if ((p->dp || p->b.type != MXP_DTYPE_F32) && m1 - m0 <= MXP_GEMM_MC &&
-        nc_max >= MXP_GEMM_NR && min_sz(MXP_GEMM_NC, n1 - n0) * kw > L2_CHUNK_BYTES)
+        nc_max >= MXP_GEMM_NR && min_sz(p->nc, n1 - n0) * kw > L2_CHUNK_BYTES)
         gemm_range_l2(p, m0, m1, n0, n1, s, nc_max);
     else
         gemm_range(p, m0, m1, n0, n1, s);
@@ -608,7 +612,8 @@ static void make_sources(const mxp_gemm_args *g, mxp_gemm_src *a, mxp_gemm_src *
 }
 
 mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path path) {
-    if (path == MXP_GEMM_PATH_F32 || !dp_type(g->a_type) || !dp_type(g->b_type))
+    if (path == MXP_GEMM_PATH_F32 || !dp_type(g->a_type) || !dp_type(g->b_type) ||
+        (path == MXP_GEMM_PATH_AUTO && !mxp_avx512_tune_get()->dpbf16_fast))
         return MXP_GEMM_PATH_F32;
     return MXP_GEMM_PATH_DPBF16;
 }
@@ -667,6 +672,7 @@ static void plan_make(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o, gem
     };
     make_sources(g, &p->a, &p->b);
     p->dp = mxp_avx512_gemm_path_for(g, o->path) == MXP_GEMM_PATH_DPBF16;
+    p->nc = mxp_avx512_tune_get()->nc;
     p->kb = k_block_len(p->K, p->dp ? MXP_GEMM_KC_BF16 : MXP_GEMM_KC);
     p->a_kc = !o->packed_only && p->a.k_contig &&
               p->a.type == (p->dp ? MXP_DTYPE_BF16 : MXP_DTYPE_F32) &&
@@ -725,7 +731,7 @@ static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
 static bool epi_inside(const mxp_gemm_args *g, const gemm_plan *p, const mxp_epilogue *e) {
     if (!epi_fits(g, e) || p->parts < mxp_avx512_epilogue_threads(e)) return false;
     if (p->small) return p->parts == 1 && p->N <= EPI_SMALL_COLS;
-    return (!p->split_n || p->parts == 1) && p->N <= MXP_GEMM_NC;
+    return (!p->split_n || p->parts == 1) && p->N <= p->nc;
 }
 
 /* The GEMM of plan p; with epi (epi_inside), its epilogue on each block

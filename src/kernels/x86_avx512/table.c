@@ -3,6 +3,7 @@
  * kernels/x86_avx512fp16/ when the CPU has AVX512-FP16. Built once, on
  * first use, under pthread_once. */
 #include "kernels/x86_avx512/avx512.h"
+#include "kernels/x86_avx512/gemm_internal.h"
 #include "kernels/x86_avx512fp16/avx512fp16.h"
 
 #include <pthread.h>
@@ -10,9 +11,20 @@
 static mxp_kernels table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+static mxp_gemm_compute avx512_gemm_compute(mxp_dtype t, bool f16acc) {
+    if (f16acc)
+        return table.gemm_f16acc == mxp_avx512fp16_gemm_f16acc ? MXP_GEMM_COMPUTE_FP16_FMA
+                                                               : MXP_GEMM_COMPUTE_EMULATED;
+    mxp_gemm_args g = {.a_type = t, .b_type = t};
+    if (mxp_avx512_gemm_path_for(&g, MXP_GEMM_PATH_AUTO) == MXP_GEMM_PATH_DPBF16)
+        return MXP_GEMM_COMPUTE_BF16_DOT;
+    return t == MXP_DTYPE_F32 ? MXP_GEMM_COMPUTE_FP32_FMA : MXP_GEMM_COMPUTE_FP32_WIDENED;
+}
+
 static void build(void) {
     table = *mxp_kernels_generic();
     table.isa = "avx512";
+    table.gemm_compute = avx512_gemm_compute;
     mxp_avx512_fill_gemm(&table);
     mxp_avx512_fill_loops(&table);
     /* AVX512-FP16 where cpuid has it: the FP16 fast-accumulate GEMM runs on
