@@ -164,6 +164,7 @@ entry() { awk -F'\t' -v n="$1" -v k="$KIT" '$2 == n {a = $4; gsub("@KIT@", k, a)
 path_of() { entry "$1" | cut -f1; }
 args_of() { entry "$1" | cut -f2; }
 CLI=$KIT/$(path_of mixprec)
+chmod +x "$KIT"/bin/* 2>/dev/null # in case the copy to the device lost the modes
 for f in "$CLI" $(for t in $TESTS $BENCHES; do echo "$KIT/$(path_of "$t")"; done); do
     [ -x "$f" ] || { say "FAIL: the manifest names $f, which is missing or not executable: rebuild the kit"; exit 1; }
 done
@@ -216,7 +217,7 @@ fi
 probe_tools() {
     uname -a; ldd --version | head -1; nproc; free -g | head -2
     for t in nvcc compute-sanitizer; do
-        p=$(command -v $t || ls /usr/local/cuda/bin/$t 2>/dev/null)
+        p=$(command -v $t || ls /usr/local/cuda/bin/$t 2>/dev/null | awk 'NR == 1')
         echo "$t: ${p:-not found}"; [ -n "$p" ] && "$p" --version | tail -2
     done
     echo "python3: $(command -v python3) $(python3 --version 2>&1)"
@@ -287,7 +288,8 @@ done
 
 # ---- compute-sanitizer (device only)
 if [ $DRY = 0 ]; then
-    SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+        /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | awk 'NR == 1')
     if [ -z "$SAN" ]; then
         record compute-sanitizer 1 0 "FAIL (compute-sanitizer not found)"
     else

@@ -105,5 +105,6 @@ rm -rf "$KIT"
 mv "$stage" "$KIT"
 gz=$(tar -C "$KIT" -cf - . | gzip -6 | wc -c)
 echo "gpu-kit: $KIT: $(ls "$KIT/bin" | wc -l) programs, $(ls "$KIT/lib" | wc -l) libraries," \
-    "$((kib / 1024)) MiB ($((gz / 1048576)) MiB gzip); cuBLASLt ($LT_SONAME) found on the device;" \
+    "$(awk -v k="$kib" -v g="$gz" 'BEGIN { printf "%.1f MiB (%.1f MiB gzip)", k / 1024, g / 1048576 }');" \
+    "cuBLASLt ($LT_SONAME) found on the device;" \
     "$(($(date +%s) - t0)) s"
