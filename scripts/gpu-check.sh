@@ -81,6 +81,12 @@ LT_DIR=""
 NOTRUN=""
 
 say() { echo "gpu-check: $*" | tee -a "$LOG"; }
+# A kit too broken to check: the log so far still goes to OUTDIR.
+abort() {
+    say "FAIL: $*"
+    [ -z "$OUTDIR" ] || cp "$LOG" "$OUTDIR/gpu-check.log"
+    exit 1
+}
 # record NAME RC SECONDS VERDICT (PASS, FAIL..., NOT-IMPL, INFO...)
 record() {
     local v=$4
@@ -153,8 +159,7 @@ find_cublaslt() {
 
 say "$(date -u +%Y-%m-%dT%H:%M:%SZ) $([ $DRY = 1 ] && echo 'dry run' || echo 'device run') on $(hostname); kit $KIT; budget $BUDGET_S s"
 if [ ! -f "$KIT/manifest.tsv" ] || [ ! -f "$KIT/kit-info.txt" ]; then
-    say "FAIL: no kit at $KIT (manifest.tsv, kit-info.txt): build it with scripts/gpu-kit.sh and carry it (docs/gpu.md)"
-    exit 1
+    abort "no kit at $KIT (manifest.tsv, kit-info.txt): build it with scripts/gpu-kit.sh and carry it (docs/gpu.md)"
 fi
 cp "$KIT/kit-info.txt" "$KIT/manifest.tsv" "$RAW/"
 LT_SONAME=$(awk '$1 == "cublaslt_soname" {print $2}' "$KIT/kit-info.txt")
@@ -166,7 +171,7 @@ args_of() { entry "$1" | cut -f2; }
 CLI=$KIT/$(path_of mixprec)
 chmod +x "$KIT"/bin/* 2>/dev/null # in case the copy to the device lost the modes
 for f in "$CLI" $(for t in $TESTS $BENCHES; do echo "$KIT/$(path_of "$t")"; done); do
-    [ -x "$f" ] || { say "FAIL: the manifest names $f, which is missing or not executable: rebuild the kit"; exit 1; }
+    [ -x "$f" ] || abort "the manifest names $f, which is missing or not executable: rebuild the kit"
 done
 
 # ---- the kit's libraries (both modes; the dry run's main check)
