@@ -138,6 +138,7 @@ static void bufs_init(mxp_cudab_ctx *c, bufs *b, size_t n) {
     k->scale = 1.0f;
     k->inv_scale = 1.0f;
     k->clip_max = 0.0f;
+    k->clip_coef = 1.0f; /* as decide leaves it with clipping off */
     k->seed = 1234;
     k->adamw = mxp_adamw_consts_make(1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
     k->sgd = (mxp_sgd_consts){1e-2f, 0.9f, 0.0f, false, true, false};
