@@ -5,6 +5,8 @@
 #  2b. a bounded (60 s) libFuzzer run on the checkpoint loader;
 #  2c. a MIXPREC_CUDA=OFF build (library, CLI, CUDA tests): no CUDA symbol,
 #      `ctest -L gpu` skips (docs/gpu.md; step 2 is the AUTO build);
+#  2d. when nvcc exists: the device kit (scripts/gpu-kit.sh) and its dry
+#      run (scripts/gpu-check.sh --dry-run must exit 77: the kit is sound);
 #  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
 #  4. an ASan + UBSan build and its suite;
 #  5. `cmake --install` into a staging prefix and build examples/ against it
@@ -26,6 +28,21 @@ echo "== CUDA OFF build: no CUDA symbols, gpu tests skip"
 cmake -S . -B build-nocuda -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON -DMIXPREC_CUDA=OFF >/dev/null
 cmake --build build-nocuda -j"$jobs" --target mixprec_cli test_cuda_backend
 ctest --test-dir build-nocuda -R '^test_cuda_' --output-on-failure
+
+echo "== device kit and its dry run (docs/gpu.md)"
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  scripts/gpu-kit.sh
+  rc=0
+  scripts/gpu-check.sh --dry-run >build-kit/dry-run.log 2>&1 || rc=$?
+  if [ $rc -ne 77 ]; then
+    cat build-kit/dry-run.log
+    echo "scripts/gpu-check.sh --dry-run: exit $rc, expected 77 (the kit is defective)"
+    exit 1
+  fi
+  tail -2 build-kit/dry-run.log
+else
+  echo "no nvcc: skipped"
+fi
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
 MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"
