@@ -45,14 +45,21 @@ typedef struct bt_opts {
     int n_user_ovr;
 } bt_opts;
 
-/* The world model's mixed_bf16 variants: linear layers kept in FP32
- * (training.precision_fp32_layers). BT_KEEP_NONE is plain mixed_bf16. */
+/* The world model's variants of a mode: mixed_bf16 with linear layers
+ * kept in FP32 (training.precision_fp32_layers), and mixed_fp16 with the
+ * FP16 fast-accumulate GEMM (training.fp16_accumulate=fp16; only on a CPU
+ * with AVX512-FP16, where it runs on vfmadd231ph). BT_KEEP_NONE is the
+ * plain mode. */
 typedef enum bt_keep {
     BT_KEEP_NONE,
-    BT_KEEP_FIRST_LAST, /* first,last */
-    BT_KEEP_FIRST,      /* first */
+    BT_KEEP_FIRST_LAST, /* mixed_bf16, first,last */
+    BT_KEEP_FIRST,      /* mixed_bf16, first */
+    BT_KEEP_F16ACC,     /* mixed_fp16, training.fp16_accumulate=fp16 */
     BT_KEEP_COUNT
 } bt_keep;
+
+/* The mode a variant belongs to (k != BT_KEEP_NONE). */
+mxp_precision bt_keep_mode(bt_keep k);
 
 /* "mixed_bf16 (fp32 first/last)", ...; the mode's label for BT_KEEP_NONE. */
 const char *bt_keep_label(bt_keep k, mxp_precision p);

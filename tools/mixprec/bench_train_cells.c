@@ -39,14 +39,22 @@ const char *bt_mode_label(mxp_precision p) {
     return p == MXP_PRECISION_FP8 ? "fp8 (emulated)" : mxp_precision_name(p);
 }
 
-/* label, run-directory suffix and config value of each variant */
+/* label, run-directory suffix, mode and config override of each variant */
 static const struct {
-    const char *label, *dir, *layers;
+    const char *label, *dir;
+    mxp_precision mode;
+    const char *ovr;
 } keeps[BT_KEEP_COUNT] = {
-    [BT_KEEP_NONE] = {NULL, "", NULL},
-    [BT_KEEP_FIRST_LAST] = {"mixed_bf16 (fp32 first/last)", "-fp32fl", "first,last"},
-    [BT_KEEP_FIRST] = {"mixed_bf16 (fp32 first)", "-fp32f", "first"},
+    [BT_KEEP_NONE] = {NULL, "", MXP_PRECISION_FP32, NULL},
+    [BT_KEEP_FIRST_LAST] = {"mixed_bf16 (fp32 first/last)", "-fp32fl", MXP_PRECISION_MIXED_BF16,
+                            "training.precision_fp32_layers=first,last"},
+    [BT_KEEP_FIRST] = {"mixed_bf16 (fp32 first)", "-fp32f", MXP_PRECISION_MIXED_BF16,
+                       "training.precision_fp32_layers=first"},
+    [BT_KEEP_F16ACC] = {"mixed_fp16 (fp16 accumulate)", "-f16acc", MXP_PRECISION_MIXED_FP16,
+                        "training.fp16_accumulate=fp16"},
 };
+
+mxp_precision bt_keep_mode(bt_keep k) { return keeps[k].mode; }
 
 const char *bt_keep_label(bt_keep k, mxp_precision p) {
     return k != BT_KEEP_NONE ? keeps[k].label : bt_mode_label(p);
@@ -148,11 +156,19 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
             for (int p = 0; p < MXP_PRECISION_COUNT && n < cap; p++) {
                 /* The world model also runs mixed_bf16 with its first and last
                  * layers, and with its first layer alone, kept FP32
-                 * (docs/precision.md), placed before plain mixed_bf16 (the
-                 * plots take the last row of a mode). */
-                const bool variant = w == BT_WL_WORLD_MODEL && p == MXP_PRECISION_MIXED_BF16;
-                static const bt_keep order[] = {BT_KEEP_FIRST_LAST, BT_KEEP_FIRST, BT_KEEP_NONE};
-                for (int v = variant ? 0 : 2; v < 3 && n < cap; v++) {
+                 * (docs/precision.md), and, on a CPU with AVX512-FP16,
+                 * mixed_fp16 with FP16 accumulation; variants are placed
+                 * before their plain mode (the plots take the last row of a
+                 * mode). */
+                bt_keep order[BT_KEEP_COUNT];
+                int nv = 0;
+                if (w == BT_WL_WORLD_MODEL)
+                    for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++)
+                        if (keeps[k].mode == (mxp_precision)p &&
+                            (k != BT_KEEP_F16ACC || mxp_cpu_features_get()->avx512_fp16))
+                            order[nv++] = (bt_keep)k;
+                order[nv++] = BT_KEEP_NONE;
+                for (int v = 0; v < nv && n < cap; v++) {
                     bt_cell *c = &cells[n++];
                     memset(c, 0, sizeof *c);
                     if (w == BT_WL_WORLD_MODEL) world_model_cell(o, c, s);
@@ -160,12 +176,7 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
                     else gpt_cell(o, c);
                     c->mode = (mxp_precision)p;
                     c->keep = order[v];
-                    if (c->keep != BT_KEEP_NONE) {
-                        char kv[64];
-                        snprintf(kv, sizeof kv, "training.precision_fp32_layers=%s",
-                                 keeps[c->keep].layers);
-                        add_str(c, kv);
-                    }
+                    if (c->keep != BT_KEEP_NONE) add_str(c, keeps[c->keep].ovr);
                 }
             }
         }

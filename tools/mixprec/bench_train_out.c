@@ -229,9 +229,13 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
               "loss vs fp32, positive = worse.\n", f);
         for (int p = 1; p < MXP_PRECISION_COUNT; p++)
             md_seeds_table(f, cells, n, (mxp_precision)p, BT_KEEP_NONE, &avg[p], &worst[p]);
-        for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++)
-            md_seeds_table(f, cells, n, MXP_PRECISION_MIXED_BF16, (bt_keep)k, &avg_keep[k],
-                           &worst_keep[k]);
+        for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++) {
+            bool ran = false; /* the FP16-accumulate variant needs AVX512-FP16 */
+            for (int i = 0; i < n; i++) ran |= cells[i].keep == (bt_keep)k;
+            if (ran)
+                md_seeds_table(f, cells, n, bt_keep_mode((bt_keep)k), (bt_keep)k, &avg_keep[k],
+                               &worst_keep[k]);
+        }
     }
     fputs("\n## Every cell\n", f);
     if (o->runs > 1) {
@@ -257,7 +261,7 @@ void bt_write_md(FILE *f, const bt_opts *o, const bt_cell *cells, int n) {
         target_row(f, bt_mode_label((mxp_precision)p), is_mixed((mxp_precision)p), avg[p],
                    worst[p], &best);
     for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++)
-        target_row(f, bt_keep_label((bt_keep)k, MXP_PRECISION_MIXED_BF16), true, avg_keep[k],
+        target_row(f, bt_keep_label((bt_keep)k, bt_keep_mode((bt_keep)k)), true, avg_keep[k],
                    worst_keep[k], &best);
     if (o->quick)
         fputs("\n(--quick: shortened episodes and a single run; indicative only, not the "
