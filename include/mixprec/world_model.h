@@ -5,6 +5,9 @@
  * permutation of the training transitions (seeded, counter-based RNG), and
  * the last partial batch of an epoch is dropped, so same seed + config give
  * bit-identical losses.
+ *
+ * An mxp_world_model owns an mxp_run (run.h) of the world-model provider
+ * and forwards to run.h's functions; new code can use run.h directly.
  */
 #ifndef MIXPREC_WORLD_MODEL_H
 #define MIXPREC_WORLD_MODEL_H
