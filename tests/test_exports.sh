@@ -22,7 +22,7 @@ CC_AUX=${MXP_GCC:-gcc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if [ ! -f "$LIB" ] || ! file -L "$LIB" 2>/dev/null | grep -q 'shared object'; then
+if [ ! -f "$LIB" ] || ! readelf -h "$LIB" 2>/dev/null | grep -q 'Type: *DYN'; then
     echo "SKIP: $LIB is not a shared library (BUILD_SHARED_LIBS=OFF?)"
     exit 77
 fi
