@@ -3,7 +3,8 @@
  * precision resolution (seeds/004 and seeds/001 examples), strict value
  * parsing with messages that name the key/variable and the value, YAML
  * errors with file:line:column, provenance in the printed config.
- * Oracles are the literal values of the brief / DESIGN.md, never the
+ * Oracles are the literal values of docs/configuration.md and docs/design.md
+ * ("Who changes precision": safe defaults), never the
  * module's own tables.
  */
 #include <math.h>

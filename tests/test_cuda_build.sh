@@ -16,8 +16,9 @@ err() { echo "FAIL: $*"; fail=1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-LIB=$(ldd "$CLI" | awk '/libmixprec/ {print $3}')
-[ -f "$LIB" ] || { echo "FAIL: cannot find libmixprec of $CLI"; exit 1; }
+# the shared library of this build (the CLI links the static internal one)
+LIB=${MIXPREC_LIB:-$(dirname "$CLI")/libmixprec.so}
+[ -f "$LIB" ] || { echo "FAIL: cannot find libmixprec beside $CLI"; exit 1; }
 doctor=$("$CLI" doctor 2>&1) || err "doctor exited $?"
 if grep -q "built without CUDA" <<<"$doctor"; then
     # CUDA runtime / cuBLAS imports, or the internal CUDA side (mxp_cudab_*);

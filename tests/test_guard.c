@@ -133,7 +133,7 @@ static void test_config(void) {
     CHECK(c.guard.fault.kind == MXP_FAULT_NONE && c.guard.fault.step == d.fault.step &&
           c.guard.fault.count == d.fault.count && c.guard.fault.value == d.fault.value);
     CHECK(!c.precision_auto);
-    /* DESIGN.md's defaults, spelled out */
+    /* docs/safety.md's defaults ("Guard rules"), spelled out */
     CHECK(d.rules[MXP_RULE_NONFINITE_LOSS].threshold == 10);
     CHECK(d.rules[MXP_RULE_NONFINITE_LOSS].action ==
           (MXP_ACT_ALERT | MXP_ACT_FALLBACK | MXP_ACT_ROLLBACK));

@@ -1,7 +1,7 @@
 /* tests/test_precision.c: precision modes and their default policies.
  *
- * The expected tables are written out here from DESIGN.md ("Precision
- * modes" and the autocast rule), not derived from the library: every mode's
+ * The expected tables are written out here from docs/design.md ("Precision
+ * modes") and the autocast rule of docs/precision.md ("The per-op policy"), not derived from the library: every mode's
  * per-mode fields and all six op classes are compared field by field.
  * Also: name/parse round trip, aliases, case, and rejected names.
  */

@@ -1,7 +1,7 @@
 /* mixprec/amp.h: precision modes, the per-op precision policy, and the
  * dynamic loss scaler.
  *
- * Modes (DESIGN.md): fp32 (default, safe), mixed_bf16, mixed_fp16 (FP32
+ * Modes (docs/design.md "Precision modes"): fp32 (default, safe), mixed_bf16, mixed_fp16 (FP32
  * master weights), bf16 and fp16 (pure: no master, stochastic-rounded
  * update), fp8 (emulated, slot reserved: E4M3 forward / E5M2 grads).
  *
@@ -34,14 +34,14 @@ typedef enum mxp_precision {
 } mxp_precision;
 
 /* "fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8" */
-const char *mxp_precision_name(mxp_precision p);
-mxp_status mxp_precision_parse(const char *s, mxp_precision *out, mxp_error *err);
+MXP_API const char *mxp_precision_name(mxp_precision p);
+MXP_API mxp_status mxp_precision_parse(const char *s, mxp_precision *out, mxp_error *err);
 
 /* The one precision fallback chain (the scaler's at-minimum fallback and
  * the guard both walk it; the guard skips modes the CPU cannot run):
  * fp8 -> mixed_fp16 -> mixed_bf16 -> fp32, and fp16 -> bf16 -> fp32.
  * The next mode after p; fp32 (the end) and out-of-range values give p. */
-mxp_precision mxp_precision_fallback_next(mxp_precision p);
+MXP_API mxp_precision mxp_precision_fallback_next(mxp_precision p);
 
 /* Op classes the policy assigns dtypes to. */
 typedef enum mxp_op_class {
@@ -54,7 +54,7 @@ typedef enum mxp_op_class {
     MXP_OP_CLASS_COUNT
 } mxp_op_class;
 
-const char *mxp_op_class_name(mxp_op_class c);
+MXP_API const char *mxp_op_class_name(mxp_op_class c);
 
 typedef struct mxp_op_policy {
     mxp_dtype input;   /* dtype the op's inputs are rounded to (matmul: both operands) */
@@ -81,7 +81,7 @@ typedef struct mxp_precision_policy {
 } mxp_precision_policy;
 
 /* Fill *out with the default policy of a mode. */
-void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out);
+MXP_API void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out);
 
 /* ---- per-layer precision override ----------------------------------------
  * Layers kept in FP32 whatever the mode (training.precision_fp32_layers), as
@@ -106,11 +106,11 @@ typedef struct mxp_fp32_layers {
  * 0..63 ("first,last", "0,6", " last "), case-insensitive, blanks around
  * items ignored, duplicates allowed. On error name the value, the bad item
  * and what is accepted; *out is untouched then. */
-mxp_status mxp_fp32_layers_parse(const char *s, mxp_fp32_layers *out, mxp_error *err);
+MXP_API mxp_status mxp_fp32_layers_parse(const char *s, mxp_fp32_layers *out, mxp_error *err);
 /* Canonical text ("none", "first,last", "first,3,7") into buf [n]. */
-void mxp_fp32_layers_format(const mxp_fp32_layers *l, char *buf, size_t n);
+MXP_API void mxp_fp32_layers_format(const mxp_fp32_layers *l, char *buf, size_t n);
 /* True when nothing is selected. */
-bool mxp_fp32_layers_none(const mxp_fp32_layers *l);
+MXP_API bool mxp_fp32_layers_none(const mxp_fp32_layers *l);
 
 /* ---- loss scaler ------------------------------------------------------- */
 
@@ -121,9 +121,9 @@ typedef enum mxp_scale_floor_policy {
     MXP_SCALE_FLOOR_COUNT
 } mxp_scale_floor_policy;
 
-const char *mxp_scale_floor_policy_name(mxp_scale_floor_policy p);
-mxp_status mxp_scale_floor_policy_parse(const char *s, mxp_scale_floor_policy *out,
-                                        mxp_error *err);
+MXP_API const char *mxp_scale_floor_policy_name(mxp_scale_floor_policy p);
+MXP_API mxp_status mxp_scale_floor_policy_parse(const char *s, mxp_scale_floor_policy *out,
+                                                mxp_error *err);
 
 typedef struct mxp_scaler_config {
     bool enabled;          /* false: scale stays 1 and never changes; non-finite
@@ -140,9 +140,9 @@ typedef struct mxp_scaler_config {
                               parameter group (layer), see mxp_scaler_groups */
 } mxp_scaler_config;
 
-mxp_scaler_config mxp_scaler_config_default(void);
+MXP_API mxp_scaler_config mxp_scaler_config_default(void);
 /* Check every field; on error name the field, value and accepted range. */
-mxp_status mxp_scaler_config_validate(const mxp_scaler_config *c, mxp_error *err);
+MXP_API mxp_status mxp_scaler_config_validate(const mxp_scaler_config *c, mxp_error *err);
 
 /* Whole scaler state: checkpointed as is. */
 typedef struct mxp_scaler_state {
@@ -156,11 +156,11 @@ typedef struct mxp_scaler_state {
 
 typedef struct mxp_scaler mxp_scaler;
 
-mxp_status mxp_scaler_create(const mxp_scaler_config *c, mxp_scaler **out, mxp_error *err);
-void mxp_scaler_destroy(mxp_scaler *s);
-float mxp_scaler_scale(const mxp_scaler *s);
+MXP_API mxp_status mxp_scaler_create(const mxp_scaler_config *c, mxp_scaler **out, mxp_error *err);
+MXP_API void mxp_scaler_destroy(mxp_scaler *s);
+MXP_API float mxp_scaler_scale(const mxp_scaler *s);
 /* 1/scale computed in double, rounded to float (GradScaler semantics). */
-float mxp_scaler_inv_scale(const mxp_scaler *s);
+MXP_API float mxp_scaler_inv_scale(const mxp_scaler *s);
 
 /* Outcome of one update. */
 typedef struct mxp_scaler_event {
@@ -175,13 +175,13 @@ typedef struct mxp_scaler_event {
 /* Advance the scaler after a step whose unscaled grads had found_inf.
  * Returns MXP_ERR_NONFINITE (and still updates state) only under the ERROR
  * at-minimum policy; ev may be NULL. */
-mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev,
-                             mxp_error *err);
+MXP_API mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev,
+                                     mxp_error *err);
 
-void mxp_scaler_get_state(const mxp_scaler *s, mxp_scaler_state *out);
+MXP_API void mxp_scaler_get_state(const mxp_scaler *s, mxp_scaler_state *out);
 /* Restore a checkpointed state (validated: finite positive scale). */
-mxp_status mxp_scaler_set_state(mxp_scaler *s, const mxp_scaler_state *st, mxp_error *err);
-const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s);
+MXP_API mxp_status mxp_scaler_set_state(mxp_scaler *s, const mxp_scaler_state *st, mxp_error *err);
+MXP_API const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s);
 
 /* ---- per-layer (adaptive) loss scaling ----------------------------------
  * Adaptive loss scaling (Zhao et al., arXiv 1910.12385) in its dynamic
@@ -204,15 +204,15 @@ typedef struct mxp_scaler_groups mxp_scaler_groups;
 
 /* n >= 1 groups, each starting at c->init_scale (validated as
  * mxp_scaler_create does). */
-mxp_status mxp_scaler_groups_create(const mxp_scaler_config *c, int n, mxp_scaler_groups **out,
-                                    mxp_error *err);
-void mxp_scaler_groups_destroy(mxp_scaler_groups *g);
-int mxp_scaler_groups_count(const mxp_scaler_groups *g);
+MXP_API mxp_status mxp_scaler_groups_create(const mxp_scaler_config *c, int n,
+                                            mxp_scaler_groups **out, mxp_error *err);
+MXP_API void mxp_scaler_groups_destroy(mxp_scaler_groups *g);
+MXP_API int mxp_scaler_groups_count(const mxp_scaler_groups *g);
 /* Group i's scaler (0 <= i < count), e.g. for its scale and state. */
-mxp_scaler *mxp_scaler_groups_get(mxp_scaler_groups *g, int i);
-const mxp_scaler *mxp_scaler_groups_get_const(const mxp_scaler_groups *g, int i);
+MXP_API mxp_scaler *mxp_scaler_groups_get(mxp_scaler_groups *g, int i);
+MXP_API const mxp_scaler *mxp_scaler_groups_get_const(const mxp_scaler_groups *g, int i);
 /* The smallest current scale over the groups. */
-float mxp_scaler_groups_min_scale(const mxp_scaler_groups *g);
+MXP_API float mxp_scaler_groups_min_scale(const mxp_scaler_groups *g);
 /* What one step means for a group. */
 typedef enum mxp_group_outcome {
     MXP_GROUP_CLEAN,    /* finite gradients: a clean step (counts toward growth) */
@@ -227,8 +227,8 @@ typedef enum mxp_group_outcome {
  * when any group's event says so; old_scale/new_scale are the smallest
  * scales before and after. Every group is updated even when one returns an
  * error (the at-min ERROR policy); the first error is returned. */
-mxp_status mxp_scaler_groups_update(mxp_scaler_groups *g, const mxp_group_outcome *outcome,
-                                    mxp_scaler_event *ev, mxp_error *err);
+MXP_API mxp_status mxp_scaler_groups_update(mxp_scaler_groups *g, const mxp_group_outcome *outcome,
+                                            mxp_scaler_event *ev, mxp_error *err);
 
 /* ---- FP8 delayed scaling (emulated) -------------------------------------
  * Per-tensor delayed scaling as NVIDIA Transformer Engine's DelayedScaling
@@ -255,7 +255,7 @@ typedef enum mxp_fp8_amax_algo {
 } mxp_fp8_amax_algo;
 
 /* "max", "most_recent" */
-const char *mxp_fp8_amax_algo_name(mxp_fp8_amax_algo a);
+MXP_API const char *mxp_fp8_amax_algo_name(mxp_fp8_amax_algo a);
 
 typedef struct mxp_fp8_config {
     int history_len;             /* >= 1, <= 65536 (16) */
@@ -263,43 +263,43 @@ typedef struct mxp_fp8_config {
     int margin;                  /* >= 0, <= 64 (0) */
 } mxp_fp8_config;
 
-mxp_fp8_config mxp_fp8_config_default(void);
+MXP_API mxp_fp8_config mxp_fp8_config_default(void);
 /* Name the field, its value and the accepted range on error. */
-mxp_status mxp_fp8_config_validate(const mxp_fp8_config *c, mxp_error *err);
+MXP_API mxp_status mxp_fp8_config_validate(const mxp_fp8_config *c, mxp_error *err);
 
 /* The scaling rule: (fp8_max / amax) / 2^margin, computed in double and
  * rounded to float; old_scale when amax is 0, negative or not finite, or
  * when the new scale would not be a finite positive float. */
-float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin);
+MXP_API float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin);
 
 /* dst[i] = the FP8 value (as FP32, exact) of src[i] * scale in format fmt
  * (F8_E4M3 or F8_E5M2), round-to-nearest-even, finite overflow and +-Inf
  * saturated to +-max (NaN stays NaN). Returns amax of src: the largest
  * |src[i]|, or NaN/Inf when src holds a non-finite value (so the history
  * sees it). dst may alias src. */
-float mxp_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n, float scale);
+MXP_API float mxp_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n, float scale);
 
 typedef struct mxp_fp8_scaling mxp_fp8_scaling;
 
 /* n_tensors >= 1 tensors, formats[i] F8_E4M3 or F8_E5M2. */
-mxp_status mxp_fp8_scaling_create(const mxp_fp8_config *c, int n_tensors,
-                                  const mxp_dtype *formats, mxp_fp8_scaling **out,
-                                  mxp_error *err);
-void mxp_fp8_scaling_destroy(mxp_fp8_scaling *s);
-int mxp_fp8_scaling_num_tensors(const mxp_fp8_scaling *s);
-const mxp_fp8_config *mxp_fp8_scaling_config(const mxp_fp8_scaling *s);
-mxp_dtype mxp_fp8_scaling_format(const mxp_fp8_scaling *s, int i);
+MXP_API mxp_status mxp_fp8_scaling_create(const mxp_fp8_config *c, int n_tensors,
+                                          const mxp_dtype *formats, mxp_fp8_scaling **out,
+                                          mxp_error *err);
+MXP_API void mxp_fp8_scaling_destroy(mxp_fp8_scaling *s);
+MXP_API int mxp_fp8_scaling_num_tensors(const mxp_fp8_scaling *s);
+MXP_API const mxp_fp8_config *mxp_fp8_scaling_config(const mxp_fp8_scaling *s);
+MXP_API mxp_dtype mxp_fp8_scaling_format(const mxp_fp8_scaling *s, int i);
 /* Current scale of tensor i, and 1/scale (double, rounded to float). */
-float mxp_fp8_scaling_scale(const mxp_fp8_scaling *s, int i);
-float mxp_fp8_scaling_scale_inv(const mxp_fp8_scaling *s, int i);
+MXP_API float mxp_fp8_scaling_scale(const mxp_fp8_scaling *s, int i);
+MXP_API float mxp_fp8_scaling_scale_inv(const mxp_fp8_scaling *s, int i);
 /* Record an amax of tensor i seen during the current step (the step's
  * amax is the max of its observations; a non-finite one sticks). */
-void mxp_fp8_scaling_observe(mxp_fp8_scaling *s, int i, float amax);
+MXP_API void mxp_fp8_scaling_observe(mxp_fp8_scaling *s, int i, float amax);
 /* Close the step: push each tensor's observed amax (0 when none) into its
  * history and recompute its scale by the rule; clears the observations. */
-void mxp_fp8_scaling_update(mxp_fp8_scaling *s);
+MXP_API void mxp_fp8_scaling_update(mxp_fp8_scaling *s);
 /* Number of update() calls so far. */
-int64_t mxp_fp8_scaling_steps(const mxp_fp8_scaling *s);
+MXP_API int64_t mxp_fp8_scaling_steps(const mxp_fp8_scaling *s);
 
 /* Checkpoint state, as floats (for safetensors): layout
  *   [n] scales, then [n][history_len] amax histories, oldest first,
@@ -307,10 +307,10 @@ int64_t mxp_fp8_scaling_steps(const mxp_fp8_scaling *s);
  * state_size gives the float count; set_state validates (scales finite and
  * > 0, histories >= 0 or non-finite as recorded; size must match) and
  * leaves s unchanged on error. The step count is metadata: pass it back. */
-size_t mxp_fp8_scaling_state_size(const mxp_fp8_scaling *s);
-void mxp_fp8_scaling_get_state(const mxp_fp8_scaling *s, float *buf);
-mxp_status mxp_fp8_scaling_set_state(mxp_fp8_scaling *s, const float *buf, size_t n,
-                                     int64_t steps, mxp_error *err);
+MXP_API size_t mxp_fp8_scaling_state_size(const mxp_fp8_scaling *s);
+MXP_API void mxp_fp8_scaling_get_state(const mxp_fp8_scaling *s, float *buf);
+MXP_API mxp_status mxp_fp8_scaling_set_state(mxp_fp8_scaling *s, const float *buf, size_t n,
+                                             int64_t steps, mxp_error *err);
 
 #ifdef __cplusplus
 }

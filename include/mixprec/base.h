@@ -13,9 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mixprec/api.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- version (api.h) ------------------------------------------------------
+ * What the library was built as, to compare with the MIXPREC_VERSION_* and
+ * MIXPREC_ABI_VERSION of the headers a caller compiled against (or, from
+ * Python, with the binding's own): "0.1.0", 100 (MAJOR*10000 + MINOR*100 +
+ * PATCH) and the ABI version, the N of libmixprec.so.N. */
+MXP_API const char *mxp_version(void);
+MXP_API int mxp_version_number(void);
+MXP_API int mxp_abi_version(void);
 
 typedef enum mxp_status {
     MXP_OK = 0,
@@ -31,7 +42,7 @@ typedef enum mxp_status {
 } mxp_status;
 
 /* Stable lower-case name of a status ("ok", "invalid_arg", ...). */
-const char *mxp_status_name(mxp_status s);
+MXP_API const char *mxp_status_name(mxp_status s);
 
 #define MXP_ERROR_MSG_MAX 512
 
@@ -43,11 +54,11 @@ typedef struct mxp_error {
 
 /* Record status and a printf-style message in err (if non-NULL) and return
  * the status, so callers can write `return mxp_error_set(err, ...)`. */
-mxp_status mxp_error_set(mxp_error *err, mxp_status s, const char *fmt, ...)
+MXP_API mxp_status mxp_error_set(mxp_error *err, mxp_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Reset err to MXP_OK with an empty message (NULL is a no-op). */
-void mxp_error_clear(mxp_error *err);
+MXP_API void mxp_error_clear(mxp_error *err);
 
 /* ---- logging ----------------------------------------------------------- */
 
@@ -63,11 +74,11 @@ typedef void (*mxp_log_fn)(void *user, mxp_log_level level, const char *msg);
 
 /* Install the process-wide log sink (NULL: discard). Not thread-safe with
  * respect to concurrent logging; set it once at start-up. */
-void mxp_log_set_callback(mxp_log_fn fn, void *user);
+MXP_API void mxp_log_set_callback(mxp_log_fn fn, void *user);
 /* Messages below this level are dropped before formatting (default INFO). */
-void mxp_log_set_level(mxp_log_level min_level);
-const char *mxp_log_level_name(mxp_log_level level);
-void mxp_log(mxp_log_level level, const char *fmt, ...)
+MXP_API void mxp_log_set_level(mxp_log_level min_level);
+MXP_API const char *mxp_log_level_name(mxp_log_level level);
+MXP_API void mxp_log(mxp_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* ---- memory ------------------------------------------------------------ */
@@ -76,8 +87,8 @@ void mxp_log(mxp_log_level level, const char *fmt, ...)
 
 /* Overflow-checked size arithmetic: return false (and leave *out alone) on
  * overflow. */
-bool mxp_size_mul(size_t a, size_t b, size_t *out);
-bool mxp_size_add(size_t a, size_t b, size_t *out);
+MXP_API bool mxp_size_mul(size_t a, size_t b, size_t *out);
+MXP_API bool mxp_size_add(size_t a, size_t b, size_t *out);
 
 /* Pluggable allocator. alloc(user, size, align) returns memory aligned to
  * `align` (a power of two) or NULL; free(user, p) releases it. */
@@ -89,14 +100,14 @@ typedef struct mxp_allocator {
 
 /* Replace the process allocator (NULL restores the default). Only call it
  * while no mixprec object is alive. */
-void mxp_set_allocator(const mxp_allocator *a);
+MXP_API void mxp_set_allocator(const mxp_allocator *a);
 
 /* 64-byte aligned, zero-initialised allocation of n*size bytes; NULL on
  * overflow or failure. mxp_free(NULL) is a no-op. */
-void *mxp_calloc(size_t n, size_t size);
-void mxp_free(void *p);
+MXP_API void *mxp_calloc(size_t n, size_t size);
+MXP_API void mxp_free(void *p);
 /* strdup through the mixprec allocator. */
-char *mxp_strdup(const char *s);
+MXP_API char *mxp_strdup(const char *s);
 
 /* ---- counter-based RNG --------------------------------------------------
  * Philox-style: every draw is a pure function of (seed, counter), so the
@@ -109,22 +120,22 @@ typedef struct mxp_rng {
 } mxp_rng;
 
 /* The 32-bit word at position `counter` of stream `seed`. */
-uint32_t mxp_rng_at(uint64_t seed, uint64_t counter);
-void mxp_rng_init(mxp_rng *r, uint64_t seed);
-uint32_t mxp_rng_u32(mxp_rng *r);
+MXP_API uint32_t mxp_rng_at(uint64_t seed, uint64_t counter);
+MXP_API void mxp_rng_init(mxp_rng *r, uint64_t seed);
+MXP_API uint32_t mxp_rng_u32(mxp_rng *r);
 /* Uniform in [0, 1) with 24 random bits. */
-float mxp_rng_uniform(mxp_rng *r);
+MXP_API float mxp_rng_uniform(mxp_rng *r);
 /* dst[0 .. n) = the next n values of mxp_rng_uniform(r), bit for bit (r's
  * counter advances by n), computed a Philox block at a time. */
-void mxp_rng_uniform_fill(mxp_rng *r, float *dst, size_t n);
+MXP_API void mxp_rng_uniform_fill(mxp_rng *r, float *dst, size_t n);
 /* Standard normal (Box-Muller on two uniforms). */
-float mxp_rng_normal(mxp_rng *r);
+MXP_API float mxp_rng_normal(mxp_rng *r);
 /* Uniform integer in [0, n), n > 0 (rejection sampling, unbiased). */
-uint32_t mxp_rng_below(mxp_rng *r, uint32_t n);
+MXP_API uint32_t mxp_rng_below(mxp_rng *r, uint32_t n);
 
 /* perm = a uniformly random permutation of 0..n-1 (Fisher-Yates) drawn
  * from stream `seed` (n < 2^32). */
-void mxp_rng_permutation(uint32_t *perm, int64_t n, uint64_t seed);
+MXP_API void mxp_rng_permutation(uint32_t *perm, int64_t n, uint64_t seed);
 
 /* ---- CPU features and time --------------------------------------------- */
 
@@ -134,10 +145,10 @@ typedef struct mxp_cpu_features {
 } mxp_cpu_features;
 
 /* Filled from cpuid (and XGETBV for OS support) once; thread-safe. */
-const mxp_cpu_features *mxp_cpu_features_get(void);
+MXP_API const mxp_cpu_features *mxp_cpu_features_get(void);
 
 /* Monotonic wall clock in seconds. */
-double mxp_time_now(void);
+MXP_API double mxp_time_now(void);
 
 /* ---- files --------------------------------------------------------------- */
 
@@ -148,7 +159,7 @@ double mxp_time_now(void);
  * when path is a directory afterwards, else an errno value (ENAMETOOLONG
  * for "" or a path of MXP_PATH_MAX bytes or more, ENOTDIR when it exists as
  * something else). */
-int mxp_mkdirs(const char *path);
+MXP_API int mxp_mkdirs(const char *path);
 
 /* Open path read-only (O_CLOEXEC, plus `flags`, e.g. O_NOFOLLOW) only if it
  * is a regular file, without ever blocking in open(): O_NONBLOCK makes the
@@ -156,8 +167,8 @@ int mxp_mkdirs(const char *path);
  * that is not a regular file, and O_NONBLOCK is cleared on the descriptor
  * returned in *fd. Errors (MXP_ERR_IO) name `what` ("config file"), the
  * path, and the reason or the file's type ("is a FIFO"). */
-mxp_status mxp_open_regular(const char *path, int flags, const char *what, int *fd,
-                            mxp_error *err);
+MXP_API mxp_status mxp_open_regular(const char *path, int flags, const char *what, int *fd,
+                                    mxp_error *err);
 
 /* ---- floating-point environment ----------------------------------------
  * Flush-to-zero + denormals-are-zero for FP32 compute, like PyTorch's
@@ -172,9 +183,9 @@ mxp_status mxp_open_regular(const char *path, int flags, const char *what, int *
 
 /* Turn FTZ+DAZ on or off; returns false (and changes nothing) where the
  * platform has no such mode (non-x86), true otherwise. */
-bool mxp_fpenv_set_ftz(bool on);
+MXP_API bool mxp_fpenv_set_ftz(bool on);
 /* True when FTZ or DAZ is on in the calling thread. */
-bool mxp_fpenv_get_ftz(void);
+MXP_API bool mxp_fpenv_get_ftz(void);
 
 #ifdef __cplusplus
 }

@@ -40,10 +40,10 @@ extern "C" {
  * CRC32C("123456789") = 0xE3069283. Chain calls by passing the previous
  * result. Uses the SSE4.2 crc32 instruction when the CPU has it (unless
  * MIXPREC_FORCE_ISA=generic), else a slicing-by-8 table; both agree. */
-uint32_t mxp_crc32c(uint32_t crc, const void *buf, size_t n);
-uint32_t mxp_crc32c_generic(uint32_t crc, const void *buf, size_t n);
+MXP_API uint32_t mxp_crc32c(uint32_t crc, const void *buf, size_t n);
+MXP_API uint32_t mxp_crc32c_generic(uint32_t crc, const void *buf, size_t n);
 /* "sse4.2" or "generic": what mxp_crc32c uses. */
-const char *mxp_crc32c_impl(void);
+MXP_API const char *mxp_crc32c_impl(void);
 
 /* ---- safetensors files ------------------------------------------------- */
 
@@ -70,48 +70,49 @@ typedef struct mxp_st_file mxp_st_file;
  * section exactly), metadata values all strings. Checksums are NOT checked
  * here (mxp_st_file_verify). Errors: MXP_ERR_IO (cannot read) or
  * MXP_ERR_FORMAT, the message starting with the path. */
-mxp_status mxp_st_file_read(const char *path, mxp_st_file **out, mxp_error *err);
+MXP_API mxp_status mxp_st_file_read(const char *path, mxp_st_file **out, mxp_error *err);
 /* The same from memory (copied); `label` names it in messages. */
-mxp_status mxp_st_file_parse(const void *bytes, size_t n, const char *label, mxp_st_file **out,
-                             mxp_error *err);
-void mxp_st_file_destroy(mxp_st_file *f);
+MXP_API mxp_status mxp_st_file_parse(const void *bytes, size_t n, const char *label,
+                                     mxp_st_file **out, mxp_error *err);
+MXP_API void mxp_st_file_destroy(mxp_st_file *f);
 
-const char *mxp_st_file_label(const mxp_st_file *f);
-size_t mxp_st_file_size(const mxp_st_file *f);
+MXP_API const char *mxp_st_file_label(const mxp_st_file *f);
+MXP_API size_t mxp_st_file_size(const mxp_st_file *f);
 /* Tensors in data order. */
-int mxp_st_file_num_tensors(const mxp_st_file *f);
-const mxp_st_tensor *mxp_st_file_tensor(const mxp_st_file *f, int i);
-const mxp_st_tensor *mxp_st_file_find(const mxp_st_file *f, const char *name);
+MXP_API int mxp_st_file_num_tensors(const mxp_st_file *f);
+MXP_API const mxp_st_tensor *mxp_st_file_tensor(const mxp_st_file *f, int i);
+MXP_API const mxp_st_tensor *mxp_st_file_find(const mxp_st_file *f, const char *name);
 /* __metadata__ entries (sorted by key), and lookup (NULL when absent). */
-int mxp_st_file_num_meta(const mxp_st_file *f);
-const char *mxp_st_file_meta_key(const mxp_st_file *f, int i);
-const char *mxp_st_file_meta_value(const mxp_st_file *f, int i);
-const char *mxp_st_file_meta(const mxp_st_file *f, const char *key);
+MXP_API int mxp_st_file_num_meta(const mxp_st_file *f);
+MXP_API const char *mxp_st_file_meta_key(const mxp_st_file *f, int i);
+MXP_API const char *mxp_st_file_meta_value(const mxp_st_file *f, int i);
+MXP_API const char *mxp_st_file_meta(const mxp_st_file *f, const char *key);
 /* Check the integrity metadata written by mxp_st_writer_write: the header
  * CRC32C ("header_crc32c") and every tensor's CRC32C ("checksums"). A file
  * without them fails (MXP_ERR_FORMAT, "no checksums"). */
-mxp_status mxp_st_file_verify(const mxp_st_file *f, mxp_error *err);
+MXP_API mxp_status mxp_st_file_verify(const mxp_st_file *f, mxp_error *err);
 
 /* Element i of a tensor as FP32 (any alignment). */
-float mxp_st_tensor_get(const mxp_st_tensor *t, size_t i);
+MXP_API float mxp_st_tensor_get(const mxp_st_tensor *t, size_t i);
 
 typedef struct mxp_st_writer mxp_st_writer;
 
-mxp_status mxp_st_writer_create(mxp_st_writer **out, mxp_error *err);
-void mxp_st_writer_destroy(mxp_st_writer *w);
+MXP_API mxp_status mxp_st_writer_create(mxp_st_writer **out, mxp_error *err);
+MXP_API void mxp_st_writer_destroy(mxp_st_writer *w);
 /* Add a metadata pair (both copied; a repeated key replaces the value). The
  * keys "checksums", "checksum_algorithm" and "header_crc32c" are reserved. */
-mxp_status mxp_st_writer_add_meta(mxp_st_writer *w, const char *key, const char *value,
-                                  mxp_error *err);
+MXP_API mxp_status mxp_st_writer_add_meta(mxp_st_writer *w, const char *key, const char *value,
+                                          mxp_error *err);
 /* Add a tensor (name copied; data BORROWED until write returns). Tensors
  * are laid out by decreasing element size, then in the order added, so
  * every tensor stays aligned to its element size in the file. */
-mxp_status mxp_st_writer_add_tensor(mxp_st_writer *w, const char *name, mxp_dtype dtype, int ndim,
-                                    const int64_t *shape, const void *data, mxp_error *err);
+MXP_API mxp_status mxp_st_writer_add_tensor(mxp_st_writer *w, const char *name, mxp_dtype dtype,
+                                            int ndim, const int64_t *shape, const void *data,
+                                            mxp_error *err);
 /* Write atomically to `path` (temp file in the same directory, fsync,
  * rename, fsync of the directory), adding the checksum metadata. On any
  * error the temp file is removed and an existing `path` is untouched. */
-mxp_status mxp_st_writer_write(mxp_st_writer *w, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_st_writer_write(mxp_st_writer *w, const char *path, mxp_error *err);
 
 /* Fault injection for tests: make the next writes fail like a full disk or
  * a read-only directory. `after_bytes` (WRITE only): bytes that still
@@ -124,7 +125,7 @@ typedef enum mxp_io_fault {
     MXP_IO_FAULT_RENAME, /* rename into place fails */
     MXP_IO_FAULT_COUNT
 } mxp_io_fault;
-void mxp_st_set_io_fault(mxp_io_fault kind, uint64_t after_bytes, int errno_value);
+MXP_API void mxp_st_set_io_fault(mxp_io_fault kind, uint64_t after_bytes, int errno_value);
 
 /* ---- checkpoints ------------------------------------------------------- */
 
@@ -156,12 +157,13 @@ typedef struct mxp_ckpt_info {
 
 /* Decode and validate a checkpoint's metadata (format name, version,
  * every field in range). MXP_ERR_FORMAT naming the file and the key. */
-mxp_status mxp_ckpt_read_info(const mxp_st_file *f, mxp_ckpt_info *out, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_read_info(const mxp_st_file *f, mxp_ckpt_info *out, mxp_error *err);
 /* The stored resolved config as JSON text {"key": "value", ...} (NULL if
  * absent), and applied to a builder as overrides (unknown keys are skipped
  * with a WARN log; bad values are MXP_ERR_CONFIG). */
-const char *mxp_ckpt_config_text(const mxp_st_file *f);
-mxp_status mxp_ckpt_apply_config(const mxp_st_file *f, mxp_config_builder *b, mxp_error *err);
+MXP_API const char *mxp_ckpt_config_text(const mxp_st_file *f);
+MXP_API mxp_status mxp_ckpt_apply_config(const mxp_st_file *f, mxp_config_builder *b,
+                                         mxp_error *err);
 
 /* The content of a save. All borrowed. */
 typedef struct mxp_ckpt_save_args {
@@ -181,26 +183,27 @@ typedef struct mxp_ckpt_save_args {
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
  * the healthy flag written. Nothing already on disk is damaged by a failure. */
-mxp_status mxp_ckpt_save(const char *path, const mxp_ckpt_save_args *a, bool *healthy_out,
-                         mxp_error *err);
+MXP_API mxp_status mxp_ckpt_save(const char *path, const mxp_ckpt_save_args *a, bool *healthy_out,
+                                 mxp_error *err);
 
 /* Full verification of an open file: metadata, checksums, dtypes (weights
  * F32, or the pure mode's 16-bit type; moments F32), finite values, the
  * optimizer tensors matching the weights, and, when `model` is non-NULL,
  * exactly the model's tensor names and shapes (missing / extra / shape
  * errors name the tensor). */
-mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt_info *info,
-                          mxp_error *err);
+MXP_API mxp_status mxp_ckpt_check(const mxp_st_file *f, const mxp_model *model, mxp_ckpt_info *info,
+                                  mxp_error *err);
 /* Whether a model of spec could match the file before one is built: the
  * spec's parameter count (mxp_model_spec_num_params, no allocation) must
  * equal the elements of the file's weight tensors (MXP_ERR_FORMAT naming
  * both). A model built after this check holds no more parameters than the
  * file, so verifying against a stored config costs memory in proportion to
  * the file, whatever sizes that config names (issue 15, item 4). */
-mxp_status mxp_ckpt_check_spec(const mxp_st_file *f, const mxp_model_spec *spec, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_check_spec(const mxp_st_file *f, const mxp_model_spec *spec,
+                                       mxp_error *err);
 /* mxp_st_file_read + mxp_ckpt_check. */
-mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_info *info,
-                           mxp_error *err);
+MXP_API mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_info *info,
+                                   mxp_error *err);
 
 /* Load a checkpoint into a trainer (and its model), whatever the precision
  * modes: weights are widened or rounded (RNE) into the trainer's mode (a
@@ -210,9 +213,10 @@ mxp_status mxp_ckpt_verify(const char *path, const mxp_model *model, mxp_ckpt_in
  * counters aside). The file is fully verified first: on any error nothing
  * changes. info (may be NULL) receives the metadata, info->pos the data
  * position to hand to the workload. */
-mxp_status mxp_ckpt_load(const char *path, mxp_trainer *t, mxp_ckpt_info *info, mxp_error *err);
-mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
-                              mxp_error *err);
+MXP_API mxp_status mxp_ckpt_load(const char *path, mxp_trainer *t, mxp_ckpt_info *info,
+                                 mxp_error *err);
+MXP_API mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
+                                      mxp_error *err);
 
 /* Initial weights from outside (model.init_from): a safetensors file with
  * exactly the model's tensors, named as PyTorch nn.Sequential's state_dict
@@ -222,7 +226,7 @@ mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_inf
  * the working weights), then the working copy is recast. Errors
  * (MXP_ERR_FORMAT, NaN/Inf included, or the reader's) name the file and the
  * missing, extra or mis-shaped tensor; on error the weights are unchanged. */
-mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err);
 
 /* ---- checkpoint directories -------------------------------------------
  * Checkpoints are DIR/ckpt-<step, 12 digits>.safetensors; a checkpoint is
@@ -237,20 +241,22 @@ typedef struct mxp_ckpt_entry {
 
 /* The checkpoints of dir sorted by step, oldest first (*out: mxp_free).
  * A missing directory is an empty list. */
-mxp_status mxp_ckpt_list(const char *dir, mxp_ckpt_entry **out, size_t *n, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_list(const char *dir, mxp_ckpt_entry **out, size_t *n, mxp_error *err);
 /* The newest checkpoint of dir that passes mxp_ckpt_verify (against model
  * when non-NULL) and, when need_healthy, is marked healthy. Newer ones that
  * fail are logged at WARN with the reason. MXP_ERR_IO when none qualifies. */
-mxp_status mxp_ckpt_find_latest(const char *dir, bool need_healthy, const mxp_model *model,
-                                char *path, size_t path_n, mxp_ckpt_info *info, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_find_latest(const char *dir, bool need_healthy, const mxp_model *model,
+                                        char *path, size_t path_n, mxp_ckpt_info *info,
+                                        mxp_error *err);
 /* Mark (or unmark) a checkpoint to be kept by retention. */
-mxp_status mxp_ckpt_mark_keep(const char *path, bool keep, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_mark_keep(const char *path, bool keep, mxp_error *err);
 /* Retention: delete all but the newest keep_last checkpoints, the marked
  * ones, and the newest healthy one (so a rollback target always survives). */
-mxp_status mxp_ckpt_prune(const char *dir, int64_t keep_last, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_prune(const char *dir, int64_t keep_last, mxp_error *err);
 
 /* Path of the checkpoint of `step` in dir. */
-mxp_status mxp_ckpt_path_for(const char *dir, int64_t step, char *buf, size_t n, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_path_for(const char *dir, int64_t step, char *buf, size_t n,
+                                     mxp_error *err);
 
 typedef struct mxp_ckpt_rollback_result {
     int64_t from_step, to_step;
@@ -263,8 +269,9 @@ typedef struct mxp_ckpt_rollback_result {
  * abandoned-ckpt-<step>.safetensors, never deleted. Logged at WARN as
  * "rollback: from step A to step B (PATH): REASON". On error nothing
  * changes. */
-mxp_status mxp_ckpt_rollback(const char *dir, mxp_trainer *t, const char *reason,
-                             mxp_data_position *pos, mxp_ckpt_rollback_result *res, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_rollback(const char *dir, mxp_trainer *t, const char *reason,
+                                     mxp_data_position *pos, mxp_ckpt_rollback_result *res,
+                                     mxp_error *err);
 
 /* ---- the checkpoint manager: when to save, where, what to keep --------- */
 
@@ -277,39 +284,41 @@ typedef struct mxp_ckpt_policy {
 
 /* The policy of a resolved config: checkpoint.dir, a relative one under
  * output.dir (default <output.dir>/checkpoints). */
-mxp_status mxp_ckpt_policy_from_config(const mxp_config *c, mxp_ckpt_policy *out, mxp_error *err);
+MXP_API mxp_status mxp_ckpt_policy_from_config(const mxp_config *c, mxp_ckpt_policy *out,
+                                               mxp_error *err);
 
 typedef struct mxp_ckpt_manager mxp_ckpt_manager;
 
 /* Create dir (mkdir -p) and remove stale temp files of interrupted saves. */
-mxp_status mxp_ckpt_manager_create(const mxp_ckpt_policy *p, mxp_ckpt_manager **out,
-                                   mxp_error *err);
-void mxp_ckpt_manager_destroy(mxp_ckpt_manager *m);
-const char *mxp_ckpt_manager_dir(const mxp_ckpt_manager *m);
+MXP_API mxp_status mxp_ckpt_manager_create(const mxp_ckpt_policy *p, mxp_ckpt_manager **out,
+                                           mxp_error *err);
+MXP_API void mxp_ckpt_manager_destroy(mxp_ckpt_manager *m);
+MXP_API const char *mxp_ckpt_manager_dir(const mxp_ckpt_manager *m);
 /* Health as the guards see it (default healthy, no state); written into
  * the next checkpoints. guard_state is copied (NULL clears it). */
-void mxp_ckpt_manager_set_health(mxp_ckpt_manager *m, bool healthy, const char *guard_state);
+MXP_API void mxp_ckpt_manager_set_health(mxp_ckpt_manager *m, bool healthy,
+                                         const char *guard_state);
 /* Called after every optimizer step: saves when the policy says so or
  * when `force` (graceful stop, end of a run), then applies retention.
  * *saved (may be NULL) tells whether it saved. */
-mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, const mxp_config *cfg,
-                                       const mxp_data_position *pos, bool force, bool *saved,
-                                       mxp_error *err);
+MXP_API mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t,
+                                               const mxp_config *cfg, const mxp_data_position *pos,
+                                               bool force, bool *saved, mxp_error *err);
 /* Record the run's id, workload and data signature (run.h) in the next
  * checkpoints (copied; NULL: not recorded). */
-mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
-                                    const char *workload, const char *data_signature,
-                                    mxp_error *err);
+MXP_API mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,
+                                            const char *workload, const char *data_signature,
+                                            mxp_error *err);
 /* Record the workload's metadata (mxp_ckpt_save_args.workload_meta) in the
  * next checkpoints (copied; NULL: not recorded). */
-mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
-                                              mxp_error *err);
+MXP_API mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *json,
+                                                      mxp_error *err);
 /* Path of the last checkpoint this manager wrote ("" before the first). */
-const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
+MXP_API const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m);
 /* mxp_ckpt_rollback on the manager's directory. */
-mxp_status mxp_ckpt_manager_rollback(mxp_ckpt_manager *m, mxp_trainer *t, const char *reason,
-                                     mxp_data_position *pos, mxp_ckpt_rollback_result *res,
-                                     mxp_error *err);
+MXP_API mxp_status mxp_ckpt_manager_rollback(mxp_ckpt_manager *m, mxp_trainer *t,
+                                             const char *reason, mxp_data_position *pos,
+                                             mxp_ckpt_rollback_result *res, mxp_error *err);
 
 #ifdef __cplusplus
 }

@@ -38,11 +38,11 @@ typedef struct mxp_fmnist mxp_fmnist;
  * as NAME or NAME.gz. Keeps the first max_train / max_test examples (0:
  * all). Checks shapes (images 3-D, labels 1-D, matching counts, equal image
  * sizes in both splits) and labels < 10, naming the file on error. */
-mxp_status mxp_fmnist_load(const char *dir, int64_t max_train, int64_t max_test,
-                           mxp_fmnist **out, mxp_error *err);
-void mxp_fmnist_destroy(mxp_fmnist *d);
-mxp_image_split mxp_fmnist_train(const mxp_fmnist *d);
-mxp_image_split mxp_fmnist_test(const mxp_fmnist *d);
+MXP_API mxp_status mxp_fmnist_load(const char *dir, int64_t max_train, int64_t max_test,
+                                   mxp_fmnist **out, mxp_error *err);
+MXP_API void mxp_fmnist_destroy(mxp_fmnist *d);
+MXP_API mxp_image_split mxp_fmnist_train(const mxp_fmnist *d);
+MXP_API mxp_image_split mxp_fmnist_test(const mxp_fmnist *d);
 
 /* ---- the classifier workload ---------------------------------------------- */
 
@@ -51,31 +51,32 @@ typedef struct mxp_classifier mxp_classifier;
 /* Load the dataset (cfg->data_dir or the default directory, subsets
  * cfg->train_subset / cfg->test_subset) and build model + trainer. The
  * largest batch is cfg->batch_size; evaluation runs in chunks. */
-mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out, mxp_error *err);
+MXP_API mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out,
+                                         mxp_error *err);
 /* As create, on an already loaded dataset (borrowed: it must outlive cl). */
-mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
-                                           mxp_classifier **out, mxp_error *err);
-void mxp_classifier_destroy(mxp_classifier *cl);
-void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user);
+MXP_API mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
+                                                   mxp_classifier **out, mxp_error *err);
+MXP_API void mxp_classifier_destroy(mxp_classifier *cl);
+MXP_API void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user);
 
 /* Train num_epochs more epochs (LR schedule over those epochs). */
-mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err);
+MXP_API mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err);
 
 /* Mean cross-entropy and top-1 accuracy (fraction in [0, 1]) on the test
  * split, forward only, in the working precision. */
-mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,
-                                   mxp_error *err);
+MXP_API mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *accuracy,
+                                           mxp_error *err);
 
-mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl);
-mxp_model *mxp_classifier_model(mxp_classifier *cl);
+MXP_API mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl);
+MXP_API mxp_model *mxp_classifier_model(mxp_classifier *cl);
 /* The numerical-safety guard (guard.h; created when guard.enabled or a
  * fault is configured, its canary probing the first test images), or NULL.
  * Rollbacks move the data position back, as in the world model. */
-mxp_guard *mxp_classifier_guard(mxp_classifier *cl);
+MXP_API mxp_guard *mxp_classifier_guard(mxp_classifier *cl);
 /* True when the last train() was ended by a guard rule with action stop. */
-bool mxp_classifier_stopped(const mxp_classifier *cl);
+MXP_API bool mxp_classifier_stopped(const mxp_classifier *cl);
 /* Training examples used per epoch (after drop-last). */
-int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl);
+MXP_API int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl);
 
 #ifdef __cplusplus
 }

@@ -152,15 +152,14 @@ typedef enum mxp_config_source {
 typedef struct mxp_config_builder mxp_config_builder;
 
 /* Start from defaults. */
-mxp_status mxp_config_builder_create(mxp_config_builder **out, mxp_error *err);
-void mxp_config_builder_destroy(mxp_config_builder *b);
+MXP_API mxp_status mxp_config_builder_create(mxp_config_builder **out, mxp_error *err);
+MXP_API void mxp_config_builder_destroy(mxp_config_builder *b);
 /* Apply a YAML file (nested mappings, or dotted keys at top level). */
-mxp_status mxp_config_apply_file(mxp_config_builder *b, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_config_apply_file(mxp_config_builder *b, const char *path, mxp_error *err);
 /* Apply the environment variables listed above, read through getenv_fn
  * (NULL: getenv) so tests can inject an environment. */
-mxp_status mxp_config_apply_env(mxp_config_builder *b,
-                                const char *(*getenv_fn)(const char *name),
-                                mxp_error *err);
+MXP_API mxp_status mxp_config_apply_env(mxp_config_builder *b,
+                                        const char *(*getenv_fn)(const char *name), mxp_error *err);
 /* Apply one `dotted.key=value` override.
  *
  * Sources are applied in the order the caller makes the calls and a later
@@ -168,7 +167,7 @@ mxp_status mxp_config_apply_env(mxp_config_builder *b,
  * create -> apply_file -> apply_env -> apply_override... -> resolve.
  * Each apply_* is all-or-nothing: on error the builder is unchanged.
  * The kill switch (set by apply_env) is sticky and applied by resolve. */
-mxp_status mxp_config_apply_override(mxp_config_builder *b, const char *kv, mxp_error *err);
+MXP_API mxp_status mxp_config_apply_override(mxp_config_builder *b, const char *kv, mxp_error *err);
 /* Resolve precision and kill switch, validate cross-field rules, fill *out
  * (untouched on error). Derived fields: precision, kill_switch, data.seed =
  * trainer.seed = seed, trainer.grad_accum_steps = grad_accum_steps,
@@ -176,24 +175,24 @@ mxp_status mxp_config_apply_override(mxp_config_builder *b, const char *kv, mxp_
  * source (then trainer.scaler_override = true), else the mode's policy
  * default. Under the kill switch logs at WARN
  * "FP16 training disabled - using FP32". */
-mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error *err);
+MXP_API mxp_status mxp_config_resolve(mxp_config_builder *b, mxp_config *out, mxp_error *err);
 
 /* Print the resolved config as YAML-like `key: value  # source` lines. */
-void mxp_config_print(const mxp_config_builder *b, FILE *f);
+MXP_API void mxp_config_print(const mxp_config_builder *b, FILE *f);
 
 /* Number of known keys, and key i's name, help text and current value text. */
-int mxp_config_num_keys(void);
-const char *mxp_config_key_name(int i);
-const char *mxp_config_key_help(int i);
+MXP_API int mxp_config_num_keys(void);
+MXP_API const char *mxp_config_key_name(int i);
+MXP_API const char *mxp_config_key_help(int i);
 /* Index of the key called `name`, or -1 when there is none. */
-int mxp_config_key_find(const char *name);
+MXP_API int mxp_config_key_find(const char *name);
 /* Key i's current value in b as canonical text (truncated to n), and where
  * it came from. training.precision gives the precision the values resolve
  * to (as mxp_config_resolve would), with the source of the deciding value. */
-mxp_config_source mxp_config_key_value(const mxp_config_builder *b, int i,
-                                       char *buf, size_t n);
+MXP_API mxp_config_source mxp_config_key_value(const mxp_config_builder *b, int i, char *buf,
+                                               size_t n);
 
-const char *mxp_config_source_name(mxp_config_source s);
+MXP_API const char *mxp_config_source_name(mxp_config_source s);
 
 #ifdef __cplusplus
 }

@@ -98,19 +98,19 @@ typedef struct mxp_env_info {
 #define MXP_ENV_PATH_MAX 256
 
 /* NULL when k is not a valid kind. */
-const mxp_env_info *mxp_env_info_get(mxp_env_kind k);
+MXP_API const mxp_env_info *mxp_env_info_get(mxp_env_kind k);
 /* Name -> kind (exact, lower-case names above); MXP_ERR_INVALID_ARG naming
  * the string and the accepted names otherwise. */
-mxp_status mxp_env_parse(const char *s, mxp_env_kind *out, mxp_error *err);
+MXP_API mxp_status mxp_env_parse(const char *s, mxp_env_kind *out, mxp_error *err);
 
 /* One environment step of a built-in kind: next = f(state, action); returns
  * the reward. state/next have state_dim entries, action action_dim; next may
  * alias state. An invalid or MuJoCo k returns 0 and leaves next untouched
  * (MuJoCo kinds step through an mxp_sim). */
-float mxp_env_step(mxp_env_kind k, const float *state, const float *action, float *next);
+MXP_API float mxp_env_step(mxp_env_kind k, const float *state, const float *action, float *next);
 /* A random initial state of a built-in kind drawn from r (MuJoCo kinds and
  * invalid k: state untouched, r not advanced). */
-void mxp_env_reset(mxp_env_kind k, mxp_rng *r, float *state);
+MXP_API void mxp_env_reset(mxp_env_kind k, mxp_rng *r, float *state);
 
 /* mxp_sim: one environment instance, the single path the replay builder
  * uses for every kind. Built-in kinds wrap mxp_env_step/_reset; MuJoCo kinds
@@ -125,26 +125,26 @@ typedef struct mxp_sim mxp_sim;
  * MXP_ERR_IO / MXP_ERR_FORMAT naming data.mujoco_model when the file is
  * missing or MuJoCo rejects it (with MuJoCo's message); MXP_ERR_UNSUPPORTED
  * for a model with no actuator or no degree of freedom. *out only on success. */
-mxp_status mxp_sim_create(mxp_env_kind k, const char *mujoco_model, mxp_sim **out,
-                          mxp_error *err);
+MXP_API mxp_status mxp_sim_create(mxp_env_kind k, const char *mujoco_model, mxp_sim **out,
+                                  mxp_error *err);
 /* Free everything; NULL is a no-op. */
-void mxp_sim_destroy(mxp_sim *s);
-mxp_env_kind mxp_sim_kind(const mxp_sim *s);
-int mxp_sim_state_dim(const mxp_sim *s);
-int mxp_sim_action_dim(const mxp_sim *s);
+MXP_API void mxp_sim_destroy(mxp_sim *s);
+MXP_API mxp_env_kind mxp_sim_kind(const mxp_sim *s);
+MXP_API int mxp_sim_state_dim(const mxp_sim *s);
+MXP_API int mxp_sim_action_dim(const mxp_sim *s);
 /* Bounds of action entry a (0 <= a < action_dim). */
-void mxp_sim_action_range(const mxp_sim *s, int a, double *lo, double *hi);
+MXP_API void mxp_sim_action_range(const mxp_sim *s, int a, double *lo, double *hi);
 /* A random initial state [state_dim] drawn from r (see the header comment). */
-void mxp_sim_reset(mxp_sim *s, mxp_rng *r, float *state);
+MXP_API void mxp_sim_reset(mxp_sim *s, mxp_rng *r, float *state);
 /* next = f(state, action) [state_dim], *reward; next may alias state; the
  * action is clipped to its bounds. MXP_ERR_NONFINITE when the result is not
  * finite or MuJoCo flagged a bad qpos/qvel/qacc (it then resets its mjData;
  * such a step is an error, never silently kept); next is then unspecified. */
-mxp_status mxp_sim_step(mxp_sim *s, const float *state, const float *action, float *next,
-                        float *reward, mxp_error *err);
+MXP_API mxp_status mxp_sim_step(mxp_sim *s, const float *state, const float *action, float *next,
+                                float *reward, mxp_error *err);
 /* MuJoCo's library version (mj_version(), e.g. 222 for 2.2.2) when mixprec
  * was built with MuJoCo, else 0. */
-int mxp_mujoco_version(void);
+MXP_API int mxp_mujoco_version(void);
 
 typedef struct mxp_replay_config {
     mxp_env_kind env;
@@ -158,11 +158,11 @@ typedef struct mxp_replay_config {
 
 /* Defaults: pendulum, 100 trajectories of 200 steps (Gym Pendulum-v1's
  * time limit), val_fraction 0.1, seed 1234, mujoco_model "default". */
-mxp_replay_config mxp_replay_config_default(void);
+MXP_API mxp_replay_config mxp_replay_config_default(void);
 
 /* The Philox key of trajectory i's stream under seed: a splitmix64 hash of
  * (seed, i) (so a test can regenerate one trajectory on its own). */
-uint64_t mxp_replay_trajectory_seed(uint64_t seed, int64_t i);
+MXP_API uint64_t mxp_replay_trajectory_seed(uint64_t seed, int64_t i);
 
 typedef struct mxp_replay mxp_replay;
 
@@ -172,8 +172,8 @@ typedef struct mxp_replay mxp_replay;
  * mxp_sim_create), generate the trajectories and standardise. MXP_ERR_OUT_OF_MEMORY when the sizes overflow or allocation
  * fails; MXP_ERR_NONFINITE if the dynamics produced a non-finite value.
  * *out is set only on success. */
-mxp_status mxp_replay_create(const mxp_replay_config *c, mxp_replay **out, mxp_error *err);
-void mxp_replay_destroy(mxp_replay *r);
+MXP_API mxp_status mxp_replay_create(const mxp_replay_config *c, mxp_replay **out, mxp_error *err);
+MXP_API void mxp_replay_destroy(mxp_replay *r);
 
 typedef struct mxp_replay_split {
     const float *x; /* [n, in_dim], standardised */
@@ -181,10 +181,10 @@ typedef struct mxp_replay_split {
     int64_t n;
 } mxp_replay_split;
 
-int64_t mxp_replay_in_dim(const mxp_replay *r);
-int64_t mxp_replay_out_dim(const mxp_replay *r);
-mxp_replay_split mxp_replay_train(const mxp_replay *r);
-mxp_replay_split mxp_replay_val(const mxp_replay *r);
+MXP_API int64_t mxp_replay_in_dim(const mxp_replay *r);
+MXP_API int64_t mxp_replay_out_dim(const mxp_replay *r);
+MXP_API mxp_replay_split mxp_replay_train(const mxp_replay *r);
+MXP_API mxp_replay_split mxp_replay_val(const mxp_replay *r);
 
 /* The standardisation applied to both splits: raw = z * std + mean. */
 typedef struct mxp_replay_stats {
@@ -194,10 +194,10 @@ typedef struct mxp_replay_stats {
     const float *y_std;  /* [out_dim] */
 } mxp_replay_stats;
 
-mxp_replay_stats mxp_replay_stats_get(const mxp_replay *r);
+MXP_API mxp_replay_stats mxp_replay_stats_get(const mxp_replay *r);
 /* The config the buffer was created from, and its trajectory split. */
-const mxp_replay_config *mxp_replay_config_get(const mxp_replay *r);
-int64_t mxp_replay_train_trajectories(const mxp_replay *r);
+MXP_API const mxp_replay_config *mxp_replay_config_get(const mxp_replay *r);
+MXP_API int64_t mxp_replay_train_trajectories(const mxp_replay *r);
 
 /* ---- IDX files (src/data/idx.c) -------------------------------------------
  * IDX (the MNIST file format, yann.lecun.com/exdb/mnist): two zero bytes,
@@ -226,8 +226,8 @@ typedef struct mxp_idx {
  * path and the problem (MXP_ERR_IO: cannot open/read; MXP_ERR_FORMAT:
  * malformed, truncated, trailing bytes, corrupt gzip; MXP_ERR_UNSUPPORTED:
  * a valid IDX type other than unsigned byte). */
-mxp_status mxp_idx_read(const char *path, mxp_idx *out, mxp_error *err);
-void mxp_idx_free(mxp_idx *x);
+MXP_API mxp_status mxp_idx_read(const char *path, mxp_idx *out, mxp_error *err);
+MXP_API void mxp_idx_free(mxp_idx *x);
 
 #ifdef __cplusplus
 }

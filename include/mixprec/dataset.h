@@ -48,9 +48,9 @@ typedef enum mxp_array_dtype {
 } mxp_array_dtype;
 
 /* "float32", "float64", "int32", "int64"; NULL when t is invalid. */
-const char *mxp_array_dtype_name(mxp_array_dtype t);
+MXP_API const char *mxp_array_dtype_name(mxp_array_dtype t);
 /* Bytes per element (4 or 8); 0 when t is invalid. */
-size_t mxp_array_dtype_size(mxp_array_dtype t);
+MXP_API size_t mxp_array_dtype_size(mxp_array_dtype t);
 
 #define MXP_ARRAY_MAX_DIMS 8
 #define MXP_ARRAY_NAME_MAX 128 /* bytes of a name, terminator included */
@@ -65,33 +65,34 @@ typedef struct mxp_array {
 } mxp_array;
 
 /* Element i of a as double / int64 (float arrays: truncated toward zero). */
-double mxp_array_get_f64(const mxp_array *a, int64_t i);
-int64_t mxp_array_get_i64(const mxp_array *a, int64_t i);
+MXP_API double mxp_array_get_f64(const mxp_array *a, int64_t i);
+MXP_API int64_t mxp_array_get_i64(const mxp_array *a, int64_t i);
 
 typedef struct mxp_dataset mxp_dataset;
 
 /* An empty dataset labelled "memory". */
-mxp_status mxp_dataset_create(mxp_dataset **out, mxp_error *err);
+MXP_API mxp_status mxp_dataset_create(mxp_dataset **out, mxp_error *err);
 /* Free everything; NULL is a no-op. */
-void mxp_dataset_destroy(mxp_dataset *d);
+MXP_API void mxp_dataset_destroy(mxp_dataset *d);
 /* Copy an array into d. name: 1..127 bytes, not already in d; dtype valid;
  * 0 <= ndim <= 8; every shape[i] >= 1 (MXP_ERR_INVALID_ARG "empty"
  * otherwise); data non-NULL; float data all finite (MXP_ERR_NONFINITE
  * naming the array and the first bad index). d unchanged on error. */
-mxp_status mxp_dataset_add(mxp_dataset *d, const char *name, mxp_array_dtype dtype, int ndim,
-                           const int64_t *shape, const void *data, mxp_error *err);
+MXP_API mxp_status mxp_dataset_add(mxp_dataset *d, const char *name, mxp_array_dtype dtype,
+                                   int ndim, const int64_t *shape, const void *data,
+                                   mxp_error *err);
 /* Read a safetensors or .npz file (see above). MXP_ERR_IO when it cannot be
  * read; MXP_ERR_FORMAT when it is malformed, truncated, big-endian, Fortran
  * order, of an unsupported dtype, holds NaN/Inf or no array (a bad file is
  * a usage error: `mixprec train` exits 2). *out is set only on success. */
-mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err);
+MXP_API mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err);
 
 /* The file path it was read from, or "memory". */
-const char *mxp_dataset_label(const mxp_dataset *d);
-int mxp_dataset_num_arrays(const mxp_dataset *d);
+MXP_API const char *mxp_dataset_label(const mxp_dataset *d);
+MXP_API int mxp_dataset_num_arrays(const mxp_dataset *d);
 /* Array i in the order added (files: name order); NULL out of range. */
-const mxp_array *mxp_dataset_array(const mxp_dataset *d, int i);
-const mxp_array *mxp_dataset_find(const mxp_dataset *d, const char *name);
+MXP_API const mxp_array *mxp_dataset_array(const mxp_dataset *d, int i);
+MXP_API const mxp_array *mxp_dataset_find(const mxp_dataset *d, const char *name);
 
 typedef enum mxp_dataset_kind {
     MXP_DATASET_WORLD_MODEL,
@@ -101,7 +102,7 @@ typedef enum mxp_dataset_kind {
 } mxp_dataset_kind;
 
 /* "world_model", "classifier", "regressor". */
-const char *mxp_dataset_kind_name(mxp_dataset_kind k);
+MXP_API const char *mxp_dataset_kind_name(mxp_dataset_kind k);
 
 /* What mxp_dataset_check found. */
 typedef struct mxp_dataset_layout {
@@ -126,12 +127,12 @@ typedef struct mxp_dataset_layout {
  * [1, T], a float64 value beyond float32's range. Arrays other than the
  * ones listed are an error too (a misspelt name would otherwise be
  * ignored). *out set only on success (may be NULL). */
-mxp_status mxp_dataset_check(const mxp_dataset *d, mxp_dataset_kind k, mxp_dataset_layout *out,
-                             mxp_error *err);
+MXP_API mxp_status mxp_dataset_check(const mxp_dataset *d, mxp_dataset_kind k,
+                                     mxp_dataset_layout *out, mxp_error *err);
 
 /* Convert elements [begin, begin + n) of a float or int array to float32
  * into dst (RNE from float64; ints exactly when |v| <= 2^24). */
-void mxp_array_to_f32(const mxp_array *a, int64_t begin, int64_t n, float *dst);
+MXP_API void mxp_array_to_f32(const mxp_array *a, int64_t begin, int64_t n, float *dst);
 
 #ifdef __cplusplus
 }

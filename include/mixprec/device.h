@@ -38,12 +38,12 @@ typedef struct mxp_device {
 /* Parse "cpu", "cuda" or "cuda:N" (N a decimal ordinal 0..1023, no sign,
  * no spaces); anything else: MXP_ERR_INVALID_ARG naming the text and what
  * is accepted. Parsing needs no GPU. */
-mxp_status mxp_device_parse(const char *text, mxp_device *out, mxp_error *err);
+MXP_API mxp_status mxp_device_parse(const char *text, mxp_device *out, mxp_error *err);
 /* "cpu", "cuda:N" into buf (NUL-terminated, truncated to n). */
-void mxp_device_format(const mxp_device *d, char *buf, size_t n);
+MXP_API void mxp_device_format(const mxp_device *d, char *buf, size_t n);
 
 /* Whether this build carries the CUDA backend. */
-bool mxp_cuda_built(void);
+MXP_API bool mxp_cuda_built(void);
 
 /* What the CUDA runtime reports about one device. */
 typedef struct mxp_gpu_info {
@@ -60,17 +60,17 @@ typedef struct mxp_gpu_info {
 /* Number of visible CUDA devices into *n. MXP_ERR_UNSUPPORTED (and *n = 0)
  * when built without CUDA, or when the runtime reports no device or no
  * usable driver; err then carries the reason (the runtime's error text). */
-mxp_status mxp_cuda_device_count(int *n, mxp_error *err);
+MXP_API mxp_status mxp_cuda_device_count(int *n, mxp_error *err);
 /* Properties of device `index` (0 <= index < count). */
-mxp_status mxp_cuda_device_info(int index, mxp_gpu_info *out, mxp_error *err);
+MXP_API mxp_status mxp_cuda_device_info(int index, mxp_gpu_info *out, mxp_error *err);
 /* The CUDA runtime version this library was built against
  * (1000*major + 10*minor), 0 when built without CUDA. */
-int mxp_cuda_build_version(void);
+MXP_API int mxp_cuda_build_version(void);
 
 /* Can a training run use device d? CPU: always MXP_OK. CUDA: an error
  * naming why not (built without CUDA, no device, ordinal out of range, or,
  * in this version, that training on the GPU is not implemented yet). */
-mxp_status mxp_device_require(const mxp_device *d, mxp_error *err);
+MXP_API mxp_status mxp_device_require(const mxp_device *d, mxp_error *err);
 
 #ifdef __cplusplus
 }

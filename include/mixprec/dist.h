@@ -11,7 +11,7 @@
  * then all-gathers), never in whatever order the MPI library picks. That
  * is what keeps the replicas of a data-parallel run identical bit for bit.
  *
- * Data-parallel step (DESIGN.md "One training step"): after backward, the
+ * Data-parallel step (docs/design.md "A training step"): after backward, the
  * scaled FP32 gradient slab is all-reduced (averaged) with
  * mxp_comm_allreduce_f32, the loss with mxp_comm_allreduce_f64; the fused
  * unscale/finite/stats pass then runs on identical slabs, found_inf is
@@ -40,7 +40,7 @@ typedef enum mxp_wire_dtype {
 } mxp_wire_dtype;
 
 /* "fp32", "bf16" (config spelling). */
-const char *mxp_wire_dtype_name(mxp_wire_dtype w);
+MXP_API const char *mxp_wire_dtype_name(mxp_wire_dtype w);
 
 /* Data-parallel options (config keys dist.*). */
 typedef struct mxp_dist_config {
@@ -51,8 +51,8 @@ typedef struct mxp_dist_config {
                                        step); 0 = only on the first step (0) */
 } mxp_dist_config;
 
-mxp_dist_config mxp_dist_config_default(void);
-mxp_status mxp_dist_config_validate(const mxp_dist_config *c, mxp_error *err);
+MXP_API mxp_dist_config mxp_dist_config_default(void);
+MXP_API mxp_status mxp_dist_config_validate(const mxp_dist_config *c, mxp_error *err);
 
 /* Traffic and time, per rank, since creation or the last reset. */
 typedef struct mxp_comm_stats {
@@ -96,62 +96,63 @@ struct mxp_comm {
 /* ---- construction ------------------------------------------------------ */
 
 /* A one-rank communicator: every collective is the identity. */
-mxp_status mxp_comm_create_single(mxp_comm **out, mxp_error *err);
+MXP_API mxp_status mxp_comm_create_single(mxp_comm **out, mxp_error *err);
 /* An MPI communicator over (a duplicate of) MPI_COMM_WORLD. Initialises
  * MPI (MPI_THREAD_FUNNELED) unless the caller already did, and finalises
  * it in destroy if it initialised it. Errors are returned, not fatal.
  * MXP_ERR_UNSUPPORTED when this build has no MPI. */
-mxp_status mxp_comm_create_mpi(mxp_comm **out, mxp_error *err);
+MXP_API mxp_status mxp_comm_create_mpi(mxp_comm **out, mxp_error *err);
 /* MPI when the process was started by an MPI launcher (mpirun/mpiexec:
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment), else
  * single-process: a build with MPI run without mpirun is single-process and
  * never touches MPI. Launched with more than one rank by a build without
  * MPI: MXP_ERR_UNSUPPORTED (every rank would otherwise train alone). */
-mxp_status mxp_comm_create_from_env(mxp_comm **out, mxp_error *err);
+MXP_API mxp_status mxp_comm_create_from_env(mxp_comm **out, mxp_error *err);
 /* True when this library was built with MPI. */
-bool mxp_dist_mpi_built(void);
+MXP_API bool mxp_dist_mpi_built(void);
 /* World size announced by the launcher's environment (0: not launched). */
-int mxp_dist_launcher_size(void);
+MXP_API int mxp_dist_launcher_size(void);
 
 /* NULL is a no-op. */
-void mxp_comm_destroy(mxp_comm *c);
+MXP_API void mxp_comm_destroy(mxp_comm *c);
 
 /* ---- collectives (wrappers that validate and dispatch) ------------------ */
 
-int mxp_comm_rank(const mxp_comm *c);
-int mxp_comm_size(const mxp_comm *c);
-const char *mxp_comm_name(const mxp_comm *c);
-mxp_status mxp_comm_reserve(mxp_comm *c, size_t n, mxp_error *err);
-mxp_status mxp_comm_allreduce_f32(mxp_comm *c, float *buf, size_t n, mxp_wire_dtype wire,
-                                  bool average, mxp_error *err);
-mxp_status mxp_comm_allreduce_f64(mxp_comm *c, double *buf, size_t n, bool average,
-                                  mxp_error *err);
-mxp_status mxp_comm_allreduce_max_i32(mxp_comm *c, int32_t *buf, size_t n, mxp_error *err);
-mxp_status mxp_comm_broadcast(mxp_comm *c, void *buf, size_t bytes, int root, mxp_error *err);
-mxp_status mxp_comm_barrier(mxp_comm *c, mxp_error *err);
-void mxp_comm_abort(mxp_comm *c, int code);
-void mxp_comm_get_stats(const mxp_comm *c, mxp_comm_stats *out);
-void mxp_comm_reset_stats(mxp_comm *c);
+MXP_API int mxp_comm_rank(const mxp_comm *c);
+MXP_API int mxp_comm_size(const mxp_comm *c);
+MXP_API const char *mxp_comm_name(const mxp_comm *c);
+MXP_API mxp_status mxp_comm_reserve(mxp_comm *c, size_t n, mxp_error *err);
+MXP_API mxp_status mxp_comm_allreduce_f32(mxp_comm *c, float *buf, size_t n, mxp_wire_dtype wire,
+                                          bool average, mxp_error *err);
+MXP_API mxp_status mxp_comm_allreduce_f64(mxp_comm *c, double *buf, size_t n, bool average,
+                                          mxp_error *err);
+MXP_API mxp_status mxp_comm_allreduce_max_i32(mxp_comm *c, int32_t *buf, size_t n, mxp_error *err);
+MXP_API mxp_status mxp_comm_broadcast(mxp_comm *c, void *buf, size_t bytes, int root,
+                                      mxp_error *err);
+MXP_API mxp_status mxp_comm_barrier(mxp_comm *c, mxp_error *err);
+MXP_API void mxp_comm_abort(mxp_comm *c, int code);
+MXP_API void mxp_comm_get_stats(const mxp_comm *c, mxp_comm_stats *out);
+MXP_API void mxp_comm_reset_stats(mxp_comm *c);
 
 /* ---- agreement helpers --------------------------------------------------- */
 
 /* *flag becomes true on every rank when it is true on any rank (MAX).
  * Use it for every per-step decision a rank could reach on its own
  * (found_inf, a guard action, an operator's precision switch). */
-mxp_status mxp_dist_agree_any(mxp_comm *c, bool *flag, mxp_error *err);
+MXP_API mxp_status mxp_dist_agree_any(mxp_comm *c, bool *flag, mxp_error *err);
 
 /* 64-bit checksum of bytes (order-sensitive, fast, not cryptographic);
  * chain buffers by passing the previous result as h (start with 0). */
-uint64_t mxp_dist_checksum(const void *buf, size_t bytes, uint64_t h);
+MXP_API uint64_t mxp_dist_checksum(const void *buf, size_t bytes, uint64_t h);
 
 /* *same = whether every rank passed the same value (one all-reduce of
  * 8 int32). */
-mxp_status mxp_dist_same_u64(mxp_comm *c, uint64_t value, bool *same, mxp_error *err);
+MXP_API mxp_status mxp_dist_same_u64(mxp_comm *c, uint64_t value, bool *same, mxp_error *err);
 
 /* MXP_ERR_CONFIG ("the N ranks disagree on <what>") unless every rank
  * passed the same n bytes (compared by checksum). */
-mxp_status mxp_dist_require_same(mxp_comm *c, const void *bytes, size_t n, const char *what,
-                                 mxp_error *err);
+MXP_API mxp_status mxp_dist_require_same(mxp_comm *c, const void *bytes, size_t n, const char *what,
+                                         mxp_error *err);
 
 #ifdef __cplusplus
 }

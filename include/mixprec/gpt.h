@@ -35,22 +35,22 @@ typedef struct mxp_gpt mxp_gpt;
  * and the trainer. Errors name the file or key: MXP_ERR_IO (cannot read),
  * MXP_ERR_FORMAT (empty, corrupt gzip, too short for one window in either
  * split), MXP_ERR_CONFIG (gpt.embd not a multiple of gpt.heads, ...). */
-mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err);
+MXP_API mxp_status mxp_gpt_create(const mxp_config *cfg, mxp_gpt **out, mxp_error *err);
 /* For sampling from a checkpoint without its training text: the
  * vocabulary comes from the checkpoint's metadata "workload_meta"
  * ({"vocab_hex": ...}, written by every GPT run); a checkpoint without it
  * (older runs) falls back to mxp_gpt_create (data.text_file). The result
  * loads the checkpoint (mxp_ckpt_load_file) and samples; training and
  * evaluation refuse with MXP_ERR_STATE. */
-mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_file *f,
-                                         mxp_gpt **out, mxp_error *err);
-void mxp_gpt_destroy(mxp_gpt *g);
-void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user);
+MXP_API mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_file *f,
+                                                 mxp_gpt **out, mxp_error *err);
+MXP_API void mxp_gpt_destroy(mxp_gpt *g);
+MXP_API void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user);
 
 /* Train num_epochs more epochs (LR schedule over those epochs). */
-mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err);
+MXP_API mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err);
 /* Mean held-out cross-entropy per byte (nats), forward only. */
-mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err);
+MXP_API mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err);
 
 /* Generate n bytes after `prompt` (may be empty: starts from the first
  * vocabulary byte, normally '\n'), sampling from softmax(logits /
@@ -58,23 +58,23 @@ mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err);
  * RNG stream of `seed`; the model sees the last gpt.context bytes. Prompt
  * bytes outside the vocabulary are an MXP_ERR_INVALID_ARG naming the
  * first one. out must hold n + 1 bytes (NUL-terminated). */
-mxp_status mxp_gpt_sample(mxp_gpt *g, const char *prompt, int64_t n, float temperature,
-                          uint64_t seed, char *out, mxp_error *err);
+MXP_API mxp_status mxp_gpt_sample(mxp_gpt *g, const char *prompt, int64_t n, float temperature,
+                                  uint64_t seed, char *out, mxp_error *err);
 
-int64_t mxp_gpt_vocab_size(const mxp_gpt *g);
+MXP_API int64_t mxp_gpt_vocab_size(const mxp_gpt *g);
 /* Bytes of text in the training and held-out parts. */
-int64_t mxp_gpt_train_chars(const mxp_gpt *g);
-int64_t mxp_gpt_val_chars(const mxp_gpt *g);
+MXP_API int64_t mxp_gpt_train_chars(const mxp_gpt *g);
+MXP_API int64_t mxp_gpt_val_chars(const mxp_gpt *g);
 /* Predicted bytes (tokens) per epoch. */
-int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g);
-mxp_trainer *mxp_gpt_trainer(mxp_gpt *g);
-mxp_model *mxp_gpt_model(mxp_gpt *g);
+MXP_API int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g);
+MXP_API mxp_trainer *mxp_gpt_trainer(mxp_gpt *g);
+MXP_API mxp_model *mxp_gpt_model(mxp_gpt *g);
 /* The numerical-safety guard (guard.h; created when guard.enabled or a
  * fault is configured, its canary probing the first held-out windows), or
  * NULL. Rollbacks move the data position back, as in the world model. */
-mxp_guard *mxp_gpt_guard(mxp_gpt *g);
+MXP_API mxp_guard *mxp_gpt_guard(mxp_gpt *g);
 /* True when the last train() was ended by a guard rule with action stop. */
-bool mxp_gpt_stopped(const mxp_gpt *g);
+MXP_API bool mxp_gpt_stopped(const mxp_gpt *g);
 
 #ifdef __cplusplus
 }

@@ -45,17 +45,17 @@ typedef enum mxp_support {
     MXP_SUPPORT_COUNT
 } mxp_support;
 
-const char *mxp_support_name(mxp_support s);
+MXP_API const char *mxp_support_name(mxp_support s);
 /* How precision p runs on a CPU with features f (NULL: this CPU). fp8 is
  * always emulated; a mode's level is that of its low-precision dtype. */
-mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
-                                  const char **why);
+MXP_API mxp_support mxp_precision_support(mxp_precision p, const mxp_cpu_features *f,
+                                          const char **why);
 /* The next precision after p in the fallback chain whose support is at
  * least CONVERT (or any, when allow_emulated); p itself when there is none
  * (fp32). Chains: fp8 -> mixed_fp16 -> mixed_bf16 -> fp32;
  * fp16 -> bf16 -> fp32; bf16 -> fp32. */
-mxp_precision mxp_precision_fallback(mxp_precision p, const mxp_cpu_features *f,
-                                     bool allow_emulated);
+MXP_API mxp_precision mxp_precision_fallback(mxp_precision p, const mxp_cpu_features *f,
+                                             bool allow_emulated);
 
 /* ==== guard rules, events ================================================ */
 
@@ -124,13 +124,13 @@ typedef struct mxp_guard_rule_info {
     const char *what;  /* what the value is */
 } mxp_guard_rule_info;
 
-const mxp_guard_rule_info *mxp_guard_rule_get(mxp_guard_rule r);
-const char *mxp_guard_rule_name(mxp_guard_rule r);
-const char *mxp_severity_name(mxp_severity s); /* "P0", "P1", "P2" */
+MXP_API const mxp_guard_rule_info *mxp_guard_rule_get(mxp_guard_rule r);
+MXP_API const char *mxp_guard_rule_name(mxp_guard_rule r);
+MXP_API const char *mxp_severity_name(mxp_severity s); /* "P0", "P1", "P2" */
 /* "off", "alert", "fallback", "rollback", "stop", "fallback+rollback", ... */
-void mxp_guard_action_text(unsigned action, char *buf, size_t n);
+MXP_API void mxp_guard_action_text(unsigned action, char *buf, size_t n);
 /* Does `value` cross the rule's threshold (comparison of the rule)? */
-bool mxp_guard_rule_crossed(mxp_guard_rule r, double value, double threshold);
+MXP_API bool mxp_guard_rule_crossed(mxp_guard_rule r, double value, double threshold);
 
 typedef struct mxp_guard_config {
     bool enabled;               /* guard.enabled (true) */
@@ -151,9 +151,9 @@ typedef struct mxp_guard_config {
     mxp_fault_config fault;     /* fault.* */
 } mxp_guard_config;
 
-/* DESIGN.md defaults (see the rule enum). */
-mxp_guard_config mxp_guard_config_default(void);
-mxp_status mxp_guard_config_validate(const mxp_guard_config *c, mxp_error *err);
+/* The defaults of docs/safety.md "Guard rules" (see the rule enum). */
+MXP_API mxp_guard_config mxp_guard_config_default(void);
+MXP_API mxp_status mxp_guard_config_validate(const mxp_guard_config *c, mxp_error *err);
 
 typedef enum mxp_guard_event_kind {
     MXP_EVENT_RULE,        /* a rule fired */
@@ -164,7 +164,7 @@ typedef enum mxp_guard_event_kind {
 } mxp_guard_event_kind;
 
 /* "rule", "operator", "retry", "scaler" */
-const char *mxp_guard_event_kind_name(mxp_guard_event_kind k);
+MXP_API const char *mxp_guard_event_kind_name(mxp_guard_event_kind k);
 
 typedef struct mxp_guard_event {
     mxp_guard_event_kind kind;
@@ -215,34 +215,34 @@ typedef struct mxp_guard mxp_guard;
 /* A guard for trainer t (borrowed; it must outlive the guard). Attaches a
  * monitor to t's model. probe (may be NULL: no canary) is copied. Applies
  * a scale_weights fault of step 0 at once. */
-mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t, const mxp_batch *probe,
-                            mxp_guard **out, mxp_error *err);
-void mxp_guard_destroy(mxp_guard *g);
-void mxp_guard_set_event_callback(mxp_guard *g, mxp_guard_event_fn fn, void *user);
+MXP_API mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t,
+                                    const mxp_batch *probe, mxp_guard **out, mxp_error *err);
+MXP_API void mxp_guard_destroy(mxp_guard *g);
+MXP_API void mxp_guard_set_event_callback(mxp_guard *g, mxp_guard_event_fn fn, void *user);
 /* NULL restores the built-in in-memory snapshot. */
-void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store);
+MXP_API void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store);
 
 /* Call before each trainer step with the position of that step: honours
  * operator requests and retries at this step boundary, takes the first
  * healthy snapshot, arms faults and monitor sampling. */
-mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
-                                 mxp_guard_decision *d, mxp_error *err);
+MXP_API mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
+                                         mxp_guard_decision *d, mxp_error *err);
 /* Call after each trainer step with its result and the position the loop
  * continues from: updates windows, runs the canary when due, evaluates the
  * rules, takes actions, snapshots healthy state. */
-mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
-                                const mxp_data_position *next, mxp_guard_decision *d,
-                                mxp_error *err);
+MXP_API mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
+                                        const mxp_data_position *next, mxp_guard_decision *d,
+                                        mxp_error *err);
 
 /* A resumed run: continue counting step attempts at `attempts` (the
  * checkpoint's), so fault-injection windows and the guard's schedules keep
  * their place and are not re-armed; a scale_weights fault whose step has
  * passed is not applied again (the checkpoint holds its effect). */
-void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts);
+MXP_API void mxp_guard_set_attempts(mxp_guard *g, int64_t attempts);
 
 /* Run the canary now: *div gets |loss_work - loss_fp32| / |loss_fp32|. */
-mxp_status mxp_guard_canary(mxp_guard *g, double *div, double *loss_work,
-                            double *loss_fp32, mxp_error *err);
+MXP_API mxp_status mxp_guard_canary(mxp_guard *g, double *div, double *loss_work, double *loss_fp32,
+                                    mxp_error *err);
 
 typedef struct mxp_guard_status {
     int64_t attempts;
@@ -262,16 +262,16 @@ typedef struct mxp_guard_status {
     const char *rollback_store;        /* "memory" or the store's name */
 } mxp_guard_status;
 
-void mxp_guard_get_status(const mxp_guard *g, mxp_guard_status *out);
+MXP_API void mxp_guard_get_status(const mxp_guard *g, mxp_guard_status *out);
 /* The events so far, oldest first (the last 256 are kept; the status
  * counts all of them). */
-const mxp_guard_event *mxp_guard_events(const mxp_guard *g, size_t *n);
-bool mxp_guard_stopped(const mxp_guard *g);
+MXP_API const mxp_guard_event *mxp_guard_events(const mxp_guard *g, size_t *n);
+MXP_API bool mxp_guard_stopped(const mxp_guard *g);
 /* The status as one JSON object (for mxp_obs_set_guard_state and the
  * checkpoints' guard state): its length, or -1 when it does not fit in n. */
-int mxp_guard_status_json(const mxp_guard *g, char *buf, size_t n);
+MXP_API int mxp_guard_status_json(const mxp_guard *g, char *buf, size_t n);
 /* The monitor the guard attached (per-layer headroom, anomaly report). */
-const mxp_monitor *mxp_guard_monitor(const mxp_guard *g);
+MXP_API const mxp_monitor *mxp_guard_monitor(const mxp_guard *g);
 
 /* ---- workload glue ------------------------------------------------------
  * For loops that keep an mxp_data_position (train.h), e.g. the run's. */
@@ -280,27 +280,26 @@ struct mxp_ckpt_manager;
 /* The guard of a workload: created when c->enabled or a fault is configured
  * (with every rule off and no canary when only the fault asks for it);
  * *out stays NULL otherwise. probe: a fixed batch for the canary (copied). */
-mxp_status mxp_guard_for_workload(const mxp_guard_config *c, mxp_trainer *t,
-                                  const mxp_batch *probe, mxp_guard **out, mxp_error *err);
+MXP_API mxp_status mxp_guard_for_workload(const mxp_guard_config *c, mxp_trainer *t,
+                                          const mxp_batch *probe, mxp_guard **out, mxp_error *err);
 /* before_step / after_step with the workload's data position; after a
  * rollback *p is the restored position; *stop is set by a stop action. */
-mxp_status mxp_guard_step_begin(mxp_guard *g, const mxp_data_position *p,
-                                mxp_error *err);
-mxp_status mxp_guard_step_end(mxp_guard *g, const mxp_step_result *res,
-                              mxp_data_position *p, bool *stop, mxp_error *err);
+MXP_API mxp_status mxp_guard_step_begin(mxp_guard *g, const mxp_data_position *p, mxp_error *err);
+MXP_API mxp_status mxp_guard_step_end(mxp_guard *g, const mxp_step_result *res,
+                                      mxp_data_position *p, bool *stop, mxp_error *err);
 /* Use a checkpoint manager as the rollback store beside the in-memory
  * snapshot (NULL: the snapshot alone): a rollback restores the NEWER of the
  * snapshot and the manager's newest healthy, verified checkpoint
  * (mxp_ckpt_manager_rollback), and the guard keeps the manager's health
  * flag current (unhealthy while a P0/P1 rule holds or losses are
  * non-finite), so checkpoints written then are never rollback targets. */
-void mxp_guard_set_checkpoints(mxp_guard *g, struct mxp_ckpt_manager *m);
+MXP_API void mxp_guard_set_checkpoints(mxp_guard *g, struct mxp_ckpt_manager *m);
 
 /* Operator kill switch while running: ask every guard of the process to
  * switch to FP32 at its next step boundary. Async-signal-safe. */
-void mxp_guard_request_fp32(void);
+MXP_API void mxp_guard_request_fp32(void);
 /* Install a handler for signo (SIGUSR1) that calls mxp_guard_request_fp32. */
-mxp_status mxp_guard_install_signal(int signo, mxp_error *err);
+MXP_API mxp_status mxp_guard_install_signal(int signo, mxp_error *err);
 
 /* ==== precision advisor ================================================== */
 
@@ -335,16 +334,16 @@ typedef struct mxp_preflight_report {
  * m's parameters (m is untouched), measure headroom, and recommend a format
  * (decision logic in docs/safety.md). margin: headroom margin (8);
  * underflow_max: tolerated underflow fraction (0.05); cpu NULL: this CPU. */
-mxp_status mxp_guard_preflight(const mxp_model *m, const mxp_batch *batches, int n,
-                               double margin, double underflow_max,
-                               const mxp_cpu_features *cpu, mxp_preflight_report *out,
-                               mxp_error *err);
+MXP_API mxp_status mxp_guard_preflight(const mxp_model *m, const mxp_batch *batches, int n,
+                                       double margin, double underflow_max,
+                                       const mxp_cpu_features *cpu, mxp_preflight_report *out,
+                                       mxp_error *err);
 /* training.precision: auto for an MSE workload: preflight on the first
  * c->preflight_batches batches of B rows of (x [rows, in], y [rows, out]),
  * switch t to the recommendation and log why. */
-mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c, const float *x,
-                                    const float *y, int64_t rows, int64_t B,
-                                    mxp_preflight_report *out, mxp_error *err);
+MXP_API mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c,
+                                            const float *x, const float *y, int64_t rows, int64_t B,
+                                            mxp_preflight_report *out, mxp_error *err);
 
 #ifdef __cplusplus
 }

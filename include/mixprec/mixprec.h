@@ -2,11 +2,7 @@
 #ifndef MIXPREC_MIXPREC_H
 #define MIXPREC_MIXPREC_H
 
-#define MIXPREC_VERSION_MAJOR 0
-#define MIXPREC_VERSION_MINOR 1
-#define MIXPREC_VERSION_PATCH 0
-#define MIXPREC_VERSION_STRING "0.1.0"
-
+#include <mixprec/api.h> /* MXP_API, MIXPREC_VERSION_*, MIXPREC_ABI_VERSION */
 #include <mixprec/base.h>
 #include <mixprec/num.h>
 #include <mixprec/amp.h>

@@ -38,7 +38,7 @@ typedef enum mxp_layer_kind {
     MXP_LAYER_KIND_COUNT
 } mxp_layer_kind;
 
-const char *mxp_layer_kind_name(mxp_layer_kind k);
+MXP_API const char *mxp_layer_kind_name(mxp_layer_kind k);
 
 typedef enum mxp_loss_kind {
     MXP_LOSS_MSE,  /* mean over all elements of (pred - y)^2 */
@@ -46,7 +46,7 @@ typedef enum mxp_loss_kind {
     MXP_LOSS_KIND_COUNT
 } mxp_loss_kind;
 
-const char *mxp_loss_kind_name(mxp_loss_kind k);
+MXP_API const char *mxp_loss_kind_name(mxp_loss_kind k);
 
 #define MXP_MODEL_MAX_LAYERS 64
 
@@ -72,10 +72,9 @@ typedef struct mxp_model_spec {
 
 /* An MLP spec: depth x (linear(hidden) -> [layernorm] -> act), then
  * linear(out_dim). */
-mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
-                                  int64_t out_dim, mxp_layer_kind act,
-                                  bool layernorm, mxp_loss_kind loss,
-                                  int64_t max_batch);
+MXP_API mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
+                                          int64_t out_dim, mxp_layer_kind act, bool layernorm,
+                                          mxp_loss_kind loss, int64_t max_batch);
 
 /* An MLP spec from a layer list (config key model.layers), e.g.
  * "[linear:512, gelu, layernorm, linear:512, gelu, linear]": items
@@ -85,15 +84,15 @@ mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int depth,
  * for an empty list, an unknown item, a bad width, a width-less linear
  * before the end, a list not ending in linear, more than 64 layers. *out
  * is set only on success. */
-mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_dim,
-                                 mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
-                                 mxp_error *err);
+MXP_API mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_dim,
+                                         mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
+                                         mxp_error *err);
 
 /* A GPT-2 style character model: embedding(C) -> n_layer x block ->
  * layernorm -> lm_head (tied), XENT loss, for batches of up to
  * max_seqs sequences of context tokens (max_batch = max_seqs * context). */
-mxp_model_spec mxp_model_spec_gpt(int64_t vocab, int64_t context, int64_t embd, int n_heads,
-                                  int n_layer, int64_t max_seqs);
+MXP_API mxp_model_spec mxp_model_spec_gpt(int64_t vocab, int64_t context, int64_t embd, int n_heads,
+                                          int n_layer, int64_t max_seqs);
 
 typedef struct mxp_model mxp_model;
 
@@ -106,48 +105,47 @@ typedef struct mxp_model mxp_model;
  * layers.<i>.ln_1.weight, .attn.c_attn.weight, .attn.c_proj.weight,
  * .ln_2.weight, .mlp.c_fc.weight, .mlp.c_proj.weight (and .bias each);
  * weights [out, in] as nn.Linear. */
-mxp_status mxp_model_create(const mxp_model_spec *spec,
-                            const mxp_precision_policy *policy, uint64_t seed,
-                            mxp_model **out, mxp_error *err);
+MXP_API mxp_status mxp_model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
+                                    uint64_t seed, mxp_model **out, mxp_error *err);
 /* As mxp_model_create, for forward passes only (mxp_model_step with
  * backward=false, mxp_model_predict; the guard's FP32 canary): no gradient
  * slab is allocated, mxp_model_grads returns NULL, the memory usage counts
  * 0 gradient bytes, and a step with backward=true fails with
  * MXP_ERR_UNSUPPORTED. Same parameters and outputs as mxp_model_create. */
-mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
-                                      const mxp_precision_policy *policy, uint64_t seed,
-                                      mxp_model **out, mxp_error *err);
+MXP_API mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
+                                              const mxp_precision_policy *policy, uint64_t seed,
+                                              mxp_model **out, mxp_error *err);
 /* The parameter count P a model of spec would have, from the spec alone
  * (validated as mxp_model_create does; nothing of size P is allocated), so
  * a caller can check it against what a file holds before building a model
  * that an untrusted config describes. */
-mxp_status mxp_model_spec_num_params(const mxp_model_spec *spec, size_t *n, mxp_error *err);
+MXP_API mxp_status mxp_model_spec_num_params(const mxp_model_spec *spec, size_t *n, mxp_error *err);
 /* True for a model from mxp_model_create_inference. */
-bool mxp_model_is_inference(const mxp_model *m);
-void mxp_model_destroy(mxp_model *m);
+MXP_API bool mxp_model_is_inference(const mxp_model *m);
+MXP_API void mxp_model_destroy(mxp_model *m);
 
 /* Switch precision policy (fallback, resume in another mode). Weights
  * carry over: from master when there is one, else widened from work. May
  * reallocate; never call inside a step. */
-mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
-                                mxp_error *err);
-const mxp_precision_policy *mxp_model_policy(const mxp_model *m);
-const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
+MXP_API mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
+                                        mxp_error *err);
+MXP_API const mxp_precision_policy *mxp_model_policy(const mxp_model *m);
+MXP_API const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
 
-size_t mxp_model_num_params(const mxp_model *m);
-int64_t mxp_model_out_dim(const mxp_model *m);
-float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
-void *mxp_model_work(mxp_model *m, mxp_dtype *type);
+MXP_API size_t mxp_model_num_params(const mxp_model *m);
+MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
+MXP_API float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
+MXP_API void *mxp_model_work(mxp_model *m, mxp_dtype *type);
 /* The FP32 grad slab [P] (NULL for an inference-only model). After
  * mxp_model_discard_grads and before the next backward it is zeroed on
  * this call (as mxp_model_zero_grads), so it never shows void values. */
-float *mxp_model_grads(mxp_model *m);
+MXP_API float *mxp_model_grads(mxp_model *m);
 /* Recast master -> work (RNE); no-op in fp32 and pure modes. */
-void mxp_model_sync_work(mxp_model *m);
+MXP_API void mxp_model_sync_work(mxp_model *m);
 /* Element i of the parameters as FP32 (master if present, else work). */
-float mxp_model_param(const mxp_model *m, size_t i);
+MXP_API float mxp_model_param(const mxp_model *m, size_t i);
 /* Set every gradient to +0 (a memset; PyTorch zero_grad(set_to_none=False)). */
-void mxp_model_zero_grads(mxp_model *m);
+MXP_API void mxp_model_zero_grads(mxp_model *m);
 /* Discard the gradients without touching memory (PyTorch
  * zero_grad(set_to_none=True)): the next mxp_model_step with backward
  * WRITES every parameter gradient (GEMM beta 0, no separate zeroing pass),
@@ -157,7 +155,7 @@ void mxp_model_zero_grads(mxp_model *m);
  * it to +0 gave +0.0 (the trainer's grad pass maps it to +0.0, so a
  * trainer step is unchanged; docs/kernels.md). The trainer calls it at
  * the start of each step. */
-void mxp_model_discard_grads(mxp_model *m);
+MXP_API void mxp_model_discard_grads(mxp_model *m);
 
 /* Named parameter tensors, in slab order. */
 typedef struct mxp_tensor_info {
@@ -168,18 +166,18 @@ typedef struct mxp_tensor_info {
     int64_t shape[2];
 } mxp_tensor_info;
 
-int mxp_model_num_tensors(const mxp_model *m);
-const mxp_tensor_info *mxp_model_tensor(const mxp_model *m, int i);
+MXP_API int mxp_model_num_tensors(const mxp_model *m);
+MXP_API const mxp_tensor_info *mxp_model_tensor(const mxp_model *m, int i);
 
 /* Layers, and the parameters of layer l: returns their count (0 for a
  * layer without parameters) and their element offset into every slab
  * (contiguous: weight then bias). */
-int mxp_model_num_layers(const mxp_model *m);
-size_t mxp_model_layer_params(const mxp_model *m, int l, size_t *offset);
+MXP_API int mxp_model_num_layers(const mxp_model *m);
+MXP_API size_t mxp_model_layer_params(const mxp_model *m, int l, size_t *offset);
 /* The layer whose parameter range receives layer l's parameter gradients:
  * l when it owns parameters, the owner of tied weights (the GPT lm_head ->
  * the embedding), -1 when it has none. */
-int mxp_model_layer_param_group(const mxp_model *m, int l);
+MXP_API int mxp_model_layer_param_group(const mxp_model *m, int l);
 /* Per-layer gradient scales (adaptive loss scaling, amp.h): scales[l] is
  * the scale the gradient of layer l's OUTPUT carries in backward, so layer
  * l's parameter gradients carry scales[l]. Backward multiplies the dX that
@@ -187,7 +185,7 @@ int mxp_model_layer_param_group(const mxp_model *m, int l);
  * The caller passes loss_scale = scales[n_layers-1] (times its micro-batch
  * share) to mxp_model_step. The array is borrowed and must stay valid; NULL
  * (the default) switches it off. */
-void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
+MXP_API void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
 
 /* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE) or labels:
  * int32 [B] in [0, out_dim) (XENT). */
@@ -211,18 +209,17 @@ typedef struct mxp_nonfinite_site {
  * multiplied by loss_scale; parameter grads are ADDED to the grad slab.
  * *loss gets the unscaled FP32 loss (may be NaN/Inf: the caller decides).
  * site (may be NULL) reports the first layer output found non-finite. */
-mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
-                          float loss_scale, double *loss,
-                          mxp_nonfinite_site *site, mxp_error *err);
+MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                                  double *loss, mxp_nonfinite_site *site, mxp_error *err);
 
 /* Wall seconds spent in mxp_model_step since the model was created:
  * forward (layers and loss) and backward, summed over all calls.
  * Either pointer may be NULL. */
-void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
+MXP_API void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
 /* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT). */
-mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
-                             float *pred, mxp_error *err);
+MXP_API mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B, float *pred,
+                                     mxp_error *err);
 
 /* FP8 (emulated) delayed scaling. When the policy's matmul input dtype is
  * an FP8 format (mode fp8), every linear layer quantises its input x and
@@ -234,12 +231,12 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
  * (mxp_model_step with backward), and the scales are updated at the end of
  * each such step. The config applies now (resetting the state) and to any
  * later switch into an FP8 policy; default mxp_fp8_config_default(). */
-mxp_status mxp_model_set_fp8_config(mxp_model *m, const mxp_fp8_config *c, mxp_error *err);
+MXP_API mxp_status mxp_model_set_fp8_config(mxp_model *m, const mxp_fp8_config *c, mxp_error *err);
 /* The scaling state (for checkpoints: mxp_fp8_scaling_get_state /
  * _set_state), or NULL when the current policy is not FP8. Tensor order:
  * for each linear layer in layer order, (input x, weight W, output grad dY);
  * the same order for the linear products inside other layers. */
-mxp_fp8_scaling *mxp_model_fp8(mxp_model *m);
+MXP_API mxp_fp8_scaling *mxp_model_fp8(mxp_model *m);
 
 /* Per-layer precision override (amp.h, mxp_fp32_layers): the selected
  * linear layers run in FP32 in every mode but fp32 (where it is moot); the
@@ -250,16 +247,17 @@ mxp_fp8_scaling *mxp_model_fp8(mxp_model *m);
  * mxp_model_set_policy (weights kept, grads zeroed; nothing changes on
  * error). Pure bf16/fp16 modes keep no FP32 copy of any weight, so there
  * the selection is refused (MXP_ERR_UNSUPPORTED) when not empty. */
-mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel, mxp_error *err);
+MXP_API mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel,
+                                             mxp_error *err);
 /* The resolved selection: bit l set when layer l is kept FP32 (0 in fp32
  * mode and when nothing is selected). */
-uint64_t mxp_model_fp32_layers(const mxp_model *m);
+MXP_API uint64_t mxp_model_fp32_layers(const mxp_model *m);
 
 /* Bytes held per role, for memory reporting. */
 typedef struct mxp_model_memory {
     size_t params, master, grads, activations;
 } mxp_model_memory;
-void mxp_model_memory_usage(const mxp_model *m, mxp_model_memory *out);
+MXP_API void mxp_model_memory_usage(const mxp_model *m, mxp_model_memory *out);
 
 /* ==== per-layer monitor (src/nn/headroom.c; the guard drives it) ========= */
 
@@ -321,33 +319,33 @@ typedef struct mxp_monitor mxp_monitor;
  * the monitor follows). hist: also keep exponent histograms (preflight).
  * Attach it with mxp_model_set_monitor; it only sees training passes (calls
  * of mxp_model_step with a non-NULL site), never validation or predict. */
-mxp_status mxp_monitor_create(const mxp_model *m, bool hist, mxp_monitor **out,
-                              mxp_error *err);
-void mxp_monitor_destroy(mxp_monitor *mon);
+MXP_API mxp_status mxp_monitor_create(const mxp_model *m, bool hist, mxp_monitor **out,
+                                      mxp_error *err);
+MXP_API void mxp_monitor_destroy(mxp_monitor *mon);
 /* Attach (NULL detaches). The model does not own the monitor. */
-void mxp_model_set_monitor(mxp_model *m, mxp_monitor *mon);
+MXP_API void mxp_model_set_monitor(mxp_model *m, mxp_monitor *mon);
 /* full: count tiny values too (a slower scalar scan); else only absmax
  * and non-finite counts, which the engine computes anyway. */
-void mxp_monitor_set_full(mxp_monitor *mon, bool full);
+MXP_API void mxp_monitor_set_full(mxp_monitor *mon, bool full);
 /* Anomaly mode: also check the input batch, each layer's weights before
  * its forward, and weight and bias gradients separately; fill the anomaly
  * report with the first forward culprit. margin is the headroom margin
  * (8 = within 2^3 of the format's maximum). */
-void mxp_monitor_set_anomaly(mxp_monitor *mon, bool on, double margin);
-void mxp_monitor_reset(mxp_monitor *mon);
-int mxp_monitor_num_layers(const mxp_monitor *mon);
+MXP_API void mxp_monitor_set_anomaly(mxp_monitor *mon, bool on, double margin);
+MXP_API void mxp_monitor_reset(mxp_monitor *mon);
+MXP_API int mxp_monitor_num_layers(const mxp_monitor *mon);
 /* Layer l's statistics, NULL when l is out of range. l == num_layers is
  * the loss slot: its DX tensor is dLoss/dprediction (scaled), as stored in
  * the grad dtype before the last layer's backward. */
-const mxp_layer_stats *mxp_monitor_layer(const mxp_monitor *mon, int l);
+MXP_API const mxp_layer_stats *mxp_monitor_layer(const mxp_monitor *mon, int l);
 /* Layer l's (0..num_layers) histogram of tensor `which` [MXP_EXP_BINS],
  * NULL without hist. */
-const int64_t *mxp_monitor_hist(const mxp_monitor *mon, int l, mxp_monitor_tensor which);
-void mxp_monitor_anomaly(const mxp_monitor *mon, mxp_anomaly_report *out);
+MXP_API const int64_t *mxp_monitor_hist(const mxp_monitor *mon, int l, mxp_monitor_tensor which);
+MXP_API void mxp_monitor_anomaly(const mxp_monitor *mon, mxp_anomaly_report *out);
 
 /* Fraction of the histogram's nonzero finite values v with
  * |v| * scale < threshold (exact for power-of-two scale and threshold). */
-double mxp_hist_fraction_below(const int64_t *hist, double scale, double threshold);
+MXP_API double mxp_hist_fraction_below(const int64_t *hist, double scale, double threshold);
 
 /* ==== fault injection (src/nn/fault.c; tests and guard drills) ========== */
 
@@ -378,16 +376,16 @@ typedef struct mxp_fault_config {
     double value;         /* fault.value: VALUE's value / SCALE_WEIGHTS' factor */
 } mxp_fault_config;
 
-const char *mxp_fault_kind_name(mxp_fault_kind k);
-const char *mxp_fault_pass_name(mxp_fault_pass p);
-mxp_fault_config mxp_fault_config_default(void);
+MXP_API const char *mxp_fault_kind_name(mxp_fault_kind k);
+MXP_API const char *mxp_fault_pass_name(mxp_fault_pass p);
+MXP_API mxp_fault_config mxp_fault_config_default(void);
 /* Arm (f->kind NAN/INF/VALUE) or disarm (NULL / NONE) the model's
  * forward/backward fault for the coming training passes. */
-void mxp_model_set_fault(mxp_model *m, const mxp_fault_config *f);
+MXP_API void mxp_model_set_fault(mxp_model *m, const mxp_fault_config *f);
 /* Multiply layer `layer`'s weight tensor (linear W or layernorm gamma) by
  * factor in master and working weights. */
-mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
-                                         mxp_error *err);
+MXP_API mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
+                                                 mxp_error *err);
 
 #ifdef __cplusplus
 }

@@ -58,15 +58,15 @@ typedef struct mxp_dtype_traits {
     double epsilon;       /* 2^-man_bits: gap above 1.0 */
 } mxp_dtype_traits;
 
-const mxp_dtype_traits *mxp_dtype_info(mxp_dtype t);
-const char *mxp_dtype_name(mxp_dtype t);
+MXP_API const mxp_dtype_traits *mxp_dtype_info(mxp_dtype t);
+MXP_API const char *mxp_dtype_name(mxp_dtype t);
 /* Accepts the trait names and the common aliases float32/fp32, bfloat16,
  * float16/fp16/half, e4m3/fp8_e4m3, e5m2/fp8_e5m2, ignoring ASCII case (so
  * the safetensors names parse too). On failure *out is untouched and err
  * names the input and lists the accepted values (MXP_ERR_INVALID_ARG).
  * mxp_dtype_info returns NULL and mxp_dtype_name "invalid" for a value
  * outside the enum. */
-mxp_status mxp_dtype_parse(const char *s, mxp_dtype *out, mxp_error *err);
+MXP_API mxp_status mxp_dtype_parse(const char *s, mxp_dtype *out, mxp_error *err);
 
 typedef enum mxp_fp8_overflow {
     MXP_FP8_SATURATE, /* |x| > 448 (or Inf) -> +-448 */
@@ -76,40 +76,40 @@ typedef enum mxp_fp8_overflow {
 
 /* ---- scalar reference conversions -------------------------------------- */
 
-float mxp_fp16_to_f32(mxp_fp16 h);
-mxp_fp16 mxp_f32_to_fp16(float f);
+MXP_API float mxp_fp16_to_f32(mxp_fp16 h);
+MXP_API mxp_fp16 mxp_f32_to_fp16(float f);
 /* Stochastic rounding with 13 random bits taken from r. */
-mxp_fp16 mxp_f32_to_fp16_sr(float f, uint32_t r);
+MXP_API mxp_fp16 mxp_f32_to_fp16_sr(float f, uint32_t r);
 
-float mxp_bf16_to_f32(mxp_bf16 h);
-mxp_bf16 mxp_f32_to_bf16(float f);
+MXP_API float mxp_bf16_to_f32(mxp_bf16 h);
+MXP_API mxp_bf16 mxp_f32_to_bf16(float f);
 /* Stochastic rounding with 16 random bits taken from r. */
-mxp_bf16 mxp_f32_to_bf16_sr(float f, uint32_t r);
+MXP_API mxp_bf16 mxp_f32_to_bf16_sr(float f, uint32_t r);
 
-float mxp_fp8_e4m3_to_f32(mxp_fp8_e4m3 v);
-mxp_fp8_e4m3 mxp_f32_to_fp8_e4m3(float f, mxp_fp8_overflow mode);
-float mxp_fp8_e5m2_to_f32(mxp_fp8_e5m2 v);
-mxp_fp8_e5m2 mxp_f32_to_fp8_e5m2(float f);
+MXP_API float mxp_fp8_e4m3_to_f32(mxp_fp8_e4m3 v);
+MXP_API mxp_fp8_e4m3 mxp_f32_to_fp8_e4m3(float f, mxp_fp8_overflow mode);
+MXP_API float mxp_fp8_e5m2_to_f32(mxp_fp8_e5m2 v);
+MXP_API mxp_fp8_e5m2 mxp_f32_to_fp8_e5m2(float f);
 
 /* Round f to the nearest value representable in t and return it as FP32
  * (identity for F32; E4M3 saturates). */
-float mxp_round_to(mxp_dtype t, float f);
+MXP_API float mxp_round_to(mxp_dtype t, float f);
 
 /* ---- bulk conversions (reference, scalar loops) -------------------------
  * dst and src hold n elements of their dtypes and must not overlap; no
  * alignment is required. An out-of-range dtype makes a conversion a no-op
  * and mxp_load_f32 return NaN.
  * F32 -> narrow uses RNE (E4M3 saturates). Narrow -> narrow goes via F32. */
-void mxp_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
-                 const void *src, size_t n);
+MXP_API void mxp_convert(mxp_dtype dst_type, void *dst, mxp_dtype src_type, const void *src,
+                         size_t n);
 /* As mxp_convert from F32 into BF16 or F16 (other targets: RNE) with
  * stochastic rounding; element i uses mxp_rng_at(seed, counter + i). */
-void mxp_convert_sr(mxp_dtype dst_type, void *dst, const float *src, size_t n,
-                    uint64_t seed, uint64_t counter);
+MXP_API void mxp_convert_sr(mxp_dtype dst_type, void *dst, const float *src, size_t n,
+                            uint64_t seed, uint64_t counter);
 /* Element i of a typed buffer, as FP32. */
-float mxp_load_f32(mxp_dtype t, const void *buf, size_t i);
+MXP_API float mxp_load_f32(mxp_dtype t, const void *buf, size_t i);
 /* Store f (RNE) as element i of a typed buffer. */
-void mxp_store_f32(mxp_dtype t, void *buf, size_t i, float f);
+MXP_API void mxp_store_f32(mxp_dtype t, void *buf, size_t i, float f);
 
 #ifdef __cplusplus
 }

@@ -39,7 +39,7 @@ typedef enum mxp_metric_type {
 } mxp_metric_type;
 
 /* "counter", "gauge", "histogram" (the Prometheus TYPE words). */
-const char *mxp_metric_type_name(mxp_metric_type t);
+MXP_API const char *mxp_metric_type_name(mxp_metric_type t);
 
 #define MXP_METRICS_MAX_FAMILIES 128 /* metric names per registry */
 #define MXP_METRICS_MAX_SERIES 64    /* label combinations per name */
@@ -50,8 +50,8 @@ typedef struct mxp_metrics mxp_metrics;
 /* One series: a metric name plus one set of label values. */
 typedef struct mxp_metric mxp_metric;
 
-mxp_status mxp_metrics_create(mxp_metrics **out, mxp_error *err);
-void mxp_metrics_destroy(mxp_metrics *r);
+MXP_API mxp_status mxp_metrics_create(mxp_metrics **out, mxp_error *err);
+MXP_API void mxp_metrics_destroy(mxp_metrics *r);
 
 /* Register a metric family. name matches [a-zA-Z_:][a-zA-Z0-9_:]*; labels
  * is a comma-separated list of label names ([a-zA-Z_][a-zA-Z0-9_]*, not
@@ -61,47 +61,47 @@ void mxp_metrics_destroy(mxp_metrics *r);
  * is exported as 0 before its first update). Registering an existing name
  * again with the same type and labels is a no-op; anything else is
  * MXP_ERR_STATE. Thread-safe. */
-mxp_status mxp_metrics_register(mxp_metrics *r, mxp_metric_type type, const char *name,
-                                const char *help, const char *labels, const double *buckets,
-                                int n_buckets, mxp_error *err);
+MXP_API mxp_status mxp_metrics_register(mxp_metrics *r, mxp_metric_type type, const char *name,
+                                        const char *help, const char *labels, const double *buckets,
+                                        int n_buckets, mxp_error *err);
 
 /* The series of `name` with these label values (one per label name, in
  * order; NULL when the metric has no labels), created on first use, at most
  * MXP_METRICS_MAX_SERIES per name. The pointer stays valid until the
  * registry is destroyed: look it up once, update it in the hot loop. */
-mxp_status mxp_metrics_series(mxp_metrics *r, const char *name,
-                              const char *const *label_values, mxp_metric **out,
-                              mxp_error *err);
+MXP_API mxp_status mxp_metrics_series(mxp_metrics *r, const char *name,
+                                      const char *const *label_values, mxp_metric **out,
+                                      mxp_error *err);
 
 /* Lock-free updates, from any thread. Counters ignore negative and NaN
  * increments; set() applies to gauges only, observe() to histograms only
  * (other calls are ignored). */
-void mxp_metric_add(mxp_metric *m, double v);
-void mxp_metric_set(mxp_metric *m, double v);
-void mxp_metric_observe(mxp_metric *m, double v);
+MXP_API void mxp_metric_add(mxp_metric *m, double v);
+MXP_API void mxp_metric_set(mxp_metric *m, double v);
+MXP_API void mxp_metric_observe(mxp_metric *m, double v);
 /* Current value (counter, gauge) or sum (histogram); histogram count. */
-double mxp_metric_value(const mxp_metric *m);
-uint64_t mxp_metric_count(const mxp_metric *m);
+MXP_API double mxp_metric_value(const mxp_metric *m);
+MXP_API uint64_t mxp_metric_count(const mxp_metric *m);
 
 /* By-name conveniences for code that has no series pointer (guard rules,
  * rollbacks). labels is "name=value,name=value" text in the metric's label
  * order (values may not contain ',' or '='), NULL/"" for none. */
-mxp_status mxp_metrics_inc(mxp_metrics *r, const char *name, const char *labels, double v,
-                           mxp_error *err);
-mxp_status mxp_metrics_set(mxp_metrics *r, const char *name, const char *labels, double v,
-                           mxp_error *err);
-mxp_status mxp_metrics_observe(mxp_metrics *r, const char *name, const char *labels, double v,
-                               mxp_error *err);
-mxp_status mxp_metrics_get(mxp_metrics *r, const char *name, const char *labels,
-                           double *value, mxp_error *err);
+MXP_API mxp_status mxp_metrics_inc(mxp_metrics *r, const char *name, const char *labels, double v,
+                                   mxp_error *err);
+MXP_API mxp_status mxp_metrics_set(mxp_metrics *r, const char *name, const char *labels, double v,
+                                   mxp_error *err);
+MXP_API mxp_status mxp_metrics_observe(mxp_metrics *r, const char *name, const char *labels,
+                                       double v, mxp_error *err);
+MXP_API mxp_status mxp_metrics_get(mxp_metrics *r, const char *name, const char *labels,
+                                   double *value, mxp_error *err);
 
 /* The whole registry in Prometheus text exposition format 0.0.4 (HELP and
  * TYPE lines, families in registration order). *text is NUL-terminated,
  * allocated with mxp_calloc: release it with mxp_free. */
-mxp_status mxp_metrics_render(mxp_metrics *r, char **text, size_t *len, mxp_error *err);
+MXP_API mxp_status mxp_metrics_render(mxp_metrics *r, char **text, size_t *len, mxp_error *err);
 
 /* Register the mixprec_* training metrics (docs/observability.md). */
-mxp_status mxp_metrics_register_training(mxp_metrics *r, mxp_error *err);
+MXP_API mxp_status mxp_metrics_register_training(mxp_metrics *r, mxp_error *err);
 
 /* ---- training observer --------------------------------------------------- */
 
@@ -112,7 +112,7 @@ typedef enum mxp_run_state {
     MXP_RUN_STATE_COUNT
 } mxp_run_state;
 
-const char *mxp_run_state_name(mxp_run_state s); /* "running", "finished", "failed" */
+MXP_API const char *mxp_run_state_name(mxp_run_state s); /* "running", "finished", "failed" */
 
 typedef struct mxp_obs mxp_obs;
 
@@ -122,29 +122,29 @@ typedef struct mxp_obs mxp_obs;
  * run_dir/<store_db> (SQLite, WAL) and run_dir/<store_events> (JSONL).
  * run_dir must exist. run_id NULL: generated (UTC time + pid). The HTTP
  * server is not started here (mxp_obs_serve). */
-mxp_status mxp_obs_create(const mxp_obs_settings *settings, const char *run_dir,
-                          const char *run_id, mxp_obs **out, mxp_error *err);
+MXP_API mxp_status mxp_obs_create(const mxp_obs_settings *settings, const char *run_dir,
+                                  const char *run_id, mxp_obs **out, mxp_error *err);
 /* Stops the server, flushes and closes the store. */
-void mxp_obs_destroy(mxp_obs *o);
+MXP_API void mxp_obs_destroy(mxp_obs *o);
 
-mxp_metrics *mxp_obs_metrics(mxp_obs *o);
-const char *mxp_obs_run_id(const mxp_obs *o);
+MXP_API mxp_metrics *mxp_obs_metrics(mxp_obs *o);
+MXP_API const char *mxp_obs_run_id(const mxp_obs *o);
 
 /* Start of the run: borrows the trainer (training thread only) to read its
  * stats, model memory and precision; total_steps for progress;
  * samples_per_step = batch * accumulation; config_json (may be NULL) is
  * stored in the runs table. Writes the runs row and a run_start event. */
-mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_steps,
-                             int64_t samples_per_step, const char *config_json,
-                             mxp_error *err);
+MXP_API mxp_status mxp_obs_run_begin(mxp_obs *o, mxp_trainer *trainer, int64_t total_steps,
+                                     int64_t samples_per_step, const char *config_json,
+                                     mxp_error *err);
 
 /* Update the planned step count (progress ratio, status). */
-void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps);
+MXP_API void mxp_obs_set_total_steps(mxp_obs *o, int64_t total_steps);
 /* The run's position in its plan (1-based step of total_steps; a rollback
  * rewinds it): /api/training/status "step" and "progress" and the
  * mixprec_progress_ratio gauge; without it they use the training
  * steps, which count replayed steps too and can pass total_steps. */
-void mxp_obs_set_run_step(mxp_obs *o, int64_t step);
+MXP_API void mxp_obs_set_run_step(mxp_obs *o, int64_t step);
 
 /* One finished optimizer step (training thread): updates the metrics,
  * appends a history row, hands a row to the store's writer thread
@@ -152,8 +152,8 @@ void mxp_obs_set_run_step(mxp_obs *o, int64_t step);
  * the writer is reported once by a later call). A precision change since
  * the previous step that was not announced with mxp_obs_precision_changed
  * is recorded as a fallback. duration_s is the step's wall time. */
-mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result *res,
-                               double duration_s, mxp_error *err);
+MXP_API mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result *res,
+                                       double duration_s, mxp_error *err);
 
 /* Record an event: kind (e.g. "guard", "fallback", "rollback",
  * "checkpoint", "precision_change", "run_start", "run_end"), severity
@@ -163,27 +163,27 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
  * the JSONL log. A "guard" event with detail {"rule": R} also counts in
  * mixprec_guard_events_total{rule=R,severity=S}; "rollback" in
  * mixprec_rollbacks_total. Training thread. */
-mxp_status mxp_obs_event(mxp_obs *o, int64_t step, const char *kind, const char *severity,
-                         const char *message, const char *detail_json, mxp_error *err);
+MXP_API mxp_status mxp_obs_event(mxp_obs *o, int64_t step, const char *kind, const char *severity,
+                                 const char *message, const char *detail_json, mxp_error *err);
 
 /* Announce a precision switch made at a step boundary by the caller:
  * reason "operator" (control API, signal) or "fallback" (counted in
  * mixprec_precision_fallbacks_total). Updates precision_info and memory. */
-mxp_status mxp_obs_precision_changed(mxp_obs *o, mxp_precision from, mxp_precision to,
-                                     const char *reason, mxp_error *err);
+MXP_API mxp_status mxp_obs_precision_changed(mxp_obs *o, mxp_precision from, mxp_precision to,
+                                             const char *reason, mxp_error *err);
 
 /* Operator precision requests (control API): request from any thread;
  * the training loop takes it between steps and applies it through
  * mxp_trainer_set_precision. take() returns false when none is pending. */
-mxp_status mxp_obs_request_precision(mxp_obs *o, mxp_precision p, mxp_error *err);
-bool mxp_obs_take_precision_request(mxp_obs *o, mxp_precision *out);
+MXP_API mxp_status mxp_obs_request_precision(mxp_obs *o, mxp_precision p, mxp_error *err);
+MXP_API bool mxp_obs_take_precision_request(mxp_obs *o, mxp_precision *out);
 
 /* The last validation loss: the gauge, the stats API, and an event of kind
  * "validation" (detail {"loss": x}) so the store keeps every measurement. */
-void mxp_obs_set_validation_loss(mxp_obs *o, double loss);
+MXP_API void mxp_obs_set_validation_loss(mxp_obs *o, double loss);
 /* Guard state shown by /api/training/stats and the dashboard: a JSON
  * object text (copied; invalid JSON is MXP_ERR_FORMAT). */
-mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_error *err);
+MXP_API mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_error *err);
 
 /* ---- the run observer (mixprec/run.h) ------------------------------------
  * Fills *out with an observer that feeds o from an mxp_run: run begin
@@ -194,23 +194,23 @@ mxp_status mxp_obs_set_guard_state(mxp_obs *o, const char *json_object, mxp_erro
  * releases the observer's state (out->destroy); o is borrowed and must
  * outlive the run. */
 struct mxp_run_observer;
-mxp_status mxp_obs_run_observer(mxp_obs *o, struct mxp_run_observer *out, mxp_error *err);
+MXP_API mxp_status mxp_obs_run_observer(mxp_obs *o, struct mxp_run_observer *out, mxp_error *err);
 
 /* Commit batched store rows and a fp16_stats snapshot now. */
-mxp_status mxp_obs_flush(mxp_obs *o, mxp_error *err);
+MXP_API mxp_status mxp_obs_flush(mxp_obs *o, mxp_error *err);
 /* End of the run: state, final flush, runs row update, run_end event. */
-mxp_status mxp_obs_run_end(mxp_obs *o, mxp_run_state state, const char *message,
-                           mxp_error *err);
+MXP_API mxp_status mxp_obs_run_end(mxp_obs *o, mxp_run_state state, const char *message,
+                                   mxp_error *err);
 
 /* The API documents as JSON text (mxp_free them): what the endpoints
  * serve. export: rows [offset, offset+limit) of the history, limit
  * 1..10000; rows that left the in-memory ring are reported by
  * "first_offset". */
-mxp_status mxp_obs_status_json(mxp_obs *o, char **out, mxp_error *err);
-mxp_status mxp_obs_stats_json(mxp_obs *o, char **out, mxp_error *err);
-mxp_status mxp_obs_events_json(mxp_obs *o, int64_t limit, char **out, mxp_error *err);
-mxp_status mxp_obs_export_json(mxp_obs *o, int64_t offset, int64_t limit, char **out,
-                               mxp_error *err);
+MXP_API mxp_status mxp_obs_status_json(mxp_obs *o, char **out, mxp_error *err);
+MXP_API mxp_status mxp_obs_stats_json(mxp_obs *o, char **out, mxp_error *err);
+MXP_API mxp_status mxp_obs_events_json(mxp_obs *o, int64_t limit, char **out, mxp_error *err);
+MXP_API mxp_status mxp_obs_export_json(mxp_obs *o, int64_t offset, int64_t limit, char **out,
+                                       mxp_error *err);
 
 /* ---- HTTP server ---------------------------------------------------------- */
 
@@ -218,16 +218,16 @@ mxp_status mxp_obs_export_json(mxp_obs *o, int64_t offset, int64_t limit, char *
  * The token file must be a regular file of mode 0600 (or stricter) whose
  * first line is the token (8..255 printable characters); "none" disables
  * the control API (control calls answer 403). */
-mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err);
+MXP_API mxp_status mxp_obs_serve(mxp_obs *o, mxp_error *err);
 /* The bound port (useful with port 0), or 0 when not serving. */
-int mxp_obs_port(const mxp_obs *o);
-void mxp_obs_stop_serving(mxp_obs *o);
+MXP_API int mxp_obs_port(const mxp_obs *o);
+MXP_API void mxp_obs_stop_serving(mxp_obs *o);
 
 /* Constant-time equality of a presented token and the expected one: the
  * time depends on neither content nor where they differ (both are padded
  * to 256 bytes; a length mismatch is folded in). */
-bool mxp_obs_token_equal(const char *presented, size_t presented_len, const char *expected,
-                         size_t expected_len);
+MXP_API bool mxp_obs_token_equal(const char *presented, size_t presented_len, const char *expected,
+                                 size_t expected_len);
 
 /* ---- reading a run store ---------------------------------------------------- */
 
@@ -265,9 +265,9 @@ typedef void (*mxp_obs_event_fn)(void *user, const mxp_obs_event_row *row);
 /* Read one run of a store (run_id NULL: the most recently started run):
  * its summary, then every step (in step order) and every event (in order)
  * through the callbacks (either may be NULL). Opens the file read-only. */
-mxp_status mxp_obs_store_read(const char *db_path, const char *run_id,
-                              mxp_obs_run_summary *summary, mxp_obs_step_fn on_step,
-                              mxp_obs_event_fn on_event, void *user, mxp_error *err);
+MXP_API mxp_status mxp_obs_store_read(const char *db_path, const char *run_id,
+                                      mxp_obs_run_summary *summary, mxp_obs_step_fn on_step,
+                                      mxp_obs_event_fn on_event, void *user, mxp_error *err);
 
 #ifdef __cplusplus
 }

@@ -24,35 +24,36 @@ typedef struct mxp_predictor mxp_predictor;
  * the mode to compute in (mxp_precision), or -1 for the checkpoint's. The
  * file is fully verified (mxp_ckpt_load). Errors: the loader's; MXP_ERR_FORMAT
  * for a checkpoint without user-data metadata (built-in workloads, GPT). */
-mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **out,
-                              mxp_error *err);
-void mxp_predictor_destroy(mxp_predictor *p);
+MXP_API mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **out,
+                                      mxp_error *err);
+MXP_API void mxp_predictor_destroy(mxp_predictor *p);
 
-mxp_dataset_kind mxp_predictor_kind(const mxp_predictor *p);
-int mxp_predictor_precision(const mxp_predictor *p);         /* mxp_precision computed in */
-int mxp_predictor_saved_precision(const mxp_predictor *p);   /* mode the checkpoint was saved in */
-const char *mxp_predictor_checkpoint(const mxp_predictor *p); /* the checkpoint file */
-const mxp_config *mxp_predictor_config(const mxp_predictor *p); /* the run's config */
-mxp_model *mxp_predictor_model(mxp_predictor *p);
+MXP_API mxp_dataset_kind mxp_predictor_kind(const mxp_predictor *p);
+MXP_API int mxp_predictor_precision(const mxp_predictor *p);       /* mxp_precision computed in */
+/* The mode (mxp_precision) the checkpoint was saved in. */
+MXP_API int mxp_predictor_saved_precision(const mxp_predictor *p);
+MXP_API const char *mxp_predictor_checkpoint(const mxp_predictor *p);   /* the checkpoint file */
+MXP_API const mxp_config *mxp_predictor_config(const mxp_predictor *p); /* the run's config */
+MXP_API mxp_model *mxp_predictor_model(mxp_predictor *p);
 
 /* Loss (and accuracy for the classifier) as training reports it: data
  * NULL: the held-out split of the run's data.path (same split, the
  * checkpoint's statistics); else every row / episode of data. */
-mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data, mxp_run_eval *out,
-                                  mxp_error *err);
+MXP_API mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data,
+                                          mxp_run_eval *out, mxp_error *err);
 
 /* Predict on inputs (float arrays): x [N, D] -> y [N, K] (classifier:
  * logits [N, C]); world model obs [N, S] and actions [N, A] -> next_obs
  * [N, S] and reward [N], de-standardised (obs + delta * std + mean). *out
  * is a new dataset (float32 arrays) on success. */
-mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_dataset **out,
-                                 mxp_error *err);
+MXP_API mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_dataset **out,
+                                         mxp_error *err);
 
 /* A safetensors file for PyTorch: the FP32 weights under nn.Sequential's
  * state_dict names (layers.<i>.weight / .bias) and, for the world model,
  * the statistics as F32 tensors x_mean, x_std [S+A], y_mean, y_std [S+1];
  * metadata "layers" (the model.layers list of the model), "kind". */
-mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_error *err);
 
 #ifdef __cplusplus
 }

@@ -108,8 +108,8 @@ typedef struct mxp_workload_provider {
 /* The built-in provider that cfg->workload names (model.workload:
  * world_model | classifier | gpt), built from cfg (loads or generates the
  * data). The run takes ownership when passed in mxp_run_options. */
-mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_provider *out,
-                                         mxp_error *err);
+MXP_API mxp_status mxp_workload_provider_builtin(const mxp_config *cfg, mxp_workload_provider *out,
+                                                 mxp_error *err);
 
 /* ==== observer and progress ============================================== */
 
@@ -158,8 +158,9 @@ struct mxp_dataset; /* in-memory user arrays (dataset.h) */
  * unless x_val/y_val are given); the world model standardises with the
  * training split's statistics, saved in every checkpoint (workload_meta,
  * docs/data.md). mxp_workload_provider_builtin calls it for data.path. */
-mxp_status mxp_workload_provider_dataset(const mxp_config *cfg, const struct mxp_dataset *data,
-                                         mxp_workload_provider *out, mxp_error *err);
+MXP_API mxp_status mxp_workload_provider_dataset(const mxp_config *cfg,
+                                                 const struct mxp_dataset *data,
+                                                 mxp_workload_provider *out, mxp_error *err);
 
 typedef struct mxp_run_options {
     /* NULL: the built-in provider of cfg->workload. Else copied; the run
@@ -185,21 +186,21 @@ typedef struct mxp_run_options {
     const char *resume;
 } mxp_run_options;
 
-mxp_run_options mxp_run_options_default(void);
+MXP_API mxp_run_options mxp_run_options_default(void);
 
 /* Build the provider, model, trainer, guard and (opt->checkpoints) the
  * checkpoint manager; resume when opt->resume. cfg is copied. Errors:
  * MXP_ERR_CONFIG / INVALID_ARG (config), MXP_ERR_STATE (the run directory
  * holds another run: the message names both ways out), IO / FORMAT
  * (data, checkpoint). On failure nothing was written. */
-mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp_run **out,
-                          mxp_error *err);
-void mxp_run_destroy(mxp_run *run);
+MXP_API mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp_run **out,
+                                  mxp_error *err);
+MXP_API void mxp_run_destroy(mxp_run *run);
 
 /* Continue from a checkpoint (path: file, checkpoint dir or run dir; the
  * newest verified checkpoint). Checks workload, model and data signature
  * against this run (MXP_ERR_CONFIG naming the mismatch). */
-mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
 
 /* The config sources of a resume, below the user's: into b (fresh from
  * mxp_config_builder_create) apply the checkpoint's stored config, the
@@ -214,14 +215,14 @@ mxp_status mxp_run_resume(mxp_run *run, const char *path, mxp_error *err);
  * dtypes, finite values). ckpt (n bytes; NULL: not wanted): the checkpoint
  * file chosen, for mxp_run_options.resume. Errors: IO (no checkpoint),
  * FORMAT (not a mixprec checkpoint), CONFIG (its stored config). */
-mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt, size_t n,
-                                 mxp_error *err);
+MXP_API mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt,
+                                         size_t n, mxp_error *err);
 
 /* Train `epochs` epochs at micro-batch `batch_size` (0: cfg's values).
  * After a resume, continues the interrupted call (same batches and
  * learning rates). Returns MXP_OK also when a stop request or a guard's
  * stop ended it (mxp_run_info: stopped). */
-mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_error *err);
+MXP_API mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_error *err);
 
 /* Ask the run to stop after the current step (checkpoint written when
  * checkpoints are on). Async-signal-safe: sets one sig_atomic_t.
@@ -233,19 +234,19 @@ mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_size, mxp_e
  * last step boundary stays set and stops the next call after its first
  * step; so does one that a call never reached (it failed before the next
  * step boundary). */
-void mxp_run_request_stop(mxp_run *run);
+MXP_API void mxp_run_request_stop(mxp_run *run);
 /* Ask for a precision switch at the next step boundary: the one switch
  * point (operator signal, HTTP, guard, scaler fallback and the advisor all
  * end there): the switch, a scaler reset, one event. reason: free text
  * ("operator", "http", ...; copied, may be NULL). Safe to call from
  * another thread while mxp_run_train runs; not signal safe: a signal
  * handler uses mxp_guard_request_fp32. */
-void mxp_run_request_precision(mxp_run *run, mxp_precision to, const char *reason);
+MXP_API void mxp_run_request_precision(mxp_run *run, mxp_precision to, const char *reason);
 
 /* Held-out evaluation through the provider (MXP_ERR_UNSUPPORTED without). */
-mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *err);
+MXP_API mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *err);
 /* Write a checkpoint of the current state to path (atomically). */
-mxp_status mxp_run_save(mxp_run *run, const char *path, mxp_error *err);
+MXP_API mxp_status mxp_run_save(mxp_run *run, const char *path, mxp_error *err);
 
 typedef struct mxp_run_info {
     int64_t training_steps, optimizer_steps, skipped_steps;
@@ -270,9 +271,9 @@ typedef struct mxp_run_info {
     char workload[32];
 } mxp_run_info;
 
-void mxp_run_stats(const mxp_run *run, mxp_run_info *out);
+MXP_API void mxp_run_stats(const mxp_run *run, mxp_run_info *out);
 /* The stats as one JSON object: its length, or -1 when it does not fit. */
-int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
+MXP_API int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
 
 /* The run's summary, schema "mixprec.summary/1" (docs/json.md): the one
  * object every front end writes to OUTPUT_DIR/summary.json (`mixprec
@@ -285,17 +286,33 @@ int mxp_run_stats_json(const mxp_run *run, char *buf, size_t cap);
  * final_train_loss to report; NaN: the run's mean loss of its last
  * finished epoch (epoch_mean_loss). Returns the length written (no
  * newline), or -1 when it does not fit in cap (or run/buf is NULL). */
-int mxp_run_summary_json(mxp_run *run, const mxp_run_eval *eval, double train_loss, char *buf,
-                         size_t cap);
+MXP_API int mxp_run_summary_json(mxp_run *run, const mxp_run_eval *eval, double train_loss,
+                                 char *buf, size_t cap);
 
-mxp_trainer *mxp_run_trainer(mxp_run *run);
-mxp_model *mxp_run_model(mxp_run *run);
-mxp_guard *mxp_run_guard(mxp_run *run); /* NULL when the guard is off */
-const mxp_config *mxp_run_config(const mxp_run *run);
-const mxp_workload_provider *mxp_run_provider(const mxp_run *run);
-mxp_ckpt_manager *mxp_run_checkpointer(mxp_run *run); /* NULL: none */
+MXP_API mxp_trainer *mxp_run_trainer(mxp_run *run);
+MXP_API mxp_model *mxp_run_model(mxp_run *run);
+MXP_API mxp_guard *mxp_run_guard(mxp_run *run); /* NULL when the guard is off */
+MXP_API const mxp_config *mxp_run_config(const mxp_run *run);
+MXP_API const mxp_workload_provider *mxp_run_provider(const mxp_run *run);
+MXP_API mxp_ckpt_manager *mxp_run_checkpointer(mxp_run *run); /* NULL: none */
 /* The data position (ckpt.h) of the run. */
-void mxp_run_position(const mxp_run *run, mxp_data_position *out);
+MXP_API void mxp_run_position(const mxp_run *run, mxp_data_position *out);
+/* Move the data position: the next mxp_run_train continues from it (the
+ * same batches and learning rates), as after loading a checkpoint with
+ * mxp_ckpt_load or a rollback with mxp_ckpt_manager_rollback. */
+MXP_API void mxp_run_set_position(mxp_run *run, const mxp_data_position *p);
+/* Attach a checkpoint manager the caller owns (borrowed: it must outlive
+ * the run; NULL detaches), replacing the run's own: its policy saves after
+ * steps, at the end of every train() call and on a stop, and the guard's
+ * rollbacks use it. */
+MXP_API void mxp_run_set_checkpointer(mxp_run *run, mxp_ckpt_manager *m);
+/* Data parallelism after create (mxp_run_options.comm at create): train on
+ * this rank's shard of every global batch with dc's settings. Checks that
+ * every rank has the same batch size, accumulation, seed, precision, model
+ * and data (MXP_ERR_CONFIG otherwise). comm NULL: one process again;
+ * borrowed, it must outlive the run. */
+MXP_API mxp_status mxp_run_set_comm(mxp_run *run, mxp_comm *comm, const mxp_dist_config *dc,
+                                    mxp_error *err);
 
 #ifdef __cplusplus
 }

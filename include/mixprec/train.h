@@ -26,8 +26,8 @@ typedef enum mxp_optim_kind {
     MXP_OPTIM_KIND_COUNT
 } mxp_optim_kind;
 
-const char *mxp_optim_kind_name(mxp_optim_kind k);
-mxp_status mxp_optim_kind_parse(const char *s, mxp_optim_kind *out, mxp_error *err);
+MXP_API const char *mxp_optim_kind_name(mxp_optim_kind k);
+MXP_API mxp_status mxp_optim_kind_parse(const char *s, mxp_optim_kind *out, mxp_error *err);
 
 /* Learning-rate schedule over a run of N optimizer steps (applied by the
  * workload loop through mxp_trainer_set_lr, as a PyTorch LR scheduler is). */
@@ -39,7 +39,7 @@ typedef enum mxp_lr_schedule {
 
 /* The learning rate at step s in [0, N) of schedule k with base lr and
  * floor ratio min_ratio in [0, 1]. */
-float mxp_lr_at(mxp_lr_schedule k, float lr, float min_ratio, int64_t s, int64_t n);
+MXP_API float mxp_lr_at(mxp_lr_schedule k, float lr, float min_ratio, int64_t s, int64_t n);
 
 typedef struct mxp_optim_config {
     mxp_optim_kind kind;
@@ -51,7 +51,7 @@ typedef struct mxp_optim_config {
     bool nesterov;
 } mxp_optim_config;
 
-mxp_optim_config mxp_optim_config_default(void);
+MXP_API mxp_optim_config mxp_optim_config_default(void);
 
 typedef struct mxp_trainer_config {
     mxp_scaler_config scaler;  /* scaler.enabled is set from the mode's policy
@@ -65,15 +65,15 @@ typedef struct mxp_trainer_config {
                                   |value| >= frac * dtype max (0.125 = 2^-3) */
 } mxp_trainer_config;
 
-mxp_trainer_config mxp_trainer_config_default(void);
+MXP_API mxp_trainer_config mxp_trainer_config_default(void);
 
 typedef struct mxp_trainer mxp_trainer;
 
 /* The trainer borrows the model (which must outlive it) and owns the
  * optimizer state and scaler. */
-mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
-                              mxp_trainer **out, mxp_error *err);
-void mxp_trainer_destroy(mxp_trainer *t);
+MXP_API mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
+                                      mxp_trainer **out, mxp_error *err);
+MXP_API void mxp_trainer_destroy(mxp_trainer *t);
 
 typedef struct mxp_step_result {
     double loss;         /* mean unscaled loss over the micro-batches */
@@ -91,18 +91,18 @@ typedef struct mxp_step_result {
  * cfg.grad_accum_steps). Returns an error only for invalid input or the
  * scaler's ERROR at-minimum policy; a skipped step is MXP_OK with
  * res->skipped set. */
-mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
-                            mxp_step_result *res, mxp_error *err);
+MXP_API mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                                    mxp_step_result *res, mxp_error *err);
 
 /* Switch precision at a step boundary (operator kill switch, fallback).
  * Optimizer state and scaler carry over; the scaler is reset to its init
  * scale when loss scaling turns on. */
-mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
+MXP_API mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
 /* The switch every precision change goes through (the run's switch point,
  * the guard, the scaler's at-minimum fallback): mxp_trainer_set_precision,
  * then the loss scaler and every per-layer scaler group restart at the
  * initial scale (growth tracker, hysteresis and steps at minimum cleared). */
-mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
+MXP_API mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
 
 /* The stats API (names as seeds/001 uses them). */
 typedef struct mxp_train_stats {
@@ -122,7 +122,7 @@ typedef struct mxp_train_stats {
     double time_forward_s, time_backward_s, time_safety_s, time_optimizer_s;
 } mxp_train_stats;
 
-void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out);
+MXP_API void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out);
 
 typedef struct mxp_history_row {
     int64_t step, epoch;
@@ -134,8 +134,8 @@ typedef struct mxp_history_row {
 } mxp_history_row;
 
 /* The whole history, oldest first; valid until the next step. */
-const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n);
-void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
+MXP_API const mxp_history_row *mxp_trainer_history(const mxp_trainer *t, size_t *n);
+MXP_API void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
 
 /* Fault injection for tests and drills: called after backward and before
  * the fused unscale pass with the SCALED FP32 gradient slab [n] of the
@@ -143,30 +143,31 @@ void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
  * wrote these values (mxp_model_discard_grads), so an exact zero may be
  * -0.0 here; the pass counts and stores it as +0.0. NULL removes it. */
 typedef void (*mxp_grad_hook)(void *user, int64_t step, float *grads, size_t n);
-void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
+MXP_API void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
 
 /* Optimizer state views for checkpoints: AdamW moments m, v (SGD: m is the
  * momentum buffer, v NULL), each FP32 [n]; *t_out the update count. */
-void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, int64_t *t_out);
+MXP_API void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n,
+                                     int64_t *t_out);
 
 /* Set the learning rate used from the next step on (finite, > 0). */
-mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);
+MXP_API mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);
 
-mxp_model *mxp_trainer_model(mxp_trainer *t);
-mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
+MXP_API mxp_model *mxp_trainer_model(mxp_trainer *t);
+MXP_API mxp_scaler *mxp_trainer_scaler(mxp_trainer *t);
 /* Per-layer loss scaling (scaler.per_layer, amp.h): the group scalers, or
  * NULL when off (then mxp_trainer_scaler is the one scaler in use). */
-mxp_scaler_groups *mxp_trainer_scaler_groups(mxp_trainer *t);
+MXP_API mxp_scaler_groups *mxp_trainer_scaler_groups(mxp_trainer *t);
 /* The loss scale in use: the scaler's, or the smallest group scale. */
-float mxp_trainer_loss_scale(const mxp_trainer *t);
+MXP_API float mxp_trainer_loss_scale(const mxp_trainer *t);
 /* Checkpoint metadata "scaler_groups": the group scaler states as a JSON
  * array of [scale, growth_tracker, hysteresis_left, overflow_steps,
  * total_steps, steps_at_min] (mxp_free it), NULL when per-layer scaling is
  * off (or out of memory). load: restore them (json NULL: a checkpoint
  * without them, every group takes the scaler's state); validated before
  * anything changes; a no-op when this trainer has no groups. */
-char *mxp_trainer_scaler_groups_json(mxp_trainer *t);
-mxp_status mxp_trainer_scaler_groups_load(mxp_trainer *t, const char *json, mxp_error *err);
+MXP_API char *mxp_trainer_scaler_groups_json(mxp_trainer *t);
+MXP_API mxp_status mxp_trainer_scaler_groups_load(mxp_trainer *t, const char *json, mxp_error *err);
 
 /* ---- the data position (train/position.c) ------------------------------
  * One struct for the run loop (run.h), the guard's rollbacks (guard.h) and
@@ -189,15 +190,16 @@ typedef struct mxp_data_position {
  * run_total) continues when num_epochs and batch_size match it (else
  * MXP_ERR_INVALID_ARG naming both); otherwise a new call starts at the
  * current epoch. Also checks step_in_epoch < steps_per_epoch. */
-mxp_status mxp_data_position_begin(mxp_data_position *p, int64_t num_epochs, int64_t batch_size,
-                                   int64_t steps_per_epoch, mxp_error *err);
+MXP_API mxp_status mxp_data_position_begin(mxp_data_position *p, int64_t num_epochs,
+                                           int64_t batch_size, int64_t steps_per_epoch,
+                                           mxp_error *err);
 /* One optimizer step done: advance run_step and step_in_epoch (rolling
  * over into the next epoch). */
-void mxp_data_position_advance(mxp_data_position *p, int64_t steps_per_epoch);
+MXP_API void mxp_data_position_advance(mxp_data_position *p, int64_t steps_per_epoch);
 /* True when the call in progress has done all its steps. */
-bool mxp_data_position_done(const mxp_data_position *p);
+MXP_API bool mxp_data_position_done(const mxp_data_position *p);
 /* The call finished: clear the run_* fields (epoch stays). */
-void mxp_data_position_end(mxp_data_position *p);
+MXP_API void mxp_data_position_end(mxp_data_position *p);
 
 /* Data parallelism (dist.h): from the next step on, average gradients and
  * loss over comm's ranks after backward, agree on found_inf with MAX, and
@@ -205,17 +207,17 @@ void mxp_data_position_end(mxp_data_position *p);
  * dc->check_every steps (MXP_ERR_STATE when they are not). The trainer
  * borrows comm (it must outlive the trainer or be removed with NULL);
  * dc NULL: mxp_dist_config_default(). Reserves the all-reduce scratch. */
-mxp_status mxp_trainer_set_comm(mxp_trainer *t, mxp_comm *comm, const mxp_dist_config *dc,
-                                mxp_error *err);
+MXP_API mxp_status mxp_trainer_set_comm(mxp_trainer *t, mxp_comm *comm, const mxp_dist_config *dc,
+                                        mxp_error *err);
 /* The communicator set by mxp_trainer_set_comm, or NULL. */
-mxp_comm *mxp_trainer_comm(mxp_trainer *t);
+MXP_API mxp_comm *mxp_trainer_comm(mxp_trainer *t);
 /* Data parallel, at a step boundary on every rank: when the ranks' precision
  * modes differ (an operator switch that reached rank 0's control API only,
  * or a signal that reached the ranks at different steps), every rank takes
  * rank 0's mode and loss-scaler state. One MAX all-reduce of 3 ints per call
  * (plus a broadcast when they differ). No-op without a communicator or with
  * one rank. */
-mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err);
+MXP_API mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err);
 
 /* Checkpointable trainer state beside the optimizer moments
  * (mxp_trainer_optim_state) and the scaler (mxp_scaler_get_state). */
@@ -228,12 +230,13 @@ typedef struct mxp_trainer_state {
     float lr;                /* current learning rate */
 } mxp_trainer_state;
 
-void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out);
+MXP_API void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out);
 /* Restore counters, RNG position and lr. Validated first (counts >= 0,
  * optimizer and skipped steps <= training steps, lr finite > 0); nothing
  * changes on error. */
-mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err);
-const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t);
+MXP_API mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s,
+                                         mxp_error *err);
+MXP_API const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t);
 /* Whether the state a run keeps is usable: every parameter (the FP32
  * master, or the 16-bit weights of a pure mode) and every optimizer moment
  * finite, and AdamW's second moment >= 0 (a mean of squares). MXP_OK, or
@@ -241,7 +244,7 @@ const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t);
  * and the first one. One pass over the slabs, no allocation. The guard
  * checks it before a state becomes a rollback point, and every workload's
  * train() at its end, so a run that ends with broken weights fails. */
-mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err);
+MXP_API mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,12 @@
 See docs/python.md. The library is found through $MIXPREC_LIB, pkg-config
 or the build tree (mixprec._lib).
 """
-from .errors import ConfigError, Error, GuardStop, LibraryNotFound
+from .errors import ConfigError, Error, GuardStop, LibraryNotFound, LibraryVersionError
 from .config import Config
 from .run import Run
 from .predict import Predictor
 from .world_model import WorldModel
-from ._lib import set_log_level
+from ._lib import VERSION as __version__, set_log_level
 
-__version__ = "0.1.0"
-
-__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound", "Predictor", "Run",
-           "WorldModel", "set_log_level"]
+__all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound",
+           "LibraryVersionError", "Predictor", "Run", "WorldModel", "set_log_level"]

@@ -106,14 +106,11 @@ _declared = False
 
 def declare():
     """Declare the run/model/checkpoint functions on the loaded library
-    (once). Raises Error when the library predates the run API."""
+    (once; _lib.lib() has checked its ABI version)."""
     global _declared
     L = _lib.lib()
     if _declared:
         return L
-    if not hasattr(L, "mxp_run_create"):
-        raise _lib.Error("%s has no mxp_run_create: this libmixprec predates the run API "
-                         "(include/mixprec/run.h); rebuild it" % _lib.lib_path())
     P, E = c_void_p, POINTER(_lib.CError)
     f = _lib._fn
     f(L, "mxp_run_options_default", RunOptions)

@@ -17,9 +17,6 @@ class Dataset(_lib.Handle):
 
     def __init__(self, arrays):
         L = _lib.lib()
-        if not hasattr(L, "mxp_dataset_create"):
-            raise _lib.Error("%s has no mxp_dataset_create: this libmixprec cannot take "
-                             "arrays from memory; rebuild it" % _lib.lib_path(), "unsupported")
         P, E = ctypes.c_void_p, ctypes.POINTER(_lib.CError)
         _lib._fn(L, "mxp_dataset_create", ctypes.c_int, ctypes.POINTER(P), E)
         _lib._fn(L, "mxp_dataset_destroy", None, P)

@@ -21,9 +21,14 @@ import subprocess
 import threading
 import weakref
 
-from .errors import Error, LibraryNotFound, error_from
+from .errors import Error, LibraryNotFound, LibraryVersionError, error_from
 
-LIB_NAMES = ("libmixprec.so", "libmixprec.so.0")
+# The library this package is written against (include/mixprec/api.h):
+# ABI_VERSION must equal the loaded library's mxp_abi_version(), else the
+# struct mirrors of _capi.py and the declarations here do not fit it.
+VERSION = "0.1.0"
+ABI_VERSION = 1
+LIB_NAMES = ("libmixprec.so", "libmixprec.so.%d" % ABI_VERSION)
 ERROR_MSG_MAX = 512
 
 c_int, c_int64, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_int64,
@@ -128,6 +133,7 @@ def lib():
             L = ctypes.CDLL(path)
         except OSError as e:
             raise LibraryNotFound("could not load %s: %s" % (path, e)) from None
+        check_version(L, path)
         _declare(L)
         _install_logger(L)
         _lib, _path = L, path
@@ -197,9 +203,26 @@ def _fn(L, name, restype, *argtypes):
     return f
 
 
-def has(name):
-    """True when the loaded library exports `name`."""
-    return hasattr(lib(), name)
+def check_version(L, path):
+    """Refuse a library of another ABI version than ABI_VERSION (raises
+    LibraryVersionError naming both versions and the file)."""
+    want = "this Python package (mixprec %s) needs libmixprec ABI version %d" % (
+        VERSION, ABI_VERSION)
+    fix = ("; rebuild libmixprec from the same source tree as the package, or point "
+           "MIXPREC_LIB at a build of it")
+    try:
+        abi, ver = L.mxp_abi_version, L.mxp_version
+    except AttributeError:
+        raise LibraryVersionError(
+            "%s has no mxp_abi_version(): it predates versioned libmixprec builds; %s%s"
+            % (path, want, fix)) from None
+    abi.restype, abi.argtypes = c_int, []
+    ver.restype, ver.argtypes = c_char_p, []
+    got = abi()
+    if got != ABI_VERSION:
+        raise LibraryVersionError(
+            "%s is libmixprec %s with ABI version %d; %s%s"
+            % (path, (ver() or b"?").decode("utf-8", "replace"), got, want, fix))
 
 
 def _declare(L):

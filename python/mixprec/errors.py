@@ -26,6 +26,15 @@ class LibraryNotFound(Error, ImportError):
         super().__init__(message, "not_found")
 
 
+class LibraryVersionError(LibraryNotFound):
+    """The libmixprec.so found has another ABI version than this package's
+    struct mirrors and declarations follow (mixprec/api.h's
+    MIXPREC_ABI_VERSION); the message names both versions and the file."""
+
+    def __init__(self, message):
+        Error.__init__(self, message, "version_mismatch")
+
+
 class GuardStop(Error):
     """A guard rule with action `stop` ended the run (the CLI's exit 4)."""
 

@@ -33,9 +33,6 @@ def _declare():
     L = _capi.declare()
     if _declared:
         return L
-    if not hasattr(L, "mxp_predictor_load"):
-        raise _lib.Error("%s has no mxp_predictor_load: rebuild libmixprec" % _lib.lib_path(),
-                         "unsupported")
     P, E, f = c_void_p, POINTER(_lib.CError), _lib._fn
     f(L, "mxp_predictor_load", c_int, c_char_p, c_int, POINTER(P), E)
     f(L, "mxp_predictor_destroy", None, P)

@@ -1,5 +1,6 @@
 """The package installs offline with pip and finds the library through
 $MIXPREC_LIB; without it, the error names every place it looked."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -59,7 +60,77 @@ class InstallTest(TmpDirCase):
                         {"PYTHONPATH": PKG,
                          "MIXPREC_LIB": os.path.dirname(os.environ["MIXPREC_LIB"])})
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(r.stdout.strip().endswith(("libmixprec.so", "libmixprec.so.0")))
+        self.assertTrue(r.stdout.strip().endswith(("libmixprec.so", "libmixprec.so.1")))
+
+
+INCLUDE = os.path.join(os.path.dirname(PKG), "include")
+
+
+def header_define(name):
+    """The value of #define NAME in include/mixprec/api.h (the oracle: the
+    header text, not the library)."""
+    with open(os.path.join(INCLUDE, "mixprec", "api.h")) as f:
+        for line in f:
+            parts = line.split()
+            if parts[:2] == ["#define", name]:
+                return parts[2].strip('"')
+    raise AssertionError("api.h defines no " + name)
+
+
+class VersionTest(TmpDirCase):
+    """The package loads only a library of its own ABI version, and says
+    which versions differ."""
+
+    def run_py(self, code, env):
+        return InstallTest.run_py(self, code, env)
+
+    def fake_lib(self, body):
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            self.skipTest("no C compiler to build a stand-in library")
+        src, so = self.path("fake.c"), self.path("libmixprec.so")
+        with open(src, "w") as f:
+            f.write(body)
+        r = subprocess.run([cc, "-shared", "-fPIC", "-o", so, src], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return so
+
+    def test_the_library_is_the_headers_version(self):
+        if not os.path.isdir(INCLUDE):
+            self.skipTest("no include/ beside python/")
+        import mixprec
+        from mixprec import _lib
+        abi = int(header_define("MIXPREC_ABI_VERSION"))
+        ver = header_define("MIXPREC_VERSION_STRING")
+        self.assertEqual(_lib.ABI_VERSION, abi)
+        self.assertEqual(mixprec.__version__, ver)
+        L = _lib.lib()
+        self.assertEqual(L.mxp_abi_version(), abi)
+        self.assertEqual(L.mxp_version(), ver.encode())
+        major, minor, patch = (int(x) for x in ver.split("."))
+        L.mxp_version_number.restype = ctypes.c_int
+        self.assertEqual(L.mxp_version_number(), major * 10000 + minor * 100 + patch)
+
+    def test_another_abi_version_is_refused(self):
+        from mixprec import _lib
+        other = _lib.ABI_VERSION + 1
+        so = self.fake_lib("int mxp_abi_version(void) { return %d; }\n"
+                           "const char *mxp_version(void) { return \"9.8.7\"; }\n" % other)
+        r = self.run_py("import mixprec; mixprec.Config()", {"PYTHONPATH": PKG,
+                                                             "MIXPREC_LIB": so})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("LibraryVersionError", r.stderr)
+        self.assertIn("%s is libmixprec 9.8.7 with ABI version %d" % (so, other), r.stderr)
+        self.assertIn("needs libmixprec ABI version %d" % _lib.ABI_VERSION, r.stderr)
+
+    def test_an_unversioned_library_is_refused(self):
+        so = self.fake_lib("int mxp_run_create(void) { return 0; }\n")
+        r = self.run_py("import mixprec; mixprec.Config()", {"PYTHONPATH": PKG,
+                                                             "MIXPREC_LIB": so})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("LibraryVersionError", r.stderr)
+        self.assertIn("%s has no mxp_abi_version()" % so, r.stderr)
 
 
 if __name__ == "__main__":

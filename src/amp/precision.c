@@ -4,7 +4,7 @@
  * mxp_op_class_name, mxp_precision_policy_default, and the per-layer
  * override's text form mxp_fp32_layers_parse / _format / _none.
  *
- * Each mode maps to one row of a const table (DESIGN.md, "Precision modes")
+ * Each mode maps to one row of a const table (docs/design.md "Precision modes")
  * and each op class to a dtype triple, following PyTorch autocast: matmul
  * operands in the working-weight dtype with FP32 accumulation, output in
  * the activation dtype; element-wise ops store in the activation dtype;
@@ -124,7 +124,7 @@ static const mode_row mode_rows[] = {
 static_assert(sizeof mode_rows / sizeof mode_rows[0] == MXP_PRECISION_COUNT,
               "mode_rows must cover mxp_precision");
 
-/* Contract: out->mode and the per-mode fields are set to the DESIGN.md row
+/* Contract: out->mode and the per-mode fields are set to the docs/design.md row
  * of `mode`; every op class gets its dtype triple. An out-of-range mode is
  * treated as fp32 (the safe default). */
 void mxp_precision_policy_default(mxp_precision mode, mxp_precision_policy *out)

@@ -1,9 +1,9 @@
 /* backend/backend.h: the step-level backend seam (internal).
  *
- * The trainer's safety-and-update half of a step (DESIGN.md "One training
- * step": the fused unscale + finite check + stats pass, the skip / clip
- * decision, the optimizer) goes through this interface, so that a device
- * backend can run it where the data lives:
+ * The trainer's safety-and-update half of a step (docs/design.md "A
+ * training step" and "The backend seam": the fused unscale + finite check +
+ * stats pass, the skip / clip decision, the optimizer) goes through this
+ * interface, so that a device backend can run it where the data lives:
  *   - asynchronous: every op may only enqueue work; results are visible to
  *     the host after mxp_backend_report (the step's one device-to-host copy,
  *     counted in d2h_reports);

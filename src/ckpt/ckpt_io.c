@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <mixprec/mixprec.h>
+#include <mixprec/api.h> /* MIXPREC_VERSION_STRING */
 
 #define OPT_M "optim.m."
 #define OPT_V "optim.v."

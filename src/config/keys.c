@@ -5,8 +5,8 @@
  * Entry points: mxp_config_num_keys, mxp_config_key_name, mxp_config_key_help,
  * mxp_config_key_find, mxp_config_source_name; internal mxp_config_key_at,
  * mxp_config_key_suggest, mxp_config_key_is_section.
- * Defaults follow DESIGN.md (FP32, safe by default) and the GradScaler
- * defaults of amp.h (65536, 2.0, 0.5, 2000).
+ * Defaults follow docs/design.md "Who changes precision" (FP32, safe by
+ * default) and the GradScaler defaults of amp.h (65536, 2.0, 0.5, 2000).
  */
 #include <assert.h>
 #include <float.h>

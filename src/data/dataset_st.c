@@ -1,7 +1,7 @@
 /* data/dataset_st.c: safetensors files of user data.
  *
  * Entry point: ds_read_safetensors (internal).
- * Why not ckpt/st_reader.c: the data module sits below ckpt (DESIGN.md), and
+ * Why not ckpt/st_reader.c: the data module sits below ckpt (docs/design.md "Modules"), and
  * that reader accepts the training formats (F32/F16/BF16/FP8) with checkpoint
  * integrity metadata, while user data is F32/F64/I32/I64 without it. The
  * container checks are the same ones, in the same order, kept small here:

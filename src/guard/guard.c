@@ -5,7 +5,7 @@
  * mxp_guard_events, mxp_guard_stopped, mxp_guard_monitor,
  * mxp_guard_set_event_callback, mxp_guard_set_rollback_store.
  *
- * Per step, around the trainer's step (DESIGN.md "One training step": the
+ * Per step, around the trainer's step (docs/design.md "A training step": the
  * guard runs after the scaler update and the history row):
  *   before: operator requests (SIGUSR1 / API -> FP32) and opt-in retries
  *           of a faster precision happen here, at the step boundary; the

@@ -6,7 +6,7 @@
  * mxp_guard_action_text, mxp_guard_rule_crossed, mxp_guard_config_default,
  * mxp_guard_config_validate; internal guard_ring_*.
  *
- * Defaults follow DESIGN.md "Numerical safety" and the seeds: severities
+ * Defaults follow docs/safety.md "Guard rules" and the seeds: severities
  * from the rollback runbook's table (seeds/000: P0 NaN/Inf losses
  * consistently; P1 overflow rate > 30%, loss divergence > 20% vs baseline;
  * P2 overflow rate 10-30%), the alert thresholds of the debugging guide's

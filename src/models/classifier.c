@@ -1,6 +1,7 @@
 /* models/classifier.c: the Fashion-MNIST classifier workload (see
  * include/mixprec/classifier.h) as a data + model provider of mxp_run
- * (run.h), and the classifier.h API as a thin wrapper over a run of it.
+ * (run.h), and the classifier.h API as a thin wrapper over a run of it
+ * (run.h's public functions).
  *
  * Entry points: mxp_fmnist_load/destroy/train/test, classifier_provider
  * (models/workload.h) and mxp_classifier_*.
@@ -13,7 +14,7 @@
 
 #include "models/user_data.h"
 #include "models/workload.h"
-#include "run/run_internal.h"
+#include "models/workload_run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -296,18 +297,31 @@ mxp_status classifier_provider(const mxp_config *cfg, mxp_workload_provider *out
 }
 
 /* ---- classifier.h: a run of the provider ------------------------------------
- * An mxp_classifier is its mxp_run (the opaque handle converted). */
+ * An mxp_classifier owns its mxp_run (models/workload_run.h). */
 
-static mxp_run *R(const mxp_classifier *cl) { return (mxp_run *)(uintptr_t)cl; }
+struct mxp_classifier {
+    workload_run w;
+};
 
-/* The run of provider p (released by the run, also on failure). */
+static mxp_run *R(const mxp_classifier *cl) { return cl->w.run; }
+
+/* The handle over provider p (released by the run, also on failure; when
+ * s reports that making p failed, there is nothing to release). */
 static mxp_status wrap(const mxp_config *cfg, mxp_status s, mxp_workload_provider *p,
                        mxp_classifier **out, mxp_error *err) {
     if (s != MXP_OK) return s;
-    mxp_run_options o = mxp_run_options_default();
-    o.provider = p;
-    o.checkpoints = false;
-    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
+    mxp_classifier *cl = mxp_calloc(1, sizeof *cl);
+    if (!cl) {
+        if (p->destroy) p->destroy(p->self);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "classifier");
+    }
+    s = workload_run_create(&cl->w, cfg, p, err);
+    if (s != MXP_OK) {
+        mxp_free(cl);
+        return s;
+    }
+    *out = cl;
+    return MXP_OK;
 }
 
 mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const mxp_fmnist *data,
@@ -327,15 +341,21 @@ mxp_status mxp_classifier_create(const mxp_config *cfg, mxp_classifier **out, mx
     return wrap(cfg, classifier_provider(cfg, &p, err), &p, out, err);
 }
 
-void mxp_classifier_destroy(mxp_classifier *cl) { mxp_run_destroy(R(cl)); }
+void mxp_classifier_destroy(mxp_classifier *cl) {
+    if (!cl) return;
+    workload_run_destroy(&cl->w);
+    mxp_free(cl);
+}
 
 void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user) {
-    run_set_progress(R(cl), fn, user);
+    cl->w.progress = fn;
+    cl->w.progress_user = user;
 }
 
 int64_t mxp_classifier_samples_per_epoch(const mxp_classifier *cl) {
-    int64_t per_step = R(cl)->max_batch * R(cl)->cfg.grad_accum_steps;
-    return (R(cl)->n_train / per_step) * per_step;
+    const mxp_config *cfg = mxp_run_config(R(cl));
+    const int64_t per_step = cfg->batch_size * cfg->grad_accum_steps;
+    return (cl_num_train(workload_run_self(&cl->w)) / per_step) * per_step;
 }
 
 mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err) {
@@ -357,7 +377,7 @@ mxp_status mxp_classifier_evaluate(mxp_classifier *cl, double *loss, double *acc
     return MXP_OK;
 }
 
-mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return R(cl)->trainer; }
-mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return R(cl)->guard; }
-bool mxp_classifier_stopped(const mxp_classifier *cl) { return R(cl)->stopped; }
-mxp_model *mxp_classifier_model(mxp_classifier *cl) { return R(cl)->model; }
+mxp_trainer *mxp_classifier_trainer(mxp_classifier *cl) { return mxp_run_trainer(R(cl)); }
+mxp_guard *mxp_classifier_guard(mxp_classifier *cl) { return mxp_run_guard(R(cl)); }
+bool mxp_classifier_stopped(const mxp_classifier *cl) { return workload_run_stopped(&cl->w); }
+mxp_model *mxp_classifier_model(mxp_classifier *cl) { return mxp_run_model(R(cl)); }

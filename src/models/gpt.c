@@ -1,6 +1,6 @@
 /* models/gpt.c: the character-level GPT workload (see include/mixprec/gpt.h)
  * as a data + model provider of mxp_run (run.h), and the gpt.h API as a
- * thin wrapper over a run of it.
+ * thin wrapper over a run of it (run.h's public functions).
  *
  * Entry points: gpt_provider (models/workload.h),
  * mxp_gpt_create/destroy/set_progress/train/evaluate/sample and the
@@ -17,7 +17,7 @@
 #include <mixprec/gpt.h>
 
 #include "models/workload.h"
-#include "run/run_internal.h"
+#include "models/workload_run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -322,28 +322,41 @@ mxp_status gpt_provider(const mxp_config *cfg, mxp_workload_provider *out, mxp_e
 }
 
 /* ---- gpt.h: a run of the provider ---------------------------------------------
- * An mxp_gpt is its mxp_run (the opaque handle converted). */
+ * An mxp_gpt owns its mxp_run (models/workload_run.h). */
 
-static mxp_run *R(const mxp_gpt *g) { return (mxp_run *)(uintptr_t)g; }
-static gpt_data *D(const mxp_gpt *g) { return R(g)->wl.self; }
+struct mxp_gpt {
+    workload_run w;
+};
+
+static mxp_run *R(const mxp_gpt *g) { return g->w.run; }
+static gpt_data *D(const mxp_gpt *g) { return workload_run_self(&g->w); }
 
 static mxp_status gpt_create(const mxp_config *cfg, const char *vocab_hex, mxp_gpt **out,
                              mxp_error *err) {
     if (!cfg || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_create: NULL");
     *out = NULL;
+    mxp_gpt *g = mxp_calloc(1, sizeof *g);
+    if (!g) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "gpt workload");
     mxp_workload_provider p;
     mxp_status s = provider_create(cfg, vocab_hex, &p, err);
-    if (s != MXP_OK) return s;
-    mxp_run_options o = mxp_run_options_default();
-    o.provider = &p;
-    o.checkpoints = false;
-    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
+    if (s == MXP_OK) s = workload_run_create(&g->w, cfg, &p, err);
+    if (s != MXP_OK) {
+        mxp_free(g);
+        return s;
+    }
+    *out = g;
+    return MXP_OK;
 }
 
-void mxp_gpt_destroy(mxp_gpt *g) { mxp_run_destroy(R(g)); }
+void mxp_gpt_destroy(mxp_gpt *g) {
+    if (!g) return;
+    workload_run_destroy(&g->w);
+    mxp_free(g);
+}
 
 void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user) {
-    run_set_progress(R(g), fn, user);
+    g->w.progress = fn;
+    g->w.progress_user = user;
 }
 
 int64_t mxp_gpt_tokens_per_epoch(const mxp_gpt *g) {
@@ -371,7 +384,7 @@ mxp_status mxp_gpt_sample(mxp_gpt *gw, const char *prompt, int64_t n, float temp
                           uint64_t seed, char *out, mxp_error *err) {
     if (!gw || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_gpt_sample: NULL");
     gpt_data *g = D(gw);
-    mxp_model *model = R(gw)->model;
+    mxp_model *model = mxp_run_model(R(gw));
     if (n < 0 || !(temperature > 0.0f) || !isfinite(temperature))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "n=%lld temperature=%g; accepted: n >= 0, temperature finite > 0",
@@ -453,7 +466,7 @@ mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_fil
 int64_t mxp_gpt_vocab_size(const mxp_gpt *g) { return D(g)->vocab; }
 int64_t mxp_gpt_train_chars(const mxp_gpt *g) { return D(g)->n_train; }
 int64_t mxp_gpt_val_chars(const mxp_gpt *g) { return D(g)->n_text - D(g)->n_train; }
-mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return R(g)->trainer; }
-mxp_model *mxp_gpt_model(mxp_gpt *g) { return R(g)->model; }
-mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return R(g)->guard; }
-bool mxp_gpt_stopped(const mxp_gpt *g) { return R(g)->stopped; }
+mxp_trainer *mxp_gpt_trainer(mxp_gpt *g) { return mxp_run_trainer(R(g)); }
+mxp_model *mxp_gpt_model(mxp_gpt *g) { return mxp_run_model(R(g)); }
+mxp_guard *mxp_gpt_guard(mxp_gpt *g) { return mxp_run_guard(R(g)); }
+bool mxp_gpt_stopped(const mxp_gpt *g) { return workload_run_stopped(&g->w); }

@@ -1,6 +1,6 @@
 /* models/world_model.c: the world-model workload (see world_model.h) as a
  * data + model provider of mxp_run (run.h), and the world_model.h API as
- * a thin wrapper over a run of that provider.
+ * a thin wrapper over a run of that provider (run.h's public functions).
  *
  * Entry points: world_model_provider (models/workload.h) and
  * mxp_world_model_*. The provider owns the replay buffer and the batch
@@ -11,7 +11,7 @@
 
 #include "models/user_data.h"
 #include "models/workload.h"
-#include "run/run_internal.h"
+#include "models/workload_run.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -175,29 +175,42 @@ fail:
 }
 
 /* ---- world_model.h: a run of the provider ------------------------------------
- * An mxp_world_model is its mxp_run (the opaque handle converted). */
+ * An mxp_world_model owns its mxp_run (models/workload_run.h). */
 
-static mxp_run *R(const mxp_world_model *wm) { return (mxp_run *)(uintptr_t)wm; }
-static wm_data *D(const mxp_world_model *wm) { return R(wm)->wl.self; }
+struct mxp_world_model {
+    workload_run w;
+};
+
+static mxp_run *R(const mxp_world_model *wm) { return wm->w.run; }
+static wm_data *D(const mxp_world_model *wm) { return workload_run_self(&wm->w); }
 
 mxp_status mxp_world_model_create(const mxp_config *cfg, mxp_world_model **out,
                                   mxp_error *err) {
     if (!cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_create: NULL argument");
     *out = NULL;
+    mxp_world_model *wm = mxp_calloc(1, sizeof *wm);
+    if (!wm) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
     mxp_workload_provider p;
     mxp_status s = world_model_provider(cfg, &p, err);
-    if (s != MXP_OK) return s;
-    mxp_run_options o = mxp_run_options_default();
-    o.provider = &p;
-    o.checkpoints = false; /* mxp_world_model_set_checkpointer */
-    return mxp_run_create(cfg, &o, (mxp_run **)out, err);
+    if (s == MXP_OK) s = workload_run_create(&wm->w, cfg, &p, err);
+    if (s != MXP_OK) {
+        mxp_free(wm);
+        return s;
+    }
+    *out = wm;
+    return MXP_OK;
 }
 
-void mxp_world_model_destroy(mxp_world_model *wm) { mxp_run_destroy(R(wm)); }
+void mxp_world_model_destroy(mxp_world_model *wm) {
+    if (!wm) return;
+    workload_run_destroy(&wm->w);
+    mxp_free(wm);
+}
 
 void mxp_world_model_set_progress(mxp_world_model *wm, mxp_progress_fn fn, void *user) {
-    run_set_progress(R(wm), fn, user);
+    wm->w.progress = fn;
+    wm->w.progress_user = user;
 }
 
 mxp_status mxp_world_model_train(mxp_world_model *wm, int64_t num_epochs, int64_t batch_size,
@@ -223,45 +236,48 @@ mxp_status mxp_world_model_validation_loss(mxp_world_model *wm, double *out, mxp
 }
 
 int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size) {
-    int64_t per_step = batch_size * R(wm)->dp_size * R(wm)->cfg.grad_accum_steps;
-    return (R(wm)->n_train / per_step) * per_step;
+    const int64_t ranks = mxp_comm_size(mxp_trainer_comm(mxp_run_trainer(R(wm))));
+    const int64_t per_step = batch_size * ranks * mxp_run_config(R(wm))->grad_accum_steps;
+    return (wm_num_train(D(wm)) / per_step) * per_step;
 }
 
 mxp_status mxp_world_model_set_comm(mxp_world_model *wm, mxp_comm *comm,
                                     const mxp_dist_config *dc, mxp_error *err) {
     if (!wm) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_world_model_set_comm: NULL");
-    return run_set_comm(R(wm), comm, dc, err);
+    return mxp_run_set_comm(R(wm), comm, dc, err);
 }
 
-mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return R(wm)->trainer; }
-mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return R(wm)->guard; }
-mxp_model *mxp_world_model_model(mxp_world_model *wm) { return R(wm)->model; }
+mxp_trainer *mxp_world_model_trainer(mxp_world_model *wm) { return mxp_run_trainer(R(wm)); }
+mxp_guard *mxp_world_model_guard(mxp_world_model *wm) { return mxp_run_guard(R(wm)); }
+mxp_model *mxp_world_model_model(mxp_world_model *wm) { return mxp_run_model(R(wm)); }
 const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm) { return D(wm)->replay; }
 
 void mxp_world_model_set_checkpointer(mxp_world_model *wm, mxp_ckpt_manager *m) {
-    run_set_checkpointer(R(wm), m);
+    mxp_run_set_checkpointer(R(wm), m);
 }
-mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) { return R(wm)->ckpt; }
+mxp_ckpt_manager *mxp_world_model_checkpointer(mxp_world_model *wm) {
+    return mxp_run_checkpointer(R(wm));
+}
 void mxp_world_model_set_stop_flag(mxp_world_model *wm, const volatile sig_atomic_t *flag) {
-    run_set_stop_flag(R(wm), flag);
+    wm->w.stop_flag = flag;
 }
-bool mxp_world_model_stopped(const mxp_world_model *wm) { return R(wm)->stopped; }
+bool mxp_world_model_stopped(const mxp_world_model *wm) { return workload_run_stopped(&wm->w); }
 void mxp_world_model_position(const mxp_world_model *wm, mxp_data_position *out) {
-    *out = R(wm)->pos;
+    mxp_run_position(R(wm), out);
 }
 void mxp_world_model_set_position(mxp_world_model *wm, const mxp_data_position *p) {
-    run_set_position(R(wm), p);
+    mxp_run_set_position(R(wm), p);
 }
-const mxp_config *mxp_world_model_config(const mxp_world_model *wm) { return &R(wm)->cfg; }
+const mxp_config *mxp_world_model_config(const mxp_world_model *wm) {
+    return mxp_run_config(R(wm));
+}
 
 mxp_status mxp_world_model_load_checkpoint(mxp_world_model *wm, const char *path,
                                            mxp_ckpt_info *info, mxp_error *err) {
-    return run_load_file(R(wm), path, info, err);
+    return workload_run_load(&wm->w, path, info, err);
 }
 
 mxp_status mxp_world_model_rollback(mxp_world_model *wm, const char *reason,
                                     mxp_ckpt_rollback_result *res, mxp_error *err) {
-    if (!R(wm)->ckpt)
-        return mxp_error_set(err, MXP_ERR_STATE, "rollback: no checkpoint manager attached");
-    return mxp_ckpt_manager_rollback(R(wm)->ckpt, R(wm)->trainer, reason, &R(wm)->pos, res, err);
+    return workload_run_rollback(&wm->w, reason, res, err);
 }

@@ -154,7 +154,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     if ((s = model_create(r, err)) != MXP_OK) goto fail;
     if ((s = guard_create(r, err)) != MXP_OK) goto fail;
     if (r->guard) mxp_guard_set_event_callback(r->guard, on_guard_event, r);
-    if (o.comm && (s = run_set_comm(r, o.comm, &cfg->dist, err)) != MXP_OK) goto fail;
+    if (o.comm && (s = mxp_run_set_comm(r, o.comm, &cfg->dist, err)) != MXP_OK) goto fail;
     if (o.checkpoints && cfg->ckpt_enabled && r->dp_rank == 0 &&
         (s = run_ckpt_open(r, o.resume != NULL, err)) != MXP_OK)
         goto fail;
@@ -307,7 +307,7 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         bool guard_stop = false;
         if ((st = one_step(r, epoch, steps_per_epoch, &guard_stop, err)) != MXP_OK) break;
         const bool asked = r->stop_req != 0;
-        bool stop = asked || (r->stop_flag && *r->stop_flag) || guard_stop;
+        bool stop = asked || guard_stop;
         if (r->dp_size > 1 && /* a signal may reach the ranks at different steps */
             (st = mxp_dist_agree_any(mxp_trainer_comm(r->trainer), &stop, err)) != MXP_OK)
             break;
@@ -442,16 +442,9 @@ const mxp_workload_provider *mxp_run_provider(const mxp_run *r) { return &r->wl;
 mxp_ckpt_manager *mxp_run_checkpointer(mxp_run *r) { return r->ckpt; }
 void mxp_run_position(const mxp_run *r, mxp_data_position *out) { *out = r->pos; }
 
-/* ---- for the older per-workload APIs ---------------------------------------- */
+void mxp_run_set_position(mxp_run *r, const mxp_data_position *p) { r->pos = *p; }
 
-void run_set_stop_flag(mxp_run *r, const volatile sig_atomic_t *flag) { r->stop_flag = flag; }
-void run_set_position(mxp_run *r, const mxp_data_position *p) { r->pos = *p; }
-void run_set_progress(mxp_run *r, mxp_run_progress_fn fn, void *user) {
-    r->progress = fn;
-    r->progress_user = user;
-}
-
-void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
+void mxp_run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
     if (r->own_ckpt) mxp_ckpt_manager_destroy(r->ckpt);
     r->own_ckpt = false;
     r->ckpt = m;
@@ -462,7 +455,9 @@ void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
     }
 }
 
-mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, mxp_error *err) {
+mxp_status mxp_run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc,
+                            mxp_error *err) {
+    if (!r) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_set_comm: NULL run");
     if (comm) {
         int64_t same[6] = {r->cfg.batch_size, r->cfg.grad_accum_steps, (int64_t)r->cfg.seed,
                            (int64_t)r->cfg.precision, (int64_t)mxp_model_num_params(r->model),

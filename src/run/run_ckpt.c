@@ -2,7 +2,7 @@
  * (include/mixprec/run.h, docs/run.md).
  *
  * Entry points: run_ckpt_open, run_ckpt_after_step (run_internal.h),
- * mxp_run_resume, mxp_run_save, run_load_file.
+ * mxp_run_resume, mxp_run_save.
  *
  * Rules. Every run has an id (32 hex digits), recorded in
  * output.dir/run.json and in each of its checkpoints ("run_id"), beside the
@@ -165,15 +165,6 @@ static mxp_status resolve(mxp_run *r, const char *path, char *out, size_t n, mxp
     snprintf(dir, sizeof dir, "%s/checkpoints", path);
     if (!is_dir(dir)) snprintf(dir, sizeof dir, "%s", path);
     return mxp_ckpt_find_latest(dir, false, r->model, out, n, NULL, err);
-}
-
-mxp_status run_load_file(mxp_run *r, const char *path, mxp_ckpt_info *info, mxp_error *err) {
-    mxp_ckpt_info in;
-    mxp_status s = mxp_ckpt_load(path, r->trainer, &in, err);
-    if (s != MXP_OK) return s;
-    r->pos = in.pos;
-    if (info) *info = in;
-    return MXP_OK;
 }
 
 /* The checkpoint belongs to this run's workload and data. */

@@ -1,6 +1,6 @@
 /* run/run_internal.h: the mxp_run object shared by run.c (the loop),
- * run_ckpt.c (checkpoints, run directories, resume) and the workload
- * wrappers of src/models that keep the older per-workload APIs. */
+ * run_ckpt.c (checkpoints, run directories, resume) and run_summary.c.
+ * Only src/run includes it (docs/design.md "Modules"). */
 #ifndef MIXPREC_RUN_INTERNAL_H
 #define MIXPREC_RUN_INTERNAL_H
 
@@ -31,7 +31,6 @@ struct mxp_run {
     mxp_batch *micro;        /* [grad_accum_steps] */
     mxp_data_position pos;
     volatile sig_atomic_t stop_req;           /* mxp_run_request_stop */
-    const volatile sig_atomic_t *stop_flag;   /* an outside flag (older APIs), or NULL */
     bool stopped;
     bool failed;                               /* the last train() returned an error */
     char fail_msg[MXP_ERROR_MSG_MAX];
@@ -60,15 +59,5 @@ mxp_status run_ckpt_open(mxp_run *r, bool resuming, mxp_error *err);
 void run_new_id(mxp_run *r);
 /* After each step: the manager's policy, forced at stop / end. */
 mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err);
-
-/* For the older per-workload APIs (world_model.h, classifier.h, gpt.h). */
-void run_set_stop_flag(mxp_run *r, const volatile sig_atomic_t *flag);
-void run_set_progress(mxp_run *r, mxp_run_progress_fn fn, void *user);
-void run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m); /* borrowed */
-void run_set_position(mxp_run *r, const mxp_data_position *p);
-mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, mxp_error *err);
-/* Load a checkpoint file into the run (no signature checks): weights,
- * optimizer, scaler, counters, data position. */
-mxp_status run_load_file(mxp_run *r, const char *path, mxp_ckpt_info *info, mxp_error *err);
 
 #endif

@@ -3,7 +3,7 @@
  * Entry points: mxp_trainer_create/destroy, mxp_trainer_step,
  * mxp_trainer_set_precision, mxp_trainer_stats, mxp_trainer_history.
  *
- * A step (DESIGN.md "One training step"): discard the grads (no memset:
+ * A step (docs/design.md "A training step"): discard the grads (no memset:
  * the first micro-batch's backward writes them, mxp_model_discard_grads);
  * per micro-batch a forward/backward whose loss is multiplied by scale *
  * B_i / B_total (so the FP32 grad slab accumulates the scaled gradient of

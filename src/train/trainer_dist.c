@@ -4,7 +4,7 @@
  * Entry points: mxp_trainer_set_comm, mxp_trainer_comm,
  * mxp_trainer_sync_precision (train.h);
  * mxp_trainer_dist_reduce/agree/verify (train/trainer_dist.h), called by
- * mxp_trainer_step at the points DESIGN.md names:
+ * mxp_trainer_step at the points docs/design.md "A training step" names:
  *   backward -> [reduce: grads averaged, loss averaged] -> fused unscale,
  *   finite check and stats on the (now identical) slab -> [agree: found_inf
  *   MAX] -> clip/update or skip -> scaler update -> [verify, sometimes].
