@@ -302,9 +302,10 @@ static mxp_status minari_probe(h5ctx *c, hid_t g, const mep *e, int k, bool firs
         return mxp_error_set(err, MXP_ERR_FORMAT,
                              "%s: dataset '%s' (%s, first dimension %lld) does not fit; accepted: "
                              "observations [L+1, ...], actions [L, ...], rewards, terminations, "
-                             "truncations [L], the same trailing shapes in every episode, float "
-                             "data (flags: bool, int or float 0/1)",
-                             c->path, label, sb, nd >= 1 ? (long long)shape[0] : -1LL);
+                             "truncations [L] (here L = %lld, from actions), the same trailing "
+                             "shapes in every episode, float data (flags: bool, int or float 0/1)",
+                             c->path, label, sb, nd >= 1 ? (long long)shape[0] : -1LL,
+                             (long long)e->L);
     }
     *rows = shape[0];
     return MXP_OK;

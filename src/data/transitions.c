@@ -157,12 +157,6 @@ static mxp_status open_flat(const mxp_dataset *d, const mxp_array **a, wm_episod
         if (!a[r])
             return mxp_error_set(err, MXP_ERR_FORMAT, "%s: missing array '%s' (%s)", L,
                                  kRoles[r].names[0], kRoles[r].layout);
-    if (a[R_LEN])
-        return mxp_error_set(err, MXP_ERR_FORMAT,
-                             "%s: array 'lengths' belongs to the episode layout (obs [E, T+1, "
-                             "S]); flat transitions mark episode ends with terminals, timeouts "
-                             "or dones",
-                             L);
     if (a[R_OBS]->ndim < 1)
         return mxp_error_set(err, MXP_ERR_FORMAT, "%s: array '%s' is a scalar; accepted: %s", L,
                              a[R_OBS]->name, kRoles[R_OBS].layout);
@@ -241,6 +235,12 @@ mxp_status wm_episodes_open(const mxp_dataset *d, wm_episodes *w, mxp_error *err
     bool flat_only = a[R_NEXT] || a[R_TERM] || a[R_TIMEOUT] || a[R_DONE];
     bool alias = a[R_OBS] && strcmp(a[R_OBS]->name, "obs") != 0;
     bool ranks = a[R_OBS] && a[R_OBS]->ndim != 3 && a[R_REW] && a[R_REW]->ndim == 1;
+    if (a[R_LEN] && (flat_only || alias))
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: array 'lengths' belongs to the episode layout (obs [E, T+1, "
+                             "S]); flat transitions mark episode ends with terminals, timeouts "
+                             "or dones instead; accepted: one layout (docs/data.md)",
+                             mxp_dataset_label(d));
     if (!a[R_LEN] && (flat_only || alias || ranks)) return open_flat(d, a, w, err);
     mxp_dataset_layout lay;
     TRY(ds_check_episodes(d, &lay, err));
