@@ -47,7 +47,7 @@ mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mxp_st_fil
 void mxp_gpt_destroy(mxp_gpt *g);
 void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user);
 
-/* Train num_epochs more epochs (LR schedule over those epochs). */
+/* Train num_epochs more epochs (the LR schedule planned over the run, docs/run.md). */
 mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err);
 /* Mean held-out cross-entropy per byte (nats), forward only. */
 mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err);

@@ -1,8 +1,8 @@
 """World models on replay buffers (issue 29): flat transitions from memory
 against the episode layout converted by hand in NumPy (bit for bit), the
 buffer forms WorldModel takes (dict, list of dicts or tuples, a
-Stable-Baselines3-like ReplayBuffer), and seed 000's validation script with
-`await` training on the buffer it sets."""
+Stable-Baselines3-like ReplayBuffer), seed 000's validation script with
+`await` training on the buffer it sets, and train(1) x 3 == train(3)."""
 import asyncio
 import os
 import unittest
@@ -249,6 +249,24 @@ class SeedZeroTest(TmpDirCase):
         os.environ["ENABLE_FP16_TRAINING"] = "true"
         m = mixprec.WorldModel(**{"output.dir": self.path("f")})
         self.assertIs(m.fp16_enabled, True)
+
+
+class ScheduleTest(TmpDirCase):
+    def test_three_calls_of_one_epoch_equal_one_call_of_three(self):
+        # docs/run.md: the LR schedule is planned over training.epochs
+        d = flat(rollout(16, seed=7))
+        cfg = dict(SMALL, **{"training.epochs": 3, "training.batch_size": 16})
+        one = mixprec.Run(mixprec.Config(**cfg, **{"output.dir": self.path("one")}), data=d,
+                          checkpoints=False, store=False)
+        st1 = one.train(3)
+        loop = mixprec.WorldModel(**cfg, **{"output.dir": self.path("loop")}, replay_buffer=d)
+        for _ in range(3):
+            st3 = loop.train(num_epochs=1, batch_size=16)
+        self.assertEqual(st3["total_steps"], st1["total_steps"])
+        self.assertEqual(st3["last_loss"], st1["last_loss"])
+        a, b = one.state_dict(), loop.state_dict()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 if __name__ == "__main__":
