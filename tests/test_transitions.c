@@ -15,14 +15,17 @@
  * last training loss and validation loss bit for bit (the same rows in the
  * same order, the same split by episode, the same standardisation); the
  * same holds for the flat arrays handed over in memory (mxp_dataset_add,
- * bool flags) and for a trained model's evaluation of a flat file. Every
- * malformed file gets its named error. Skips (77) without /usr/bin/python3
+ * bool flags) and for a trained model's evaluation of a flat file, in C and
+ * through `mixprec eval --data` / `mixprec predict --input` (HDF5 and .npz,
+ * D4RL names). Every malformed file gets its named error (the CLI: exit 2,
+ * nothing written). Skips (77) without /usr/bin/python3
  * + numpy; fails when h5py is missing (scripts/install-deps.sh).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <mixprec/mixprec.h>
 
@@ -31,9 +34,9 @@
 static char g_dir[] = "/tmp/mxp_transitions_XXXXXX";
 
 static const char *path_of(const char *name) {
-    static char buf[4][512];
+    static char buf[16][512];
     static int k;
-    k = (k + 1) % 4;
+    k = (k + 1) % 16;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
     return buf[k];
 }
@@ -126,6 +129,59 @@ static void same_result(const char *name, const result *got, const result *ref) 
               "%s: last loss %.9g, val %.9g, %lld steps; episode layout: %.9g, %.9g, %lld", name,
               got->last_loss, got->val_loss, (long long)got->steps, ref->last_loss,
               ref->val_loss, (long long)ref->steps);
+}
+
+/* Run a shell command; its stdout (and stderr) into out [cap]; exit code. */
+static int run_cmd(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int rc = pclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* The CLI on flat files: eval and predict on HDF5 and .npz replay files
+ * give what they give on the episode file; a bad HDF5 file exits 2 with
+ * the named error and writes nothing. */
+static void test_cli(void) {
+    static char a[8192], b[8192];
+    char cmd[2048];
+    const char *ref = path_of("ref");
+    snprintf(cmd, sizeof cmd, "%s eval %s --data %s --json 2>/dev/null", MXP_CLI_PATH, ref,
+             path_of("d4rl.hdf5"));
+    int ra = run_cmd(cmd, a, sizeof a);
+    snprintf(cmd, sizeof cmd, "%s eval %s --data %s --json 2>/dev/null", MXP_CLI_PATH, ref,
+             path_of("ep.npz"));
+    int rb = run_cmd(cmd, b, sizeof b);
+    const char *la = strstr(a, "\"loss\":"), *lb = strstr(b, "\"loss\":");
+    CHECK_MSG(ra == 0 && rb == 0 && la && lb && strncmp(la, lb, 24) == 0,
+              "eval --data d4rl.hdf5 (%d): %s\neval --data ep.npz (%d): %s", ra, a, rb, b);
+    const char *ins[2] = {"d4rl.hdf5", "flat_next.npz"}, *outs[2] = {"p1.safetensors",
+                                                                    "p2.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s predict %s --input %s --output %s 2>&1", MXP_CLI_PATH, ref,
+                 path_of(ins[i]), path_of(outs[i]));
+        int rc = run_cmd(cmd, a, sizeof a);
+        CHECK_MSG(rc == 0, "predict --input %s: exit %d: %s", ins[i], rc, a);
+    }
+    mxp_error err = {0};
+    mxp_dataset *p1 = NULL, *p2 = NULL;
+    CHECK_OK(mxp_dataset_read(path_of(outs[0]), &p1, &err), &err);
+    CHECK_OK(mxp_dataset_read(path_of(outs[1]), &p2, &err), &err);
+    const mxp_array *n1 = p1 ? mxp_dataset_find(p1, "next_obs") : NULL;
+    const mxp_array *n2 = p2 ? mxp_dataset_find(p2, "next_obs") : NULL;
+    CHECK_MSG(n1 && n2 && n1->numel == n2->numel && n1->numel > 0 &&
+                  memcmp(n1->data, n2->data, (size_t)n1->numel * sizeof(float)) == 0,
+              "predict: next_obs from d4rl.hdf5 and flat_next.npz differ");
+    mxp_dataset_destroy(p1);
+    mxp_dataset_destroy(p2);
+    snprintf(cmd, sizeof cmd, "%s train data.path=%s output.dir=%s 2>&1", MXP_CLI_PATH,
+             path_of("bad_h5_missing.hdf5"), path_of("bad_run"));
+    int rc = run_cmd(cmd, a, sizeof a);
+    CHECK_MSG(rc == 2 && strstr(a, "missing array 'rewards'") &&
+                  access(path_of("bad_run"), F_OK) != 0,
+              "train on bad_h5_missing.hdf5: exit %d (want 2), output: %s", rc, a);
 }
 
 static void expect_fail(const char *name, const char *text) {
@@ -222,6 +278,8 @@ int main(void) {
           strstr(err.msg, "holds the byte 2"));
     mxp_dataset_destroy(mem);
     mxp_dataset_destroy(file);
+
+    test_cli();
 
     expect_fail("bad_unknown.npz", "unexpected array 'reward_typo' for the world_model "
                                    "workload; accepted: flat transitions obs (or observations");
