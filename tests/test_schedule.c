@@ -76,8 +76,8 @@ static mxp_run *open_run(const mxp_config *cfg, rec *r, const char *resume) {
 
 /* The documented cosine at global step g of n (training.lr_min_ratio m). */
 static float cosine(float lr, float m, int64_t g, int64_t n) {
-    return (float)((double)lr *
-                   ((double)m + (1.0 - (double)m) * 0.5 * (1.0 + cos(M_PI * (double)g / (double)n))));
+    const double frac = (double)g / (double)n;
+    return (float)((double)lr * ((double)m + (1.0 - (double)m) * 0.5 * (1.0 + cos(M_PI * frac))));
 }
 
 static int64_t check_lrs(const char *what, const rec *r, int64_t first, float lr, int64_t g0,

@@ -71,7 +71,8 @@ static mxp_status find_roles(const mxp_dataset *d, const mxp_array **a, mxp_erro
                 if (strcmp(x->name, kRoles[r].names[k]) == 0) role = r;
         if (role < 0)
             return mxp_error_set(err, MXP_ERR_FORMAT,
-                                 "%s: unexpected array '%s' for the world_model workload; " ACCEPTED,
+                                 "%s: unexpected array '%s' for the world_model "
+                                 "workload; " ACCEPTED,
                                  L, x->name);
         if (a[role])
             return mxp_error_set(err, MXP_ERR_FORMAT,
