@@ -162,6 +162,27 @@ class WorldModelBufferTest(TmpDirCase):
                 self.assertEqual(m.training_history[-1]["val_loss"],
                                  ref.training_history[-1]["val_loss"])
 
+    def test_hdf5_file_written_in_this_process(self):
+        # D4RL layout by h5py, read by the library's libhdf5 in the same process
+        try:
+            import h5py
+        except ImportError:
+            self.fail("h5py is missing (scripts/install-deps.sh installs python3-h5py)")
+        d = flat(rollout(9, seed=8))
+        path = self.path("d4rl.hdf5")
+        with h5py.File(path, "w") as f:
+            for k, name in (("obs", "observations"), ("actions", "actions"),
+                            ("rewards", "rewards"), ("next_obs", "next_observations"),
+                            ("terminals", "terminals"), ("timeouts", "timeouts")):
+                f.create_dataset(name, data=d[k], compression="gzip")
+        a = mixprec.WorldModel(**SMALL, **{"output.dir": self.path("a")}, replay_buffer=path)
+        b = mixprec.WorldModel(**SMALL, **{"output.dir": self.path("b")},
+                               replay_buffer=to_episodes(d))
+        sa, sb = a.train(num_epochs=2, batch_size=16), b.train(num_epochs=2, batch_size=16)
+        self.assertEqual((sa["last_loss"], sa["total_steps"]), (sb["last_loss"], sb["total_steps"]))
+        with h5py.File(path, "r") as f:  # h5py still works after the library's read
+            self.assertEqual(f["observations"].shape, d["obs"].shape)
+
     def test_sb3_like_buffer(self):
         # two envs, each its own stream of episodes; the buffer interleaves them
         streams = [flat(rollout(6, seed=10)), flat(rollout(6, seed=11))]
