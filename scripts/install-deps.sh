@@ -4,6 +4,8 @@
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libyaml-dev libjansson-dev libsqlite3-dev libmicrohttpd-dev
       zlib1g-dev libzip-dev python3 python3-numpy libopenmpi-dev openmpi-bin)
+# HDF5 user data (D4RL/Minari layouts, src/data/dataset_h5.c) and its tests' writer (h5py)
+pkgs+=(libhdf5-dev python3-h5py)
 # workload data: Fashion-MNIST IDX files (classifier), the Jargon File (gpt)
 pkgs+=(dataset-fashion-mnist jargon-text)
 # optional MuJoCo environments (data.env=ant|humanoid): library and sample models

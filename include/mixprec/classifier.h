@@ -59,7 +59,7 @@ MXP_API mxp_status mxp_classifier_create_with_data(const mxp_config *cfg, const 
 MXP_API void mxp_classifier_destroy(mxp_classifier *cl);
 MXP_API void mxp_classifier_set_progress(mxp_classifier *cl, mxp_progress_fn fn, void *user);
 
-/* Train num_epochs more epochs (LR schedule over those epochs). */
+/* Train num_epochs more epochs (the LR schedule planned over the run, docs/run.md). */
 MXP_API mxp_status mxp_classifier_train(mxp_classifier *cl, int64_t num_epochs, mxp_error *err);
 
 /* Mean cross-entropy and top-1 accuracy (fraction in [0, 1]) on the test

@@ -1,7 +1,7 @@
 /* mixprec/dataset.h: the user's own data, a set of named N-d arrays.
  *
  * A dataset holds arrays by name, each with an element type (float32,
- * float64, int32, int64), a shape of 0..8 dimensions (C order) and its data,
+ * float64, int32, int64, bool), a shape of 0..8 dimensions (C order) and its data,
  * owned by the dataset (copied from the caller or read from a file).
  * Created from memory (mxp_dataset_create + mxp_dataset_add: plain pointers,
  * a dtype enum, ndim and an int64 shape, as a ctypes binding passes them)
@@ -14,18 +14,28 @@
  *                numpy.savez_compressed write it (stored or deflated, read
  *                through libzip); member "x.npy" is array "x"; .npy format
  *                versions 1.0/2.0/3.0, descr '<f4' '<f8' '<i4' '<i8',
- *                fortran_order False (numpy.lib.format)
- * The format is chosen by the file's first bytes ("PK\3\4": zip, else
- * safetensors). Every array of a file or an add is checked on the way in:
- * no empty array (a zero dimension), no NaN/Inf in float arrays, data size
+ *                fortran_order False (numpy.lib.format); '|b1' (bool)
+ *   HDF5         the top-level datasets of a D4RL file, or Minari's
+ *                episode_<k> groups concatenated into flat transitions
+ *                (read through libhdf5; dataset_h5.c)
+ * The format is chosen by the file's first bytes ("PK\3\4": zip,
+ * "\x89HDF\r\n\x1a\n": HDF5, else safetensors). Every array of a file or an
+ * add is checked on the way in: no empty array (a zero dimension), no
+ * NaN/Inf in float arrays, bool bytes 0 or 1, data size
  * exactly what the shape says. Errors name the file (or "memory"), the array
  * and what is accepted; nothing is kept of a file that fails.
  *
  * mxp_dataset_check validates the arrays a workload needs (docs/data.md):
- *   world model  obs [E, T+1, S], actions [E, T, A], rewards [E, T] float;
- *                optional lengths [E] int, 1 <= lengths[e] <= T: episode e
- *                has lengths[e] transitions, the rest is padding (any
- *                finite value)
+ *   world model  episodes: obs [E, T+1, S], actions [E, T, A], rewards
+ *                [E, T] float; optional lengths [E] int, 1 <= lengths[e]
+ *                <= T: episode e has lengths[e] transitions, the rest is
+ *                padding (any finite value); or flat transitions: obs
+ *                [N, ...], actions [N, ...], rewards [N] float, optional
+ *                next_obs [N, ...], flags terminals / timeouts / dones [N]
+ *                (bool, int or float 0/1), aliases observations, states,
+ *                next_observations, next_states, terminations,
+ *                truncations; episodes end where a flag is set (and where
+ *                next_obs[i] != obs[i+1])
  *   classifier   x [N, D] float, y [N] int in [0, C); C = max(y) + 1 over
  *                y and y_val; optional x_val [M, D] / y_val [M]
  *   regressor    x [N, D] float, y [N, K] float; optional x_val / y_val
@@ -44,12 +54,13 @@ typedef enum mxp_array_dtype {
     MXP_ARRAY_F64,
     MXP_ARRAY_I32,
     MXP_ARRAY_I64,
+    MXP_ARRAY_BOOL, /* one byte, 0 or 1: flags such as terminals/timeouts/dones */
     MXP_ARRAY_DTYPE_COUNT
 } mxp_array_dtype;
 
-/* "float32", "float64", "int32", "int64"; NULL when t is invalid. */
+/* "float32", "float64", "int32", "int64", "bool"; NULL when t is invalid. */
 MXP_API const char *mxp_array_dtype_name(mxp_array_dtype t);
-/* Bytes per element (4 or 8); 0 when t is invalid. */
+/* Bytes per element (1, 4 or 8); 0 when t is invalid. */
 MXP_API size_t mxp_array_dtype_size(mxp_array_dtype t);
 
 #define MXP_ARRAY_MAX_DIMS 8
@@ -113,6 +124,9 @@ typedef struct mxp_dataset_layout {
     int64_t action_dim;   /* A */
     int64_t transitions;  /* sum of the episode lengths (E*T without lengths) */
     bool has_lengths;
+    bool flat;            /* flat transitions (obs [N, ...], episode ends from flags) */
+    int64_t rows;         /* flat: N rows; episode layout: E*T */
+    int64_t dropped_episodes; /* flat: episodes without a transition, not counted in E */
     /* supervised */
     int64_t n;            /* N training rows */
     int64_t in_dim;       /* D */

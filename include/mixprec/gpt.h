@@ -47,7 +47,7 @@ MXP_API mxp_status mxp_gpt_create_for_checkpoint(const mxp_config *cfg, const mx
 MXP_API void mxp_gpt_destroy(mxp_gpt *g);
 MXP_API void mxp_gpt_set_progress(mxp_gpt *g, mxp_progress_fn fn, void *user);
 
-/* Train num_epochs more epochs (LR schedule over those epochs). */
+/* Train num_epochs more epochs (the LR schedule planned over the run, docs/run.md). */
 MXP_API mxp_status mxp_gpt_train(mxp_gpt *g, int64_t num_epochs, mxp_error *err);
 /* Mean held-out cross-entropy per byte (nats), forward only. */
 MXP_API mxp_status mxp_gpt_evaluate(mxp_gpt *g, double *val_loss, mxp_error *err);

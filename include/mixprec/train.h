@@ -174,14 +174,16 @@ MXP_API mxp_status mxp_trainer_scaler_groups_load(mxp_trainer *t, const char *js
  * checkpoints (ckpt.h). */
 
 /* Where the data loader is: enough to reproduce the same batches after a
- * resume, and the learning-rate schedule of the train() call in progress. */
+ * resume, and the run's place in its learning-rate schedule (epoch and
+ * step_in_epoch give the global step; the plan is training.epochs or the end
+ * of the call in progress, docs/run.md). */
 typedef struct mxp_data_position {
     int64_t epoch;           /* epoch in progress (== epochs done when step_in_epoch is 0) */
     int64_t step_in_epoch;   /* optimizer steps finished in that epoch */
     int64_t batch_size;      /* micro-batch size of the call (steps per epoch depend on it) */
     int64_t run_first_epoch; /* the train() call in progress: first epoch, */
     int64_t run_epochs;      /*   epochs asked for, */
-    int64_t run_step;        /*   steps done (the LR schedule's position) */
+    int64_t run_step;        /*   steps done in this call */
     int64_t run_total;       /*   and its total steps; 0 = no call in progress */
 } mxp_data_position;
 

@@ -67,8 +67,8 @@ MXP_API const mxp_replay *mxp_world_model_replay(const mxp_world_model *wm);
 MXP_API int64_t mxp_world_model_samples_per_epoch(const mxp_world_model *wm, int64_t batch_size);
 
 /* ---- checkpoints, resume, graceful stop (mixprec/ckpt.h) ---------------
- * train() keeps a data position (epoch, step in epoch, and the call in
- * progress, which drives the LR schedule). With a checkpoint manager
+ * train() keeps a data position (epoch, step in epoch, which drive the LR
+ * schedule planned over the run, and the call in progress). With a checkpoint manager
  * attached it saves after the steps its policy picks, at the end of every
  * call, and on a stop request. A stop request (*flag != 0, e.g. set by a
  * signal handler) ends train() after the current step with MXP_OK and

@@ -422,8 +422,8 @@ static const mxp_config_key kKeys[] = {
      .help = "gpt: training text, plain or .gz (/usr/share/doc/jargon-text/jargon.txt.gz, "
              "Debian jargon-text); the last data.val_fraction is held out"},
     KEY_STR("data.path", wl.data_path, "none",
-            "world_model, classifier, regressor: the user's data, safetensors or NumPy .npz "
-            "(docs/data.md); none = built-in data (world_model: data.env; classifier: "
+            "world_model, classifier, regressor: the user's data, safetensors, NumPy .npz or "
+            "HDF5 (D4RL/Minari; docs/data.md); none = built-in data (world_model: data.env; classifier: "
             "Fashion-MNIST); regressor needs it or arrays in memory (mxp_run_options.data, Python Run(data=)) (none)"),
     KEY_INT("data.train_subset", MXP_STORE_I64, wl.train_subset, 0, 0, I32MAX,
             "classifier: training images used; gpt: training windows per epoch; 0 = all (0)"),

@@ -3,8 +3,8 @@
  * Entry points: mxp_dataset_create / _destroy / _add / _read, the accessors,
  * mxp_array_dtype_name / _size, mxp_array_get_f64 / _i64, mxp_array_to_f32;
  * internal ds_set_label, ds_add_owned, ds_shape_bytes.
- * The readers live in dataset_npz.c and dataset_st.c, the per-workload
- * checks in dataset_check.c.
+ * The readers live in dataset_npz.c, dataset_st.c and dataset_h5.c, the
+ * per-workload checks in dataset_check.c (and transitions.c).
  */
 #include "data/dataset_internal.h"
 
@@ -32,6 +32,7 @@ static const struct {
     [MXP_ARRAY_F64] = {"float64", 8},
     [MXP_ARRAY_I32] = {"int32", 4},
     [MXP_ARRAY_I64] = {"int64", 8},
+    [MXP_ARRAY_BOOL] = {"bool", 1},
 };
 static_assert(sizeof kArrayDtypes / sizeof kArrayDtypes[0] == MXP_ARRAY_DTYPE_COUNT,
               "one row per mxp_array_dtype");
@@ -50,6 +51,7 @@ double mxp_array_get_f64(const mxp_array *a, int64_t i) {
     case MXP_ARRAY_F64: return ((const double *)a->data)[i];
     case MXP_ARRAY_I32: return ((const int32_t *)a->data)[i];
     case MXP_ARRAY_I64: return (double)((const int64_t *)a->data)[i];
+    case MXP_ARRAY_BOOL: return ((const uint8_t *)a->data)[i];
     default: return NAN;
     }
 }
@@ -58,6 +60,7 @@ int64_t mxp_array_get_i64(const mxp_array *a, int64_t i) {
     switch (a->dtype) {
     case MXP_ARRAY_I32: return ((const int32_t *)a->data)[i];
     case MXP_ARRAY_I64: return ((const int64_t *)a->data)[i];
+    case MXP_ARRAY_BOOL: return ((const uint8_t *)a->data)[i];
     default: return (int64_t)mxp_array_get_f64(a, i);
     }
 }
@@ -135,9 +138,14 @@ mxp_status ds_shape_bytes(const char *label, const char *name, mxp_array_dtype d
     return MXP_OK;
 }
 
-/* Index of the first non-finite element of a float array, or -1. */
+/* Index of the first non-finite element of a float array (of a byte other
+ * than 0 or 1 in a bool array), or -1. */
 static int64_t first_nonfinite(mxp_array_dtype t, const void *data, int64_t n) {
-    if (t == MXP_ARRAY_F32) {
+    if (t == MXP_ARRAY_BOOL) {
+        const uint8_t *p = data;
+        for (int64_t i = 0; i < n; i++)
+            if (p[i] > 1) return i;
+    } else if (t == MXP_ARRAY_F32) {
         const float *p = data;
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(p[i])) return i;
@@ -164,7 +172,7 @@ static mxp_status check_add(const mxp_dataset *d, mxp_status code, const char *n
     if ((unsigned)dtype >= MXP_ARRAY_DTYPE_COUNT)
         return mxp_error_set(err, code,
                              "%s: array '%s' has an invalid dtype %d; accepted: float32, "
-                             "float64, int32, int64",
+                             "float64, int32, int64, bool",
                              L, name, (int)dtype);
     if (ndim < 0 || ndim > MXP_ARRAY_MAX_DIMS || (ndim > 0 && !shape))
         return mxp_error_set(err, code,
@@ -175,6 +183,11 @@ static mxp_status check_add(const mxp_dataset *d, mxp_status code, const char *n
     if (!data)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s: array '%s': data is NULL", L, name);
     int64_t bad = first_nonfinite(dtype, data, *numel);
+    if (bad >= 0 && dtype == MXP_ARRAY_BOOL)
+        return mxp_error_set(err, code,
+                             "%s: array '%s' is bool but holds the byte %u at flat index %lld; "
+                             "accepted: 0 (false) or 1 (true)",
+                             L, name, ((const uint8_t *)data)[bad], (long long)bad);
     if (bad >= 0)
         return mxp_error_set(err, code == MXP_ERR_FORMAT ? MXP_ERR_FORMAT : MXP_ERR_NONFINITE,
                              "%s: array '%s' holds NaN or Inf (first at flat index %lld); "
@@ -246,9 +259,10 @@ mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err)
         return mxp_error_set(err, MXP_ERR_IO, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
-    unsigned char magic[4] = {0};
+    unsigned char magic[8] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
-    bool zip = got == 4 && memcmp(magic, "PK\3\4", 4) == 0;
+    bool zip = got >= 4 && memcmp(magic, "PK\3\4", 4) == 0;
+    bool h5 = got == 8 && memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0; /* HDF5 superblock */
     mxp_dataset *d = NULL;
     mxp_status s = mxp_dataset_create(&d, err);
     if (s == MXP_OK) s = ds_set_label(d, path, err);
@@ -257,6 +271,10 @@ mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err)
         fclose(f);
         f = NULL;
         s = ds_read_npz(d, path, err);
+    } else if (s == MXP_OK && h5) {
+        fclose(f);
+        f = NULL;
+        s = ds_read_h5(d, path, err);
     } else if (s == MXP_OK) {
         if (!(buf = mxp_calloc(size ? size : 1, 1)))
             s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %zu bytes", path, size);

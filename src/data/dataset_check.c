@@ -5,6 +5,7 @@
  * failure names the file, the array and what is accepted.
  */
 #include "data/dataset_internal.h"
+#include "data/transitions.h"
 
 #include <assert.h>
 #include <float.h>
@@ -24,8 +25,7 @@ static bool is_float(const mxp_array *a) {
     return a->dtype == MXP_ARRAY_F32 || a->dtype == MXP_ARRAY_F64;
 }
 
-/* Shape as "[2, 3]" into buf. */
-static const char *shape_str(const mxp_array *a, char *buf, size_t n) {
+const char *ds_shape_str(const mxp_array *a, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < a->ndim && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
@@ -48,7 +48,7 @@ static mxp_status get(const mxp_dataset *d, const char *name, int rank, bool wan
     if (a->ndim != rank)
         return mxp_error_set(err, MXP_ERR_FORMAT,
                              "%s: array '%s' has rank %d (shape %s); accepted: rank %d (%s)", L,
-                             name, a->ndim, shape_str(a, sb, sizeof sb), rank, layout);
+                             name, a->ndim, ds_shape_str(a, sb, sizeof sb), rank, layout);
     if (is_float(a) != want_float)
         return mxp_error_set(err, MXP_ERR_FORMAT, "%s: array '%s' has dtype %s; accepted: %s (%s)",
                              L, name, mxp_array_dtype_name(a->dtype),
@@ -73,7 +73,7 @@ static mxp_status match(const mxp_dataset *d, const mxp_array *a, int dim, int64
     return mxp_error_set(err, MXP_ERR_FORMAT,
                          "%s: shape mismatch: array '%s' has shape %s, its dimension %d (%s) "
                          "must be %lld as in '%s'",
-                         mxp_dataset_label(d), a->name, shape_str(a, sb, sizeof sb), dim, what,
+                         mxp_dataset_label(d), a->name, ds_shape_str(a, sb, sizeof sb), dim, what,
                          (long long)want, other);
 }
 
@@ -103,11 +103,14 @@ static mxp_status only(const mxp_dataset *d, const char *const *names, int n, co
         if (s_ != MXP_OK) return s_;                                                               \
     } while (0)
 
-static mxp_status check_world(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err) {
+mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err) {
     static const char *const names[] = {"obs", "actions", "rewards", "lengths"};
     TRY(only(d, names, 4, "world_model", err));
     const mxp_array *obs, *act, *rew, *len;
-    TRY(get(d, "obs", 3, true, true, "obs [E, T+1, S] float", &obs, err));
+    TRY(get(d, "obs", 3, true, true,
+            "obs [E, T+1, S] float; or flat transitions obs [N, S] with terminals/timeouts/dones "
+            "or next_obs, docs/data.md",
+            &obs, err));
     TRY(get(d, "actions", 3, true, true, "actions [E, T, A] float", &act, err));
     TRY(get(d, "rewards", 2, true, true, "rewards [E, T] float", &rew, err));
     TRY(get(d, "lengths", 1, false, false, "lengths [E] int", &len, err));
@@ -144,6 +147,18 @@ static mxp_status check_world(const mxp_dataset *d, mxp_dataset_layout *o, mxp_e
     *o = (mxp_dataset_layout){.episodes = E, .max_steps = T, .state_dim = obs->shape[2],
                               .action_dim = act->shape[2], .transitions = total,
                               .has_lengths = len != NULL};
+    return MXP_OK;
+}
+
+/* Either layout (transitions.c chooses and checks the flat one). */
+static mxp_status check_world(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err) {
+    wm_episodes w;
+    TRY(wm_episodes_open(d, &w, err));
+    *o = (mxp_dataset_layout){.episodes = w.E, .max_steps = w.T, .state_dim = w.S,
+                              .action_dim = w.A, .transitions = w.transitions,
+                              .has_lengths = w.len != NULL, .flat = w.flat, .rows = w.rows,
+                              .dropped_episodes = w.dropped};
+    wm_episodes_close(&w);
     return MXP_OK;
 }
 

@@ -1,5 +1,5 @@
 /* src/data/dataset_internal.h: what the dataset readers (dataset_npz.c,
- * dataset_st.c) share with the dataset object (dataset.c). Not installed. */
+ * dataset_st.c, dataset_h5.c) and checks (dataset_check.c, transitions.c) share with the dataset object (dataset.c). Not installed. */
 #ifndef MIXPREC_DATASET_INTERNAL_H
 #define MIXPREC_DATASET_INTERNAL_H
 
@@ -18,8 +18,17 @@ mxp_status ds_shape_bytes(const char *label, const char *name, mxp_array_dtype d
                           const int64_t *shape, mxp_status code, int64_t *numel, size_t *bytes,
                           mxp_error *err);
 
+/* Shape as "[2, 3]" into buf [n]; returns buf. */
+const char *ds_shape_str(const mxp_array *a, char *buf, size_t n);
+/* mxp_dataset_check's world model in the episode layout (obs [E, T+1, S],
+ * actions, rewards, optional lengths): every array checked, *o filled. */
+mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err);
+
 /* The readers: fill d (labelled with path) from the file's bytes. */
 mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err);
+/* HDF5 (D4RL top-level datasets, or Minari episode groups as flat
+ * transitions), through libhdf5. */
+mxp_status ds_read_h5(mxp_dataset *d, const char *path, mxp_error *err);
 mxp_status ds_read_safetensors(mxp_dataset *d, const char *path, const unsigned char *buf,
                                size_t size, mxp_error *err);
 

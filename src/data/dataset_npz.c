@@ -8,7 +8,7 @@
  * length, then a Python dict literal
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
  * padded with spaces and a newline, then the raw data. Accepted descr:
- * '<f4' '<f8' '<i4' '<i8' ('|' or '=' byte orders and big-endian '>' are
+ * '<f4' '<f8' '<i4' '<i8' '|b1' (other '|' or '=' byte orders and big-endian '>' are
  * named errors, as are structured dtypes and Fortran order).
  */
 #include "data/dataset_internal.h"
@@ -142,7 +142,7 @@ static bool parse_descr(const char *d, mxp_array_dtype *out) {
         const char *s;
         mxp_array_dtype t;
     } k[] = {{"<f4", MXP_ARRAY_F32}, {"<f8", MXP_ARRAY_F64}, {"<i4", MXP_ARRAY_I32},
-             {"<i8", MXP_ARRAY_I64}};
+             {"<i8", MXP_ARRAY_I64}, {"|b1", MXP_ARRAY_BOOL}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (strcmp(d, k[i].s) == 0) {
             *out = k[i].t;
@@ -239,7 +239,7 @@ static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const
     if (!parse_descr(h.descr, &dt)) {
         s = mxp_error_set(err, MXP_ERR_FORMAT,
                           "%s: array '%s' has dtype '%s'; accepted: float32 '<f4', float64 "
-                          "'<f8', int32 '<i4', int64 '<i8'",
+                          "'<f8', int32 '<i4', int64 '<i8', bool '|b1'",
                           path, name, h.descr);
         goto done;
     }

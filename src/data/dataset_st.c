@@ -7,7 +7,7 @@
  * container checks are the same ones, in the same order, kept small here:
  *   size >= 8; header length N <= 100 MB and <= size - 8; JSON object
  *   without duplicate keys; "__metadata__" skipped; each other entry exactly
- *   {dtype, shape, data_offsets}; dtype F32|F64|I32|I64; shape at most 8
+ *   {dtype, shape, data_offsets}; dtype F32|F64|I32|I64|BOOL; shape at most 8
  *   dims; end - begin == numel * element size; end <= data bytes
  *   ("truncated" otherwise); no two tensors overlap.
  * Reference: github.com/huggingface/safetensors (README "Format").
@@ -35,7 +35,7 @@ static bool parse_dtype(const char *s, mxp_array_dtype *out) {
         const char *s;
         mxp_array_dtype t;
     } k[] = {{"F32", MXP_ARRAY_F32}, {"F64", MXP_ARRAY_F64}, {"I32", MXP_ARRAY_I32},
-             {"I64", MXP_ARRAY_I64}};
+             {"I64", MXP_ARRAY_I64}, {"BOOL", MXP_ARRAY_BOOL}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (strcmp(s, k[i].s) == 0) {
             *out = k[i].t;
@@ -67,8 +67,8 @@ static mxp_status read_entry(mxp_dataset *d, const char *L, const char *name, js
     mxp_array_dtype dt;
     if (!parse_dtype(json_string_value(jd), &dt))
         return mxp_error_set(err, MXP_ERR_FORMAT,
-                             "%s: array '%.80s' has dtype '%.20s'; accepted: F32, F64, I32, I64 "
-                             "(float32, float64, int32, int64)",
+                             "%s: array '%.80s' has dtype '%.20s'; accepted: F32, F64, I32, I64, "
+                             "BOOL (float32, float64, int32, int64, bool)",
                              L, name, json_string_value(jd));
     size_t nd = json_array_size(js);
     if (nd > MXP_ARRAY_MAX_DIMS)

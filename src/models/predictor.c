@@ -160,7 +160,13 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     const int64_t D = m->in_dim, K = m->out_dim, S = m->state_dim, A = m->action_dim;
     int64_t N = 0;
     const mxp_array *x = NULL, *obs = NULL, *act = NULL;
-    mxp_status s = wm ? input(in, "obs", S, &N, &obs, err) : input(in, "x", D, &N, &x, err);
+    /* the world model's states under the names data files use (docs/data.md) */
+    const char *obs_name = "obs";
+    if (wm && !mxp_dataset_find(in, "obs"))
+        obs_name = mxp_dataset_find(in, "observations") ? "observations"
+                   : mxp_dataset_find(in, "states")     ? "states"
+                                                        : "obs";
+    mxp_status s = wm ? input(in, obs_name, S, &N, &obs, err) : input(in, "x", D, &N, &x, err);
     if (s == MXP_OK && wm) s = input(in, "actions", A, &N, &act, err);
     if (s != MXP_OK) return s;
     float *bx = mxp_calloc((size_t)(PRED_MAX_BATCH * D), sizeof(float));

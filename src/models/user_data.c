@@ -6,7 +6,8 @@
  * Rows (docs/data.md):
  *   world model  x = [obs[e,t], actions[e,t]], y = [obs[e,t+1] - obs[e,t],
  *                rewards[e,t]] for t < lengths[e] (T without lengths),
- *                episode-major; the first n_train episodes train,
+ *                episode-major (flat transitions: their episodes, as
+ *                data/transitions.h cuts them); the first n_train episodes train,
  *                n_train = round((1 - data.val_fraction) E) clamped to
  *                [1, E-1]; x and y standardised per column with the train
  *                rows' mean and population std (double, rounded to float,
@@ -17,6 +18,8 @@
  * The supervised workloads train on the raw values (no standardisation).
  */
 #include "models/user_data.h"
+
+#include "data/transitions.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -168,31 +171,6 @@ static int64_t split_count(int64_t n, double vf) {
     return k;
 }
 
-static int64_t ep_len(const mxp_array *len, int64_t e, int64_t T) {
-    return len ? mxp_array_get_i64(len, e) : T;
-}
-
-/* Transitions of episodes [e0, e1) into x [rows, S+A], y [rows, S+1]. */
-static void wm_rows(const mxp_dataset *ds, int64_t e0, int64_t e1, float *x, float *y) {
-    const mxp_array *obs = mxp_dataset_find(ds, "obs"), *act = mxp_dataset_find(ds, "actions"),
-                    *rew = mxp_dataset_find(ds, "rewards"), *len = mxp_dataset_find(ds, "lengths");
-    const int64_t T = act->shape[1], S = obs->shape[2], A = act->shape[2];
-    int64_t r = 0;
-    for (int64_t e = e0; e < e1; e++)
-        for (int64_t t = 0; t < ep_len(len, e, T); t++, r++) {
-            float *xr = x + r * (S + A), *yr = y + r * (S + 1);
-            for (int64_t j = 0; j < S; j++) {
-                double o0 = mxp_array_get_f64(obs, (e * (T + 1) + t) * S + j);
-                double o1 = mxp_array_get_f64(obs, (e * (T + 1) + t + 1) * S + j);
-                xr[j] = (float)o0;
-                yr[j] = (float)(o1 - o0);
-            }
-            for (int64_t j = 0; j < A; j++)
-                xr[S + j] = (float)mxp_array_get_f64(act, (e * T + t) * A + j);
-            yr[S] = (float)mxp_array_get_f64(rew, e * T + t);
-        }
-}
-
 /* Per-column mean and population std of v [n, w] (double, std >= 1e-6). */
 static void col_stats(const float *v, int64_t n, int64_t w, float *mean, float *std) {
     for (int64_t j = 0; j < w; j++) {
@@ -217,15 +195,15 @@ static float *falloc(int64_t rows, int64_t w) {
     return mxp_calloc(n ? n : 1, sizeof(float));
 }
 
-static mxp_status build_world(ud *d, const mxp_dataset *ds, const mxp_dataset_layout *lay,
+/* Episodes of either layout (data/transitions.h), split by episode. */
+static mxp_status build_world(ud *d, const mxp_dataset *ds, const wm_episodes *w,
                               const ud_meta *fixed, bool eval_all, mxp_error *err) {
-    const mxp_array *len = mxp_dataset_find(ds, "lengths");
-    int64_t E = lay->episodes, T = lay->max_steps, S = lay->state_dim, A = lay->action_dim;
+    int64_t E = w->E, S = w->S, A = w->A;
     int64_t e_tr = eval_all ? 0 : split_count(E, d->cfg.data.val_fraction);
     int64_t ntr = 0;
-    for (int64_t e = 0; e < e_tr; e++) ntr += ep_len(len, e, T);
+    for (int64_t e = 0; e < e_tr; e++) ntr += wm_episode_len(w, e);
     d->n_train = ntr;
-    d->n_val = lay->transitions - ntr;
+    d->n_val = w->transitions - ntr;
     d->meta.state_dim = S;
     d->meta.action_dim = A;
     d->meta.in_dim = S + A;
@@ -241,9 +219,9 @@ static mxp_status build_world(ud *d, const mxp_dataset *ds, const mxp_dataset_la
     if (!d->xtr || !d->ytr || !d->xva || !d->yva || !d->meta.x_mean || !d->meta.x_std ||
         !d->meta.y_mean || !d->meta.y_std)
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %lld transitions",
-                             mxp_dataset_label(ds), (long long)lay->transitions);
-    wm_rows(ds, 0, e_tr, d->xtr, d->ytr);
-    wm_rows(ds, e_tr, E, d->xva, d->yva);
+                             mxp_dataset_label(ds), (long long)w->transitions);
+    wm_episode_rows(w, 0, e_tr, d->xtr, d->ytr);
+    wm_episode_rows(w, e_tr, E, d->xva, d->yva);
     if (fixed) {
         memcpy(d->meta.x_mean, fixed->x_mean, (size_t)(S + A) * sizeof(float));
         memcpy(d->meta.x_std, fixed->x_std, (size_t)(S + A) * sizeof(float));
@@ -433,7 +411,10 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
     d->meta.kind = kind;
     d->max_batch = cfg->batch_size > 256 ? cfg->batch_size : 256;
     if (kind == MXP_DATASET_WORLD_MODEL) {
-        s = build_world(d, ds, &lay, fixed, eval_all, err);
+        wm_episodes w;
+        s = wm_episodes_open(ds, &w, err);
+        if (s == MXP_OK) s = build_world(d, ds, &w, fixed, eval_all, err);
+        wm_episodes_close(&w);
     } else {
         d->meta.in_dim = lay.in_dim;
         d->meta.out_dim = fixed ? fixed->out_dim : lay.out_dim;

@@ -6,7 +6,8 @@
  * (Fisher-Yates over a counter-based stream, so epoch e's order never
  * depends on earlier epochs), drop-last micro-batches with gradient
  * accumulation, rank r of a data-parallel run reading slice r of every
- * global micro-batch, the learning rate of the schedule at the run's step,
+ * global micro-batch, the learning rate of the schedule planned over the
+ * whole run at the run's global step,
  * the guard before and after each step, the one precision-switch point,
  * the data-parallel stop agreement and the checkpoint manager (run_ckpt.c).
  */
@@ -232,6 +233,21 @@ static void record_loss(mxp_run *r, int64_t epoch, const mxp_step_result *res) {
     }
 }
 
+/* The learning rate at r->pos. The schedule is planned over the whole run:
+ * training.epochs, or further when a call goes past them (then the plan ends
+ * with that call), and read at the run's global step epoch x steps_per_epoch
+ * + step_in_epoch. It depends on the data position only, not on how the
+ * epochs were split into train() calls: train(1) three times is train(3),
+ * and a resume (with more epochs: a longer plan) continues it. */
+static float scheduled_lr(const mxp_run *r, int64_t steps_per_epoch) {
+    const mxp_config *c = &r->cfg;
+    const mxp_data_position *p = &r->pos;
+    int64_t plan = c->epochs;
+    if (p->run_first_epoch + p->run_epochs > plan) plan = p->run_first_epoch + p->run_epochs;
+    return mxp_lr_at(c->lr_schedule, c->trainer.optim.lr, c->lr_min_ratio,
+                     p->epoch * steps_per_epoch + p->step_in_epoch, plan * steps_per_epoch);
+}
+
 /* One step at r->pos: the scheduled learning rate, the guard's before-step,
  * the precision the ranks agree on, the trainer step, the position
  * advanced, the guard's after-step (a rollback moves the position back;
@@ -240,9 +256,7 @@ static mxp_status one_step(mxp_run *r, int64_t epoch, int64_t steps_per_epoch, b
                            mxp_error *err) {
     const mxp_config *c = &r->cfg;
     mxp_data_position *p = &r->pos;
-    float lr = mxp_lr_at(c->lr_schedule, c->trainer.optim.lr, c->lr_min_ratio, p->run_step,
-                         p->run_total);
-    mxp_status s = mxp_trainer_set_lr(r->trainer, lr, err);
+    mxp_status s = mxp_trainer_set_lr(r->trainer, scheduled_lr(r, steps_per_epoch), err);
     if (s != MXP_OK) return s;
     if (r->guard && (s = mxp_guard_step_begin(r->guard, p, err)) != MXP_OK) return s;
     if ((s = mxp_trainer_sync_precision(r->trainer, err)) != MXP_OK) return s;

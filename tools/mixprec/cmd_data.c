@@ -24,7 +24,7 @@ int cmd_eval(int argc, char **argv) {
             printf("usage: mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]\n"
                    "Loss (and accuracy for a classifier) of a model trained on user data, on\n"
                    "the held-out split of its data.path or on every row/episode of FILE\n"
-                   "(safetensors or .npz, docs/data.md), computed in the checkpoint's\n"
+                   "(safetensors, .npz or HDF5, docs/data.md), computed in the checkpoint's\n"
                    "precision and in FP32 side by side.\n");
             return CLI_EXIT_OK;
         }
@@ -110,7 +110,7 @@ int cmd_predict(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("%s\n"
-                   "Run a model trained on user data on inputs from safetensors/.npz: x [N, D]\n"
+                   "Run a model trained on user data on inputs from safetensors/.npz/HDF5: x [N, D]\n"
                    "(world model: obs [N, S] and actions [N, A]); writes safetensors with y\n"
                    "[N, K] (classifier: logits) or next_obs [N, S] and reward [N] in the\n"
                    "data's own units. Computed in the checkpoint's precision.\n",
