@@ -21,7 +21,9 @@ set -u -f # -f: no globbing of --generate-code=...[compute_90,sm_90]
 CLI=$1
 SRC=$2
 BUILD=$(cd "$(dirname "$CLI")" && pwd)
-FLAGS_MAKE=$BUILD/CMakeFiles/mixprec.dir/flags.make
+# the library's objects are compiled in the OBJECT target mixprec_objects
+FLAGS_MAKE=$BUILD/CMakeFiles/mixprec_objects.dir/flags.make
+[ -f "$FLAGS_MAKE" ] || FLAGS_MAKE=$BUILD/CMakeFiles/mixprec.dir/flags.make
 fail=0
 err() { echo "FAIL: $*"; fail=1; }
 tmp=$(mktemp -d)
