@@ -28,14 +28,18 @@
  *             debugging guide's zero-gradient alert level).
  *   FP8       per-tensor scaling maps each tensor's amax to the format max;
  *             values more than max/min_normal below it underflow; same 5%.
- * Recommendation (seeds/004 "safe by default": BF16 where the hardware has
- * it, FP32 otherwise, FP16 only when it is safe; seeds/003 decision tree):
+ * Recommendation of the preflight (seeds/004 "safe by default": BF16 where
+ * the hardware has it, FP32 otherwise, FP16 only when it is safe; seeds/003
+ * decision tree; precision: auto then times the safe candidates and takes
+ * the fastest, advisor_time.c):
  *   1. non-finite values already in FP32 -> fp32 (fix the model first);
  *   2. mixed_bf16 when safe and BF16 is native on this CPU;
  *   3. mixed_fp16 when safe and FP16 is native (AVX512_FP16);
  *   4. otherwise fp32. FP8 is always emulated on a CPU: never recommended.
  */
 #include "guard/guard_internal.h"
+
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -317,6 +321,22 @@ mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c, c
             mxp_log(MXP_LOG_INFO, "precision auto: %-10s %-6s %-8s %s",
                     mxp_precision_name((mxp_precision)p), rep->verdict[p].safe ? "safe" : "UNSAFE",
                     mxp_support_name(rep->verdict[p].support), rep->verdict[p].reason);
-    mxp_log(MXP_LOG_INFO, "precision auto: chose %s", rep->why);
-    return mxp_trainer_set_precision(t, rep->recommended, err);
+    /* by measurement: the fastest safe candidate on this CPU (advisor_time.c) */
+    int acc_k = mxp_model_policy(m)->fp16_accum_k;
+    guard_auto_choice ch;
+    s = guard_auto_by_time(m, &batches[0], rep, acc_k > 0 ? acc_k : MXP_F16ACC_K_DEFAULT, &ch,
+                           err);
+    if (s != MXP_OK) return s;
+    mxp_log(MXP_LOG_INFO, "precision auto: advice from range and underflow alone: %s", rep->why);
+    mxp_log(MXP_LOG_INFO, "precision auto: %s", ch.times);
+    if (ch.refused[0]) mxp_log(MXP_LOG_INFO, "precision auto: refused %s", ch.refused);
+    mxp_log(MXP_LOG_INFO, "precision auto: chose %s", ch.why);
+    rep->recommended = ch.mode;
+    snprintf(rep->why, sizeof rep->why, "%s", ch.why);
+    s = mxp_trainer_set_precision(t, ch.mode, err);
+    if (s != MXP_OK) return s;
+    mxp_precision_policy pol = *mxp_model_policy(m);
+    if (pol.fp16_accum_k == ch.fp16_accum_k) return MXP_OK;
+    pol.fp16_accum_k = ch.fp16_accum_k;
+    return mxp_model_set_policy(m, &pol, err);
 }

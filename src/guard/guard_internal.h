@@ -83,6 +83,23 @@ mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *
  * of the same spec. */
 void guard_copy_params_fp32(const mxp_model *m, mxp_model *dst);
 
+/* training.precision=auto by measurement (advisor_time.c): the mode and
+ * FP16-accumulate interval chosen, and what was measured. */
+typedef struct guard_auto_choice {
+    mxp_precision mode;
+    int fp16_accum_k;  /* > 0: mixed_fp16 with the FP16 fast-accumulate GEMM */
+    char why[200];
+    char times[400];   /* each candidate's median step time, or why not timed */
+    char refused[160]; /* a candidate timed and then refused, and why ("" none) */
+} guard_auto_choice;
+
+/* Time the safe candidates of rep (preflight verdicts of m) on batch b with
+ * m's current weights and choose (file comment of advisor_time.c);
+ * fp16_accum_k: the promotion interval of the FP16-accumulate candidate. */
+mxp_status guard_auto_by_time(const mxp_model *m, const mxp_batch *b,
+                              const mxp_preflight_report *rep, int fp16_accum_k,
+                              guard_auto_choice *out, mxp_error *err);
+
 /* ---- operator requests (signal.c) --------------------------------------- */
 
 unsigned long guard_fp32_requests(void);

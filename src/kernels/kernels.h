@@ -21,6 +21,9 @@
 
 /* Largest promotion interval k of gemm_f16acc (training.fp16_accumulate_k). */
 #define MXP_F16ACC_K_MAX 4096
+/* Its default (training.fp16_accumulate_k; docs/kernels.md gives its error
+ * bound). */
+#define MXP_F16ACC_K_DEFAULT 16
 
 /* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, FP32 accumulation.
  * op(A) = A (A stored M x K, lda >= K) or A^T (A stored K x M, lda >= M);

@@ -7,6 +7,8 @@
  */
 #include "run/run_internal.h"
 
+#include "kernels/kernels.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,7 +77,11 @@ static void put_model(jw *w, const mxp_config *cfg, mxp_trainer *tr) {
     put(w, "],");
     const int acc_k = mxp_model_policy(m)->fp16_accum_k;
     if (acc_k > 0)
-        put(w, "\"fp16_accumulate\":\"fp16 (emulated), k=%d\",", acc_k);
+        put(w, "\"fp16_accumulate\":\"fp16 (%s), k=%d\",",
+            mxp_kernels_get()->gemm_compute(MXP_DTYPE_F16, true) == MXP_GEMM_COMPUTE_FP16_FMA
+                ? "vfmadd231ph"
+                : "emulated",
+            acc_k);
     else
         put(w, "\"fp16_accumulate\":\"fp32\",");
 }
