@@ -16,6 +16,7 @@
 #include "run/run_internal.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,37 @@ static mxp_status check_match(const mxp_run *r, const mxp_st_file *f, const char
                              "checkpoint '%s' is of workload %s; this run trains %s; accepted: "
                              "a checkpoint of model.workload=%s", path, wl, r->wl.name,
                              r->wl.name);
+    /* the widths the checkpoint's workload metadata records are the ones
+     * this run's model is built with (an edited out_dim is not ignored) */
+    const char *mine = r->wl.checkpoint_meta ? r->wl.checkpoint_meta(r->wl.self) : NULL;
+    if (mine) {
+        const char *theirs = mxp_st_file_meta(f, "workload_meta");
+        json_t *a = json_loads(mine, 0, NULL);
+        json_t *b = theirs ? json_loads(theirs, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        const char *key = NULL;
+        json_t *v;
+        char bad[160] = "";
+        if (!json_is_object(b))
+            snprintf(bad, sizeof bad, "is %s", theirs ? "not a JSON object" : "missing");
+        else
+            json_object_foreach(a, key, v) {
+                json_t *u = json_object_get(b, key);
+                if (json_is_integer(v) && !(json_is_integer(u) &&
+                                            json_integer_value(u) == json_integer_value(v))) {
+                    snprintf(bad, sizeof bad, "has %.60s = %lld, this run's model %lld", key,
+                             json_is_integer(u) ? (long long)json_integer_value(u) : -1LL,
+                             (long long)json_integer_value(v));
+                    break;
+                }
+            }
+        json_decref(a);
+        json_decref(b);
+        if (bad[0])
+            return mxp_error_set(err, MXP_ERR_CONFIG,
+                                 "checkpoint '%s': metadata 'workload_meta' %s; accepted: a "
+                                 "checkpoint of the same model and data widths",
+                                 path, bad);
+    }
     const char *sig = mxp_st_file_meta(f, "data_signature");
     if (sig && r->data_sig[0] && strcmp(sig, r->data_sig) != 0)
         return mxp_error_set(err, MXP_ERR_CONFIG,

@@ -77,19 +77,26 @@ static mxp_status model_of(const mxp_st_file *f, const mxp_ckpt_info *info, mxp_
         snprintf(why, why_n, "%s", err.msg);
         return s;
     }
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL) {
-        snprintf(why, why_n, "shapes not checked: workload is not the world model");
+    /* a run on user data: the model its workload_meta describes (checked,
+     * and sized from the file) */
+    mxp_model_spec spec;
+    s = mxp_predictor_file_spec(f, 1, &spec, &err);
+    if (s == MXP_ERR_UNSUPPORTED && cfg.workload != MXP_WORKLOAD_WORLD_MODEL) {
+        snprintf(why, why_n, "shapes not checked: neither a run on user data nor the built-in "
+                 "world model");
         return MXP_ERR_UNSUPPORTED;
     }
-    const mxp_env_info *env = mxp_env_info_get(cfg.data.env);
-    int64_t in = env->state_dim + env->action_dim, outd = env->state_dim + 1;
-    mxp_model_spec spec = mxp_model_spec_mlp(in, cfg.hidden, (int)cfg.depth, outd, cfg.activation,
-                                             cfg.layernorm, MXP_LOSS_MSE, 1);
+    if (s == MXP_ERR_UNSUPPORTED) { /* the built-in world model */
+        const mxp_env_info *env = mxp_env_info_get(cfg.data.env);
+        int64_t in = env->state_dim + env->action_dim, outd = env->state_dim + 1;
+        spec = mxp_model_spec_mlp(in, cfg.hidden, (int)cfg.depth, outd, cfg.activation,
+                                  cfg.layernorm, MXP_LOSS_MSE, 1);
+        /* sized from the file before anything is allocated (an 8 KB file must
+         * not make us build a 4096-wide model), and without gradients */
+        s = mxp_ckpt_check_spec(f, &spec, &err);
+    }
     mxp_precision_policy pol;
     mxp_precision_policy_default(info->precision, &pol);
-    /* sized from the file before anything is allocated (an 8 KB file must
-     * not make us build a 4096-wide model), and without gradients */
-    s = mxp_ckpt_check_spec(f, &spec, &err);
     if (s == MXP_OK) s = mxp_model_create_inference(&spec, &pol, 0, out, &err);
     if (s != MXP_OK) snprintf(why, why_n, "%s", err.msg);
     return s;
