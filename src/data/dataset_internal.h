@@ -18,8 +18,13 @@ mxp_status ds_shape_bytes(const char *label, const char *name, mxp_array_dtype d
                           const int64_t *shape, mxp_status code, int64_t *numel, size_t *bytes,
                           mxp_error *err);
 
-/* The readers: fill d (labelled with path) from the file's bytes. */
-mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err);
+/* The readers: fill d (labelled with path) from the file's bytes.
+ * ds_read_npz takes ownership of fd (an open regular file, closed on
+ * return); ds_read_safetensors_fd reads only the bytes the header's
+ * entries reach from fd (size bytes, not closed). */
+mxp_status ds_read_npz(mxp_dataset *d, const char *path, int fd, size_t size, mxp_error *err);
+mxp_status ds_read_safetensors_fd(mxp_dataset *d, const char *path, int fd, size_t size,
+                                  mxp_error *err);
 mxp_status ds_read_safetensors(mxp_dataset *d, const char *path, const unsigned char *buf,
                                size_t size, mxp_error *err);
 
