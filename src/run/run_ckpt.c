@@ -257,6 +257,24 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     if (mid) snprintf(id, sizeof id, "%s", mid);
     mxp_st_file_destroy(f);
     if (s != MXP_OK) return s;
+    /* a train() call in progress continues at its global micro-batch (the
+     * position records all ranks' rows): refused here, before anything is
+     * trained or recorded, when this run's batch size and world size do not
+     * give it */
+    const mxp_data_position *ip = &info.pos;
+    if (ip->run_total > 0 && ip->run_step < ip->run_total &&
+        r->cfg.batch_size * r->dp_size != ip->batch_size)
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "checkpoint '%s' is at step %lld of %lld of a train() call with a "
+                             "micro-batch of %lld rows over all ranks; training.batch_size=%lld "
+                             "on %d rank(s) gives %lld; accepted: training.batch_size=%s%lld "
+                             "(or let the run finish that call first)",
+                             file, (long long)ip->run_step, (long long)ip->run_total,
+                             (long long)ip->batch_size, (long long)r->cfg.batch_size, r->dp_size,
+                             (long long)(r->cfg.batch_size * r->dp_size),
+                             ip->batch_size % r->dp_size ? "(not possible on this many ranks) "
+                                                         : "",
+                             (long long)(ip->batch_size / r->dp_size));
     r->pos = info.pos;
     r->resumed = true;
     /* a finished run is complete unless the config asks for more epochs,

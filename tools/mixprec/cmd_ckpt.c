@@ -624,12 +624,30 @@ int cmd_ckpt(int argc, char **argv) {
 
 /* ---- `mixprec train --resume`: the config of the checkpoint to continue -------- */
 
-int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
-                      mxp_config *cfg) {
+/* The per-rank batch that continues f's train() call in progress on world
+ * ranks into buf; false when no call is in progress or it does not divide. */
+static bool resumed_batch(const char *file, int world, char *buf, size_t n) {
+    mxp_st_file *f = NULL;
+    mxp_ckpt_info info;
+    bool ok = mxp_st_file_read(file, &f, NULL) == MXP_OK &&
+              mxp_ckpt_read_info(f, &info, NULL) == MXP_OK && info.pos.run_total > 0 &&
+              info.pos.run_step < info.pos.run_total && world > 0 &&
+              info.pos.batch_size % world == 0;
+    if (ok) snprintf(buf, n, "training.batch_size=%lld", (long long)(info.pos.batch_size / world));
+    mxp_st_file_destroy(f);
+    return ok;
+}
+
+int cli_resume_config(const cli_config_args *a, const char *resume, int world, char *ckpt,
+                      size_t n, mxp_config *cfg) {
     mxp_error err = {0};
     mxp_config_builder *b = NULL;
+    char file[MXP_CKPT_PATH_MAX] = "", batch[64];
     mxp_status s = mxp_config_builder_create(&b, &err);
-    if (s == MXP_OK) s = mxp_run_resume_config(resume, b, ckpt, n, &err);
+    if (s == MXP_OK) s = mxp_run_resume_config(resume, b, file, sizeof file, &err);
+    if (s == MXP_OK && ckpt && n) snprintf(ckpt, n, "%s", file);
+    if (s == MXP_OK && resumed_batch(file, world, batch, sizeof batch))
+        s = mxp_config_apply_override(b, batch, &err);
     if (s == MXP_OK && a->config_path) s = mxp_config_apply_file(b, a->config_path, &err);
     if (s == MXP_OK) s = mxp_config_apply_env(b, NULL, &err);
     for (int i = 0; s == MXP_OK && i < a->n_overrides; i++)
