@@ -26,7 +26,7 @@ Data files (DIR/...):
   label.npz      a classifier x [4, 2], y with the label 2^20 (~500 bytes)
   empty.npz      numpy.savez() with no arrays
   descr_nul.npz  x, y whose .npy descr is '<f4' followed by a NUL byte
-  deflate.npz    savez_compressed, bytes near the end of x's stream flipped
+  deflate.npz    x's deflate stream ends 4 KB before its declared size
 """
 import json
 import os
@@ -121,18 +121,14 @@ def data(d):
             h = npy_header("<f4\0", a.shape)
             z.writestr(name + ".npy", h + a.astype("<f4").tobytes())
 
-    # a deflate stream corrupted near its end
-    xx = r.normal(size=(2000, 5)).astype("f4")
+    # a deflate stream that ends 4 KB before the size its zip entry and
+    # .npy header declare (its CRC matches what it holds: libzip sees no
+    # error, the data just ends)
     p = os.path.join(d, "deflate.npz")
-    np.savez_compressed(p, x=xx, y=np.tanh(xx[:, :2]))
-    z = zipfile.ZipFile(p)
-    info = z.getinfo("x.npy")
-    off = info.header_offset + 30 + len(info.filename) + len(info.extra)
-    b = bytearray(open(p, "rb").read())
-    at = off + info.compress_size - 2000
-    for i in range(at, at + 16):
-        b[i] ^= 0xFF
-    open(p, "wb").write(bytes(b))
+    n = 2000 * 5
+    hdr = npy_header("<f4", (n + 1024,))
+    deflated_member(p, "x.npy", [hdr, r.normal(size=n).astype("<f4").tobytes()])
+    patch_sizes(p, "x.npy", len(hdr) + 4 * (n + 1024))
 
 
 def tamper(src, dst, what):

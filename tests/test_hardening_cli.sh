@@ -17,7 +17,8 @@
 #  7  memory follows the file: a 5 KB .npz declaring 1 GiB, a zip bomb with
 #     the wrong rank, a 1 GiB sparse safetensors file (bad header, or a
 #     small valid one), a label of 2^20 in a 500-byte file, a checkpoint
-#     claiming in_dim = 10^7: each ends within 10 s under 300 MB peak RSS;
+#     claiming in_dim = 10^7: each ends (30 s timeout) under 150 MB peak RSS
+#     (before: 1-3.6 GB, or a timeout);
 #  8  exit codes and messages: a batch size change on resume mid-call is
 #     exit 2 with metrics.db / events.jsonl unchanged; bad shapes in
 #     predict/eval exit 2 like NaN input; a broken deflate stream is not
@@ -60,7 +61,10 @@ expect() {
   cat m.err m.out | grep -Eq "$3" || fail "$2: output lacks /$3/: $(tail -2 m.err)"
 }
 # small MB WHAT: the last run_m peaked under MB
-small() { [ "$rss" -lt "$1" ] || fail "$2: peak RSS $rss MB (limit $1 MB)"; }
+small() {
+  echo "$2: peak RSS $rss MB"
+  [ "$rss" -lt "$1" ] || fail "$2: peak RSS $rss MB (limit $1 MB)"
+}
 
 run_m 120 "$bin" train data.path=reg.npz model.workload=regressor training.epochs=2 output.dir=run
 [ "$rc" = 0 ] || { fail "train on reg.npz: $(tail -3 m.err)"; exit 1; }
@@ -132,17 +136,17 @@ expect 2 "6: export -o FIFO" "not a regular file"
 [ -p fifo ] || fail "6: the FIFO was replaced"
 
 # ---- 7: memory follows the file, not what it declares -------------------------
-run_m 10 "$bin" eval run --data declared.npz
+run_m 30 "$bin" eval run --data declared.npz
 expect 2 "7: a 5 KB .npz declaring 1 GiB" "declares .* bytes from"
-small 300 "7: declared 1 GiB"
-run_m 10 "$bin" train data.path=bomb.npz output.dir=bomb
+small 150 "7: declared 1 GiB"
+run_m 30 "$bin" train data.path=bomb.npz output.dir=bomb
 expect 2 "7: a zip bomb (256 MiB from 256 KB)" "at most 100:1"
-small 300 "7: zip bomb"
+small 150 "7: zip bomb"
 [ -e bomb ] && fail "7: the refused bomb left output.dir"
 head -c 8 /dev/urandom >sparse_bad.safetensors && truncate -s 1G sparse_bad.safetensors
-run_m 10 "$bin" eval run --data sparse_bad.safetensors
+run_m 30 "$bin" eval run --data sparse_bad.safetensors
 expect 2 "7: 1 GiB sparse file with a bad header" "header length"
-small 300 "7: sparse, bad header"
+small 150 "7: sparse, bad header"
 /usr/bin/python3 - <<'EOF'
 import json, struct, numpy as np
 x = np.ones((4, 5), "f4"); y = np.zeros((4, 2), "f4")
@@ -151,19 +155,19 @@ h = json.dumps({"x": {"dtype": "F32", "shape": [4, 5], "data_offsets": [0, 80]},
 open("sparse_ok.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + x.tobytes() + y.tobytes())
 EOF
 truncate -s 1G sparse_ok.safetensors
-run_m 10 "$bin" eval run --data sparse_ok.safetensors
+run_m 30 "$bin" eval run --data sparse_ok.safetensors
 expect 0 "7: 1 GiB sparse file with a small valid header" "."
-small 300 "7: sparse, valid header"
-run_m 10 "$bin" train data.path=label.npz model.workload=classifier output.dir=label
+small 150 "7: sparse, valid header"
+run_m 30 "$bin" train data.path=label.npz model.workload=classifier output.dir=label
 expect 2 "7: a label of 2^20 in a 500-byte file" "1048577 classes"
-small 300 "7: label 2^20"
+small 150 "7: label 2^20"
 cases tamper "$rck" t_in_dim.safetensors in_dim_1e7
 for a in "eval t_in_dim.safetensors --data reg.npz" \
          "predict t_in_dim.safetensors --input in.npz --output q.st" \
          "ckpt export t_in_dim.safetensors --torch -o q.st"; do
-  run_m 10 "$bin" $a
+  run_m 30 "$bin" $a
   expect 1 "7: $a (in_dim 10^7)" "parameters"
-  small 300 "7: $a"
+  small 150 "7: $a"
 done
 
 # ---- 8: exit codes and messages ------------------------------------------------
@@ -182,7 +186,7 @@ expect 2 "8: predict on NaN input" "NaN"
 run_m 60 "$bin" eval run --data wm.npz
 expect 2 "8: eval on data of another workload" "unexpected array 'actions'"
 run_m 60 "$bin" eval run --data deflate.npz
-expect 2 "8: a corrupted deflate stream" "truncated or corrupted"
+expect 2 "8: a deflate stream shorter than declared" "stream ends before the data does"
 grep -q "No error" m.err && fail "8: deflate error reads 'No error': $(cat m.err)"
 run_m 60 "$bin" eval run --data empty.npz
 expect 2 "8: an empty .npz" "holds no array"

@@ -114,8 +114,8 @@ static bool parse_dict(const char *s, size_t n, npy_header *h, const char **why)
         if (!parse_str(&c, key, sizeof key) || !eat(&c, ':')) return false;
         if (strcmp(key, "descr") == 0) {
             if (!parse_str(&c, h->descr, sizeof h->descr)) {
-                *why = "'descr' is not a simple dtype string (structured dtypes are not "
-                       "supported)";
+                *why = "'descr' is not a simple dtype string such as '<f4' (no escapes "
+                       "or control bytes; structured dtypes are not supported)";
                 return false;
             }
         } else if (strcmp(key, "fortran_order") == 0) {
