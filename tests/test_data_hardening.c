@@ -3,9 +3,9 @@
  *
  * Files are built here byte by byte (a zip writer of a few lines with
  * zlib's crc32 and raw deflate), independent of the readers:
- *   - a FIFO and a link to one: mxp_dataset_read refuses them at once (a
- *     10 s alarm ends the test if it waits); mxp_st_writer_write refuses to
- *     replace one;
+ *   - a FIFO and a link to one: mxp_dataset_read and mxp_idx_read refuse
+ *     them at once (a 10 s alarm ends the test if one waits);
+ *     mxp_st_writer_write refuses to replace one;
  *   - a stored member whose sizes declare 1 GiB in a file of a few hundred
  *     bytes, a deflated member declaring 1 GiB from 5 KB, and a genuine
  *     100+:1 bomb: refused before their sizes are allocated (the peak RSS
@@ -30,6 +30,7 @@
 #include <zlib.h>
 
 #include <mixprec/ckpt.h>
+#include <mixprec/data.h>
 #include <mixprec/dataset.h>
 
 #include "testutil.h"
@@ -219,6 +220,11 @@ static void test_fifo(void) {
     alarm(10); /* a reader that waits on the FIFO ends the test here */
     expect_fail("fifo", MXP_ERR_IO, "FIFO", 64);
     expect_fail("fifolink", MXP_ERR_IO, "FIFO", 64);
+    /* the built-in classifier's IDX files too */
+    mxp_idx idx;
+    mxp_error ierr = {0};
+    CHECK(mxp_idx_read(path_of("fifolink"), &idx, &ierr) == MXP_ERR_IO);
+    CHECK_MSG(strstr(ierr.msg, "FIFO") != NULL, "idx: %s", ierr.msg);
     /* the writer must not replace it (nor open it) */
     mxp_error err = {0};
     mxp_st_writer *w = NULL;
