@@ -75,9 +75,11 @@ rck=$(ls run/checkpoints/*.safetensors | tail -1)
 
 # ---- 1: the data's widths against the model's -------------------------------
 run_m 60 "$bin" eval run --data narrow.npz
-expect 2 "1: eval --data with y [N, 1] for a 2-output model" "1 targets; the model takes 5 and gives 2"
+expect 2 "1: eval --data with y [N, 1] for a 2-output model" \
+  "1 targets; the model takes 5 and gives 2"
 run_m 60 "$bin" eval run --data wide.npz
-expect 2 "1: eval --data with y [N, 3] for a 2-output model" "3 targets; the model takes 5 and gives 2"
+expect 2 "1: eval --data with y [N, 3] for a 2-output model" \
+  "3 targets; the model takes 5 and gives 2"
 
 # ---- 2: FIFOs are refused, not waited on --------------------------------------
 mkfifo fifo
@@ -120,7 +122,8 @@ run_m 60 "$bin" eval wmrun
 expect 2 "5: eval of the own split with y_std edited to 1e38" "statistics differ"
 rm wmrun/checkpoints/ckpt-000000009999.safetensors
 n0=$(ls wmrun/checkpoints | wc -l)
-run_m 60 "$bin" train --resume t_out_dim.safetensors data.path=wm.npz output.dir=wmrun training.epochs=3
+run_m 60 "$bin" train --resume t_out_dim.safetensors data.path=wm.npz output.dir=wmrun \
+  training.epochs=3
 expect 2 "5: resume with an edited out_dim" "out_dim"
 [ "$(ls wmrun/checkpoints | wc -l)" = "$n0" ] || fail "5: the refused resume wrote a checkpoint"
 
@@ -208,7 +211,8 @@ if command -v mpirun >/dev/null 2>&1; then
   else
     ls two/checkpoints | tail -n +3 | while read -r f; do rm "two/checkpoints/$f"; done
     run_m 120 "$bin" train --resume two
-    [ "$rc" = 0 ] || fail "8: one-process resume of a two-rank run mid-call: exit $rc: $(tail -2 m.err)"
+    [ "$rc" = 0 ] ||
+      fail "8: one-process resume of a two-rank run mid-call: exit $rc: $(tail -2 m.err)"
   fi
 else
   echo "8: two-rank resume skipped: no mpirun"

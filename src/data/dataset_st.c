@@ -189,8 +189,8 @@ static uint64_t header_extent(const unsigned char *hdr, size_t hl) {
         json_object_foreach(root, key, v) {
             uint64_t e;
             json_t *jo = json_is_object(v) ? json_object_get(v, "data_offsets") : NULL;
-            if (json_is_array(jo) && json_array_size(jo) == 2 && json_u64(json_array_get(jo, 1), &e) &&
-                e > end)
+            if (json_is_array(jo) && json_array_size(jo) == 2 &&
+                json_u64(json_array_get(jo, 1), &e) && e > end)
                 end = e;
         }
     if (root) json_decref(root);

@@ -190,9 +190,9 @@ mxp_status ud_meta_parse(const char *text, const char *label, ud_meta *out, mxp_
                  out->in_dim == out->state_dim + out->action_dim &&
                  out->out_dim == out->state_dim + 1;
         else /* the supervised kinds record no statistics */
-            ok = ok && out->state_dim == 0 && out->action_dim == 0 && !json_object_get(o, "x_mean") &&
-                 !json_object_get(o, "x_std") && !json_object_get(o, "y_mean") &&
-                 !json_object_get(o, "y_std");
+            ok = ok && out->state_dim == 0 && out->action_dim == 0 &&
+                 !json_object_get(o, "x_mean") && !json_object_get(o, "x_std") &&
+                 !json_object_get(o, "y_mean") && !json_object_get(o, "y_std");
         if (out->kind == MXP_DATASET_CLASSIFIER) ok = ok && out->out_dim >= 2;
         if (!ok)
             why = "the widths in_dim, out_dim, state_dim, action_dim do not fit the kind (world "

@@ -36,7 +36,8 @@ x = r.normal(size=(6, 3)).astype("f4")
 reg = {"x": x, "y": np.tanh(x[:, :2])}
 cls = {"x": x.astype("f8"), "y": np.array([0, 1, 2, 1, 0, 2], "i4"),
        "x_val": x[:2], "y_val": np.array([1, 0], "i8")}
-wm = {"obs": r.normal(size=(3, 4, 2)).astype("f4"), "actions": r.normal(size=(3, 3, 1)).astype("f4"),
+wm = {"obs": r.normal(size=(3, 4, 2)).astype("f4"),
+      "actions": r.normal(size=(3, 3, 1)).astype("f4"),
       "rewards": r.normal(size=(3, 3)).astype("f4"), "lengths": np.array([3, 1, 2], "i8")}
 for name, arrays in (("reg", reg), ("cls", cls), ("wm", wm)):
     np.savez(os.path.join(out, name + ".npz"), **arrays)
@@ -49,10 +50,10 @@ with open(os.path.join(out, "v2.npz"), "wb") as f:
     buf = io.BytesIO()
     np.lib.format.write_array(buf, x, version=(2, 0))
     with zipfile.ZipFile(f, "w") as z:
-        z.writestr("x.npy", buf.getvalue())
+        z.writestr(zipfile.ZipInfo("x.npy", (1980, 1, 1, 0, 0, 0)), buf.getvalue())
         buf = io.BytesIO()
         np.lib.format.write_array(buf, np.tanh(x[:, :1]), version=(2, 0))
-        z.writestr("y.npy", buf.getvalue())
+        z.writestr(zipfile.ZipInfo("y.npy", (1980, 1, 1, 0, 0, 0)), buf.getvalue())
 metas = [
     {"kind": "world_model", "in_dim": 3, "out_dim": 3, "state_dim": 2, "action_dim": 1,
      "x_mean": [0.1, -0.2, 0.0], "x_std": [1.0, 0.5, 1e-6], "y_mean": [0.0, 0.0, 1.0],
