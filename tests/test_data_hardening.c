@@ -290,7 +290,7 @@ static void test_sparse_safetensors(void) {
     while (hn % 8) h[hn++] = ' ';
     float x[4] = {1, 2, 3, 4};
     fd = open(path_of("ok.safetensors"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((unsigned)hn >> (8 * i));
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hn >> (8 * i));
     CHECK(fd >= 0 && write(fd, len8, 8) == 8 && write(fd, h, (size_t)hn) == hn &&
           write(fd, x, sizeof x) == (ssize_t)sizeof x && ftruncate(fd, 1ll << 30) == 0);
     if (fd >= 0) close(fd);
