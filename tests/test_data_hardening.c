@@ -7,9 +7,10 @@
  *     them at once (a 10 s alarm ends the test if one waits);
  *     mxp_st_writer_write refuses to replace one;
  *   - a stored member whose sizes declare 1 GiB in a file of a few hundred
- *     bytes, a deflated member declaring 1 GiB from 5 KB, and a genuine
- *     100+:1 bomb: refused before their sizes are allocated (the peak RSS
- *     grows by less than 64 MB);
+ *     bytes, a deflated member declaring 1 GiB from 5 KB, a genuine 100+:1
+ *     bomb, and a 4 MiB stream declaring 64 MiB (within the ratio): refused
+ *     before their sizes are allocated (peak RSS, measured per file in a
+ *     child process);
  *   - a 1 GiB sparse safetensors file with a bad length, and one with a
  *     small valid header: the first refused, the second read, neither read
  *     whole (RSS);
@@ -178,11 +179,12 @@ static void noise(unsigned char *p, size_t n) {
     }
 }
 
-/* Raw deflate of src [n] into a new buffer; *out_n its length. */
-static unsigned char *deflate_raw(const unsigned char *src, size_t n, size_t *out_n) {
+/* Raw deflate of src [n] at level (1 for noise, which does not compress
+ * anyway; 9 for a bomb) into a new buffer; *out_n its length. */
+static unsigned char *deflate_raw(const unsigned char *src, size_t n, int level, size_t *out_n) {
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK) return NULL;
+    if (deflateInit2(&z, level, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK) return NULL;
     size_t cap = deflateBound(&z, (uLong)n);
     unsigned char *out = test_xmalloc(cap);
     z.next_in = (unsigned char *)src;
@@ -253,12 +255,53 @@ static void test_declared_sizes(void) {
     unsigned char *raw = test_xmalloc(raw_n);
     memcpy(raw, hdr, hl);
     noise(raw + hl, raw_n - hl);
-    unsigned char *comp = deflate_raw(raw, raw_n, &cn);
+    unsigned char *comp = deflate_raw(raw, raw_n, 1, &cn);
     CHECK(comp != NULL);
     if (comp) write_zip("declared.npz", "x.npy", 8, comp, cn, (uint32_t)(hl + 4 * (size_t)n), 0);
     expect_fail("declared.npz", MXP_ERR_FORMAT, "more than 100:1", 64);
     free(comp);
     free(raw);
+    /* within the ratio but short: 4 MiB of noise in a member declaring
+     * 64 MiB (16:1); the stream is decompressed through a bounded buffer
+     * before 64 MiB is allocated */
+    const long long np_ = (64ll << 20) / 4;
+    hl = npy_header(hdr, "<f4", 3, np_);
+    raw_n = hl + ((size_t)4 << 20);
+    raw = test_xmalloc(raw_n);
+    memcpy(raw, hdr, hl);
+    noise(raw + hl, raw_n - hl);
+    comp = deflate_raw(raw, raw_n, 1, &cn);
+    CHECK(comp != NULL);
+    if (comp)
+        write_zip("short_big.npz", "x.npy", 8, comp, cn, (uint32_t)(hl + 4 * (size_t)np_),
+                  (uint32_t)crc32(0, raw, (uInt)raw_n));
+    free(comp);
+    free(raw);
+    expect_fail("short_big.npz", MXP_ERR_FORMAT, "stream ends before the data does", 24);
+    /* and an honest member of that size reads whole after the probe */
+    const long long nh = (20ll << 20) / 4;
+    hl = npy_header(hdr, "<f4", 3, nh);
+    raw_n = hl + 4 * (size_t)nh;
+    raw = test_xmalloc(raw_n);
+    memcpy(raw, hdr, hl);
+    float *fv = (float *)(void *)(raw + hl); /* random floats: deflate keeps ~1:1 */
+    uint32_t st = 12345u;
+    for (long long i = 0; i < nh; i++) {
+        st = st * 1664525u + 1013904223u;
+        fv[i] = (float)(st >> 8) * 0x1p-24f - 0.5f;
+    }
+    const double want3 = fv[3];
+    comp = deflate_raw(raw, raw_n, 1, &cn);
+    CHECK(comp != NULL);
+    if (comp)
+        write_zip("big_ok.npz", "x.npy", 8, comp, cn, (uint32_t)raw_n,
+                  (uint32_t)crc32(0, raw, (uInt)raw_n));
+    free(comp);
+    free(raw);
+    child_read r;
+    read_in_child("big_ok.npz", &r);
+    CHECK_MSG(r.status == MXP_OK, "big_ok.npz: %s", r.msg);
+    CHECK(r.numel == nh && r.x3 == want3);
     /* a genuine bomb: 64 MiB of zeros (~64 KB deflated), refused unread */
     const long long nb = (64ll << 20) / 4;
     hl = npy_header(hdr, "<f4", 3, nb);
@@ -267,7 +310,7 @@ static void test_declared_sizes(void) {
     CHECK(raw != NULL);
     if (!raw) return;
     memcpy(raw, hdr, hl);
-    comp = deflate_raw(raw, raw_n, &cn);
+    comp = deflate_raw(raw, raw_n, 9, &cn);
     uint32_t crc = (uint32_t)crc32(0, raw, (uInt)raw_n);
     free(raw);
     CHECK(comp != NULL);
@@ -322,7 +365,7 @@ static void test_formats(void) {
     unsigned char *raw = test_xmalloc(raw_n);
     memcpy(raw, buf, hl);
     noise(raw + hl, raw_n - hl);
-    unsigned char *comp = deflate_raw(raw, raw_n, &cn);
+    unsigned char *comp = deflate_raw(raw, raw_n, 1, &cn);
     CHECK(comp != NULL && cn > 4000);
     /* keep the first 3/4 of the stream, then end it with an empty final
      * stored block: a valid stream that ends before the data does */
@@ -340,7 +383,7 @@ static void test_formats(void) {
         size_t got = z.total_out;
         inflateEnd(&z);
         size_t cn2 = 0;
-        unsigned char *short_comp = deflate_raw(dec, got, &cn2);
+        unsigned char *short_comp = deflate_raw(dec, got, 1, &cn2);
         /* the CRC of what the stream holds: libzip finds no error, the
          * data just ends (its message was "No error") */
         if (short_comp)

@@ -27,6 +27,9 @@
  * ZipSecureFile uses the same 1:100 minimum inflate ratio). */
 #define NPZ_MAX_RATIO 100
 #define NPZ_SLACK ((zip_uint64_t)1 << 20)
+/* Deflated members above this size are decompressed once, unkept, before
+ * their array is allocated (read_member). */
+#define NPZ_PROBE_MIN ((size_t)16 << 20)
 
 typedef struct npy_header {
     char descr[16];
@@ -173,6 +176,17 @@ static bool zread(zip_file_t *zf, void *buf, size_t n) {
     return true;
 }
 
+/* Read and discard n bytes through a bounded scratch buffer. */
+static bool zskip(zip_file_t *zf, size_t n) {
+    unsigned char scratch[1 << 16];
+    while (n > 0) {
+        size_t k = n < sizeof scratch ? n : sizeof scratch;
+        if (!zread(zf, scratch, k)) return false;
+        n -= k;
+    }
+    return true;
+}
+
 static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const char *path,
                               size_t file_size, mxp_error *err) {
     zip_stat_t st;
@@ -296,14 +310,33 @@ static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const
                           bytes);
         goto done;
     }
-    if (!(data = mxp_calloc(bytes, 1))) {
+    char extra;
+    bool ok = true;
+    if (st.comp_method == ZIP_CM_DEFLATE && bytes > NPZ_PROBE_MIN) {
+        /* a large deflated member first proves that its stream holds the
+         * bytes it declares (and its CRC), decompressed through a bounded
+         * scratch buffer; only then is its array allocated, and the member
+         * read again into it: memory follows what the stream really holds */
+        ok = zskip(zf, bytes) && zip_fread(zf, &extra, 1) == 0;
+        unsigned char skip[12];
+        if (ok) {
+            zip_fclose(zf);
+            if (!(zf = zip_fopen_index(za, idx, 0)) || !zread(zf, skip, pre_len) ||
+                !zskip(zf, hl)) {
+                s = mxp_error_set(err, MXP_ERR_FORMAT,
+                                  "%s: array '%s': cannot reopen the member: %s", path, name,
+                                  zip_strerror(za));
+                goto done;
+            }
+        }
+    }
+    if (ok && !(data = mxp_calloc(bytes, 1))) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: array '%s' (%zu bytes)", path, name,
                           bytes);
         goto done;
     }
-    char extra;
     /* libzip checks the member's CRC-32 when the read reaches its end */
-    if (!zread(zf, data, bytes) || zip_fread(zf, &extra, 1) != 0) {
+    if (!ok || !zread(zf, data, bytes) || zip_fread(zf, &extra, 1) != 0) {
         /* a stream that ends early is no libzip error ("No error") */
         bool none = zip_error_code_zip(zip_file_get_error(zf)) == ZIP_ER_OK;
         s = mxp_error_set(err, MXP_ERR_FORMAT,
@@ -315,7 +348,7 @@ static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const
     s = ds_add_owned(d, name, dt, h.ndim, h.shape, data, err);
     data = NULL; /* owned by d or freed */
 done:
-    zip_fclose(zf);
+    if (zf) zip_fclose(zf);
     mxp_free(hdr);
     mxp_free(data);
     return s;
