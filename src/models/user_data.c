@@ -163,12 +163,16 @@ mxp_status ud_meta_parse(const char *text, const char *label, ud_meta *out, mxp_
     bool ok = json_is_object(o);
     const char *key;
     json_t *val;
-    if (ok)
-        json_object_foreach(o, key, val) if (ok && !known_key(key)) {
-            ok = false;
-            why = "it has a key other than kind, in_dim, out_dim, state_dim, action_dim, "
-                  "x_mean, x_std, y_mean, y_std";
+    if (ok) {
+        json_object_foreach(o, key, val) {
+            if (!known_key(key)) {
+                ok = false;
+                why = "it has a key other than kind, in_dim, out_dim, state_dim, action_dim, "
+                      "x_mean, x_std, y_mean, y_std";
+                break;
+            }
         }
+    }
     const char *kind = ok ? json_string_value(json_object_get(o, "kind")) : NULL;
     int k = 0;
     for (; kind && k < MXP_DATASET_KIND_COUNT; k++)
@@ -185,8 +189,9 @@ mxp_status ud_meta_parse(const char *text, const char *label, ud_meta *out, mxp_
         out->action_dim = get_int(o, "action_dim");
         ok = out->in_dim >= 1 && out->out_dim >= 1 && out->in_dim <= INT32_MAX &&
              out->out_dim <= INT32_MAX;
-        if (out->kind == MXP_DATASET_WORLD_MODEL)
+        if (out->kind == MXP_DATASET_WORLD_MODEL) /* bounded before they are added */
             ok = ok && out->state_dim >= 1 && out->action_dim >= 1 &&
+                 out->state_dim <= INT32_MAX && out->action_dim <= INT32_MAX &&
                  out->in_dim == out->state_dim + out->action_dim &&
                  out->out_dim == out->state_dim + 1;
         else /* the supervised kinds record no statistics */

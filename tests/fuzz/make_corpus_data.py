@@ -60,6 +60,9 @@ metas = [
      "y_std": [1.0, 2.0, 3.0]},
     {"kind": "classifier", "in_dim": 3, "out_dim": 4, "state_dim": 0, "action_dim": 0},
     {"kind": "regressor", "in_dim": 3, "out_dim": 2, "state_dim": 0, "action_dim": 0},
+    # widths whose sum overflows int64 (refused before they are added)
+    {"kind": "world_model", "in_dim": 5, "out_dim": 4, "state_dim": 2 ** 63 - 1,
+     "action_dim": 2},
 ]
 for i, m in enumerate(metas):
     with open(os.path.join(out, "meta%d.json" % i), "w") as f:
