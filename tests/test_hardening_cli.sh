@@ -97,6 +97,8 @@ run_m 120 "$bin" train data.path=reg2.npz model.workload=regressor training.epoc
 rm reg2.npz && mkfifo reg2.npz
 run_m 20 "$bin" eval run2
 expect 2 "2: eval of a run whose data.path is now a FIFO" "is a FIFO"
+run_m 20 "$bin" train --resume run2 training.epochs=2
+expect 2 "2: --resume of a run whose data.path is now a FIFO" "is a FIFO"
 
 # ---- 4: verify accepts a world model on user data -----------------------------
 run_m 60 "$bin" ckpt verify wmrun
@@ -135,7 +137,9 @@ expect 2 "6: predict --output a link to /dev/null" "not a regular file"
 run_m 20 "$bin" predict run --input in.npz --output fifo
 expect 2 "6: predict --output FIFO" "not a regular file"
 run_m 20 "$bin" ckpt export run --torch -o fifo
-expect 2 "6: export -o FIFO" "not a regular file"
+expect 2 "6: export --torch -o FIFO" "not a regular file"
+run_m 20 "$bin" ckpt export "$rck" --dtype bf16 -o nul.st
+expect 2 "6: ckpt export -o a link to /dev/null" "not a regular file"
 [ -p fifo ] || fail "6: the FIFO was replaced"
 
 # ---- 7: memory follows the file, not what it declares -------------------------

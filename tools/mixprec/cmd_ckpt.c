@@ -472,7 +472,9 @@ static int ckpt_export(int argc, char **argv) {
     mxp_st_file_destroy(f);
     if (s != MXP_OK) {
         cli_error("%s", err.msg);
-        return write_failed ? CLI_EXIT_IO : CLI_EXIT_FAIL;
+        /* an -o that names a device or FIFO is a usage error, never replaced */
+        return write_failed ? (s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO)
+                            : CLI_EXIT_FAIL;
     }
     printf("wrote %s: model weights of step %lld as %s\n", out, (long long)info.step,
            mxp_dtype_info(dt)->st_name);
