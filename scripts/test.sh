@@ -20,7 +20,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-echo "== fuzz the checkpoint loader (libFuzzer + ASan/UBSan, 60 s)"
+echo "== fuzz the checkpoint loader and the predictor's reading of it (libFuzzer + ASan/UBSan, 60 s)"
 tests/fuzz/run_fuzz.sh 60 build ckpt
 echo "== fuzz the user-data readers, providers and workload_meta (libFuzzer + ASan/UBSan, 20 s)"
 tests/fuzz/run_fuzz.sh 20 build data

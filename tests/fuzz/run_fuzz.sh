@@ -4,7 +4,9 @@
 # test is compiled in and instrumented, the rest of mixprec comes from
 # LIBDIR/libmixprec.so) and run it for SECONDS (60) on a copy of its
 # committed seed corpus. Targets (default: both):
-#   ckpt  the checkpoint loader (fuzz_ckpt.c, src/ckpt, seeds corpus/)
+#   ckpt  the checkpoint loader and the predictor's reading of user-data
+#         checkpoints (fuzz_ckpt.c, src/ckpt and src/models/predictor.c,
+#         user_data.c, seeds corpus/)
 #   data  the user-data readers, checks and providers, and workload_meta
 #         (fuzz_data.c, src/data/dataset*.c and src/models/user_data.c,
 #         seeds corpus_data/)
@@ -20,7 +22,8 @@ targets=${*:-ckpt data}
 [ -f "$libdir/libmixprec.so" ] || { echo "run_fuzz: no $libdir/libmixprec.so (build first)" >&2; exit 2; }
 for t in $targets; do
   case $t in
-    ckpt) srcs=(src/ckpt/*.c); libs=(-ljansson); seeds=tests/fuzz/corpus ;;
+    ckpt) srcs=(src/ckpt/*.c src/models/predictor.c src/models/user_data.c); libs=(-ljansson)
+          seeds=tests/fuzz/corpus ;;
     data) srcs=(src/data/dataset*.c src/models/user_data.c); libs=(-lzip -ljansson)
           seeds=tests/fuzz/corpus_data ;;
     *) echo "run_fuzz: unknown target '$t'; accepted: ckpt, data" >&2; exit 2 ;;
