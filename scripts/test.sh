@@ -2,7 +2,8 @@
 # The whole mixprec test suite, from a fresh Debian 12 machine:
 #  1. install build dependencies (apt, only what is missing);
 #  2. warnings-as-errors Release build + every CTest program;
-#  2b. a bounded (60 s) libFuzzer run on the checkpoint loader;
+#  2b. bounded libFuzzer runs: the checkpoint loader (60 s), the user-data
+#      readers, providers and workload_meta (20 s);
 #  2c. a MIXPREC_CUDA=OFF build (library, CLI, CUDA tests): no CUDA symbol,
 #      `ctest -L gpu` skips (docs/gpu.md; step 2 is the AUTO build);
 #  2d. when nvcc exists: the device kit (scripts/gpu-kit.sh) and its dry
@@ -21,8 +22,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-echo "== fuzz the checkpoint loader (libFuzzer + ASan/UBSan, 60 s)"
-tests/fuzz/run_fuzz.sh 60 build
+echo "== fuzz the checkpoint loader and the predictor's reading of it (libFuzzer + ASan/UBSan, 60 s)"
+tests/fuzz/run_fuzz.sh 60 build ckpt
+echo "== fuzz the user-data readers, providers and workload_meta (libFuzzer + ASan/UBSan, 20 s)"
+tests/fuzz/run_fuzz.sh 20 build data
 
 echo "== CUDA OFF build: no CUDA symbols, gpu tests skip"
 cmake -S . -B build-nocuda -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON -DMIXPREC_CUDA=OFF >/dev/null

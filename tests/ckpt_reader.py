@@ -14,9 +14,10 @@ usage:
                                             output; every tensor must agree exactly
   ckpt_reader.py --check-export SRC OUT     OUT (from `mixprec ckpt export`) must hold
                                             SRC's weights rounded to OUT's dtype
-  ckpt_reader.py --edit SRC DST [KEY=VALUE | TENSOR[I]=X ...]
+  ckpt_reader.py --edit SRC DST [KEY=VALUE | TENSOR[I]=X | -KEY ...]
                                             write DST: SRC with metadata values
-                                            replaced and F32 elements set, every
+                                            replaced (-KEY: removed) and F32
+                                            elements set, every
                                             checksum recomputed (a crafted file
                                             that passes the integrity checks)
   ckpt_reader.py --selftest                 CRC32C and dtype-decoding vectors
@@ -286,12 +287,15 @@ def _canon_crc(meta, tensors, order):
 
 
 def edit(src, dst, edits):
-    """Rewrite src into dst with metadata values replaced (KEY=VALUE) and
-    F32 tensor elements set (NAME[I]=X), checksums recomputed."""
+    """Rewrite src into dst with metadata values replaced (KEY=VALUE) or
+    removed (-KEY) and F32 tensor elements set (NAME[I]=X), checksums
+    recomputed."""
     meta, tensors, order = read(src)
     for e in edits:
         key, _, value = e.partition("=")
-        if key.endswith("]") and "[" in key:
+        if key.startswith("-") and not value:
+            del meta[key[1:]]
+        elif key.endswith("]") and "[" in key:
             name, _, idx = key[:-1].rpartition("[")
             t = tensors[name]
             if t["dtype"] != "F32":

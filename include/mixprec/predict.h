@@ -28,11 +28,21 @@ MXP_API mxp_status mxp_predictor_load(const char *path, int precision, mxp_predi
                                       mxp_error *err);
 MXP_API void mxp_predictor_destroy(mxp_predictor *p);
 
+/* The model a checkpoint of a user-data run describes (its config and
+ * "workload_meta", checked: kind, widths, the world model's statistics as
+ * training computes them), sized for max_batch rows and checked against
+ * the number of weights the file holds, so nothing is allocated from a
+ * width the file cannot back. MXP_ERR_UNSUPPORTED: f is not of a
+ * user-data run (built-in data, GPT); MXP_ERR_FORMAT: malformed metadata
+ * or a model the weights do not match. `mixprec ckpt verify` uses it. */
+MXP_API mxp_status mxp_predictor_file_spec(const mxp_st_file *f, int64_t max_batch,
+                                           mxp_model_spec *out, mxp_error *err);
+
 MXP_API mxp_dataset_kind mxp_predictor_kind(const mxp_predictor *p);
-MXP_API int mxp_predictor_precision(const mxp_predictor *p);       /* mxp_precision computed in */
+MXP_API int mxp_predictor_precision(const mxp_predictor *p);         /* mxp_precision computed in */
 /* The mode (mxp_precision) the checkpoint was saved in. */
 MXP_API int mxp_predictor_saved_precision(const mxp_predictor *p);
-MXP_API const char *mxp_predictor_checkpoint(const mxp_predictor *p);   /* the checkpoint file */
+MXP_API const char *mxp_predictor_checkpoint(const mxp_predictor *p); /* the checkpoint file */
 MXP_API const mxp_config *mxp_predictor_config(const mxp_predictor *p); /* the run's config */
 MXP_API mxp_model *mxp_predictor_model(mxp_predictor *p);
 

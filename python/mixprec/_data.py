@@ -31,6 +31,10 @@ class Dataset(_lib.Handle):
         _lib.check(L.mxp_dataset_create(ctypes.byref(self.ptr), ctypes.byref(err)), err)
         try:
             for name, value in arrays.items():
+                # the C name ends at a NUL byte: 'x\0junk' would be taken as 'x'
+                if not isinstance(name, str) or not name or "\0" in name:
+                    raise _lib.Error("data: array name %r; accepted: a non-empty str without "
+                                     "NUL bytes (x, y, obs, ...)" % (name,), "invalid_arg")
                 a = np.asarray(value)
                 if a.dtype.kind in "ui" and a.dtype not in _DTYPES:
                     a = a.astype(np.int64)
@@ -42,7 +46,7 @@ class Dataset(_lib.Handle):
                                      "invalid_arg")
                 a = np.ascontiguousarray(a)
                 shape = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
-                _lib.check(L.mxp_dataset_add(self.ptr, str(name).encode(), _DTYPES[a.dtype],
+                _lib.check(L.mxp_dataset_add(self.ptr, name.encode(), _DTYPES[a.dtype],
                                              a.ndim, shape, a.ctypes.data, ctypes.byref(err)),
                            err)
         except BaseException:

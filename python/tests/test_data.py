@@ -257,6 +257,14 @@ class DataTest(TmpDirCase):
             run.predict(x[:, :3])
         self.assertIn("[B, 6]", str(cm.exception))
 
+    def test_array_name_with_nul_is_refused(self):
+        # issue 30 item 8: 'x\0junk' was taken as 'x' (the C string ends at NUL)
+        x, y = regression_data()
+        for bad in ("x\0junk", "", 3):
+            with self.assertRaises(mixprec.Error) as cm:
+                mixprec.Run(self.cfg("regressor", "nul"), data={bad: x, "y": y}, model=LAYERS)
+            self.assertIn("NUL", str(cm.exception))
+
 
 if __name__ == "__main__":
     unittest.main()

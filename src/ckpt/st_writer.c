@@ -320,6 +320,15 @@ mxp_status mxp_st_writer_write(mxp_st_writer *w, const char *path, mxp_error *er
     if (plen + 64 >= MXP_CKPT_PATH_MAX)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%.200s...: path longer than %d bytes", path,
                              MXP_CKPT_PATH_MAX - 64);
+    /* the rename below replaces whatever path names: only a regular file
+     * (or nothing) may be replaced, never a device node, FIFO or directory */
+    struct stat pst;
+    if (stat(path, &pst) == 0 && !S_ISREG(pst.st_mode))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "%.200s exists and is not a regular file (a device, FIFO, socket "
+                             "or directory, or a link to one); accepted: a new path or a "
+                             "regular file to replace",
+                             path);
     char dir[MXP_CKPT_PATH_MAX], base[MXP_CKPT_PATH_MAX], tmp[MXP_CKPT_PATH_MAX + 64];
     memcpy(dir, path, plen + 1);
     memcpy(base, path, plen + 1);

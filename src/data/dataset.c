@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DS_MAX_ARRAYS 64
 
@@ -251,39 +252,31 @@ static int cmp_array_name(const void *a, const void *b) {
 mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err) {
     if (!path || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_dataset_read: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return mxp_error_set(err, MXP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* fstat before any blocking read: a FIFO or device is refused, not waited on */
+    int fd = -1;
+    mxp_status s = mxp_open_regular(path, 0, "data file", &fd, err);
+    if (s != MXP_OK) return s;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return mxp_error_set(err, MXP_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
+    size_t size = fstat(fd, &st) == 0 ? (size_t)st.st_size : 0;
     unsigned char magic[8] = {0};
-    size_t got = fread(magic, 1, sizeof magic, f);
-    bool zip = got >= 4 && memcmp(magic, "PK\3\4", 4) == 0;
+    ssize_t got = pread(fd, magic, sizeof magic, 0);
+    /* a zip's local file header, or the end record alone (an empty archive) */
+    bool zip = got >= 4 && (memcmp(magic, "PK\3\4", 4) == 0 || memcmp(magic, "PK\5\6", 4) == 0);
     bool h5 = got == 8 && memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0; /* HDF5 superblock */
     mxp_dataset *d = NULL;
-    mxp_status s = mxp_dataset_create(&d, err);
+    s = mxp_dataset_create(&d, err);
     if (s == MXP_OK) s = ds_set_label(d, path, err);
-    unsigned char *buf = NULL;
     if (s == MXP_OK && zip) {
-        fclose(f);
-        f = NULL;
-        s = ds_read_npz(d, path, err);
+        s = ds_read_npz(d, path, fd, size, err);
+        fd = -1; /* closed by the reader */
     } else if (s == MXP_OK && h5) {
-        fclose(f);
-        f = NULL;
+        close(fd); /* libhdf5 opens the path itself (checked regular above) */
+        fd = -1;
         s = ds_read_h5(d, path, err);
     } else if (s == MXP_OK) {
-        if (!(buf = mxp_calloc(size ? size : 1, 1)))
-            s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %zu bytes", path, size);
-        else if (fseek(f, 0, SEEK_SET) != 0 || fread(buf, 1, size, f) != size)
-            s = mxp_error_set(err, MXP_ERR_IO, "%s: cannot read %zu bytes", path, size);
-        if (s == MXP_OK) s = ds_read_safetensors(d, path, buf, size, err);
+        s = ds_read_safetensors_fd(d, path, fd, size, err);
     }
-    if (f) fclose(f);
-    mxp_free(buf);
+    if (fd >= 0) close(fd);
     if (s == MXP_OK && d->n == 0)
         s = mxp_error_set(err, MXP_ERR_FORMAT, "%s: the file holds no array", path);
     if (s != MXP_OK) {

@@ -200,6 +200,16 @@ static mxp_status check_supervised(const mxp_dataset *d, bool classifier, mxp_da
                 if (c > maxc) maxc = c;
             }
         out_dim = maxc + 1;
+        /* the largest label sizes the model's output layer: a file of a few
+         * rows must not declare a million classes it cannot hold examples of */
+        int64_t rows = y->numel + (yv ? yv->numel : 0);
+        if (out_dim > rows && out_dim > 2)
+            return mxp_error_set(err, MXP_ERR_FORMAT,
+                                 "%s: the largest label, %lld, means %lld classes, more than the "
+                                 "%lld labelled rows; accepted: labels 0..C-1 with C <= rows "
+                                 "(renumber the classes consecutively)",
+                                 mxp_dataset_label(d), (long long)maxc, (long long)out_dim,
+                                 (long long)rows);
         if (out_dim < 2)
             return mxp_error_set(err, MXP_ERR_FORMAT,
                                  "%s: every label is 0; accepted: at least 2 classes",

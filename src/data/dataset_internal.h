@@ -24,8 +24,13 @@ const char *ds_shape_str(const mxp_array *a, char *buf, size_t n);
  * actions, rewards, optional lengths): every array checked, *o filled. */
 mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err);
 
-/* The readers: fill d (labelled with path) from the file's bytes. */
-mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err);
+/* The readers: fill d (labelled with path) from the file's bytes.
+ * ds_read_npz takes ownership of fd (an open regular file, closed on
+ * return); ds_read_safetensors_fd reads only the bytes the header's
+ * entries reach from fd (size bytes, not closed). */
+mxp_status ds_read_npz(mxp_dataset *d, const char *path, int fd, size_t size, mxp_error *err);
+mxp_status ds_read_safetensors_fd(mxp_dataset *d, const char *path, int fd, size_t size,
+                                  mxp_error *err);
 /* HDF5 (D4RL top-level datasets, or Minari episode groups as flat
  * transitions), through libhdf5. */
 mxp_status ds_read_h5(mxp_dataset *d, const char *path, mxp_error *err);

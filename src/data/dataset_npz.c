@@ -17,9 +17,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zip.h>
 
 #define NPY_HEADER_MAX 65536 /* numpy itself refuses larger headers by default */
+/* A deflated member may expand at most NPZ_MAX_RATIO times its compressed
+ * size, plus NPZ_SLACK bytes (small constant arrays compress far better):
+ * memory follows the file's size, not the sizes it declares (Apache POI's
+ * ZipSecureFile uses the same 1:100 minimum inflate ratio). */
+#define NPZ_MAX_RATIO 100
+#define NPZ_SLACK ((zip_uint64_t)1 << 20)
+/* Deflated members above this size are decompressed once, unkept, before
+ * their array is allocated (read_member). */
+#define NPZ_PROBE_MIN ((size_t)16 << 20)
 
 typedef struct npy_header {
     char descr[16];
@@ -54,7 +64,9 @@ static bool parse_str(cursor *c, char *buf, size_t n) {
     char q = *c->p++;
     size_t k = 0;
     while (c->p < c->end && *c->p != q) {
-        if (*c->p == '\\' || k + 1 >= n) return false;
+        /* no escapes, and no control bytes (numpy refuses a descr '<f4' + NUL too) */
+        if (*c->p == '\\' || (unsigned char)*c->p < 0x20 || *c->p == 0x7f || k + 1 >= n)
+            return false;
         buf[k++] = *c->p++;
     }
     if (c->p >= c->end) return false;
@@ -105,8 +117,8 @@ static bool parse_dict(const char *s, size_t n, npy_header *h, const char **why)
         if (!parse_str(&c, key, sizeof key) || !eat(&c, ':')) return false;
         if (strcmp(key, "descr") == 0) {
             if (!parse_str(&c, h->descr, sizeof h->descr)) {
-                *why = "'descr' is not a simple dtype string (structured dtypes are not "
-                       "supported)";
+                *why = "'descr' is not a simple dtype string such as '<f4' (no escapes "
+                       "or control bytes; structured dtypes are not supported)";
                 return false;
             }
         } else if (strcmp(key, "fortran_order") == 0) {
@@ -164,16 +176,49 @@ static bool zread(zip_file_t *zf, void *buf, size_t n) {
     return true;
 }
 
+/* Read and discard n bytes through a bounded scratch buffer. */
+static bool zskip(zip_file_t *zf, size_t n) {
+    unsigned char scratch[1 << 16];
+    while (n > 0) {
+        size_t k = n < sizeof scratch ? n : sizeof scratch;
+        if (!zread(zf, scratch, k)) return false;
+        n -= k;
+    }
+    return true;
+}
+
 static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const char *path,
-                              mxp_error *err) {
+                              size_t file_size, mxp_error *err) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(za, idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
-        !(st.valid & ZIP_STAT_SIZE))
+        !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_COMP_SIZE) ||
+        !(st.valid & ZIP_STAT_COMP_METHOD))
         return mxp_error_set(err, MXP_ERR_FORMAT, "%s: cannot read zip member %llu: %s", path,
                              (unsigned long long)idx, zip_strerror(za));
     const char *mname = st.name;
     size_t mlen = strlen(mname);
+    /* the sizes the archive declares, against the file, before any is used */
+    if (st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: member '%.100s' uses zip compression method %u; accepted: "
+                             "stored or deflate (as numpy.savez / savez_compressed write)",
+                             path, mname, (unsigned)st.comp_method);
+    if (st.comp_size > file_size ||
+        (st.comp_method == ZIP_CM_STORE && st.size != st.comp_size))
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: member '%.100s' declares %llu bytes (%llu stored) in a file of "
+                             "%zu bytes: truncated or corrupted",
+                             path, mname, (unsigned long long)st.size,
+                             (unsigned long long)st.comp_size, file_size);
+    if (st.comp_method == ZIP_CM_DEFLATE && st.size > NPZ_SLACK &&
+        st.size - NPZ_SLACK > st.comp_size * NPZ_MAX_RATIO)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: member '%.100s' declares %llu bytes from %llu compressed (more "
+                             "than %d:1); accepted: at most %d:1 beyond the first 1 MiB (a "
+                             "zip-bomb guard; numpy.savez writes the arrays uncompressed)",
+                             path, mname, (unsigned long long)st.size,
+                             (unsigned long long)st.comp_size, NPZ_MAX_RATIO, NPZ_MAX_RATIO);
     if (mlen < 5 || strcmp(mname + mlen - 4, ".npy") != 0)
         return mxp_error_set(err, MXP_ERR_FORMAT,
                              "%s: member '%.100s' is not a .npy array (accepted: an .npz as "
@@ -265,31 +310,55 @@ static mxp_status read_member(mxp_dataset *d, zip_t *za, zip_uint64_t idx, const
                           bytes);
         goto done;
     }
-    if (!(data = mxp_calloc(bytes, 1))) {
+    char extra;
+    bool ok = true;
+    if (st.comp_method == ZIP_CM_DEFLATE && bytes > NPZ_PROBE_MIN) {
+        /* a large deflated member first proves that its stream holds the
+         * bytes it declares (and its CRC), decompressed through a bounded
+         * scratch buffer; only then is its array allocated, and the member
+         * read again into it: memory follows what the stream really holds */
+        ok = zskip(zf, bytes) && zip_fread(zf, &extra, 1) == 0;
+        unsigned char skip[12];
+        if (ok) {
+            zip_fclose(zf);
+            if (!(zf = zip_fopen_index(za, idx, 0)) || !zread(zf, skip, pre_len) ||
+                !zskip(zf, hl)) {
+                s = mxp_error_set(err, MXP_ERR_FORMAT,
+                                  "%s: array '%s': cannot reopen the member: %s", path, name,
+                                  zip_strerror(za));
+                goto done;
+            }
+        }
+    }
+    if (ok && !(data = mxp_calloc(bytes, 1))) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: array '%s' (%zu bytes)", path, name,
                           bytes);
         goto done;
     }
-    char extra;
     /* libzip checks the member's CRC-32 when the read reaches its end */
-    if (!zread(zf, data, bytes) || zip_fread(zf, &extra, 1) != 0) {
+    if (!ok || !zread(zf, data, bytes) || zip_fread(zf, &extra, 1) != 0) {
+        /* a stream that ends early is no libzip error ("No error") */
+        bool none = zip_error_code_zip(zip_file_get_error(zf)) == ZIP_ER_OK;
         s = mxp_error_set(err, MXP_ERR_FORMAT,
                           "%s: array '%s': its data is truncated or corrupted (%s)", path, name,
-                          zip_file_strerror(zf));
+                          none ? "the compressed stream ends before the data does"
+                               : zip_file_strerror(zf));
         goto done;
     }
     s = ds_add_owned(d, name, dt, h.ndim, h.shape, data, err);
     data = NULL; /* owned by d or freed */
 done:
-    zip_fclose(zf);
+    if (zf) zip_fclose(zf);
     mxp_free(hdr);
     mxp_free(data);
     return s;
 }
 
-mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err) {
+mxp_status ds_read_npz(mxp_dataset *d, const char *path, int fd, size_t size, mxp_error *err) {
     int zerr = 0;
-    zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    /* the descriptor already checked to be a regular file (no reopen by name) */
+    zip_t *za = zip_fdopen(fd, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    if (!za) close(fd); /* zip_fdopen closes it on success only */
     if (!za) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
@@ -303,7 +372,7 @@ mxp_status ds_read_npz(mxp_dataset *d, const char *path, mxp_error *err) {
     mxp_status s = MXP_OK;
     zip_int64_t n = zip_get_num_entries(za, 0);
     for (zip_int64_t i = 0; s == MXP_OK && i < n; i++)
-        s = read_member(d, za, (zip_uint64_t)i, path, err);
+        s = read_member(d, za, (zip_uint64_t)i, path, size, err);
     zip_discard(za);
     return s;
 }

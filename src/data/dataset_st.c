@@ -10,13 +10,19 @@
  *   {dtype, shape, data_offsets}; dtype F32|F64|I32|I64|BOOL; shape at most 8
  *   dims; end - begin == numel * element size; end <= data bytes
  *   ("truncated" otherwise); no two tensors overlap.
+ * From a file (ds_read_safetensors_fd), the 8-byte length is checked
+ * before anything else is read, then the header, and only the bytes its
+ * entries reach are read: a sparse 1 GiB file with a bad or small header
+ * costs no more memory than its header and tensors.
  * Reference: github.com/huggingface/safetensors (README "Format").
  */
 #include "data/dataset_internal.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ST_HEADER_MAX (100u << 20)
 
@@ -156,5 +162,77 @@ mxp_status ds_read_safetensors(mxp_dataset *d, const char *L, const unsigned cha
     }
     mxp_free(spans);
     json_decref(root);
+    return s;
+}
+
+/* Read exactly n bytes at off; false on a short read or an error. */
+static bool pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got > (1u << 30) ? (1u << 30) : n - got,
+                          (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* The largest data_offsets end among the header's entries (0 when none is
+ * well formed: the full parse then names what is wrong). */
+static uint64_t header_extent(const unsigned char *hdr, size_t hl) {
+    json_t *root = json_loadb((const char *)hdr, hl, JSON_REJECT_DUPLICATES, NULL);
+    uint64_t end = 0;
+    const char *key;
+    json_t *v;
+    if (json_is_object(root))
+        json_object_foreach(root, key, v) {
+            uint64_t e;
+            json_t *jo = json_is_object(v) ? json_object_get(v, "data_offsets") : NULL;
+            if (json_is_array(jo) && json_array_size(jo) == 2 &&
+                json_u64(json_array_get(jo, 1), &e) && e > end)
+                end = e;
+        }
+    if (root) json_decref(root);
+    return end;
+}
+
+mxp_status ds_read_safetensors_fd(mxp_dataset *d, const char *L, int fd, size_t size,
+                                  mxp_error *err) {
+    unsigned char head[8] = {0};
+    if (size < 8) return ds_read_safetensors(d, L, head, size, err); /* names the size */
+    if (!pread_all(fd, head, 8, 0))
+        return mxp_error_set(err, MXP_ERR_IO, "%s: cannot read its first 8 bytes", L);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | head[i];
+    if (hl > ST_HEADER_MAX || hl > size - 8)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: header length %llu runs past the file (%zu bytes) or exceeds "
+                             "100 MB: truncated, or neither safetensors nor .npz",
+                             L, (unsigned long long)hl, size);
+    /* the header, then as much of the data as its entries reach */
+    unsigned char *buf = mxp_calloc((size_t)hl + 8, 1);
+    if (!buf) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: header of %llu bytes", L,
+                                   (unsigned long long)hl);
+    if (!pread_all(fd, buf, (size_t)hl + 8, 0)) {
+        mxp_free(buf);
+        return mxp_error_set(err, MXP_ERR_IO, "%s: cannot read its %llu-byte header", L,
+                             (unsigned long long)hl);
+    }
+    uint64_t extent = header_extent(buf + 8, (size_t)hl);
+    size_t want = extent < size - 8 - hl ? (size_t)(8 + hl + extent) : size;
+    if (want > hl + 8) {
+        unsigned char *all = mxp_calloc(want, 1);
+        bool ok = all && pread_all(fd, all, want, 0);
+        mxp_free(buf);
+        buf = all;
+        if (!ok) {
+            mxp_free(all);
+            return all ? mxp_error_set(err, MXP_ERR_IO, "%s: cannot read %zu bytes", L, want)
+                       : mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %zu bytes", L, want);
+        }
+    }
+    mxp_status s = ds_read_safetensors(d, L, buf, want, err);
+    mxp_free(buf);
     return s;
 }

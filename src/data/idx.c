@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define IDX_CHUNK ((size_t)1 << 20)
@@ -205,11 +206,17 @@ mxp_status mxp_idx_read(const char *path, mxp_idx *out, mxp_error *err) {
     if (!path || !*path)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "mxp_idx_read: path is empty; accepted: an IDX file path");
+    /* fstat before the first read: a FIFO is refused, not waited on */
+    int fd = -1;
+    mxp_status os = mxp_open_regular(path, 0, "IDX file", &fd, err);
+    if (os != MXP_OK) return os;
     errno = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f)
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
         return mxp_error_set(err, MXP_ERR_IO, "cannot open IDX file '%s': %s", path,
                              errno ? strerror(errno) : "out of memory");
+    }
     mxp_idx x;
     memset(&x, 0, sizeof x);
     mxp_status s = read_header(f, path, &x, err);

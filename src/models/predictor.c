@@ -39,20 +39,52 @@ void mxp_predictor_destroy(mxp_predictor *p) {
     mxp_free(p);
 }
 
-/* The checkpoint's config and metadata into p. */
-static mxp_status read_header(mxp_predictor *p, mxp_error *err) {
-    mxp_st_file *f = NULL;
+/* What checkpoint f describes: its config (cfg), its user-data metadata
+ * (meta, checked) and the model spec (max_batch rows), checked against the
+ * weights the file holds before anything is sized from it (a 9 KB file
+ * claiming in_dim = 10^7 must not make us build that model).
+ * MXP_ERR_UNSUPPORTED when f is not of a user-data run. */
+static mxp_status describe(const mxp_st_file *f, int64_t max_batch, mxp_config *cfg,
+                           ud_meta *meta, mxp_model_spec *spec, mxp_error *err) {
+    const char *L = mxp_st_file_label(f);
+    memset(meta, 0, sizeof *meta);
     mxp_config_builder *b = NULL;
-    mxp_status s = mxp_st_file_read(p->path, &f, err);
-    if (s == MXP_OK) s = mxp_config_builder_create(&b, err);
+    mxp_status s = mxp_config_builder_create(&b, err);
     if (s == MXP_OK) s = mxp_ckpt_apply_config(f, b, err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, &p->cfg, err);
-    if (s == MXP_OK) s = ud_meta_parse(mxp_st_file_meta(f, "workload_meta"), p->path, &p->meta, err);
-    mxp_ckpt_info info;
-    if (s == MXP_OK && (s = mxp_ckpt_read_info(f, &info, err)) == MXP_OK)
-        p->saved_precision = (int)info.precision;
+    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
     mxp_config_builder_destroy(b);
-    mxp_st_file_destroy(f);
+    if (s != MXP_OK) return s;
+    const char *text = mxp_st_file_meta(f, "workload_meta");
+    mxp_dataset_kind kind;
+    if (!ud_kind_of(cfg->workload, &kind) || (!text && strcmp(cfg->wl.data_path, "none") == 0))
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "%s: not a checkpoint of a model trained on user data (data.path or "
+                             "in-memory arrays); accepted: a world_model, classifier or regressor "
+                             "run on user data",
+                             L);
+    if ((s = ud_meta_parse(text, L, meta, err)) != MXP_OK) return s;
+    if (meta->kind != kind)
+        s = mxp_error_set(err, MXP_ERR_FORMAT,
+                          "%s: metadata 'workload_meta' describes a %s, the config a %s", L,
+                          mxp_dataset_kind_name(meta->kind), mxp_dataset_kind_name(kind));
+    if (s == MXP_OK)
+        s = ud_model_spec(cfg, meta->in_dim, meta->out_dim,
+                          kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE, max_batch,
+                          spec, err);
+    if (s == MXP_OK) s = mxp_ckpt_check_spec(f, spec, err);
+    if (s != MXP_OK) ud_meta_free(meta);
+    return s;
+}
+
+mxp_status mxp_predictor_file_spec(const mxp_st_file *f, int64_t max_batch, mxp_model_spec *out,
+                                   mxp_error *err) {
+    if (!f || !out || max_batch < 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "mxp_predictor_file_spec: NULL argument or max_batch < 1");
+    mxp_config cfg;
+    ud_meta meta;
+    mxp_status s = describe(f, max_batch, &cfg, &meta, out, err);
+    ud_meta_free(&meta);
     return s;
 }
 
@@ -74,19 +106,24 @@ mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **o
     } else {
         snprintf(p->path, sizeof p->path, "%s", path);
     }
-    if (s == MXP_OK) s = read_header(p, err);
+    mxp_st_file *f = NULL;
     mxp_model_spec spec;
-    if (s == MXP_OK)
-        s = ud_model_spec(&p->cfg, p->meta.in_dim, p->meta.out_dim,
-                          p->meta.kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE,
-                          PRED_MAX_BATCH, &spec, err);
+    mxp_ckpt_info info;
+    if (s == MXP_OK) s = mxp_st_file_read(p->path, &f, err);
+    if (s == MXP_OK) {
+        s = describe(f, PRED_MAX_BATCH, &p->cfg, &p->meta, &spec, err);
+        if (s == MXP_ERR_UNSUPPORTED && err) err->status = s = MXP_ERR_FORMAT;
+    }
+    if (s == MXP_OK && (s = mxp_ckpt_read_info(f, &info, err)) == MXP_OK)
+        p->saved_precision = (int)info.precision;
     mxp_precision_policy pol;
     mxp_precision_policy_default(precision < 0 ? (mxp_precision)p->saved_precision
                                                : (mxp_precision)precision,
                                  &pol);
     if (s == MXP_OK) s = mxp_model_create(&spec, &pol, p->cfg.seed, &p->model, err);
     if (s == MXP_OK) s = mxp_trainer_create(p->model, &p->cfg.trainer, &p->trainer, err);
-    if (s == MXP_OK) s = mxp_ckpt_load(p->path, p->trainer, NULL, err);
+    if (s == MXP_OK) s = mxp_ckpt_load_file(f, p->trainer, NULL, err);
+    mxp_st_file_destroy(f);
     if (s != MXP_OK) {
         mxp_predictor_destroy(p);
         return s;
@@ -123,6 +160,12 @@ mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data, mxp
     if (s == MXP_OK) {
         s = wl.evaluate(wl.self, p->model, out, err);
         if (s == MXP_OK) snprintf(out->name, sizeof out->name, "%s", own ? "val" : "data");
+        if (s == MXP_OK && !isfinite(out->loss))
+            s = mxp_error_set(err, MXP_ERR_NONFINITE,
+                              "%s: the loss on %s is %g, not a finite number: the model's "
+                              "outputs overflow on this data",
+                              p->path, own ? "the held-out split" : mxp_dataset_label(data),
+                              out->loss);
         wl.destroy(wl.self);
     }
     mxp_dataset_destroy(own);
@@ -197,6 +240,16 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
             }
             rew[i] = y[i * K + S] * m->y_std[S] + m->y_mean[S];
         }
+    /* a prediction that overflowed float32 is an error, not an output */
+    const float *res = wm ? next : y;
+    const int64_t rn = wm ? N * S : N * K;
+    for (int64_t i = 0; s == MXP_OK && i < rn; i++)
+        if (!isfinite(res[i]) || (wm && i < N && !isfinite(rew[i])))
+            s = mxp_error_set(err, MXP_ERR_NONFINITE,
+                              "%s: the prediction for row %lld is not finite (%s overflows "
+                              "float32 on this input)",
+                              mxp_dataset_label(in), (long long)(i / (wm ? S : K)),
+                              wm ? "next_obs or reward" : "y");
     mxp_dataset *o = NULL;
     if (s == MXP_OK) s = mxp_dataset_create(&o, err);
     if (s == MXP_OK && wm) {

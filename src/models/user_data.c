@@ -21,6 +21,7 @@
 
 #include "data/transitions.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -105,58 +106,126 @@ static char *meta_to_json(const ud_meta *m) {
     return c;
 }
 
-static bool get_farr(json_t *o, const char *key, int64_t n, float **out) {
+/* The float array o[key] of n finite values into *out; NULL *why on success. */
+static bool get_farr(json_t *o, const char *key, int64_t n, float **out, const char **why) {
     json_t *a = json_object_get(o, key);
-    if (!json_is_array(a) || (int64_t)json_array_size(a) != n) return false;
+    if (!json_is_array(a) || (int64_t)json_array_size(a) != n) {
+        *why = "a statistic is missing or has the wrong length";
+        return false;
+    }
     float *v = mxp_calloc((size_t)n, sizeof *v);
-    if (!v) return false;
+    if (!v) {
+        *why = "out of memory";
+        return false;
+    }
     for (int64_t i = 0; i < n; i++) {
         json_t *x = json_array_get(a, (size_t)i);
-        if (!json_is_number(x) || !isfinite(json_number_value(x))) {
+        double d = json_is_number(x) ? json_number_value(x) : NAN;
+        if (!isfinite(d) || fabs(d) > FLT_MAX) {
             mxp_free(v);
+            *why = "a statistic is not a finite float32 number";
             return false;
         }
-        v[i] = (float)json_number_value(x);
+        v[i] = (float)d;
     }
     *out = v;
     return true;
 }
 
+/* Could training have computed mean and std [n] (col_stats) from float32
+ * data? std >= the 1e-6 floor; and a column that is not constant (std above
+ * the floor) cannot spread less than its values' rounding step allows:
+ * std >= |mean| 2^-24 (one float32 ulp, relative) / 2^16 (up to 2^32 rows). */
+static bool stats_plausible(const float *mean, const float *std, int64_t n) {
+    const float floor_std = (float)1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        if (!(std[i] >= floor_std)) return false;
+        if (std[i] > floor_std && (double)std[i] < fabs((double)mean[i]) * 0x1p-40) return false;
+    }
+    return true;
+}
+
+static bool known_key(const char *k) {
+    static const char *const keys[] = {"kind",   "in_dim", "out_dim", "state_dim", "action_dim",
+                                       "x_mean", "x_std",  "y_mean",  "y_std"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(k, keys[i]) == 0) return true;
+    return false;
+}
+
+static int64_t get_int(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
 mxp_status ud_meta_parse(const char *text, const char *label, ud_meta *out, mxp_error *err) {
     memset(out, 0, sizeof *out);
     json_error_t je;
-    json_t *o = text ? json_loads(text, 0, &je) : NULL;
+    json_t *o = text ? json_loads(text, JSON_REJECT_DUPLICATES, &je) : NULL;
+    const char *why = !text ? "it is missing" : "it is not a JSON object";
     bool ok = json_is_object(o);
+    const char *key;
+    json_t *val;
+    if (ok) {
+        json_object_foreach(o, key, val) {
+            if (!known_key(key)) {
+                ok = false;
+                why = "it has a key other than kind, in_dim, out_dim, state_dim, action_dim, "
+                      "x_mean, x_std, y_mean, y_std";
+                break;
+            }
+        }
+    }
     const char *kind = ok ? json_string_value(json_object_get(o, "kind")) : NULL;
-    ok = ok && kind;
     int k = 0;
-    for (; ok && k < MXP_DATASET_KIND_COUNT; k++)
+    for (; kind && k < MXP_DATASET_KIND_COUNT; k++)
         if (strcmp(kind, mxp_dataset_kind_name((mxp_dataset_kind)k)) == 0) break;
-    ok = ok && k < MXP_DATASET_KIND_COUNT;
+    if (ok && (!kind || k == MXP_DATASET_KIND_COUNT)) {
+        ok = false;
+        why = "'kind' is not world_model, classifier or regressor";
+    }
     if (ok) {
         out->kind = (mxp_dataset_kind)k;
-        out->in_dim = json_integer_value(json_object_get(o, "in_dim"));
-        out->out_dim = json_integer_value(json_object_get(o, "out_dim"));
-        out->state_dim = json_integer_value(json_object_get(o, "state_dim"));
-        out->action_dim = json_integer_value(json_object_get(o, "action_dim"));
+        out->in_dim = get_int(o, "in_dim");
+        out->out_dim = get_int(o, "out_dim");
+        out->state_dim = get_int(o, "state_dim");
+        out->action_dim = get_int(o, "action_dim");
         ok = out->in_dim >= 1 && out->out_dim >= 1 && out->in_dim <= INT32_MAX &&
              out->out_dim <= INT32_MAX;
+        if (out->kind == MXP_DATASET_WORLD_MODEL) /* bounded before they are added */
+            ok = ok && out->state_dim >= 1 && out->action_dim >= 1 &&
+                 out->state_dim <= INT32_MAX && out->action_dim <= INT32_MAX &&
+                 out->in_dim == out->state_dim + out->action_dim &&
+                 out->out_dim == out->state_dim + 1;
+        else /* the supervised kinds record no statistics */
+            ok = ok && out->state_dim == 0 && out->action_dim == 0 &&
+                 !json_object_get(o, "x_mean") && !json_object_get(o, "x_std") &&
+                 !json_object_get(o, "y_mean") && !json_object_get(o, "y_std");
+        if (out->kind == MXP_DATASET_CLASSIFIER) ok = ok && out->out_dim >= 2;
+        if (!ok)
+            why = "the widths in_dim, out_dim, state_dim, action_dim do not fit the kind (world "
+                  "model: in = S + A, out = S + 1; others: S = A = 0 and no statistics)";
     }
-    if (ok && out->kind == MXP_DATASET_WORLD_MODEL)
-        ok = out->state_dim >= 1 && out->action_dim >= 1 &&
-             out->in_dim == out->state_dim + out->action_dim &&
-             out->out_dim == out->state_dim + 1 && get_farr(o, "x_mean", out->in_dim, &out->x_mean) &&
-             get_farr(o, "x_std", out->in_dim, &out->x_std) &&
-             get_farr(o, "y_mean", out->out_dim, &out->y_mean) &&
-             get_farr(o, "y_std", out->out_dim, &out->y_std);
+    if (ok && out->kind == MXP_DATASET_WORLD_MODEL) {
+        ok = get_farr(o, "x_mean", out->in_dim, &out->x_mean, &why) &&
+             get_farr(o, "x_std", out->in_dim, &out->x_std, &why) &&
+             get_farr(o, "y_mean", out->out_dim, &out->y_mean, &why) &&
+             get_farr(o, "y_std", out->out_dim, &out->y_std, &why);
+        if (ok && !(stats_plausible(out->x_mean, out->x_std, out->in_dim) &&
+                    stats_plausible(out->y_mean, out->y_std, out->out_dim))) {
+            ok = false;
+            why = "a standardisation statistic is not one training computes (std >= 1e-6, "
+                  "and a non-constant column's std >= |mean| * 2^-40)";
+        }
+    }
     if (o) json_decref(o);
     if (!ok) {
         ud_meta_free(out);
         return mxp_error_set(err, MXP_ERR_FORMAT,
-                             "%s: metadata 'workload_meta' is missing or malformed (a checkpoint "
-                             "of a user-data run records kind, widths and, for the world model, "
-                             "its standardisation statistics)",
-                             label);
+                             "%s: metadata 'workload_meta' is malformed: %s (a checkpoint of a "
+                             "user-data run records kind, widths and, for the world model, its "
+                             "standardisation statistics)",
+                             label, why);
     }
     return MXP_OK;
 }
@@ -222,6 +291,22 @@ static mxp_status build_world(ud *d, const mxp_dataset *ds, const wm_episodes *w
                              mxp_dataset_label(ds), (long long)w->transitions);
     wm_episode_rows(w, 0, e_tr, d->xtr, d->ytr);
     wm_episode_rows(w, e_tr, E, d->xva, d->yva);
+    if (fixed && !eval_all) {
+        /* the run's own data: its training split gives the statistics back
+         * bit for bit (17 digits), unless the file or the checkpoint changed */
+        col_stats(d->xtr, ntr, S + A, d->meta.x_mean, d->meta.x_std);
+        col_stats(d->ytr, ntr, S + 1, d->meta.y_mean, d->meta.y_std);
+        if (memcmp(d->meta.x_mean, fixed->x_mean, (size_t)(S + A) * sizeof(float)) != 0 ||
+            memcmp(d->meta.x_std, fixed->x_std, (size_t)(S + A) * sizeof(float)) != 0 ||
+            memcmp(d->meta.y_mean, fixed->y_mean, (size_t)(S + 1) * sizeof(float)) != 0 ||
+            memcmp(d->meta.y_std, fixed->y_std, (size_t)(S + 1) * sizeof(float)) != 0)
+            return mxp_error_set(err, MXP_ERR_FORMAT,
+                                 "%s: the training split's standardisation statistics differ "
+                                 "from those the checkpoint records: the file changed since "
+                                 "training, or the checkpoint was edited; accepted: the data "
+                                 "the run trained on (or eval --data FILE)",
+                                 mxp_dataset_label(ds));
+    }
     if (fixed) {
         memcpy(d->meta.x_mean, fixed->x_mean, (size_t)(S + A) * sizeof(float));
         memcpy(d->meta.x_std, fixed->x_std, (size_t)(S + A) * sizeof(float));
@@ -405,6 +490,30 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
         return mxp_error_set(err, MXP_ERR_FORMAT, "%s: the model is a %s, the data is for a %s",
                              mxp_dataset_label(ds), mxp_dataset_kind_name(fixed->kind),
                              mxp_dataset_kind_name(kind));
+    /* the data's widths against the model's, before anything is sized from
+     * either (a narrower y would be read past its end, a wider one misread) */
+    if (fixed) {
+        const bool cls = kind == MXP_DATASET_CLASSIFIER, wm = kind == MXP_DATASET_WORLD_MODEL;
+        int64_t din = wm ? lay.state_dim + lay.action_dim : lay.in_dim;
+        int64_t dout = wm ? lay.state_dim + 1 : lay.out_dim;
+        bool bad = wm ? lay.state_dim != fixed->state_dim || lay.action_dim != fixed->action_dim
+                      : din != fixed->in_dim || (cls ? dout > fixed->out_dim
+                                                     : dout != fixed->out_dim);
+        if (bad && wm)
+            return mxp_error_set(err, MXP_ERR_FORMAT,
+                                 "%s: the data has %lld state and %lld action columns; the model "
+                                 "was trained on %lld and %lld",
+                                 mxp_dataset_label(ds), (long long)lay.state_dim,
+                                 (long long)lay.action_dim, (long long)fixed->state_dim,
+                                 (long long)fixed->action_dim);
+        if (bad)
+            return mxp_error_set(err, MXP_ERR_FORMAT,
+                                 "%s: the data has %lld inputs and %lld %s; the model takes %lld "
+                                 "and gives %lld",
+                                 mxp_dataset_label(ds), (long long)din, (long long)dout,
+                                 cls ? "classes" : "targets", (long long)fixed->in_dim,
+                                 (long long)fixed->out_dim);
+    }
     ud *d = mxp_calloc(1, sizeof *d);
     if (!d) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data");
     d->cfg = *cfg;
@@ -417,20 +526,10 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
         wm_episodes_close(&w);
     } else {
         d->meta.in_dim = lay.in_dim;
+        /* a classifier's labels may use fewer classes than the model has */
         d->meta.out_dim = fixed ? fixed->out_dim : lay.out_dim;
         s = build_supervised(d, ds, &lay, eval_all, err);
     }
-    if (s == MXP_OK && fixed &&
-        (fixed->in_dim != d->meta.in_dim || fixed->out_dim != d->meta.out_dim ||
-         (kind == MXP_DATASET_CLASSIFIER && lay.out_dim > fixed->out_dim)))
-        s = mxp_error_set(err, MXP_ERR_FORMAT,
-                          "%s: the data has %lld inputs and %lld %s; the model takes %lld and "
-                          "gives %lld",
-                          mxp_dataset_label(ds), (long long)d->meta.in_dim,
-                          (long long)(kind == MXP_DATASET_CLASSIFIER ? lay.out_dim
-                                                                     : d->meta.out_dim),
-                          kind == MXP_DATASET_CLASSIFIER ? "classes" : "targets",
-                          (long long)fixed->in_dim, (long long)fixed->out_dim);
     if (s == MXP_OK && !eval_all && d->n_val < 1)
         s = mxp_error_set(err, MXP_ERR_CONFIG,
                           "%s: data.val_fraction=%g leaves no validation rows; accepted: a "

@@ -16,6 +16,7 @@
 #include "run/run_internal.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,41 @@ static mxp_status check_match(const mxp_run *r, const mxp_st_file *f, const char
                              "checkpoint '%s' is of workload %s; this run trains %s; accepted: "
                              "a checkpoint of model.workload=%s", path, wl, r->wl.name,
                              r->wl.name);
+    /* the widths the checkpoint's workload metadata records are the ones
+     * this run's model is built with (an edited out_dim is not ignored) */
+    const char *mine = r->wl.checkpoint_meta ? r->wl.checkpoint_meta(r->wl.self) : NULL;
+    if (mine) {
+        const char *theirs = mxp_st_file_meta(f, "workload_meta");
+        json_t *a = json_loads(mine, 0, NULL);
+        json_t *b = theirs ? json_loads(theirs, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        const char *key = NULL;
+        json_t *v;
+        char bad[160] = "";
+        /* the provider's integer fields (widths) must be the file's; a
+         * provider without any (the GPT's vocabulary) is checked by shapes */
+        bool widths = false;
+        json_object_foreach(a, key, v) widths = widths || json_is_integer(v);
+        if (widths && !json_is_object(b))
+            snprintf(bad, sizeof bad, "is %s", theirs ? "not a JSON object" : "missing");
+        else if (widths)
+            json_object_foreach(a, key, v) {
+                json_t *u = json_object_get(b, key);
+                if (json_is_integer(v) && !(json_is_integer(u) &&
+                                            json_integer_value(u) == json_integer_value(v))) {
+                    snprintf(bad, sizeof bad, "has %.60s = %lld, this run's model %lld", key,
+                             json_is_integer(u) ? (long long)json_integer_value(u) : -1LL,
+                             (long long)json_integer_value(v));
+                    break;
+                }
+            }
+        json_decref(a);
+        json_decref(b);
+        if (bad[0])
+            return mxp_error_set(err, MXP_ERR_CONFIG,
+                                 "checkpoint '%s': metadata 'workload_meta' %s; accepted: a "
+                                 "checkpoint of the same model and data widths",
+                                 path, bad);
+    }
     const char *sig = mxp_st_file_meta(f, "data_signature");
     if (sig && r->data_sig[0] && strcmp(sig, r->data_sig) != 0)
         return mxp_error_set(err, MXP_ERR_CONFIG,
@@ -216,6 +252,24 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     if (mid) snprintf(id, sizeof id, "%s", mid);
     mxp_st_file_destroy(f);
     if (s != MXP_OK) return s;
+    /* a train() call in progress continues at its global micro-batch (the
+     * position records all ranks' rows): refused here, before anything is
+     * trained or recorded, when this run's batch size and world size do not
+     * give it */
+    const mxp_data_position *ip = &info.pos;
+    if (ip->run_total > 0 && ip->run_step < ip->run_total &&
+        r->cfg.batch_size * r->dp_size != ip->batch_size)
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "checkpoint '%s' is at step %lld of %lld of a train() call with a "
+                             "micro-batch of %lld rows over all ranks; training.batch_size=%lld "
+                             "on %d rank(s) gives %lld; accepted: training.batch_size=%s%lld "
+                             "(or let the run finish that call first)",
+                             file, (long long)ip->run_step, (long long)ip->run_total,
+                             (long long)ip->batch_size, (long long)r->cfg.batch_size, r->dp_size,
+                             (long long)(r->cfg.batch_size * r->dp_size),
+                             ip->batch_size % r->dp_size ? "(not possible on this many ranks) "
+                                                         : "",
+                             (long long)(ip->batch_size / r->dp_size));
     r->pos = info.pos;
     r->resumed = true;
     /* a finished run is complete unless the config asks for more epochs,

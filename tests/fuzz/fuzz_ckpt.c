@@ -5,7 +5,9 @@
  * (mxp_ckpt_read_info), the checks against a model (mxp_ckpt_check) and,
  * when all pass, mxp_ckpt_load_file into a trainer of the seed corpus's
  * model (pendulum world model, hidden 4, depth 1, pure bf16 so loads
- * convert). Any crash, sanitizer report, leak or allocation above
+ * convert); and the predictor's reading of a user-data checkpoint
+ * (mxp_predictor_file_spec: stored config, workload_meta, the model it
+ * describes against the file's weights). Any crash, sanitizer report, leak or allocation above
  * -malloc_limit_mb is a finding. Built and run by tests/fuzz/run_fuzz.sh;
  * seeds in tests/fuzz/corpus (tests/fuzz/make_corpus.sh). */
 #include <mixprec/mixprec.h>
@@ -45,6 +47,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         mxp_ckpt_info info;
         (void)mxp_ckpt_read_info(f, &info, &err);
         (void)mxp_ckpt_check(f, NULL, &info, &err);
+        /* what eval, predict, export and verify read of a user-data run */
+        mxp_model_spec spec;
+        (void)mxp_predictor_file_spec(f, 1, &spec, &err);
         if (mxp_ckpt_check(f, g_model, &info, &err) == MXP_OK)
             (void)mxp_ckpt_load_file(f, g_trainer, &info, &err);
     }

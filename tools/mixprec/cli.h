@@ -111,8 +111,11 @@ int cmd_ckpt(int argc, char **argv);
  * verifies) into ckpt, and resolve the config from its stored config <
  * file < env < overrides (a run directory also sets output.dir): the
  * library's mxp_run_resume_config, then the CLI's sources. The run
- * (mixprec/run.h) then loads it and checks it against the config. */
-int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
-                      mxp_config *cfg);
+ * (mixprec/run.h) then loads it and checks it against the config. A
+ * train() call in progress continues at its global micro-batch: its
+ * training.batch_size defaults to that batch / world ranks (a two-rank run
+ * resumes in one process as it is), below the file, env and overrides. */
+int cli_resume_config(const cli_config_args *a, const char *resume, int world, char *ckpt,
+                      size_t n, mxp_config *cfg);
 
 #endif

@@ -77,19 +77,26 @@ static mxp_status model_of(const mxp_st_file *f, const mxp_ckpt_info *info, mxp_
         snprintf(why, why_n, "%s", err.msg);
         return s;
     }
-    if (cfg.workload != MXP_WORKLOAD_WORLD_MODEL) {
-        snprintf(why, why_n, "shapes not checked: workload is not the world model");
+    /* a run on user data: the model its workload_meta describes (checked,
+     * and sized from the file) */
+    mxp_model_spec spec;
+    s = mxp_predictor_file_spec(f, 1, &spec, &err);
+    if (s == MXP_ERR_UNSUPPORTED && cfg.workload != MXP_WORKLOAD_WORLD_MODEL) {
+        snprintf(why, why_n, "shapes not checked: neither a run on user data nor the built-in "
+                 "world model");
         return MXP_ERR_UNSUPPORTED;
     }
-    const mxp_env_info *env = mxp_env_info_get(cfg.data.env);
-    int64_t in = env->state_dim + env->action_dim, outd = env->state_dim + 1;
-    mxp_model_spec spec = mxp_model_spec_mlp(in, cfg.hidden, (int)cfg.depth, outd, cfg.activation,
-                                             cfg.layernorm, MXP_LOSS_MSE, 1);
+    if (s == MXP_ERR_UNSUPPORTED) { /* the built-in world model */
+        const mxp_env_info *env = mxp_env_info_get(cfg.data.env);
+        int64_t in = env->state_dim + env->action_dim, outd = env->state_dim + 1;
+        spec = mxp_model_spec_mlp(in, cfg.hidden, (int)cfg.depth, outd, cfg.activation,
+                                  cfg.layernorm, MXP_LOSS_MSE, 1);
+        /* sized from the file before anything is allocated (an 8 KB file must
+         * not make us build a 4096-wide model), and without gradients */
+        s = mxp_ckpt_check_spec(f, &spec, &err);
+    }
     mxp_precision_policy pol;
     mxp_precision_policy_default(info->precision, &pol);
-    /* sized from the file before anything is allocated (an 8 KB file must
-     * not make us build a 4096-wide model), and without gradients */
-    s = mxp_ckpt_check_spec(f, &spec, &err);
     if (s == MXP_OK) s = mxp_model_create_inference(&spec, &pol, 0, out, &err);
     if (s != MXP_OK) snprintf(why, why_n, "%s", err.msg);
     return s;
@@ -465,7 +472,9 @@ static int ckpt_export(int argc, char **argv) {
     mxp_st_file_destroy(f);
     if (s != MXP_OK) {
         cli_error("%s", err.msg);
-        return write_failed ? CLI_EXIT_IO : CLI_EXIT_FAIL;
+        /* an -o that names a device or FIFO is a usage error, never replaced */
+        return write_failed ? (s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO)
+                            : CLI_EXIT_FAIL;
     }
     printf("wrote %s: model weights of step %lld as %s\n", out, (long long)info.step,
            mxp_dtype_info(dt)->st_name);
@@ -617,12 +626,30 @@ int cmd_ckpt(int argc, char **argv) {
 
 /* ---- `mixprec train --resume`: the config of the checkpoint to continue -------- */
 
-int cli_resume_config(const cli_config_args *a, const char *resume, char *ckpt, size_t n,
-                      mxp_config *cfg) {
+/* The per-rank batch that continues f's train() call in progress on world
+ * ranks into buf; false when no call is in progress or it does not divide. */
+static bool resumed_batch(const char *file, int world, char *buf, size_t n) {
+    mxp_st_file *f = NULL;
+    mxp_ckpt_info info;
+    bool ok = mxp_st_file_read(file, &f, NULL) == MXP_OK &&
+              mxp_ckpt_read_info(f, &info, NULL) == MXP_OK && info.pos.run_total > 0 &&
+              info.pos.run_step < info.pos.run_total && world > 0 &&
+              info.pos.batch_size % world == 0;
+    if (ok) snprintf(buf, n, "training.batch_size=%lld", (long long)(info.pos.batch_size / world));
+    mxp_st_file_destroy(f);
+    return ok;
+}
+
+int cli_resume_config(const cli_config_args *a, const char *resume, int world, char *ckpt,
+                      size_t n, mxp_config *cfg) {
     mxp_error err = {0};
     mxp_config_builder *b = NULL;
+    char file[MXP_CKPT_PATH_MAX] = "", batch[64];
     mxp_status s = mxp_config_builder_create(&b, &err);
-    if (s == MXP_OK) s = mxp_run_resume_config(resume, b, ckpt, n, &err);
+    if (s == MXP_OK) s = mxp_run_resume_config(resume, b, file, sizeof file, &err);
+    if (s == MXP_OK && ckpt && n) snprintf(ckpt, n, "%s", file);
+    if (s == MXP_OK && resumed_batch(file, world, batch, sizeof batch))
+        s = mxp_config_apply_override(b, batch, &err);
     if (s == MXP_OK && a->config_path) s = mxp_config_apply_file(b, a->config_path, &err);
     if (s == MXP_OK) s = mxp_config_apply_env(b, NULL, &err);
     for (int i = 0; s == MXP_OK && i < a->n_overrides; i++)

@@ -2,6 +2,9 @@
  *   mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]
  *   mixprec predict CKPT_OR_RUN_DIR --input FILE --output FILE
  *   mixprec ckpt export CKPT_OR_RUN_DIR --torch -o FILE
+ * Exit codes: 0 ok; 2 input data that does not fit the model or an output
+ * path that is not a regular file; 1 a checkpoint that does not load or a
+ * model that fails on the data; 3 the output cannot be written.
  * All through the library's predictor (mixprec/predict.h); docs/data.md.
  */
 #include "cli.h"
@@ -10,10 +13,30 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int fail(const mxp_error *err, int code) {
     cli_error("%s", err->msg);
     return code;
+}
+
+/* The exit code of a failure on the user's data (docs/json.md "Exit codes"):
+ * input that does not fit (shape, dtype, width, values, a FIFO) is a usage
+ * error, 2, as for train's data.path; a model that fails on valid input
+ * (non-finite outputs, out of memory) is 1. */
+static int data_code(mxp_status s) {
+    return s == MXP_ERR_NONFINITE || s == MXP_ERR_OUT_OF_MEMORY ? CLI_EXIT_FAIL : CLI_EXIT_USAGE;
+}
+
+/* An output path must be new or a regular file (never a device node or
+ * FIFO that the write's rename would replace): 2 otherwise. */
+static bool output_ok(const char *path, const char *what) {
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return true;
+    cli_error("%s '%s' exists and is not a regular file; accepted: a new path or a regular file "
+              "to replace",
+              what, path);
+    return false;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -52,10 +75,11 @@ int cmd_eval(int argc, char **argv) {
     mxp_run_eval ev[2];
     int rc = CLI_EXIT_OK;
     for (int k = 0; k < 2 && rc == CLI_EXIT_OK; k++) {
-        if (mxp_predictor_load(path, k == 0 ? -1 : (int)MXP_PRECISION_FP32, &p[k], &err) !=
-                MXP_OK ||
-            mxp_predictor_evaluate(p[k], ds, &ev[k], &err) != MXP_OK)
+        mxp_status s;
+        if (mxp_predictor_load(path, k == 0 ? -1 : (int)MXP_PRECISION_FP32, &p[k], &err) != MXP_OK)
             rc = fail(&err, CLI_EXIT_FAIL);
+        else if ((s = mxp_predictor_evaluate(p[k], ds, &ev[k], &err)) != MXP_OK)
+            rc = fail(&err, data_code(s));
     }
     if (rc == CLI_EXIT_OK) {
         const char *prec = mxp_precision_name((mxp_precision)mxp_predictor_precision(p[0]));
@@ -132,16 +156,19 @@ int cmd_predict(int argc, char **argv) {
         cli_error("predict: %s", use);
         return CLI_EXIT_USAGE;
     }
+    if (!output_ok(out, "predict: --output")) return CLI_EXIT_USAGE;
     mxp_error err = {0};
     mxp_dataset *ds = NULL, *res = NULL;
     mxp_predictor *p = NULL;
     if (mxp_dataset_read(in, &ds, &err) != MXP_OK) return fail(&err, CLI_EXIT_USAGE);
     int rc = CLI_EXIT_OK;
-    if (mxp_predictor_load(path, -1, &p, &err) != MXP_OK ||
-        mxp_predictor_predict(p, ds, &res, &err) != MXP_OK)
+    mxp_status s;
+    if (mxp_predictor_load(path, -1, &p, &err) != MXP_OK)
         rc = fail(&err, CLI_EXIT_FAIL);
-    else if (write_dataset(res, out, &err) != MXP_OK)
-        rc = fail(&err, CLI_EXIT_IO);
+    else if ((s = mxp_predictor_predict(p, ds, &res, &err)) != MXP_OK)
+        rc = fail(&err, data_code(s));
+    else if ((s = write_dataset(res, out, &err)) != MXP_OK)
+        rc = fail(&err, s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO);
     mxp_dataset_destroy(res);
     mxp_predictor_destroy(p);
     mxp_dataset_destroy(ds);
@@ -167,12 +194,14 @@ int cli_export_torch(int argc, char **argv) {
         cli_error("ckpt export --torch: %s", use);
         return CLI_EXIT_USAGE;
     }
+    if (!output_ok(out, "ckpt export --torch: -o")) return CLI_EXIT_USAGE;
     mxp_error err = {0};
     mxp_predictor *p = NULL;
     if (mxp_predictor_load(path, (int)MXP_PRECISION_FP32, &p, &err) != MXP_OK)
         return fail(&err, CLI_EXIT_FAIL);
-    int rc = mxp_predictor_export_torch(p, out, &err) == MXP_OK ? CLI_EXIT_OK
-                                                                 : fail(&err, CLI_EXIT_IO);
+    mxp_status s = mxp_predictor_export_torch(p, out, &err);
+    int rc = s == MXP_OK ? CLI_EXIT_OK
+                         : fail(&err, s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO);
     mxp_predictor_destroy(p);
     return rc;
 }

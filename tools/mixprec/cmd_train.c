@@ -279,7 +279,8 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     obs_glue_install_logger();
     doctor_install_signal(); /* SIGUSR1: fp32 at the next step boundary */
     mxp_config cfg;
-    int rc = resume ? cli_resume_config(&a, resume, ckpt, sizeof ckpt, &cfg)
+    int rc = resume ? cli_resume_config(&a, resume, mxp_comm_size(comm), ckpt, sizeof ckpt,
+                                        &cfg)
                     : cli_resolve_config(&a, &cfg, NULL);
     if (rc != CLI_EXIT_OK) return rc;
     /* training.device: refused before anything is created or written */
