@@ -193,7 +193,8 @@ check_libs() {
             echo "DEFECT: $f links libcublasLt (it must be dlopen()ed)"; bad=1
         fi
     done
-    local lib=$KIT/lib/libmixprec.so.0
+    local lib
+    lib=$(ls "$KIT"/lib/libmixprec.so.* 2>/dev/null | head -1) # the soname carries the ABI version
     # (no `cmd | grep -q` under pipefail: grep's early exit would fail cmd)
     local dyn syms
     dyn=$(readelf -d "$lib") syms=$(nm -D "$lib")
