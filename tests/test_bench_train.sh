@@ -56,10 +56,16 @@ rows = list(csv.DictReader(open(os.path.join(out, "bench.csv"))))
 modes = ["fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8"]
 cells = {"world_model": ["warmup", "standard", "stress"], "classifier": ["default"]}
 # the world model also has the variants "mixed_bf16 (fp32 first/last)" and
-# "mixed_bf16 (fp32 first)" (training.precision_fp32_layers=first,last / first):
-# the label tells them apart; run directory suffix and the layers the child kept
-KEEP = {"mixed_bf16 (fp32 first/last)": ("-fp32fl", [0, 6]),
-        "mixed_bf16 (fp32 first)": ("-fp32f", [0])}
+# "mixed_bf16 (fp32 first)" (training.precision_fp32_layers=first,last / first)
+# and, on a CPU with AVX512-FP16 (cpuid 7.0 EDX bit 23, as /proc/cpuinfo's
+# avx512_fp16), "mixed_fp16 (fp16 accumulate)" (training.fp16_accumulate=fp16):
+# the label tells them apart; run directory suffix, mode, the layers the child
+# kept and the summary's fp16_accumulate
+fp16 = "avx512_fp16" in open("/proc/cpuinfo").read().split()
+KEEP = {"mixed_bf16 (fp32 first/last)": ("-fp32fl", "mixed_bf16", [0, 6]),
+        "mixed_bf16 (fp32 first)": ("-fp32f", "mixed_bf16", [0])}
+if fp16:
+    KEEP["mixed_fp16 (fp16 accumulate)"] = ("-f16acc", "mixed_fp16", [])
 label = lambda m: "fp8 (emulated)" if m == "fp8" else m
 want = {(w, s, label(m)) for w in wls for s in cells[w] for m in modes}
 want |= {("world_model", s, k) for s in cells["world_model"] for k in KEEP
@@ -88,13 +94,16 @@ for r in rows:
                                     "mem_activations"])
     assert parts == int(r["mem_total"]), f"{key}: memory total"
     # the child's own summary.json is the oracle for what the row reports
-    suffix, kept = KEEP.get(r["label"], ("", []))
-    assert not suffix or r["precision"] == "mixed_bf16", key
+    suffix, mode, kept = KEEP.get(r["label"], ("", r["precision"], []))
+    assert r["precision"] == mode, key
     d = os.path.join(out, "cells", f"{r['workload']}-{r['scenario']}-{r['precision']}{suffix}-r1")
     s = json.load(open(os.path.join(d, "summary.json")))
     if r["workload"] == "world_model":  # first and last linear layers of depth 3: 0 and 6
         assert s["fp32_layers_kept"] == kept, f"{key}: {s['fp32_layers_kept']}"
     assert s["precision"] == r["end_precision"], key
+    if r["workload"] == "world_model":
+        acc = "fp16 (vfmadd231ph), k=16" if suffix == "-f16acc" else "fp32"
+        assert s["fp16_accumulate"] == acc, f"{key}: {s['fp16_accumulate']}"
     assert s["emulated"] == (r["precision"] == "fp8"), key
     mb = s["memory_bytes"]
     for k in ["params", "grads", "master", "optimizer", "activations"]:
