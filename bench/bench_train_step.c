@@ -18,7 +18,10 @@
  *
  * usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N]
  *        [--batch N] [--steps N] [--warmup N] [--precision MODE]
- *        [--ftz] [--json]
+ *        [--ftz] [--fp16-accumulate K] [--json]
+ * --fp16-accumulate K: mixed_fp16/fp16 with the FP16 fast-accumulate GEMM,
+ * promotion every K products (training.fp16_accumulate=fp16,
+ * training.fp16_accumulate_k=K; kernels.h gemm_f16acc).
  * Threads: MIXPREC_NUM_THREADS (kernel thread pool); ISA: MIXPREC_FORCE_ISA.
  * Not a test: prints timings, exits 0 on success, 2 on bad arguments.
  */
@@ -35,6 +38,7 @@
 typedef struct args {
     int64_t in, hidden, out, batch;
     int depth, steps, warmup;
+    int64_t acc_k; /* --fp16-accumulate: 0 = FP32 accumulation */
     mxp_precision precision;
     bool ftz, json;
 } args;
@@ -56,7 +60,7 @@ static int usage(const char *why) {
             "bench_train_step: %s\n"
             "usage: bench_train_step [--in N] [--hidden N] [--depth N] [--out N] [--batch N]\n"
             "       [--steps N] [--warmup N] [--precision fp32|mixed_bf16|mixed_fp16|bf16|fp16]\n"
-            "       [--ftz] [--json]\n",
+            "       [--ftz] [--fp16-accumulate K] [--json]\n",
             why);
     return 2;
 }
@@ -93,6 +97,7 @@ static int parse(int argc, char **argv, args *a) {
             else if (!strcmp(k, "--depth") && n <= 30) a->depth = (int)n;
             else if (!strcmp(k, "--steps")) a->steps = (int)n;
             else if (!strcmp(k, "--warmup")) a->warmup = (int)n;
+            else if (!strcmp(k, "--fp16-accumulate") && n <= 4096) a->acc_k = n;
             else return usage("unknown option or value out of range");
             i++;
         }
@@ -111,6 +116,9 @@ int main(int argc, char **argv) {
                                              false, MXP_LOSS_MSE, a.batch);
     mxp_precision_policy pol;
     mxp_precision_policy_default(a.precision, &pol);
+    if (a.acc_k > 0 && pol.activation != MXP_DTYPE_F16)
+        return usage("--fp16-accumulate needs --precision mixed_fp16 or fp16");
+    pol.fp16_accum_k = (int)a.acc_k;
     mxp_model *m = NULL;
     mxp_trainer *t = NULL;
     if (mxp_model_create(&spec, &pol, 1234, &m, &err) != MXP_OK) {
@@ -195,16 +203,18 @@ int main(int argc, char **argv) {
                "\"backward_ms\":%.5f,\"safety_ms\":%.5f,\"optimizer_ms\":%.5f,"
                "\"min_step_phases_ms\":[%.5f,%.5f,%.5f,%.5f],\"cpu_ms\":%.5f,"
                "\"caller_cpu_ms\":%.5f,\"forks_per_step\":%.2f,\"fork_ms\":%.5f,"
-               "\"join_wait_ms\":%.5f}\n",
+               "\"join_wait_ms\":%.5f,\"fp16_accumulate_k\":%lld}\n",
                mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, a.steps, med, ms[0],
                (double)a.batch / (med * 1e-3), res.loss, skipped, thr ? thr : "default",
                isa ? isa : "auto", a.ftz ? "true" : "false", ph[0], ph[1], ph[2], ph[3],
-               fast[0], fast[1], fast[2], fast[3], cpu_ms, thr_ms, forks, fork_ms, wait_ms);
+               fast[0], fast[1], fast[2], fast[3], cpu_ms, thr_ms, forks, fork_ms, wait_ms,
+               (long long)a.acc_k);
     else
-        printf("mixprec %s in=%lld hidden=%lldx%d out=%lld batch=%lld: median %.4f ms/step "
+        printf("mixprec %s%s in=%lld hidden=%lldx%d out=%lld batch=%lld: median %.4f ms/step "
                "(min %.4f), %.0f samples/s, final loss %.5g, %d skipped\n",
-               mxp_precision_name(a.precision), (long long)a.in, (long long)a.hidden, a.depth,
+               mxp_precision_name(a.precision), a.acc_k ? " (fp16 accumulate)" : "",
+               (long long)a.in, (long long)a.hidden, a.depth,
                (long long)a.out, (long long)a.batch, med, ms[0], (double)a.batch / (med * 1e-3),
                res.loss, skipped);
     if (!a.json) {

@@ -44,7 +44,7 @@ static void detect(void) {
     tune.nc = MXP_GEMM_NC;
     if (intel) {
         /* Measured on family 6 model 207 (Xeon, AVX512-FP16, 48 KiB L1d,
-         * 2 MiB L2; docs/kernels.md "Intel Xeon"):
+         * 2 MiB L2; docs/kernels.md "The second machine: Intel Xeon"):
          *  - vdpbf16ps runs at half the FP32 FMA rate (81 against 165
          *    GFLOP/s in register loops): BF16 pairs are widened instead;
          *  - FP32 operands with rows 2-4 KiB apart (ld 512, 1024) read in
