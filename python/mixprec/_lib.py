@@ -161,7 +161,9 @@ def _install_logger(L):
 
 # Objects owning library handles (runs, predictors, datasets) register here;
 # at exit they are closed in reverse order of creation while the interpreter
-# still works, and the log callback is removed before it goes away.
+# still works (daemon threads too: a Run still in train() on one is stopped
+# at its next step boundary and freed after train() returned), and the log
+# callback is removed before it goes away.
 _live = weakref.WeakValueDictionary()
 _live_n = itertools.count()
 
@@ -175,7 +177,7 @@ def _shutdown():
         o = _live.get(k)
         if o is not None:
             try:
-                o.close()
+                getattr(o, "_close_at_exit", o.close)()
             except Exception:
                 pass
     if _lib is not None:
