@@ -9,6 +9,18 @@
 See docs/python.md. The library is found through $MIXPREC_LIB, pkg-config
 or the build tree (mixprec._lib).
 """
+import sys as _sys
+
+try:
+    import numpy as _np  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        "mixprec needs NumPy, which this interpreter (%s) cannot import: %s. On Debian 12 "
+        "run Debian's /usr/bin/python3 (NumPy from apt: python3-numpy), or a venv made "
+        "from it with --system-site-packages (docs/python.md, \"Which Python\"); a "
+        "python3 that comes first on PATH from pyenv or conda has packages of its own "
+        "and needs NumPy installed there" % (_sys.executable, _e)) from None
+
 from .errors import ConfigError, Error, GuardStop, LibraryNotFound
 from .config import Config
 from .run import Run

@@ -3,7 +3,12 @@
 Search order (the first that exists wins):
   1. $MIXPREC_LIB: the library file itself, or the folder holding it;
   2. pkg-config: `pkg-config --variable=libdir mixprec` (an installed build);
-  3. the build tree: <repository>/build next to this package's folder, then
+  3. installed beside the CLI: <prefix>/lib[64|/<multiarch>] of the `mixprec`
+     found on PATH (<prefix>/bin/mixprec: what `cmake --install` lays out),
+     then the same folders of this interpreter's prefix, /usr/local and /usr;
+  4. the dynamic loader's own search (ld.so.cache, LD_LIBRARY_PATH), through
+     ctypes.util.find_library;
+  5. the build tree: <repository>/build next to this package's folder, then
      ./build and ../build from the current directory.
 When none holds the library, LibraryNotFound names every place tried.
 
@@ -13,11 +18,14 @@ calls go through ctypes.CDLL, so the GIL is released for their duration.
 """
 import atexit
 import ctypes
+import ctypes.util
 import itertools
 import logging
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import threading
 import weakref
 
@@ -88,6 +96,10 @@ def candidates():
             out.append(("pkg-config (no mixprec.pc on PKG_CONFIG_PATH)", None))
     else:
         out.append(("pkg-config (not installed)", None))
+    out.extend(_installed())
+    found = ctypes.util.find_library("mixprec")
+    out.append(("the dynamic loader (ld.so.cache, LD_LIBRARY_PATH)%s" %
+                (": " + found if found else ""), found))
     here = os.path.dirname(os.path.abspath(__file__))
     seen = set()
     for d in (os.path.join(here, "..", "..", "build"), os.path.join(os.getcwd(), "build"),
@@ -97,6 +109,37 @@ def candidates():
             continue
         seen.add(d)
         out.append(("build tree %s" % d, _in_dir(d)))
+    return out
+
+
+def _libdirs(prefix):
+    multi = sysconfig.get_config_var("MULTIARCH") or ""
+    return [os.path.join(prefix, d) for d in
+            (["lib/" + multi] if multi else []) + ["lib", "lib64"]]
+
+
+def _installed():
+    """[(where, path_or_None)] of the install prefixes: the CLI's on PATH,
+    this interpreter's, /usr/local, /usr."""
+    prefixes = []
+    cli = shutil.which("mixprec")
+    if cli:
+        prefixes.append(("beside %s" % cli,
+                         os.path.dirname(os.path.dirname(os.path.realpath(cli)))))
+    for p in (sys.prefix, sys.base_prefix, "/usr/local", "/usr"):
+        prefixes.append(("prefix", p))
+    out, seen = [], set()
+    for why, prefix in prefixes:
+        for d in _libdirs(prefix):
+            d = os.path.normpath(d)
+            if d in seen:
+                continue
+            seen.add(d)
+            p = _in_dir(d)
+            if p or why != "prefix":
+                out.append(("%s %s" % (why, d), p))
+    if not any(p for _, p in out):
+        return [("install prefixes (%s)" % ", ".join(sorted(seen)), None)]
     return out
 
 
@@ -122,8 +165,8 @@ def lib():
         if path is None:
             raise LibraryNotFound(
                 "libmixprec.so not found; looked in: " + "; ".join(w for w, _ in tried) +
-                ". Build it (cmake -S . -B build && cmake --build build), install it, "
-                "or set MIXPREC_LIB to the library file or its folder")
+                ". Build it (cmake -S . -B build && cmake --build build), install it "
+                "(cmake --install build), or set MIXPREC_LIB to the library file or its folder")
         try:
             L = ctypes.CDLL(path)
         except OSError as e:

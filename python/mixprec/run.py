@@ -88,6 +88,16 @@ class Run(_lib.Handle):
             extra["model.init_from"] = self._init_path(init)
         if data is not None and not isinstance(data, dict):
             extra["data.path"] = os.fspath(data)
+        latest = None
+        if _resume is None and config.source("output.dir") == "default":
+            # a new run with the default output.dir: runs/version_<N> of its
+            # own, and runs/latest links to it once the run exists
+            latest = config["output.dir"]
+            buf = ctypes.create_string_buffer(4096)
+            err = _lib.CError()
+            _lib.check(L.mxp_run_dir_reserve(os.fsencode(latest), buf, len(buf),
+                                             ctypes.byref(err)), err)
+            extra["output.dir"] = os.fsdecode(buf.value)
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -109,10 +119,20 @@ class Run(_lib.Handle):
         _lib.track(self)
         err = _lib.CError()
         try:
-            _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
-                                        ctypes.byref(self._ptr), ctypes.byref(err)), err)
+            try:
+                _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
+                                            ctypes.byref(self._ptr), ctypes.byref(err)), err)
+            except Error as e:
+                raise _python_names(e) from None
+            if latest is not None:
+                _lib.check(L.mxp_run_dir_publish(os.fsencode(latest),
+                                                 os.fsencode(self.config["output.dir"]),
+                                                 ctypes.byref(err)), err)
         except BaseException:
             self.close()
+            if latest is not None:  # the directory reserved above, this run's alone
+                import shutil
+                shutil.rmtree(self.config["output.dir"], ignore_errors=True)
             raise
         finally:
             if self._dataset is not None:  # borrowed for the create call only
@@ -212,6 +232,12 @@ class Run(_lib.Handle):
         self._refuse_inside_train(what)
         with self._lock:
             yield
+
+    @property
+    def output_dir(self):
+        """The run's directory (output.dir): without output.dir in the config,
+        runs/version_<N>, made for this run (runs/latest links to it)."""
+        return self.config["output.dir"]
 
     def _live(self):
         if not self._ptr:
@@ -583,6 +609,26 @@ class Run(_lib.Handle):
         L = _lib.lib()
         spec = L.mxp_model_get_spec(self._model()).contents
         return to_sequential(spec, self.state_dict())
+
+
+def _python_names(e):
+    """The library's error for a run directory holding another run names the
+    CLI's and C's ways out (--resume DIR, mxp_run_options.resume): give the
+    Python ones."""
+    msg = str(e)
+    i = msg.find("continue that run with --resume ")
+    if i < 0:
+        return e
+    j = msg.find(" (mxp_run_options.resume)", i)
+    if j < 0:
+        return e
+    d = msg[i + len("continue that run with --resume "):j]
+    msg = msg[:i] + "continue that run with mixprec.Run.resume(%r)" % d + \
+        msg[j + len(" (mxp_run_options.resume)"):]
+    msg = msg.replace("start this one in a new output.dir",
+                      "start this one in a new output.dir (or leave output.dir unset: each "
+                      "run then gets runs/version_<N>)")
+    return type(e)(msg, e.status)
 
 
 def _event_dict(e):

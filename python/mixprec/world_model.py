@@ -13,11 +13,10 @@ construction still counts, as in the seeds) and kept across calls: a second
 train() continues from the weights of the first. Unless the config sets
 training.batch_size, the first train()'s batch_size becomes it (the run
 plans memory for it: later calls may use it or smaller). Without output.dir in
-the config the run writes into a fresh temporary directory
-(model.output_dir), so two models in one process never collide.
+the config the run writes where the CLI's would, a directory of its own,
+runs/version_<N> (model.output_dir; runs/latest links to the newest), so two
+models never collide and nothing is left in /tmp.
 """
-import tempfile
-
 from .config import Config
 from .run import Run
 
@@ -46,11 +45,10 @@ class WorldModel:
             # the run plans its memory for the configured batch, the largest
             # a train() call may ask for: the first call's, as the seeds use it
             extra["training.batch_size"] = int(batch_size)
-        if c.source("output.dir") == "default":
-            extra["output.dir"] = tempfile.mkdtemp(prefix="mixprec-world-model-")
         c = c.with_overrides(**extra)
-        self.output_dir = c["output.dir"]
-        return Run(c, data=self._data, model=self._layers)
+        run = Run(c, data=self._data, model=self._layers)
+        self.output_dir = run.output_dir
+        return run
 
     @property
     def run(self):

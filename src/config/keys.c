@@ -459,7 +459,8 @@ static const mxp_config_key kKeys[] = {
      .help = "checkpoint directory; a relative path is relative to output.dir (checkpoints)"},
     {.name = "output.dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
      .offset = OFF(output_dir), .def_s = "runs/latest",
-     .help = "run directory, non-empty, < 256 characters (runs/latest)"},
+     .help = "run directory, non-empty, < 256 characters (unset: `train` makes a new "
+             "runs/version_<N> and points the link runs/latest at it)"},
     KEY_ENUM("log.level", log_level, MXP_LOG_INFO, kLogChoices,
              "minimum log level debug|info|warn|error (info)"),
     KEY_ENUM("log.format", log_format, MXP_LOG_FORMAT_TEXT, kLogFormatChoices,

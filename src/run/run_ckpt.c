@@ -330,7 +330,11 @@ mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *
     if (s == MXP_OK && mxp_config_resolve(b, &stored, NULL) == MXP_OK &&
         strcmp(stored.init_from, "none") != 0 && access(stored.init_from, F_OK) != 0)
         s = put_kv(b, "model.init_from", "none", err);
-    if (s == MXP_OK && run_dir) s = put_kv(b, "output.dir", path, err);
+    if (s == MXP_OK && run_dir) { /* runs/latest -> runs/version_<N>: the run's own */
+        char own[MXP_CKPT_PATH_MAX];
+        run_dir_follow_link(path, own, sizeof own);
+        s = put_kv(b, "output.dir", own, err);
+    }
     mxp_st_file_destroy(f);
     return s;
 }

@@ -71,4 +71,10 @@ mxp_status run_set_comm(mxp_run *r, mxp_comm *comm, const mxp_dist_config *dc, m
  * optimizer, scaler, counters, data position. */
 mxp_status run_load_file(mxp_run *r, const char *path, mxp_ckpt_info *info, mxp_error *err);
 
+/* run_dir.c: path, when it is a link made by mxp_run_dir_publish
+ * (runs/latest -> version_<N>), as the directory it names (runs/version_<N>),
+ * so that a resumed run keeps writing there after latest moves on; any
+ * other path unchanged. */
+void run_dir_follow_link(const char *path, char *out, size_t n);
+
 #endif

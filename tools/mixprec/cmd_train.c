@@ -46,9 +46,10 @@ static void help(FILE *f) {
           "                  training.mixed_precision.enabled=true\n"
           "                  training.mixed_precision.dtype=bfloat16\n"
           "\n"
-          "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
-          "default runs/latest). A directory holding another run's checkpoints is\n"
-          "refused: --resume it, or choose a new output.dir (docs/run.md).\n"
+          "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv. Without\n"
+          "output.dir each run gets a new runs/version_<N>, and runs/latest links to\n"
+          "the newest. An output.dir holding another run's checkpoints is refused:\n"
+          "--resume it, or choose a new output.dir (docs/run.md).\n"
           "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
           "written), 3 outputs could not be written, 4 a guard rule with action\n"
           "stop ended the run (outputs still written).\n"
@@ -279,8 +280,13 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     obs_glue_install_logger();
     doctor_install_signal(); /* SIGUSR1: fp32 at the next step boundary */
     mxp_config cfg;
+    mxp_config_builder *b = NULL;
     int rc = resume ? cli_resume_config(&a, resume, ckpt, sizeof ckpt, &cfg)
-                    : cli_resolve_config(&a, &cfg, NULL);
+                    : cli_resolve_config(&a, &cfg, &b);
+    /* output.dir that no source set: this run gets runs/version_<N> */
+    const bool own_dir = b && mxp_config_key_value(b, mxp_config_key_find("output.dir"), NULL,
+                                                   0) == MXP_SRC_DEFAULT;
+    mxp_config_builder_destroy(b);
     if (rc != CLI_EXIT_OK) return rc;
     /* training.device: refused before anything is created or written */
     mxp_error derr = {0};
@@ -315,14 +321,25 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     opt.resume = resume ? ckpt : NULL;
     mxp_error err = {0};
     mxp_run *run = NULL;
+    char latest[sizeof cfg.output_dir] = "";
+    if (own_dir && primary) {
+        snprintf(latest, sizeof latest, "%s", cfg.output_dir);
+        if (mxp_run_dir_reserve(latest, cfg.output_dir, sizeof cfg.output_dir, &err) != MXP_OK) {
+            cli_error("%s", err.msg);
+            return fail_code(&err);
+        }
+    }
     if (!quiet) /* the data comes first: MuJoCo takes seconds */
         cli_status("preparing the %s data ...", cfg.workload == MXP_WORKLOAD_WORLD_MODEL
                                                     ? mxp_env_info_get(cfg.data.env)->name
                                                     : "training");
     mxp_status cs = mxp_run_create(&cfg, &opt, &run, &err);
     cli_status_done();
+    if (cs == MXP_OK && latest[0]) cs = mxp_run_dir_publish(latest, cfg.output_dir, &err);
     if (cs != MXP_OK) {
         cli_error("%s", err.msg);
+        mxp_run_destroy(run);
+        if (latest[0]) rmdir(cfg.output_dir); /* reserved, empty unless the run began */
         return fail_code(&err);
     }
     mxp_run_info info;
