@@ -25,10 +25,11 @@ from .errors import ConfigError, Error, GuardStop, LibraryNotFound
 from .config import Config
 from .run import Run
 from .predict import Predictor
+from .torch_load import load_torch
 from .world_model import WorldModel
 from ._lib import set_log_level
 
 __version__ = "0.1.0"
 
 __all__ = ["Config", "ConfigError", "Error", "GuardStop", "LibraryNotFound", "Predictor", "Run",
-           "WorldModel", "set_log_level"]
+           "WorldModel", "load_torch", "set_log_level"]
