@@ -29,6 +29,7 @@ import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 
@@ -57,7 +58,7 @@ class Run(_lib.Handle):
     (names as state_dict() returns them) or a safetensors file to start
     from. progress: a function called every `progress_every` steps with a
     dict (step, total_steps, epoch, loss, scale, precision, skipped), or
-    True for a tqdm bar when tqdm imports. checkpoints: write checkpoints
+    True for a tqdm bar when tqdm imports, else plain lines on stderr. checkpoints: write checkpoints
     under the config's checkpoint.* policy (the CLI's default). store:
     feed the library's observability (obs.*: metrics.db and events.jsonl in
     output.dir when obs.store.enabled, the HTTP API when obs.http.enabled),
@@ -654,6 +655,12 @@ def _event_dict(e):
 
 
 def _log_progress(info):
-    _lib.logger.info("step %d/%d epoch %d loss %.6g scale %g %s", info["step"],
-                     info["total_steps"], info["epoch"] + 1, info["loss"], info["scale"],
-                     info["precision"])
+    """progress=True without tqdm: one plain line on stderr per report, as
+    the CLI's log lines (the logger's INFO lines are not shown by default,
+    so this prints rather than logs)."""
+    total = max(1, info["total_steps"])
+    print("step %d/%d (%.0f%%) epoch %d/%d  loss %.4g  %s%s" % (
+        info["step"], info["total_steps"], 100.0 * info["step"] / total, info["epoch"] + 1,
+        info["total_epochs"], info["loss"], info["precision"],
+        "  scale %g" % info["scale"] if info["scale"] == info["scale"] and info["scale"] != 1
+        else ""), file=sys.stderr, flush=True)

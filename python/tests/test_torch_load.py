@@ -64,9 +64,15 @@ class TorchLoadTest(TmpDirCase):
         np.savez(self.path("in.npz"), obs=data["obs"][:7, 0], actions=data["actions"][:7, 0])
         run_cli("train", "data.path=" + self.path("wm.npz"), "model.layers=[linear:16, gelu, linear]",
                 "training.epochs=1", "output.dir=" + self.path("run"), "--quiet")
-        run_cli("ckpt", "export", self.path("run"), "--torch", "-o", self.path("ex.safetensors"))
-        run_cli("predict", self.path("run"), "--input", self.path("in.npz"), "--output",
-                self.path("out.safetensors"))  # trained in fp32: predicts in fp32
+        r = run_cli("ckpt", "export", self.path("run"), "--torch", "-o",
+                    self.path("ex.safetensors"))
+        # item 12: export and predict say what they wrote (before: nothing)
+        self.assertIn("wrote %s: FP32 weights" % self.path("ex.safetensors"), r.stdout)
+        self.assertIn("mixprec.load_torch", r.stdout)
+        r = run_cli("predict", self.path("run"), "--input", self.path("in.npz"), "--output",
+                    self.path("out.safetensors"))  # trained in fp32: predicts in fp32
+        self.assertIn("wrote %s: next_obs [7, 3], reward [7] (from " %
+                      self.path("out.safetensors"), r.stdout)
         want = _ckpt.read_safetensors(self.path("out.safetensors"))
         module = mixprec.load_torch(self.path("ex.safetensors"))
         with torch.no_grad():

@@ -329,7 +329,9 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
             return fail_code(&err);
         }
     }
-    if (!quiet) /* the data comes first: MuJoCo takes seconds */
+    if (!quiet && strcmp(cfg.wl.data_path, "none") != 0) /* the data comes first */
+        cli_status("loading %s ...", cfg.wl.data_path);
+    else if (!quiet) /* MuJoCo takes seconds */
         cli_status("preparing the %s data ...", cfg.workload == MXP_WORKLOAD_WORLD_MODEL
                                                     ? mxp_env_info_get(cfg.data.env)->name
                                                     : "training");
