@@ -279,7 +279,16 @@ def check(status, err, what=None):
     msg = err.msg.decode("utf-8", "replace") if err is not None else ""
     if what and not msg:
         msg = what
-    raise error_from(name, msg or name)
+    raise error_from(name, python_words(msg) or name)
+
+
+def python_words(msg):
+    """The library's message in Python's words: arrays passed from Python
+    are the dataset the library labels "memory", and values set from Python
+    reach the library as overrides, whose source it names "cli"."""
+    if msg.startswith("memory: "):
+        msg = "data arrays: " + msg[len("memory: "):]
+    return msg.replace(" (cli)", " (set in Python)").replace("(cli)", "(set in Python)")
 
 
 __all__ = ["lib", "lib_path", "candidates", "check", "has", "CError", "Error"]

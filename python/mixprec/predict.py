@@ -115,7 +115,8 @@ class Predictor(_lib.Handle):
 
     def evaluate(self, data=None):
         """Loss (and accuracy) as training reports it, on `data` (a dict of
-        arrays as for training), or on the run's held-out split when None
+        arrays as for training, or the path of a safetensors/.npz file, as
+        `mixprec eval --data`), or on the run's held-out split when None
         (runs on data.path only)."""
         ev = _capi.RunEval()
         err = _lib.CError()
