@@ -46,6 +46,21 @@ class RunDirTest(TmpDirCase):
                          again.stats["run_id"])
         self.assertEqual(os.path.realpath(again.output_dir), os.path.realpath(dirs[1]))
 
+    def test_readme_python_example_runs_twice(self):
+        """README.md's Python example, as written, twice in one directory
+        (before: the second run was refused)."""
+        import re
+        import subprocess
+        import sys
+        here = os.path.dirname(os.path.abspath(__file__))
+        with open(os.path.join(here, "..", "..", "README.md"), encoding="utf-8") as f:
+            code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(sorted(os.listdir("runs")), ["latest", "version_0", "version_1"])
+
     def test_failed_run_leaves_no_directory_and_latest_in_place(self):
         run = mixprec.Run(regressor(), data={"x": X, "y": Y}, model=["linear:8", "linear"])
         run.close()
