@@ -15,7 +15,7 @@ of its own and runs/latest names the newest.
 Skipped, each with its reason printed: the `kill -USR1 <pid>` line (a
 placeholder for a running job's pid; test_run_cli.sh sends the signal);
 lines needing what this machine lacks (Fashion-MNIST or Jargon File data,
-MuJoCo in the build, mpirun); and, unless MIXPREC_TOUR_FULL=1, the lines
+MuJoCo in the build, mpirun, a free port 8080 for --serve); and, unless MIXPREC_TOUR_FULL=1, the lines
 that take minutes (GPT training and the sample of its model, `bench train`,
 `bench kernels`). Under MIXPREC_TEST_QUICK=1 (the suite on reference
 kernels and under sanitizers, many times slower) the lines that train a
@@ -155,6 +155,13 @@ def main():
             except subprocess.TimeoutExpired:
                 print("FAIL: line %d did not end within %d s: %s" % (i, PER_COMMAND_S, cmd))
                 return 1
+            if r.returncode != 0 and "--serve" in cmd and "(in use" in r.stderr:
+                # another program on this machine holds port 8080: the line is
+                # right, the machine is busy
+                print("SKIP %2d %s\n        port 8080 is in use here: %s" %
+                      (i, cmd, r.stderr.strip().splitlines()[-1][:200]), flush=True)
+                skipped += 1
+                continue
             print("ok   %2d %s (%.1f s)" % (i, cmd, time.time() - t0), flush=True)
             if r.returncode != 0:
                 print("FAIL: line %d exited %d: %s\n--- stderr ---\n%s" %
