@@ -202,8 +202,10 @@ static void log_start(const mxp_config *cfg, mxp_comm *comm, const mxp_run *run)
 }
 
 /* Train the created run and report; returns the exit code. */
+/* latest: the run directory pointer to move to this run's output.dir once
+ * it is about to train (runs/latest), or "" (output.dir was given). */
 static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_glue_progress *ps,
-                     bool primary, bool json) {
+                     bool primary, bool json, const char *latest) {
     mxp_error err = {0};
     const mxp_workload_provider *wl = mxp_run_provider(run);
     mxp_run_info info;
@@ -212,6 +214,13 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
                          info.samples_per_epoch / wl->rows_per_sample};
     int rc = primary ? obs_glue_open(cfg, &orun, &ps->obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) return rc;
+    /* the run starts: latest names it (not before: a run that failed to
+     * start, e.g. on a port in use, leaves latest on the previous one) */
+    if (latest[0] && mxp_run_dir_publish(latest, cfg->output_dir, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        obs_glue_close(ps->obs, false, false, err.msg, NAN);
+        return CLI_EXIT_IO;
+    }
     char *kept = info.resumed && primary ? history_prefix(cfg->output_dir, info.training_steps)
                                          : NULL;
     install_stop_signals(run);
@@ -337,11 +346,9 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
                                                     : "training");
     mxp_status cs = mxp_run_create(&cfg, &opt, &run, &err);
     cli_status_done();
-    if (cs == MXP_OK && latest[0]) cs = mxp_run_dir_publish(latest, cfg.output_dir, &err);
     if (cs != MXP_OK) {
         cli_error("%s", err.msg);
-        mxp_run_destroy(run);
-        if (latest[0]) rmdir(cfg.output_dir); /* reserved, empty unless the run began */
+        if (latest[0]) rmdir(cfg.output_dir); /* reserved and empty: nothing was written */
         return fail_code(&err);
     }
     mxp_run_info info;
@@ -355,7 +362,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         return CLI_EXIT_OK;
     }
     log_start(mxp_run_config(run), comm, run); /* the run's: auto has chosen by now */
-    rc = train_run(run, &cfg, comm, &ps, primary, json);
+    rc = train_run(run, &cfg, comm, &ps, primary, json, latest);
     mxp_run_destroy(run);
     return rc;
 }
