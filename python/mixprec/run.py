@@ -58,9 +58,9 @@ class Run(_lib.Handle):
     (names as state_dict() returns them) or a safetensors file to start
     from. progress: a function called every `progress_every` steps with a
     dict (step, total_steps, epoch, loss, scale, precision, skipped), or
-    True for a tqdm bar when tqdm imports, else plain lines on stderr. checkpoints: write checkpoints
-    under the config's checkpoint.* policy (the CLI's default). store:
-    feed the library's observability (obs.*: metrics.db and events.jsonl in
+    True for a tqdm bar when tqdm imports, else plain lines on stderr.
+    checkpoints: write checkpoints under the config's checkpoint.* policy
+    (the CLI's default). store: feed the library's observability (obs.*: metrics.db and events.jsonl in
     output.dir when obs.store.enabled, the HTTP API when obs.http.enabled),
     as the CLI does.
     """

@@ -62,7 +62,8 @@ class TorchLoadTest(TmpDirCase):
         data = world_arrays()
         np.savez(self.path("wm.npz"), **data)
         np.savez(self.path("in.npz"), obs=data["obs"][:7, 0], actions=data["actions"][:7, 0])
-        run_cli("train", "data.path=" + self.path("wm.npz"), "model.layers=[linear:16, gelu, linear]",
+        run_cli("train", "data.path=" + self.path("wm.npz"),
+                "model.layers=[linear:16, gelu, linear]",
                 "training.epochs=1", "output.dir=" + self.path("run"), "--quiet")
         r = run_cli("ckpt", "export", self.path("run"), "--torch", "-o",
                     self.path("ex.safetensors"))
