@@ -60,9 +60,9 @@ class Run(_lib.Handle):
     dict (step, total_steps, epoch, loss, scale, precision, skipped), or
     True for a tqdm bar when tqdm imports, else plain lines on stderr.
     checkpoints: write checkpoints under the config's checkpoint.* policy
-    (the CLI's default). store: feed the library's observability (obs.*: metrics.db and events.jsonl in
-    output.dir when obs.store.enabled, the HTTP API when obs.http.enabled),
-    as the CLI does.
+    (the CLI's default). store: feed the library's observability (obs.*:
+    metrics.db and events.jsonl in output.dir when obs.store.enabled, the
+    HTTP API when obs.http.enabled), as the CLI does.
     """
 
     def __init__(self, config=None, data=None, model=None, init=None, *, progress=None,
