@@ -17,9 +17,10 @@ placeholder for a running job's pid; test_run_cli.sh sends the signal);
 lines needing what this machine lacks (Fashion-MNIST or Jargon File data,
 MuJoCo in the build, mpirun, a free port 8080 for --serve); and, unless
 MIXPREC_TOUR_FULL=1, the lines that take minutes (GPT training and the
-sample of its model, `bench train`, `bench kernels`). Under MIXPREC_TEST_QUICK=1 (the suite on reference
-kernels and under sanitizers, many times slower) the lines that train a
-built-in workload at full size, and those reading their runs/latest, are
+sample of its model, `bench train`, `bench kernels`). Under
+MIXPREC_TEST_QUICK=1 (the suite on reference kernels and under sanitizers,
+many times slower) the lines that train a built-in workload at full size,
+and those reading their runs/latest, are
 skipped too. The plain suite runs the rest in about 3.5 minutes on the
 2-core development machine. Exit 0 pass, 1 fail, 77 skipped (no NumPy).
 """
