@@ -48,6 +48,10 @@ assert len({a[1] for a in arrows}) == 2, "rollback and fallback share a colour: 
 sc = gp[gp.index("loss_scale.png"):gp.index("grad_health.png")]
 assert re.search(r"set offsets graph 0\.0\d+, graph 0\.0\d+, graph 0\.\d+, graph 0\.\d+", sc), "no margin"
 assert re.search(r"overflow \(skipped\) steps: \d+ of \d+ steps", sc), "overflow count not in the title"
+# issue 30 item 14: the key sat inside the plot (top right, opaque) and hid
+# the last level of a growing scale; it goes below the plot area
+key = re.findall(r"^set key ([^\n]*)", gp[:gp.index("plot data using 1:3")], re.M)
+assert key and ("below" in key[-1] or "outside" in key[-1]), "loss-scale key: %s" % key
 gh = gp[gp.index("grad_health.png"):gp.index("step_time.png")]
 y2 = float(re.search(r"set y2range \[0:([0-9.e+-]+)\]", gh).group(1))
 assert y2 >= 0.06, "right axis %g" % y2

@@ -25,6 +25,9 @@
  * fixed structs of plain fields, JSON text (mxp_run_stats_json).
  *
  * Resume and run directories (docs/run.md):
+ *  - output.dir left at its default: each new run trains in a directory of
+ *    its own, runs/version_<N>, and runs/latest links to the newest
+ *    (mxp_run_dir_reserve / mxp_run_dir_publish; the CLI and Python do it);
  *  - every run has an id (output.dir/run.json); a new run into a directory
  *    that holds another run's checkpoints is refused (MXP_ERR_STATE, the
  *    message names --resume DIR and a new output.dir) and nothing is written;
@@ -196,6 +199,23 @@ MXP_API mxp_run_options mxp_run_options_default(void);
 MXP_API mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp_run **out,
                                   mxp_error *err);
 MXP_API void mxp_run_destroy(mxp_run *run);
+
+/* Default run directories (docs/run.md). latest: the default output.dir
+ * ("runs/latest"). mxp_run_dir_reserve makes a new directory
+ * <dirname(latest)>/version_<N>, N one more than the highest there (made
+ * with mkdir: a run started at the same moment gets another N), and writes
+ * its path to out (n bytes): the output.dir of the new run; a real
+ * directory at latest (a run from before numbered runs) first becomes a
+ * version of its own, latest a link to it. After the run was created,
+ * mxp_run_dir_publish points latest at it: a relative symbolic link
+ * "version_<N>", replaced atomically.
+ * Until then latest still names the previous run; a run that failed to be
+ * created leaves its reserved directory empty (rmdir it). Errors: IO (the
+ * folder cannot be read or written), INVALID_ARG (a path too long),
+ * STATE (latest is a file). Front ends call them only for a new run whose
+ * output.dir no source set, on the rank that writes. */
+mxp_status mxp_run_dir_reserve(const char *latest, char *out, size_t n, mxp_error *err);
+mxp_status mxp_run_dir_publish(const char *latest, const char *dir, mxp_error *err);
 
 /* Continue from a checkpoint (path: file, checkpoint dir or run dir; the
  * newest verified checkpoint). Checks workload, model and data signature

@@ -141,6 +141,8 @@ def declare():
     f(L, "mxp_severity_name", c_char_p, c_int)
     f(L, "mxp_guard_action_text", None, c_uint, c_char_p, c_size_t)
     f(L, "mxp_ckpt_find_latest", c_int, c_char_p, c_bool, P, c_char_p, c_size_t, P, E)
+    f(L, "mxp_run_dir_reserve", c_int, c_char_p, c_char_p, c_size_t, E)
+    f(L, "mxp_run_dir_publish", c_int, c_char_p, c_char_p, E)
     _declared = True
     return L
 

@@ -1,7 +1,9 @@
 """mixprec._ckpt: checkpoint files from Python.
 
 read_header(file) reads a safetensors header; read/write_safetensors move
-NumPy arrays in and out of safetensors files (F32, F16, BF16). (The config
+NumPy arrays in and out of safetensors files (F32, F16, BF16); read_checked
+also returns the metadata and checks every tensor's extent against the file
+(mixprec.load_torch reads exports with it, no safetensors package needed). (The config
 of a resume is the library's mxp_run_resume_config: config.py.)
 """
 import json
@@ -82,3 +84,45 @@ def write_safetensors(path, tensors, metadata=None):
         for c in chunks:
             f.write(c)
     os.replace(tmp, path)
+
+
+def read_checked(path):
+    """({name: array}, {metadata}) of a safetensors file, every tensor's
+    dtype, shape and byte range checked against the header and the file size
+    (BF16 widened to float32). Raises Error (format_error) naming the file
+    and the tensor."""
+    path = os.fspath(path)
+    h, start = read_header(path)
+    size = os.path.getsize(path)
+    if not isinstance(h, dict):
+        raise _lib.Error("%s: the safetensors header is not a JSON object" % path, "format_error")
+    meta = h.pop("__metadata__", None) or {}
+    out = {}
+    with open(path, "rb") as f:
+        for name, t in h.items():
+            try:
+                dt, shape, (a, b) = t["dtype"], [int(d) for d in t["shape"]], t["data_offsets"]
+                a, b = int(a), int(b)
+            except (KeyError, TypeError, ValueError):
+                raise _lib.Error("%s: tensor %r has no valid dtype/shape/data_offsets" %
+                                 (path, name), "format_error") from None
+            width = 2 if dt == "BF16" else np.dtype(_DT[dt]).itemsize if dt in _DT else None
+            if width is None:
+                raise _lib.Error("%s: tensor %s has dtype %s; accepted: %s, BF16" %
+                                 (path, name, dt, ", ".join(_DT)), "format_error")
+            n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if min(shape, default=0) < 0 or not 0 <= a <= b or b - a != n * width or \
+                    start + b > size:
+                raise _lib.Error("%s: tensor %s: shape %s of %s needs %d bytes; its "
+                                 "data_offsets [%d, %d] %s" % (path, name, shape, dt, n * width,
+                                                               a, b, "run past the file"
+                                                               if start + b > size else
+                                                               "disagree"), "format_error")
+            f.seek(start + a)
+            raw = f.read(b - a)
+            if dt == "BF16":
+                arr = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+            else:
+                arr = np.frombuffer(raw, np.dtype(_DT[dt]).newbyteorder("<"))
+            out[name] = arr.reshape(shape).copy()
+    return out, {str(k): str(v) for k, v in meta.items()}

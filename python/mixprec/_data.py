@@ -4,6 +4,7 @@ and parameter names between the library ("layers.0.weight") and PyTorch's
 nn.Sequential ("0.weight").
 """
 import ctypes
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,7 +19,16 @@ class Dataset(_lib.Handle):
     """An owned mxp_dataset holding copies of a dict of arrays."""
 
     def __init__(self, arrays):
+        """arrays: a dict {name: array}, or the path of a safetensors/.npz
+        file (read by the library, mxp_dataset_read, as the CLI reads one)."""
         L = _lib.lib()
+        if isinstance(arrays, (str, bytes, os.PathLike)):
+            self._read(L, arrays)
+            return
+        if not hasattr(arrays, "items"):
+            raise _lib.Error("data of type %s; accepted: a dict of arrays ({'x': ..., 'y': ...}) "
+                             "or the path of a safetensors/.npz/HDF5 file" % type(arrays).__name__,
+                             "invalid_arg")
         P, E = ctypes.c_void_p, ctypes.POINTER(_lib.CError)
         _lib._fn(L, "mxp_dataset_create", ctypes.c_int, ctypes.POINTER(P), E)
         _lib._fn(L, "mxp_dataset_destroy", None, P)
@@ -52,6 +62,17 @@ class Dataset(_lib.Handle):
         except BaseException:
             self.close()
             raise
+
+    def _read(self, L, path):
+        P, E = ctypes.c_void_p, ctypes.POINTER(_lib.CError)
+        _lib._fn(L, "mxp_dataset_read", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(P), E)
+        _lib._fn(L, "mxp_dataset_destroy", None, P)
+        self._L = L
+        self.ptr = P()
+        _lib.track(self)
+        err = _lib.CError()
+        _lib.check(L.mxp_dataset_read(os.fsencode(path), ctypes.byref(self.ptr),
+                                      ctypes.byref(err)), err)
 
     def close(self):
         if self.ptr:

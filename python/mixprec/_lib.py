@@ -3,7 +3,12 @@
 Search order (the first that exists wins):
   1. $MIXPREC_LIB: the library file itself, or the folder holding it;
   2. pkg-config: `pkg-config --variable=libdir mixprec` (an installed build);
-  3. the build tree: <repository>/build next to this package's folder, then
+  3. installed beside the CLI: <prefix>/lib[64|/<multiarch>] of the `mixprec`
+     found on PATH (<prefix>/bin/mixprec: what `cmake --install` lays out),
+     then the same folders of this interpreter's prefix, /usr/local and /usr;
+  4. the dynamic loader's own search (ld.so.cache, LD_LIBRARY_PATH), through
+     ctypes.util.find_library;
+  5. the build tree: <repository>/build next to this package's folder, then
      ./build and ../build from the current directory.
 When none holds the library, LibraryNotFound names every place tried.
 
@@ -13,11 +18,14 @@ calls go through ctypes.CDLL, so the GIL is released for their duration.
 """
 import atexit
 import ctypes
+import ctypes.util
 import itertools
 import logging
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import threading
 import weakref
 
@@ -93,6 +101,10 @@ def candidates():
             out.append(("pkg-config (no mixprec.pc on PKG_CONFIG_PATH)", None))
     else:
         out.append(("pkg-config (not installed)", None))
+    out.extend(_installed())
+    found = ctypes.util.find_library("mixprec")
+    out.append(("the dynamic loader (ld.so.cache, LD_LIBRARY_PATH)%s" %
+                (": " + found if found else ""), found))
     here = os.path.dirname(os.path.abspath(__file__))
     seen = set()
     for d in (os.path.join(here, "..", "..", "build"), os.path.join(os.getcwd(), "build"),
@@ -102,6 +114,37 @@ def candidates():
             continue
         seen.add(d)
         out.append(("build tree %s" % d, _in_dir(d)))
+    return out
+
+
+def _libdirs(prefix):
+    multi = sysconfig.get_config_var("MULTIARCH") or ""
+    return [os.path.join(prefix, d) for d in
+            (["lib/" + multi] if multi else []) + ["lib", "lib64"]]
+
+
+def _installed():
+    """[(where, path_or_None)] of the install prefixes: the CLI's on PATH,
+    this interpreter's, /usr/local, /usr."""
+    prefixes = []
+    cli = shutil.which("mixprec")
+    if cli:
+        prefixes.append(("beside %s" % cli,
+                         os.path.dirname(os.path.dirname(os.path.realpath(cli)))))
+    for p in (sys.prefix, sys.base_prefix, "/usr/local", "/usr"):
+        prefixes.append(("prefix", p))
+    out, seen = [], set()
+    for why, prefix in prefixes:
+        for d in _libdirs(prefix):
+            d = os.path.normpath(d)
+            if d in seen:
+                continue
+            seen.add(d)
+            p = _in_dir(d)
+            if p or why != "prefix":
+                out.append(("%s %s" % (why, d), p))
+    if not any(p for _, p in out):
+        return [("install prefixes (%s)" % ", ".join(sorted(seen)), None)]
     return out
 
 
@@ -127,8 +170,8 @@ def lib():
         if path is None:
             raise LibraryNotFound(
                 "libmixprec.so not found; looked in: " + "; ".join(w for w, _ in tried) +
-                ". Build it (cmake -S . -B build && cmake --build build), install it, "
-                "or set MIXPREC_LIB to the library file or its folder")
+                ". Build it (cmake -S . -B build && cmake --build build), install it "
+                "(cmake --install build), or set MIXPREC_LIB to the library file or its folder")
         try:
             L = ctypes.CDLL(path)
         except OSError as e:
@@ -167,7 +210,9 @@ def _install_logger(L):
 
 # Objects owning library handles (runs, predictors, datasets) register here;
 # at exit they are closed in reverse order of creation while the interpreter
-# still works, and the log callback is removed before it goes away.
+# still works (daemon threads too: a Run still in train() on one is stopped
+# at its next step boundary and freed after train() returned), and the log
+# callback is removed before it goes away.
 _live = weakref.WeakValueDictionary()
 _live_n = itertools.count()
 
@@ -181,7 +226,7 @@ def _shutdown():
         o = _live.get(k)
         if o is not None:
             try:
-                o.close()
+                getattr(o, "_close_at_exit", o.close)()
             except Exception:
                 pass
     if _lib is not None:
@@ -257,7 +302,16 @@ def check(status, err, what=None):
     msg = err.msg.decode("utf-8", "replace") if err is not None else ""
     if what and not msg:
         msg = what
-    raise error_from(name, msg or name)
+    raise error_from(name, python_words(msg) or name)
+
+
+def python_words(msg):
+    """The library's message in Python's words: arrays passed from Python
+    are the dataset the library labels "memory", and values set from Python
+    reach the library as overrides, whose source it names "cli"."""
+    if msg.startswith("memory: "):
+        msg = "data arrays: " + msg[len("memory: "):]
+    return msg.replace(" (cli)", " (set in Python)").replace("(cli)", "(set in Python)")
 
 
 __all__ = ["lib", "lib_path", "candidates", "check", "has", "CError", "Error"]

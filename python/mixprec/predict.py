@@ -6,6 +6,7 @@ the CLI's `mixprec predict` / `eval` / `ckpt export --torch`).
     y = p.predict(x=x)                          # classifier: logits; regressor: y
     out = p.predict(obs=obs, actions=actions)   # world model: next_obs, reward (data units)
     p.evaluate({"x": x, "y": y}); p.export_torch("model_torch.safetensors")
+    module = p.to_torch()                       # torch.nn.Module: predict() on raw inputs
 """
 import ctypes
 import os
@@ -111,7 +112,8 @@ class Predictor(_lib.Handle):
 
     def evaluate(self, data=None):
         """Loss (and accuracy) as training reports it, on `data` (a dict of
-        arrays as for training), or on the run's held-out split when None
+        arrays as for training, or the path of a safetensors/.npz file, as
+        `mixprec eval --data`), or on the run's held-out split when None
         (runs on data.path only)."""
         ev = _capi.RunEval()
         err = _lib.CError()
@@ -133,6 +135,15 @@ class Predictor(_lib.Handle):
         _lib.check(self._L.mxp_predictor_export_torch(self.ptr, os.fsencode(path),
                                                       ctypes.byref(err)), err)
         return os.fspath(path)
+
+    def to_torch(self):
+        """The model as a torch.nn.Module that reproduces predict() in FP32
+        on raw inputs, standardisation included (mixprec.torch_load): a
+        world model's forward(obs, actions) -> (next_obs, reward) in the
+        data's units; a classifier's or regressor's forward(x). Needs torch
+        (not the safetensors package)."""
+        from .torch_load import export_to_torch
+        return export_to_torch(self)
 
     def close(self):
         if self.ptr:

@@ -13,12 +13,23 @@ callback, and Ctrl-C handling: training runs on a helper thread with the
 GIL released (ctypes drops it for the call); a KeyboardInterrupt asks the
 run to stop at the next step boundary (a checkpoint is written when
 checkpoints are on), waits for it, then re-raises.
+
+Threads (docs/python.md, "Threads"): one train() at a time per Run; from
+another thread, the methods that use the model wait for train() to return,
+close() asks it to stop at the next step boundary and frees the run after
+it returned, and interpreter exit does the same for a train() left running
+in a daemon thread. Inside a progress callback the training loop is paused
+at a step boundary on the callback's thread: stats, stop(), request_fp32(),
+evaluate(), summary(), predict(), state_dict() and save() work there; train()
+and close() raise Error at once (they would nest or free the loop).
 """
+import contextlib
 import ctypes
 import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 
@@ -47,17 +58,20 @@ class Run(_lib.Handle):
     (names as state_dict() returns them) or a safetensors file to start
     from. progress: a function called every `progress_every` steps with a
     dict (step, total_steps, epoch, loss, scale, precision, skipped), or
-    True for a tqdm bar when tqdm imports. checkpoints: write checkpoints
-    under the config's checkpoint.* policy (the CLI's default). store:
-    feed the library's observability (obs.*: metrics.db and events.jsonl in
-    output.dir when obs.store.enabled, the HTTP API when obs.http.enabled),
-    as the CLI does.
+    True for a tqdm bar when tqdm imports, else plain lines on stderr.
+    checkpoints: write checkpoints under the config's checkpoint.* policy
+    (the CLI's default). store: feed the library's observability (obs.*:
+    metrics.db and events.jsonl in output.dir when obs.store.enabled, the
+    HTTP API when obs.http.enabled), as the CLI does.
     """
 
     def __init__(self, config=None, data=None, model=None, init=None, *, progress=None,
                  progress_every=100, checkpoints=True, store=True, _resume=None):
         self._ptr = ctypes.c_void_p()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held by train() for the whole call
+        self._train_owner = None  # ident of the thread inside train()
+        self._cb_thread = None  # ident of the thread running this run's progress callback
+        self._closing = False  # close() waits for train() in another thread
         self._events = []
         self._switches = []
         self._n_fallbacks = self._n_rollbacks = 0
@@ -75,6 +89,16 @@ class Run(_lib.Handle):
             extra["model.init_from"] = self._init_path(init)
         if data is not None and not isinstance(data, dict):
             extra["data.path"] = os.fspath(data)
+        latest = None
+        if _resume is None and config.source("output.dir") == "default":
+            # a new run with the default output.dir: runs/version_<N> of its
+            # own, and runs/latest links to it once the run exists
+            latest = config["output.dir"]
+            buf = ctypes.create_string_buffer(4096)
+            err = _lib.CError()
+            _lib.check(L.mxp_run_dir_reserve(os.fsencode(latest), buf, len(buf),
+                                             ctypes.byref(err)), err)
+            extra["output.dir"] = os.fsdecode(buf.value)
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
@@ -96,10 +120,20 @@ class Run(_lib.Handle):
         _lib.track(self)
         err = _lib.CError()
         try:
-            _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
-                                        ctypes.byref(self._ptr), ctypes.byref(err)), err)
+            try:
+                _lib.check(L.mxp_run_create(self.config._b.resolved, ctypes.byref(opt),
+                                            ctypes.byref(self._ptr), ctypes.byref(err)), err)
+            except Error as e:
+                raise _python_names(e) from None
+            if latest is not None:
+                _lib.check(L.mxp_run_dir_publish(os.fsencode(latest),
+                                                 os.fsencode(self.config["output.dir"]),
+                                                 ctypes.byref(err)), err)
         except BaseException:
             self.close()
+            if latest is not None:  # the directory reserved above, this run's alone
+                import shutil
+                shutil.rmtree(self.config["output.dir"], ignore_errors=True)
             raise
         finally:
             if self._dataset is not None:  # borrowed for the create call only
@@ -128,8 +162,32 @@ class Run(_lib.Handle):
         cfg = Config.from_checkpoint(path, **(config or {}))
         return cls(cfg, data=data, _resume=cfg.checkpoint, **kw)
 
-    def close(self):
-        """Free the run (also done when it is garbage collected)."""
+    def close(self, _timeout=None):
+        """Free the run (also done when it is garbage collected and at
+        interpreter exit). While train() runs in another thread, close()
+        asks it to stop at the next step boundary, waits for it to return
+        (a checkpoint is written when checkpoints are on), then frees the
+        run. Inside this run's own progress callback it raises Error
+        (stop() is what ends training from there)."""
+        self._refuse_inside_train("close")
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before any library object existed
+            return
+        if self._train_owner is not None:
+            self._closing = True
+            self.stop()
+        if not lock.acquire(timeout=-1 if _timeout is None else _timeout):
+            _lib.logger.warning("a mixprec.Run was still in train() %.0f s after it was asked "
+                                "to stop at interpreter exit; it is left to the process's end",
+                                _timeout)
+            return
+        try:
+            self._free()
+        finally:
+            self._closing = False
+            lock.release()
+
+    def _free(self):
         if getattr(self, "_ptr", None):
             _lib.lib().mxp_run_destroy(self._ptr)  # ends the run in the store
             self._ptr = ctypes.c_void_p()
@@ -143,6 +201,44 @@ class Run(_lib.Handle):
             import shutil
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+    def _close_at_exit(self):
+        """interpreter exit (_lib._shutdown): as close(), but a train() that
+        does not reach a step boundary within 60 s is left running."""
+        self.close(_timeout=60.0)
+
+    def _refuse_inside_train(self, what):
+        me = threading.get_ident()
+        if getattr(self, "_cb_thread", None) == me:
+            raise Error("Run.%s() was called inside this Run's progress callback: the callback "
+                        "runs in the middle of train(), and %s there would %s; accepted there: "
+                        "stats, stop(), request_fp32(), evaluate(), summary(), predict(), "
+                        "state_dict(), save(); call %s() after train() returns (stop() ends it)"
+                        % (what, what, "free the run under the training loop" if what == "close"
+                           else "nest one training loop in another", what), "bad_state")
+        if getattr(self, "_train_owner", None) == me:
+            raise Error("Run.%s() was called on the thread that is inside this Run's train() "
+                        "(from a signal handler?) while training runs on its helper thread; "
+                        "accepted there: stats, stop(), request_fp32(); call %s() after "
+                        "train() returns" % (what, what), "bad_state")
+
+    @contextlib.contextmanager
+    def _using(self, what):
+        """The model is used by `what`: inside this run's progress callback
+        the loop is paused at a step boundary on this thread, so it goes
+        ahead; elsewhere it waits for a train() in another thread to end."""
+        if self._cb_thread == threading.get_ident() and what != "train":
+            yield
+            return
+        self._refuse_inside_train(what)
+        with self._lock:
+            yield
+
+    @property
+    def output_dir(self):
+        """The run's directory (output.dir): without output.dir in the config,
+        runs/version_<N>, made for this run (runs/latest links to it)."""
+        return self.config["output.dir"]
 
     def _live(self):
         if not self._ptr:
@@ -186,11 +282,14 @@ class Run(_lib.Handle):
                     "scale": r.scale if r else float("nan"),
                     "skipped": bool(r.skipped) if r else False,
                     "precision": me._precision_name()}
+            me._cb_thread = threading.get_ident()
             try:
                 me._report(info)
             except BaseException as e:  # never unwind into C: stop and re-raise later
                 me._cb_error = e
                 me.stop()
+            finally:
+                me._cb_thread = None
 
         obs = _capi.RunObserver()
         if base is not None:
@@ -235,7 +334,6 @@ class Run(_lib.Handle):
         KeyboardInterrupt after Ctrl-C (the run stopped at a step boundary
         and wrote a checkpoint when checkpoints are on)."""
         L = _lib.lib()
-        ptr = self._live()
         ep = int(num_epochs or 0)
         bs = int(batch_size or 0)
         if ep < 0 or bs < 0:
@@ -243,12 +341,9 @@ class Run(_lib.Handle):
                         % (num_epochs, batch_size), "invalid_arg")
         err = _lib.CError()
         box = {}
-        self._cb_error = None
-        self._guard_stop = None
-
         done = threading.Event()
 
-        def work():
+        def work(ptr):
             try:
                 if threading.current_thread() is not threading.main_thread():
                     # SIGINT goes to the main thread, which waits below
@@ -258,36 +353,47 @@ class Run(_lib.Handle):
                 done.set()
 
         interrupted = False
-        with self._lock:
-            if threading.current_thread() is threading.main_thread():
-                t = threading.Thread(target=work, name="mixprec-train", daemon=True)
-                try:
-                    t.start()  # a SIGINT may land while it waits for the thread
-                except KeyboardInterrupt:
-                    interrupted = True
-                # An Event, not Thread.join: an interrupted join marks a live
-                # thread stopped on Python 3.11 (its bpo-45274 handling). The
-                # timeout lets a SIGINT that a library thread took be seen
-                # here within 0.2 s. The stop is asked once: one asked before
-                # the call began stops it at its first step, and asking again
-                # after the call honoured it would stop the next train().
-                asked = False
-                while not done.is_set():
+        with self._using("train"):  # one train() at a time; refused inside its callback
+            ptr = self._live()
+            if self._closing:
+                raise Error("the run is being closed by another thread", "bad_state")
+            self._cb_error = None
+            self._guard_stop = None
+            self._train_owner = threading.get_ident()
+            try:
+                if threading.current_thread() is threading.main_thread():
+                    t = threading.Thread(target=work, args=(ptr,), name="mixprec-train",
+                                         daemon=True)
                     try:
-                        if interrupted and not asked:
-                            asked = True
-                            self.stop()
-                        done.wait(0.2)
+                        t.start()  # a SIGINT may land while it waits for the thread
                     except KeyboardInterrupt:
                         interrupted = True
-                t.join()
-            else:
-                work()
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
-        _lib.check(box["s"], err)
-        self._write_summary()
+                    # An Event, not Thread.join: an interrupted join marks a
+                    # live thread stopped on Python 3.11 (its bpo-45274
+                    # handling). The timeout lets a SIGINT that a library
+                    # thread took be seen here within 0.2 s. The stop is
+                    # asked once: one asked before the call began stops it
+                    # at its first step, and asking again after the call
+                    # honoured it would stop the next train().
+                    asked = False
+                    while not done.is_set():
+                        try:
+                            if interrupted and not asked:
+                                asked = True
+                                self.stop()
+                            done.wait(0.2)
+                        except KeyboardInterrupt:
+                            interrupted = True
+                    t.join()
+                else:
+                    work(ptr)
+            finally:
+                self._train_owner = None
+                if self._bar is not None:
+                    self._bar.close()
+                    self._bar = None
+            _lib.check(box["s"], err)
+            self._write_summary()
         if interrupted:
             raise KeyboardInterrupt
         if self._cb_error is not None:
@@ -316,7 +422,7 @@ class Run(_lib.Handle):
         (None where the workload has no such number)."""
         ev = _capi.RunEval()
         err = _lib.CError()
-        with self._lock:
+        with self._using("evaluate"):
             _lib.check(_lib.lib().mxp_run_evaluate(self._live(), ctypes.byref(ev),
                                                    ctypes.byref(err)), err)
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
@@ -331,7 +437,7 @@ class Run(_lib.Handle):
         ev = _capi.RunEval()
         err = _lib.CError()
         L = _lib.lib()
-        with self._lock:
+        with self._using("summary"):
             ptr = self._live()
             _lib.check(L.mxp_run_evaluate(ptr, ctypes.byref(ev), ctypes.byref(err)), err)
             cap = 1 << 16
@@ -354,7 +460,7 @@ class Run(_lib.Handle):
     def save(self, path):
         """Write a checkpoint of the current state to path (atomically)."""
         err = _lib.CError()
-        with self._lock:
+        with self._using("save"):
             _lib.check(_lib.lib().mxp_run_save(self._live(), os.fsencode(path),
                                                ctypes.byref(err)), err)
         return os.fspath(path)
@@ -435,7 +541,7 @@ class Run(_lib.Handle):
                 import shutil
                 shutil.rmtree(d, ignore_errors=True)
         L = _lib.lib()
-        with self._lock:
+        with self._using("predict"):
             m = self._model()
             spec = L.mxp_model_get_spec(m).contents
             a = np.asarray(x, dtype=np.float32)
@@ -466,7 +572,7 @@ class Run(_lib.Handle):
         the mode keeps them, else the working weights widened to FP32.
         library_names=True keeps the checkpoint's names ("layers.0.weight")."""
         L = _lib.lib()
-        with self._lock:
+        with self._using("state_dict"):
             m = self._model()
             master = L.mxp_model_master(m)
             if master:
@@ -506,6 +612,26 @@ class Run(_lib.Handle):
         return to_sequential(spec, self.state_dict())
 
 
+def _python_names(e):
+    """The library's error for a run directory holding another run names the
+    CLI's and C's ways out (--resume DIR, mxp_run_options.resume): give the
+    Python ones."""
+    msg = str(e)
+    i = msg.find("continue that run with --resume ")
+    if i < 0:
+        return e
+    j = msg.find(" (mxp_run_options.resume)", i)
+    if j < 0:
+        return e
+    d = msg[i + len("continue that run with --resume "):j]
+    msg = msg[:i] + "continue that run with mixprec.Run.resume(%r)" % d + \
+        msg[j + len(" (mxp_run_options.resume)"):]
+    msg = msg.replace("start this one in a new output.dir",
+                      "start this one in a new output.dir (or leave output.dir unset: each "
+                      "run then gets runs/version_<N>)")
+    return type(e)(msg, e.status)
+
+
 def _event_dict(e):
     L = _lib.lib()
     buf = ctypes.create_string_buffer(64)
@@ -529,6 +655,12 @@ def _event_dict(e):
 
 
 def _log_progress(info):
-    _lib.logger.info("step %d/%d epoch %d loss %.6g scale %g %s", info["step"],
-                     info["total_steps"], info["epoch"] + 1, info["loss"], info["scale"],
-                     info["precision"])
+    """progress=True without tqdm: one plain line on stderr per report, as
+    the CLI's log lines (the logger's INFO lines are not shown by default,
+    so this prints rather than logs)."""
+    total = max(1, info["total_steps"])
+    print("step %d/%d (%.0f%%) epoch %d/%d  loss %.4g  %s%s" % (
+        info["step"], info["total_steps"], 100.0 * info["step"] / total, info["epoch"] + 1,
+        info["total_epochs"], info["loss"], info["precision"],
+        "  scale %g" % info["scale"] if info["scale"] == info["scale"] and info["scale"] != 1
+        else ""), file=sys.stderr, flush=True)

@@ -28,10 +28,11 @@ loop responsive meanwhile, `await asyncio.to_thread(model.train, ...)`.
 
 Unless the config sets training.batch_size, the first train()'s batch_size
 becomes it (the run plans memory for it: later calls may use it or smaller).
-Without output.dir in the config the run writes into a fresh temporary
-directory (model.output_dir), so two models in one process never collide.
+Without output.dir in the config the run writes where the CLI's would, a
+directory of its own, runs/version_<N> (model.output_dir; runs/latest links
+to the newest), so two models never collide and nothing is left in /tmp; a
+new buffer's run gets a new one.
 """
-import tempfile
 
 from . import _data
 from .config import Config
@@ -97,15 +98,14 @@ class WorldModel:
             # the run plans its memory for the configured batch, the largest
             # a train() call may ask for: the first call's, as the seeds use it
             extra["training.batch_size"] = int(batch_size)
-        if c.source("output.dir") == "default":
-            extra["output.dir"] = tempfile.mkdtemp(prefix="mixprec-world-model-")
         return c.with_overrides(**extra)
 
     def _make_run(self, batch_size, init=None):
         c = self._config(batch_size)
-        self.output_dir = c["output.dir"]
         self._buffer_changed = False
-        return Run(c, data=self._data, model=self._layers, init=init)
+        run = Run(c, data=self._data, model=self._layers, init=init)
+        self.output_dir = run.output_dir
+        return run
 
     @property
     def run(self):

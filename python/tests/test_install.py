@@ -1,5 +1,7 @@
 """The package installs offline with pip and finds the library through
-$MIXPREC_LIB; without it, the error names every place it looked."""
+$MIXPREC_LIB, or installed (cmake --install) beside the mixprec CLI on PATH;
+without either, the error names every place it looked. Without NumPy the
+import error names the interpreter and the Python to use."""
 import ctypes
 import os
 import shutil
@@ -16,6 +18,12 @@ PKG = os.path.dirname(HERE)
 def have_pip():
     return subprocess.run([sys.executable, "-m", "pip", "--version"],
                           capture_output=True).returncode == 0
+
+
+def system_library():
+    """True when a libmixprec is installed where the package looks by itself."""
+    from mixprec import _lib
+    return any(p for _, p in _lib._installed())
 
 
 class InstallTest(TmpDirCase):
@@ -45,15 +53,63 @@ class InstallTest(TmpDirCase):
         self.assertTrue(f.startswith(target), f)
         self.assertEqual(os.path.realpath(lib), os.path.realpath(os.environ["MIXPREC_LIB"]))
         self.assertEqual(prec, "fp32")
-        # installed elsewhere: no build tree beside it, no $MIXPREC_LIB, no .pc
+        # installed elsewhere: no build tree beside it, no $MIXPREC_LIB, no .pc,
+        # no mixprec on PATH (a library installed system-wide would be found)
+        if system_library():
+            return
         r = self.run_py("import mixprec\nmixprec.Config()",
                         {"PYTHONPATH": target, "MIXPREC_LIB": self.path("nothing"),
-                         "PKG_CONFIG_PATH": self.tmp, "PKG_CONFIG_LIBDIR": self.tmp})
+                         "PKG_CONFIG_PATH": self.tmp, "PKG_CONFIG_LIBDIR": self.tmp,
+                         "PATH": "/usr/bin:/bin"})
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("LibraryNotFound", r.stderr)
         for place in ("$MIXPREC_LIB=" + self.path("nothing"), "pkg-config",
                       "build tree " + os.path.join(self.tmp, "build")):
             self.assertIn(place, r.stderr)
+
+    @unittest.skipUnless(have_pip(), "pip is not installed (Debian python3-pip)")
+    @unittest.skipUnless(shutil.which("cmake"), "no cmake to install the build with")
+    def test_installed_package_finds_installed_library(self):
+        """Issue 30 item 10: `cmake --install` + the pip-installed package find
+        each other with no MIXPREC_LIB and no pkg-config (before: LibraryNotFound)."""
+        build = os.path.dirname(os.path.realpath(os.environ["MIXPREC_LIB"]))
+        prefix, target = self.path("prefix"), self.path("site")
+        r = subprocess.run(["cmake", "--install", build, "--prefix", prefix],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        src = self.path("src")
+        shutil.copytree(PKG, src, ignore=shutil.ignore_patterns(
+            "build", "*.egg-info", "__pycache__", "tests"))
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation",
+                            "--no-index", "--no-deps", "--target", target, src],
+                           capture_output=True, text=True, cwd=self.tmp,
+                           env=dict(os.environ, PIP_NO_CACHE_DIR="1"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # the user's shell after the install: the CLI on PATH, nothing else set
+        r = self.run_py("import mixprec, mixprec._lib as l; print(l.lib_path());"
+                        "print(mixprec.Config()['training.precision'])",
+                        {"PYTHONPATH": target, "PATH": os.path.join(prefix, "bin") +
+                         ":/usr/bin:/bin", "PKG_CONFIG_PATH": self.tmp,
+                         "PKG_CONFIG_LIBDIR": self.tmp})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lib, prec = r.stdout.split()
+        self.assertTrue(os.path.realpath(lib).startswith(os.path.realpath(prefix) + os.sep),
+                        lib)
+        self.assertEqual(prec, "fp32")
+
+    def test_missing_numpy_names_the_interpreter_and_the_fix(self):
+        """Issue 30 item 10: a python3 without NumPy (pyenv first on PATH) gets
+        a message naming it and Debian's /usr/bin/python3, not a bare
+        "No module named 'numpy'"."""
+        fake = self.path("fake")
+        os.makedirs(os.path.join(fake, "numpy"))
+        with open(os.path.join(fake, "numpy", "__init__.py"), "w") as f:
+            f.write("raise ImportError(\"No module named 'numpy'\")\n")
+        r = self.run_py("import mixprec", {"PYTHONPATH": fake + ":" + PKG})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("mixprec needs NumPy", r.stderr)
+        self.assertIn(sys.executable, r.stderr)
+        self.assertIn("/usr/bin/python3", r.stderr)
 
     def test_library_dir_in_mixprec_lib(self):
         r = self.run_py("import mixprec._lib as l; print(l.lib_path())",

@@ -32,16 +32,21 @@ def run_cli(*args, env=None, check=True):
 
 
 class TmpDirCase(unittest.TestCase):
-    """A test case with a fresh temporary directory self.tmp."""
+    """A test case with a fresh temporary directory self.tmp, also the
+    current directory while the test runs."""
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="mixprec_py_")
+        # runs without output.dir go to ./runs/version_<N>: keep them here
+        self._cwd = os.getcwd()
+        os.chdir(self.tmp)
         self._env = dict(os.environ)
         for k in ("ENABLE_FP16_TRAINING", "MIXPREC_FORCE_FP32", "FP16_LOSS_SCALE",
                   "FP16_GROWTH_FACTOR", "FP16_BACKOFF_FACTOR", "FP16_GROWTH_INTERVAL"):
             os.environ.pop(k, None)
 
     def tearDown(self):
+        os.chdir(self._cwd)
         os.environ.clear()
         os.environ.update(self._env)
         shutil.rmtree(self.tmp, ignore_errors=True)

@@ -459,7 +459,8 @@ static const mxp_config_key kKeys[] = {
      .help = "checkpoint directory; a relative path is relative to output.dir (checkpoints)"},
     {.name = "output.dir", .type = MXP_KEY_STRING, .store = MXP_STORE_STR,
      .offset = OFF(output_dir), .def_s = "runs/latest",
-     .help = "run directory, non-empty, < 256 characters (runs/latest)"},
+     .help = "run directory, non-empty, < 256 characters (unset: `train` makes a new "
+             "runs/version_<N> and points the link runs/latest at it)"},
     KEY_ENUM("log.level", log_level, MXP_LOG_INFO, kLogChoices,
              "minimum log level debug|info|warn|error (info)"),
     KEY_ENUM("log.format", log_format, MXP_LOG_FORMAT_TEXT, kLogFormatChoices,
@@ -546,12 +547,45 @@ static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
     return row[lb];
 }
 
-/* Suggest the nearest key when it is within max(2, len/4) edits, or when
- * the name is a key's last component ("lr" -> "training.lr"). */
+/* Other frameworks' names for keys (PyTorch, Lightning, Hugging Face),
+ * matched against the last component of an unknown key. */
+static const struct {
+    const char *alias, *key;
+} kKeySynonyms[] = {
+    {"learning_rate", "training.lr"},
+    {"gradient_accumulation_steps", "training.grad_accum_steps"},
+    {"accumulate_grad_batches", "training.grad_accum_steps"},
+    {"grad_accum", "training.grad_accum_steps"},
+    {"max_epochs", "training.epochs"},
+    {"num_epochs", "training.epochs"},
+    {"num_train_epochs", "training.epochs"},
+    {"per_device_train_batch_size", "training.batch_size"},
+    {"train_batch_size", "training.batch_size"},
+    {"amp", "training.precision"},
+    {"output_dir", "output.dir"},
+    {"default_root_dir", "output.dir"},
+    {"hidden_size", "model.hidden"},
+    {"num_layers", "model.depth"},
+};
+
+/* Suggest the nearest key: another framework's name for it
+ * ("learning_rate", "training.learning_rate" -> "training.lr"), a key whose
+ * last component the name or its last component is ("lr", "optim.lr" ->
+ * "training.lr"), else the nearest within max(2, len/4) edits. */
 const char *mxp_config_key_suggest(const char *name) {
     if (!name) return NULL;
     size_t la = strlen(name);
     if (la == 0 || la > 127) return NULL;
+    const char *last = strrchr(name, '.');
+    last = last ? last + 1 : name;
+    for (size_t i = 0; i < sizeof kKeySynonyms / sizeof kKeySynonyms[0]; i++)
+        if (strcmp(last, kKeySynonyms[i].alias) == 0 &&
+            mxp_config_key_find(kKeySynonyms[i].key) >= 0)
+            return kKeySynonyms[i].key;
+    for (int i = 0; last != name && i < NKEYS; i++) {
+        const char *dot = strrchr(kKeys[i].name, '.');
+        if (dot && strcmp(dot + 1, last) == 0) return kKeys[i].name;
+    }
     const char *best = NULL;
     int best_d = (int)(la / 4 > 2 ? la / 4 : 2) + 1;
     for (int i = 0; i < NKEYS; i++) {

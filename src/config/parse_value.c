@@ -136,7 +136,8 @@ void mxp_config_key_accepted(const mxp_config_key *k, char *buf, size_t n) {
         appendf(buf, n, &pos, "one of: ");
         for (int p = 0; p < MXP_PRECISION_COUNT; p++)
             appendf(buf, n, &pos, "%s%s", p ? ", " : "", mxp_precision_name((mxp_precision)p));
-        appendf(buf, n, &pos, ", auto");
+        appendf(buf, n, &pos, ", auto (Lightning's 32-true, bf16-mixed, 16-mixed, bf16-true, "
+                "16-true too)");
         break;
     case MXP_KEY_STRING:
         appendf(buf, n, &pos, "a non-empty string of at most %d characters",
@@ -252,6 +253,22 @@ bool mxp_config_value_parse(const mxp_config_key *k, const char *s, mxp_key_valu
         }
         break;
     case MXP_KEY_PRECISION: {
+        /* PyTorch Lightning's Trainer(precision=...) names, as its users
+         * type them (its plain "bf16" means bf16-mixed there, pure BF16 here:
+         * not an alias) */
+        static const struct {
+            const char *name;
+            mxp_precision p;
+        } lightning[] = {{"32-true", MXP_PRECISION_FP32},       {"32", MXP_PRECISION_FP32},
+                         {"bf16-mixed", MXP_PRECISION_MIXED_BF16}, {"16-mixed", MXP_PRECISION_MIXED_FP16},
+                         {"16", MXP_PRECISION_MIXED_FP16},      {"bf16-true", MXP_PRECISION_BF16},
+                         {"16-true", MXP_PRECISION_FP16}};
+        for (size_t i = 0; i < sizeof lightning / sizeof lightning[0]; i++) {
+            if (strcasecmp(s, lightning[i].name) == 0) {
+                v->e = (int)lightning[i].p;
+                return true;
+            }
+        }
         mxp_precision p;
         if (mxp_precision_parse(s, &p, NULL) == MXP_OK) {
             v->e = (int)p;

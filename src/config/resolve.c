@@ -151,6 +151,28 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
                                  l);
         if (mxp_model_spec_layers(c->layers, 1, 0, MXP_LOSS_MSE, 1, &spec, &sub) != MXP_OK)
             return mxp_error_set(err, MXP_ERR_CONFIG, "%s: %s", l, sub.msg);
+        /* model.layers sets every layer: a shape key off its default would
+         * be ignored without a word (by value, not source: a resume applies
+         * every stored key) */
+        static const char *const shape_keys[] = {"model.hidden", "model.depth",
+                                                 "model.activation", "model.layernorm"};
+        for (size_t j = 0; j < sizeof shape_keys / sizeof shape_keys[0]; j++) {
+            const int i = mxp_config_key_find(shape_keys[j]);
+            const mxp_config_key *k = mxp_config_key_at(i);
+            mxp_key_value dv;
+            mxp_config_value_default(k, &dv);
+            char now[64], def[64];
+            mxp_config_value_format(k, &b->vals[i], now, sizeof now);
+            mxp_config_value_format(k, &dv, def, sizeof def);
+            if (strcmp(now, def) != 0) {
+                describe(b, shape_keys[j], r, sizeof r);
+                return mxp_error_set(err, MXP_ERR_CONFIG,
+                                     "%s has no effect beside %s, which sets every layer; "
+                                     "accepted: one of the two (model.layers=none shapes the MLP "
+                                     "from model.hidden, depth, activation and layernorm)",
+                                     r, l);
+            }
+        }
     }
     bool has_path = strcmp(c->wl.data_path, "none") != 0;
     if (has_path && c->workload == MXP_WORKLOAD_GPT) {

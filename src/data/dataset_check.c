@@ -120,6 +120,18 @@ mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_er
                              "%s: array 'obs' has %lld time steps; accepted: T+1 >= 2 (one "
                              "transition at least)",
                              mxp_dataset_label(d), (long long)obs->shape[1]);
+    if (act->shape[0] != E && act->shape[0] == E - 1 && act->shape[1] == obs->shape[1]) {
+        /* obs [T+1, E, S] and actions [T, E, A]: time-major, as many RL
+         * buffers keep them; name that, not a wrong 'actions' */
+        char so[128], sa[128];
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: obs %s and actions %s look time-major ([T+1, E, S] and [T, E, "
+                             "A]); accepted: episode-major obs [E, T+1, S], actions [E, T, A], "
+                             "rewards [E, T] (NumPy: obs.transpose(1, 0, 2), "
+                             "actions.transpose(1, 0, 2), rewards.T)",
+                             mxp_dataset_label(d), shape_str(obs, so, sizeof so),
+                             shape_str(act, sa, sizeof sa));
+    }
     TRY(match(d, act, 0, E, "obs", "episodes E", err));
     TRY(match(d, act, 1, T, "obs", "steps T = obs steps - 1", err));
     TRY(match(d, rew, 0, E, "obs", "episodes E", err));

@@ -149,8 +149,11 @@ mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data, mxp
     if (!data) {
         if (strcmp(p->cfg.wl.data_path, "none") == 0)
             return mxp_error_set(err, MXP_ERR_STATE,
-                                 "%s: the run trained on in-memory arrays (no data.path); pass "
-                                 "the data to evaluate on",
+                                 "%s: the run trained on in-memory arrays (no data.path), so "
+                                 "there is no held-out split to read back; accepted: the data "
+                                 "to evaluate on, as a file (mixprec eval RUN --data FILE, "
+                                 "Predictor.evaluate(data=\"FILE\")) or arrays "
+                                 "(Predictor.evaluate(data={...}))",
                                  p->path);
         if ((s = mxp_dataset_read(p->cfg.wl.data_path, &own, err)) != MXP_OK) return s;
         data = own;

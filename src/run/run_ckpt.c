@@ -14,6 +14,7 @@
  * finished trains nothing and writes nothing.
  */
 #include "run/run_internal.h"
+#include "config/config_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -336,6 +337,13 @@ static mxp_status put_kv(mxp_config_builder *b, const char *key, const char *val
     return mxp_config_apply_override(b, kv, err);
 }
 
+/* model.layers is set in b (not "none"). */
+static bool layers_set(const mxp_config_builder *b) {
+    char v[16];
+    mxp_config_key_value(b, mxp_config_key_find("model.layers"), v, sizeof v);
+    return strcmp(v, "none") != 0;
+}
+
 mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *ckpt, size_t n,
                                  mxp_error *err) {
     if (!path || !b)
@@ -371,11 +379,27 @@ mxp_status mxp_run_resume_config(const char *path, mxp_config_builder *b, char *
     /* the checkpoint holds the weights: a model.init_from file that is gone
      * (Python's Run(init=state_dict) wrote it to a temporary folder) is not
      * needed */
+    /* a checkpoint from before model.layers refused shape keys beside it
+     * may record them (they had no effect): their defaults, so it resumes */
+    static const char *const shape_keys[] = {"model.hidden", "model.depth", "model.activation",
+                                             "model.layernorm"};
+    for (size_t j = 0; s == MXP_OK && layers_set(b) && j < 4; j++) {
+        const mxp_config_key *k = mxp_config_key_at(mxp_config_key_find(shape_keys[j]));
+        mxp_key_value dv;
+        char def[64];
+        mxp_config_value_default(k, &dv);
+        mxp_config_value_format(k, &dv, def, sizeof def);
+        s = put_kv(b, shape_keys[j], def, err);
+    }
     mxp_config stored;
     if (s == MXP_OK && mxp_config_resolve(b, &stored, NULL) == MXP_OK &&
         strcmp(stored.init_from, "none") != 0 && access(stored.init_from, F_OK) != 0)
         s = put_kv(b, "model.init_from", "none", err);
-    if (s == MXP_OK && run_dir) s = put_kv(b, "output.dir", path, err);
+    if (s == MXP_OK && run_dir) { /* runs/latest -> runs/version_<N>: the run's own */
+        char own[MXP_CKPT_PATH_MAX];
+        run_dir_follow_link(path, own, sizeof own);
+        s = put_kv(b, "output.dir", own, err);
+    }
     mxp_st_file_destroy(f);
     return s;
 }

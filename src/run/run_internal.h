@@ -60,4 +60,10 @@ void run_new_id(mxp_run *r);
 /* After each step: the manager's policy, forced at stop / end. */
 mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err);
 
+/* run_dir.c: path, when it is a link made by mxp_run_dir_publish
+ * (runs/latest -> version_<N>), as the directory it names (runs/version_<N>),
+ * so that a resumed run keeps writing there after latest moves on; any
+ * other path unchanged. */
+void run_dir_follow_link(const char *path, char *out, size_t n);
+
 #endif

@@ -128,6 +128,19 @@ static mxp_status write_dataset(const mxp_dataset *d, const char *path, mxp_erro
     return s;
 }
 
+/* The line a successful predict prints: what was written, from which
+ * checkpoint ("wrote OUT: next_obs [5, 3], reward [5] (from CKPT)"). */
+static void say_wrote(const char *out, const mxp_dataset *d, const mxp_predictor *p) {
+    printf("wrote %s:", out);
+    for (int i = 0; i < mxp_dataset_num_arrays(d); i++) {
+        const mxp_array *a = mxp_dataset_array(d, i);
+        printf("%s %s [", i ? "," : "", a->name);
+        for (int k = 0; k < a->ndim; k++) printf("%s%lld", k ? ", " : "", (long long)a->shape[k]);
+        printf("]");
+    }
+    printf(" (from %s)\n", mxp_predictor_checkpoint(p));
+}
+
 int cmd_predict(int argc, char **argv) {
     const char *path = NULL, *in = NULL, *out = NULL;
     const char *use = "usage: mixprec predict CKPT_OR_RUN_DIR --input FILE --output FILE";
@@ -169,6 +182,8 @@ int cmd_predict(int argc, char **argv) {
         rc = fail(&err, data_code(s));
     else if ((s = write_dataset(res, out, &err)) != MXP_OK)
         rc = fail(&err, s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO);
+    else
+        say_wrote(out, res, p);
     mxp_dataset_destroy(res);
     mxp_predictor_destroy(p);
     mxp_dataset_destroy(ds);
@@ -202,6 +217,12 @@ int cli_export_torch(int argc, char **argv) {
     mxp_status s = mxp_predictor_export_torch(p, out, &err);
     int rc = s == MXP_OK ? CLI_EXIT_OK
                          : fail(&err, s == MXP_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_IO);
+    if (rc == CLI_EXIT_OK)
+        printf("wrote %s: FP32 weights as layers.<i>.weight/.bias%s (from %s); in PyTorch: "
+               "mixprec.load_torch(\"%s\")\n", out,
+               mxp_predictor_kind(p) == MXP_DATASET_WORLD_MODEL
+                   ? ", standardisation x_mean/x_std/y_mean/y_std" : "",
+               mxp_predictor_checkpoint(p), out);
     mxp_predictor_destroy(p);
     return rc;
 }

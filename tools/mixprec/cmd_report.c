@@ -314,7 +314,9 @@ static void write_script(FILE *f, const char *out, const report_state *rs, doubl
      * crowd into a small part of it (they were squeezed on the axis) */
     const int64_t span = rs->last_step > 0 ? rs->last_step : 1;
     const bool zoom = rs->n_over > 0 && (rs->over_last - rs->over_first) * 4 < span;
-    fprintf(f, "\nset multiplot layout %d,1\n", zoom ? 2 : 1);
+    /* the key goes under the plot: inside (top right, opaque) it hid the
+     * last level, which a growing scale draws exactly there */
+    fprintf(f, "\nset key below\nset multiplot layout %d,1\n", zoom ? 2 : 1);
     fprintf(f, "set title 'Loss scale and overflow (skipped) steps: %lld of %lld steps'\n"
                "set logscale y 2\nset ylabel 'loss scale (log2)'\nset format y '2^{%%L}'\n"
                "set autoscale yfix\nset offsets graph 0.02, graph 0.02, graph 0.1, graph 0.1\n",
@@ -333,7 +335,7 @@ static void write_script(FILE *f, const char *out, const report_state *rs, doubl
         fputs(scale_plot, f);
         fputs("set autoscale x\nset autoscale xfixmin\nset autoscale xfixmax\n", f);
     }
-    fputs("unset multiplot\nset format y '%g'\n", f);
+    fputs("unset multiplot\nset format y '%g'\nset key inside top right opaque\n", f);
     /* gradient health */
     snprintf(p, sizeof p, "%s/grad_health.png", out);
     fputs("set output ", f);

@@ -46,9 +46,10 @@ static void help(FILE *f) {
           "                  training.mixed_precision.enabled=true\n"
           "                  training.mixed_precision.dtype=bfloat16\n"
           "\n"
-          "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv (output.dir,\n"
-          "default runs/latest). A directory holding another run's checkpoints is\n"
-          "refused: --resume it, or choose a new output.dir (docs/run.md).\n"
+          "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv. Without\n"
+          "output.dir each run gets a new runs/version_<N>, and runs/latest links to\n"
+          "the newest. An output.dir holding another run's checkpoints is refused:\n"
+          "--resume it, or choose a new output.dir (docs/run.md).\n"
           "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
           "written), 3 outputs could not be written, 4 a guard rule with action\n"
           "stop ended the run (outputs still written).\n"
@@ -201,8 +202,10 @@ static void log_start(const mxp_config *cfg, mxp_comm *comm, const mxp_run *run)
 }
 
 /* Train the created run and report; returns the exit code. */
+/* latest: the run directory pointer to move to this run's output.dir once
+ * it is about to train (runs/latest), or "" (output.dir was given). */
 static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_glue_progress *ps,
-                     bool primary, bool json) {
+                     bool primary, bool json, const char *latest) {
     mxp_error err = {0};
     const mxp_workload_provider *wl = mxp_run_provider(run);
     mxp_run_info info;
@@ -211,6 +214,13 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
                          info.samples_per_epoch / wl->rows_per_sample};
     int rc = primary ? obs_glue_open(cfg, &orun, &ps->obs) : CLI_EXIT_OK;
     if (rc != CLI_EXIT_OK) return rc;
+    /* the run starts: latest names it (not before: a run that failed to
+     * start, e.g. on a port in use, leaves latest on the previous one) */
+    if (latest[0] && mxp_run_dir_publish(latest, cfg->output_dir, &err) != MXP_OK) {
+        cli_error("%s", err.msg);
+        obs_glue_close(ps->obs, false, false, err.msg, NAN);
+        return CLI_EXIT_IO;
+    }
     char *kept = info.resumed && primary ? history_prefix(cfg->output_dir, info.training_steps)
                                          : NULL;
     install_stop_signals(run);
@@ -279,9 +289,14 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     obs_glue_install_logger();
     doctor_install_signal(); /* SIGUSR1: fp32 at the next step boundary */
     mxp_config cfg;
+    mxp_config_builder *b = NULL;
     int rc = resume ? cli_resume_config(&a, resume, mxp_comm_size(comm), ckpt, sizeof ckpt,
                                         &cfg)
-                    : cli_resolve_config(&a, &cfg, NULL);
+                    : cli_resolve_config(&a, &cfg, &b);
+    /* output.dir that no source set: this run gets runs/version_<N> */
+    const bool own_dir = b && mxp_config_key_value(b, mxp_config_key_find("output.dir"), NULL,
+                                                   0) == MXP_SRC_DEFAULT;
+    mxp_config_builder_destroy(b);
     if (rc != CLI_EXIT_OK) return rc;
     /* training.device: refused before anything is created or written */
     mxp_error derr = {0};
@@ -316,7 +331,17 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     opt.resume = resume ? ckpt : NULL;
     mxp_error err = {0};
     mxp_run *run = NULL;
-    if (!quiet) /* the data comes first: MuJoCo takes seconds */
+    char latest[sizeof cfg.output_dir] = "";
+    if (own_dir && primary) {
+        snprintf(latest, sizeof latest, "%s", cfg.output_dir);
+        if (mxp_run_dir_reserve(latest, cfg.output_dir, sizeof cfg.output_dir, &err) != MXP_OK) {
+            cli_error("%s", err.msg);
+            return fail_code(&err);
+        }
+    }
+    if (!quiet && strcmp(cfg.wl.data_path, "none") != 0) /* the data comes first */
+        cli_status("loading %s ...", cfg.wl.data_path);
+    else if (!quiet) /* MuJoCo takes seconds */
         cli_status("preparing the %s data ...", cfg.workload == MXP_WORKLOAD_WORLD_MODEL
                                                     ? mxp_env_info_get(cfg.data.env)->name
                                                     : "training");
@@ -324,6 +349,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
     cli_status_done();
     if (cs != MXP_OK) {
         cli_error("%s", err.msg);
+        if (latest[0]) rmdir(cfg.output_dir); /* reserved and empty: nothing was written */
         return fail_code(&err);
     }
     mxp_run_info info;
@@ -337,7 +363,7 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
         return CLI_EXIT_OK;
     }
     log_start(mxp_run_config(run), comm, run); /* the run's: auto has chosen by now */
-    rc = train_run(run, &cfg, comm, &ps, primary, json);
+    rc = train_run(run, &cfg, comm, &ps, primary, json, latest);
     mxp_run_destroy(run);
     return rc;
 }

@@ -282,22 +282,27 @@ static void fmt_hms(char *out, size_t n, double s) {
         snprintf(out, n, "%02d:%02d", t / 60 % 60, t % 60);
 }
 
-/* 38.5k, 1.2M */
+/* A rate in at most 4 significant characters and never in e-notation:
+ * 0.52, 9.87, 98.7, 987, 1.3k, 38.5k, 385k, 1.2M. */
 static void fmt_rate(char *out, size_t n, double r) {
-    if (!(r >= 0))
+    static const char *const unit[] = {"", "k", "M", "G"};
+    if (!(r >= 0) || r > 9.99e11) {
         snprintf(out, n, "-");
-    else if (r >= 1e6)
-        snprintf(out, n, "%.3gM", r / 1e6);
-    else if (r >= 1e4)
-        snprintf(out, n, "%.3gk", r / 1e3);
-    else
-        snprintf(out, n, "%.3g", r);
+        return;
+    }
+    int u = 0;
+    while (u < 3 && r >= 999.5) {
+        r /= 1e3;
+        u++;
+    }
+    snprintf(out, n, r >= 99.95 ? "%.0f%s" : r >= 9.995 ? "%.1f%s" : "%.2f%s", r, unit[u]);
 }
 
+/* Columns of the terminal on stdout (80 when it cannot say). */
 static int term_width(void) {
     struct winsize ws;
-    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
-    return 100;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 80;
 }
 
 /* The fields after the bar/step counter: timing, rates, lr, val, precision. */
@@ -338,6 +343,83 @@ static void progress_fields(const cli_progress *ps, const mxp_progress *p, doubl
         snprintf(out + pos, n - pos, " scale %g", (double)p->result->scale);
 }
 
+typedef struct bar_field {
+    char s[64];
+    int prio; /* dropped lowest first; 0: not shown */
+} bar_field;
+
+static void bar_put(bar_field *f, int prio, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->s, sizeof f->s, fmt, ap);
+    va_end(ap);
+    f->prio = prio;
+}
+
+/* The terminal's bar line: whole fields, in display order, as many as fit
+ * in cols - 1 columns (a line as wide as the terminal wraps on some, and a
+ * wrapped bar cannot be redrawn); the least useful are dropped first, never
+ * a field cut in the middle of a number. Kept longest: the step counter,
+ * the bar and percent, the loss, the precision, the ETA. */
+static void progress_bar_line(const cli_progress *ps, const mxp_progress *p, double now,
+                              double pct, int cols, char *out, size_t n) {
+    enum { NF = 12 };
+    bar_field f[NF];
+    memset(f, 0, sizeof f);
+    const double el = now - ps->t_start;
+    const int64_t done = p->step - ps->step0;
+    const double sps = el > 0 && done > 0 ? (double)done / el : NAN;
+    const double eta = sps > 0 ? (double)(p->total_steps - p->step) / sps : NAN;
+    const int bw = cols >= 100 ? 20 : 10;
+    char bar[24], t[32];
+    int filled = (int)((double)bw * pct / 100.0);
+    for (int i = 0; i < bw; i++) bar[i] = i < filled ? '#' : '.';
+    bar[bw] = '\0';
+    bar_put(&f[0], 9, "[%s] %3.0f%%", bar, pct);
+    bar_put(&f[1], 10, "step %lld/%lld", (long long)p->step, (long long)p->total_steps);
+    bar_put(&f[2], 4, "epoch %lld/%lld", (long long)p->epoch + 1, (long long)p->total_epochs);
+    bar_put(&f[3], 8, "loss %.4g", p->result->loss);
+    if (ps->val_loss > 0) bar_put(&f[4], 5, "val %.4g", ps->val_loss);
+    if (ps->tr) {
+        mxp_trainer_state st;
+        mxp_trainer_get_state(ps->tr, &st);
+        mxp_train_stats ts;
+        mxp_trainer_stats(ps->tr, &ts);
+        bar_put(&f[5], 3, "lr %.3g", (double)st.lr);
+        bar_put(&f[6], 7, "%s", mxp_precision_name(ts.precision));
+    }
+    if (p->result->scale != 1.0f) bar_put(&f[7], 4, "scale %g", (double)p->result->scale);
+    fmt_hms(t, sizeof t, p->step >= p->total_steps ? 0.0 : eta);
+    bar_put(&f[8], 6, "ETA %s", t);
+    fmt_rate(t, sizeof t, sps);
+    bar_put(&f[9], 5, "%s steps/s", t);
+    if (ps->samples_per_step > 0) {
+        fmt_rate(t, sizeof t, sps * (double)ps->samples_per_step);
+        bar_put(&f[10], 2, "%s samples/s", t);
+    }
+    fmt_hms(t, sizeof t, el);
+    bar_put(&f[11], 1, "elapsed %s", t);
+    /* separators: one space inside "[bar] pct% step a/b epoch e/E", two after */
+    for (;;) {
+        int width = 0, shown = 0, low = -1;
+        for (int i = 0; i < NF; i++) {
+            if (!f[i].prio) continue;
+            width += (shown++ ? (i <= 2 ? 1 : 2) : 0) + (int)strlen(f[i].s);
+            if (low < 0 || f[i].prio < f[low].prio) low = i;
+        }
+        if (width <= cols - 1 || shown <= 1) break;
+        f[low].prio = 0;
+    }
+    size_t pos = 0;
+    int shown = 0;
+    for (int i = 0; i < NF && pos < n; i++) {
+        if (!f[i].prio) continue;
+        int w = snprintf(out + pos, n - pos, "%s%s", shown++ ? (i <= 2 ? " " : "  ") : "",
+                         f[i].s);
+        pos += w > 0 ? (size_t)w : 0;
+    }
+}
+
 void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
     const double now = mxp_time_now();
     if (ps->t_start <= 0) {
@@ -363,20 +445,9 @@ void cli_progress_update(cli_progress *ps, const mxp_progress *p) {
         /* redraw at most 10 times a second (and the last step) */
         if (!last && now - ps->t_drawn < 0.1 && ps->t_drawn > 0) return;
         ps->t_drawn = now;
-        progress_fields(ps, p, now, fields, sizeof fields);
-        const int width = 20;
-        int filled = (int)((double)width * pct / 100.0);
-        if (filled > width) filled = width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-        bar[width] = '\0';
         char line[sizeof g_bar];
-        int n = snprintf(line, sizeof line, "\r[%s] %3.0f%% step %lld/%lld epoch %lld/%lld  %s",
-                         bar, pct, (long long)p->step, (long long)p->total_steps,
-                         (long long)p->epoch + 1, (long long)p->total_epochs, fields);
-        /* never wider than the terminal: a wrapped bar cannot be redrawn */
-        int cols = term_width();
-        if (n > cols) line[cols] = '\0';
+        line[0] = '\r';
+        progress_bar_line(ps, p, now, pct, term_width(), line + 1, sizeof line - 1);
         snprintf(g_bar, sizeof g_bar, "%s", line);
         fputs("\r\033[K", stdout);
         fputs(line, stdout);

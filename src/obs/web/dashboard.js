@@ -22,6 +22,16 @@ function fmt(v, d) {
   return (+v.toPrecision(d === undefined ? 5 : d)).toString();
 }
 
+/* A loss scale as it is: an exact integer, with its power of two when it
+ * is one ("524288 (2^19)"); fmt() would round it to 5 digits (524290). */
+function fmtScale(v) {
+  if (v === null || v === undefined || !isFinite(v) || v <= 0) return fmt(v);
+  var k = Math.log2(v);
+  if (Number.isInteger(k)) return (k >= -20 && k <= 53 ? v.toString() : v.toExponential(3)) +
+                                  " (2^" + k + ")";
+  return Number.isInteger(v) && v < 1e15 ? v.toString() : fmt(v, 6);
+}
+
 function getJSON(url) {
   return fetch(url, {cache: "no-store"}).then(function (r) {
     if (!r.ok) throw new Error(url + ": HTTP " + r.status);
@@ -315,7 +325,7 @@ function tick() {
       step += " (" + st.training_steps + " trained, replays included)";
     $("step").textContent = step;
     $("epoch").textContent = st.epoch === undefined ? "-" : String(st.epoch + 1);
-    $("loss").textContent = fmt(st.loss); $("scale").textContent = fmt(st.loss_scale);
+    $("loss").textContent = fmt(st.loss); $("scale").textContent = fmtScale(st.loss_scale);
     $("val").textContent = fmt(ss.validation_loss);
     $("ovr").textContent = ss.overflow_rate === null ? "-" : (100 * ss.overflow_rate).toFixed(2) + "%";
     if (ss.validation_loss !== null && isFinite(ss.validation_loss) &&

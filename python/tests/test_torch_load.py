@@ -1,0 +1,130 @@
+"""mixprec.load_torch / Predictor.to_torch (issue 30, item 11): the export
+loads into PyTorch without the safetensors package, and the module
+reproduces `mixprec predict` on raw inputs, standardisation included.
+Oracles: the library's predict (Predictor.predict and the CLI's `mixprec
+predict`, FP32) on the same raw inputs, and a NumPy forward of the exported
+tensors. Skipped without torch (Debian python3-torch, 1.13 here). Before:
+no load_torch, no to_torch, and docs/data.md's recipe needed
+`from safetensors.torch import load_file`, which Debian 12 lacks."""
+import os
+import sys
+import unittest
+
+import numpy as np
+
+import mixprec
+from mixprec import _ckpt
+from .util import TmpDirCase, gelu, need_cli, run_cli, torch
+
+R = np.random.default_rng(3)
+
+
+def world_arrays():
+    obs = R.normal(size=(24, 21, 3)).astype(np.float32) * np.float32([1, 10, 0.1])
+    act = R.normal(size=(24, 20, 2)).astype(np.float32)
+    obs[:, 1:] = 0.8 * obs[:, :-1] + 0.3 * act[..., :1] + 5.0
+    rew = (obs[:, 1:, 0] - act[..., 1]).astype(np.float32) * 3.0 + 7.0
+    return {"obs": obs, "actions": act, "rewards": rew}
+
+
+@unittest.skipIf(torch is None, "torch is not importable (Debian python3-torch)")
+class TorchLoadTest(TmpDirCase):
+    def train(self, workload, data, layers, **extra):
+        cfg = mixprec.Config(model={"workload": workload},
+                             training={"epochs": 2, "batch_size": 16},
+                             output={"dir": self.path(workload)}, **extra)
+        run = mixprec.Run(cfg, data=data, model=layers)
+        run.train()
+        run.close()
+        return self.path(workload)
+
+    def test_world_model_reproduces_predict_on_raw_inputs(self):
+        data = world_arrays()
+        d = self.train("world_model", data, ["linear:32", "layernorm", "gelu", "linear:32",
+                                             "tanh", "linear"])
+        obs, act = data["obs"][:, 3] + 0.5, data["actions"][:, 3]
+        with mixprec.Predictor(d, precision="fp32") as p:
+            want = p.predict(obs=obs, actions=act)
+            module = p.to_torch()
+        self.assertIsInstance(module, torch.nn.Module)
+        with torch.no_grad():
+            next_obs, reward = module(torch.from_numpy(obs), torch.from_numpy(act))
+        np.testing.assert_allclose(next_obs.numpy(), want["next_obs"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(reward.numpy(), want["reward"], rtol=1e-5, atol=1e-5)
+        # the statistics are buffers: they travel with state_dict()
+        self.assertEqual(sorted(k for k in module.state_dict() if not k.startswith("layers.")),
+                         ["x_mean", "x_std", "y_mean", "y_std"])
+        # and the safetensors package played no part
+        self.assertNotIn("safetensors", sys.modules)
+
+    def test_export_file_and_cli_predict(self):
+        need_cli(self)
+        data = world_arrays()
+        np.savez(self.path("wm.npz"), **data)
+        np.savez(self.path("in.npz"), obs=data["obs"][:7, 0], actions=data["actions"][:7, 0])
+        run_cli("train", "data.path=" + self.path("wm.npz"),
+                "model.layers=[linear:16, gelu, linear]",
+                "training.epochs=1", "output.dir=" + self.path("run"), "--quiet")
+        r = run_cli("ckpt", "export", self.path("run"), "--torch", "-o",
+                    self.path("ex.safetensors"))
+        # item 12: export and predict say what they wrote (before: nothing)
+        self.assertIn("wrote %s: FP32 weights" % self.path("ex.safetensors"), r.stdout)
+        self.assertIn("mixprec.load_torch", r.stdout)
+        r = run_cli("predict", self.path("run"), "--input", self.path("in.npz"), "--output",
+                    self.path("out.safetensors"))  # trained in fp32: predicts in fp32
+        self.assertIn("wrote %s: next_obs [7, 3], reward [7] (from " %
+                      self.path("out.safetensors"), r.stdout)
+        want = _ckpt.read_safetensors(self.path("out.safetensors"))
+        module = mixprec.load_torch(self.path("ex.safetensors"))
+        with torch.no_grad():
+            next_obs, reward = module(data["obs"][:7, 0], data["actions"][:7, 0])
+        np.testing.assert_allclose(next_obs.numpy(), want["next_obs"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(reward.numpy(), want["reward"], rtol=1e-5, atol=1e-5)
+        # NumPy oracle of the documented formula, from the exported tensors
+        w = _ckpt.read_safetensors(self.path("ex.safetensors"))
+        z = (np.concatenate([data["obs"][:7, 0], data["actions"][:7, 0]], 1) - w["x_mean"]) \
+            / w["x_std"]
+        h = gelu(z @ w["layers.0.weight"].T + w["layers.0.bias"])
+        y = (h @ w["layers.2.weight"].T + w["layers.2.bias"]) * w["y_std"] + w["y_mean"]
+        np.testing.assert_allclose(next_obs.numpy(), data["obs"][:7, 0] + y[:, :3], rtol=1e-4,
+                                   atol=1e-4)
+
+    def test_regressor_and_classifier_take_x_as_is(self):
+        x = R.normal(size=(300, 6)).astype(np.float32) * 4 + 2
+        cases = (("regressor", {"x": x, "y": np.tanh(x[:, :2])}),
+                 ("classifier", {"x": x, "y": (x[:, 0] > 2).astype(np.int64)}))
+        for workload, data in cases:
+            d = self.train(workload, data, ["linear:16", "relu", "linear"])
+            with mixprec.Predictor(d, precision="fp32") as p:
+                want = p.predict(x=x[:9])
+            module = mixprec.load_torch(d)  # a run directory: exported on the way
+            with torch.no_grad():
+                got = module(torch.from_numpy(x[:9])).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=workload)
+            self.assertEqual(module.kind, workload)
+
+    def test_bad_files_raise_errors_naming_them(self):
+        p = self.path("junk.safetensors")
+        with open(p, "wb") as f:
+            f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{}              ")
+        with self.assertRaises(mixprec.Error):
+            mixprec.load_torch(p)
+        # an export whose tensor runs past the file
+        _ckpt.write_safetensors(self.path("t.safetensors"),
+                                {"layers.0.weight": np.ones((2, 3), np.float32),
+                                 "layers.0.bias": np.ones(2, np.float32)},
+                                metadata={"kind": "regressor", "layers": "[linear:2]"})
+        good = mixprec.load_torch(self.path("t.safetensors"))
+        with torch.no_grad():
+            np.testing.assert_array_equal(good(np.ones((1, 3), np.float32)).numpy(), [[4, 4]])
+        with open(self.path("t.safetensors"), "rb") as f:
+            raw = f.read()
+        with open(self.path("cut.safetensors"), "wb") as f:
+            f.write(raw[:-4])
+        with self.assertRaises(mixprec.Error) as cm:
+            mixprec.load_torch(self.path("cut.safetensors"))
+        self.assertIn("cut.safetensors", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
