@@ -214,8 +214,8 @@ MXP_API void mxp_run_destroy(mxp_run *run);
  * folder cannot be read or written), INVALID_ARG (a path too long),
  * STATE (latest is a file). Front ends call them only for a new run whose
  * output.dir no source set, on the rank that writes. */
-mxp_status mxp_run_dir_reserve(const char *latest, char *out, size_t n, mxp_error *err);
-mxp_status mxp_run_dir_publish(const char *latest, const char *dir, mxp_error *err);
+MXP_API mxp_status mxp_run_dir_reserve(const char *latest, char *out, size_t n, mxp_error *err);
+MXP_API mxp_status mxp_run_dir_publish(const char *latest, const char *dir, mxp_error *err);
 
 /* Continue from a checkpoint (path: file, checkpoint dir or run dir; the
  * newest verified checkpoint). Checks workload, model and data signature

@@ -129,8 +129,8 @@ mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_er
                              "A]); accepted: episode-major obs [E, T+1, S], actions [E, T, A], "
                              "rewards [E, T] (NumPy: obs.transpose(1, 0, 2), "
                              "actions.transpose(1, 0, 2), rewards.T)",
-                             mxp_dataset_label(d), shape_str(obs, so, sizeof so),
-                             shape_str(act, sa, sizeof sa));
+                             mxp_dataset_label(d), ds_shape_str(obs, so, sizeof so),
+                             ds_shape_str(act, sa, sizeof sa));
     }
     TRY(match(d, act, 0, E, "obs", "episodes E", err));
     TRY(match(d, act, 1, T, "obs", "steps T = obs steps - 1", err));
