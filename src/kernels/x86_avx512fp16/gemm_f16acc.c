@@ -51,6 +51,7 @@ enum {
  * kernels/x86_avx512/gemm.c: a fork costs more than it saves). */
 static_assert(MR % 8 == 0 && NR % 8 == 0 && MC % MR == 0 && NC_MAX % NR == 0,
               "panels are packed 8 x 8 at a time; blocks are whole panels");
+static_assert(NR == 32 && MR == 8, "pack() copies a whole panel row as one zmm (NR) or xmm (MR)");
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
 
 typedef struct f16_scratch {
@@ -124,11 +125,20 @@ static void pack(const uint16_t *x, size_t ld, bool k_contig, size_t r0, size_t 
         uint16_t *d = dst + p0 * kc;
         size_t nr = rows - p0 < (size_t)w ? rows - p0 : (size_t)w;
         if (!k_contig) { /* rows of a panel are contiguous for each k */
-            for (size_t k = 0; k < kc; k++) {
-                const uint16_t *s = x + (k0 + k) * ld + r0 + p0;
-                memcpy(d + k * (size_t)w, s, nr * sizeof(uint16_t));
-                if (nr < (size_t)w) memset(d + k * (size_t)w + nr, 0, ((size_t)w - nr) * 2);
-            }
+            const uint16_t *s = x + k0 * ld + r0 + p0;
+            if (nr == NR && w == NR) /* whole panels: one zmm per k, no call */
+                for (size_t k = 0; k < kc; k++)
+                    _mm512_store_si512((__m512i *)(d + k * NR),
+                                       _mm512_loadu_si512((const void *)(s + k * ld)));
+            else if (nr == MR && w == MR)
+                for (size_t k = 0; k < kc; k++)
+                    _mm_storeu_si128((__m128i *)(d + k * MR),
+                                     _mm_loadu_si128((const __m128i *)(s + k * ld)));
+            else
+                for (size_t k = 0; k < kc; k++) {
+                    memcpy(d + k * (size_t)w, s + k * ld, nr * sizeof(uint16_t));
+                    memset(d + k * (size_t)w + nr, 0, ((size_t)w - nr) * 2);
+                }
             continue;
         }
         size_t k = 0;
