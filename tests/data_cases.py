@@ -111,3 +111,9 @@ st_write(p("st_nan.safetensors"), {"x": np.where(ramp((N, D)) > 0, np.inf, 0).as
                                    "y": cls["y"]})
 with open(p("garbage.bin"), 'wb') as f:
     f.write(b"hello, this is not data")
+with open(p("binary.bin"), 'wb') as f:  # no magic, a u64 length past the file
+    f.write(bytes([0x10, 0x27, 0, 0, 0, 0, 0, 0]) + b"\x01\x02")
+with open(p("table.csv"), 'wb') as f:
+    f.write(b"x0,x1,y\n0.5,1.5,2\n")
+np.save(p("one.npy"), np.zeros(3, np.float32))
+open(p("empty.bin"), 'wb').close()

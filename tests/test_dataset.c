@@ -189,7 +189,12 @@ int main(void) {
     expect_fail("st_hlen.safetensors", -1, F, "header length");
     expect_fail("st_bf16.safetensors", -1, F, "has dtype 'BF16'");
     expect_fail("st_nan.safetensors", -1, F, "array 'x' holds NaN or Inf");
-    expect_fail("garbage.bin", -1, F, "neither safetensors nor .npz");
+    /* files of another kind are named as what they look like */
+    expect_fail("garbage.bin", -1, F, "looks like text (CSV or JSON?); accepted: .npz");
+    expect_fail("table.csv", -1, F, "looks like text (CSV or JSON?); accepted: .npz");
+    expect_fail("one.npy", -1, F, "looks like a single .npy array; accepted: .npz");
+    expect_fail("empty.bin", -1, F, "looks like an empty file");
+    expect_fail("binary.bin", -1, F, "neither safetensors nor .npz");
     expect_fail("no_such_file.npz", -1, MXP_ERR_IO, "cannot open");
     test_rm_rf(g_dir);
     return test_finish("test_dataset");

@@ -249,6 +249,15 @@ static int cmp_array_name(const void *a, const void *b) {
     return strcmp(((const mxp_array *)a)->name, ((const mxp_array *)b)->name);
 }
 
+/* Whether the first bytes of a file read as text (printable ASCII, tabs,
+ * line ends): a CSV or JSON file given as data. */
+static bool text_like(const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(b[i] == '\t' || b[i] == '\n' || b[i] == '\r' || (b[i] >= 0x20 && b[i] < 0x7f)))
+            return false;
+    return true;
+}
+
 mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err) {
     if (!path || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_dataset_read: NULL argument");
@@ -274,7 +283,20 @@ mxp_status mxp_dataset_read(const char *path, mxp_dataset **out, mxp_error *err)
         fd = -1;
         s = ds_read_h5(d, path, err);
     } else if (s == MXP_OK) {
-        s = ds_read_safetensors_fd(d, path, fd, size, err);
+        /* what it is instead, where that is plain: a safetensors file begins
+         * with a little-endian u64 that no 8 printable bytes can be */
+        const char *seen = got == 0                                         ? "an empty file"
+                           : got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0 ? "a single .npy array"
+                           : text_like(magic, (size_t)got)                  ? "text (CSV or JSON?)"
+                                                                            : NULL;
+        if (seen)
+            s = mxp_error_set(err, MXP_ERR_FORMAT,
+                              "%s: this file looks like %s; accepted: .npz (numpy.savez), "
+                              "safetensors or HDF5 (D4RL/Minari layout) holding the arrays of "
+                              "docs/data.md",
+                              path, seen);
+        else
+            s = ds_read_safetensors_fd(d, path, fd, size, err);
     }
     if (fd >= 0) close(fd);
     if (s == MXP_OK && d->n == 0)
