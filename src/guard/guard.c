@@ -7,10 +7,11 @@
  *
  * Per step, around the trainer's step (docs/design.md "A training step": the
  * guard runs after the scaler update and the history row):
- *   before: operator requests (SIGUSR1 / API -> FP32) and opt-in retries
- *           of a faster precision happen here, at the step boundary; the
- *           first healthy state is saved; faults are armed for this step;
- *           every guard.headroom.every_steps the monitor does a full scan.
+ *   before: without a run, the step boundary (the trainer's step
+ *           controller, train/step_ctl.h, applies what is pending); an
+ *           operator signal's FP32 switch is reported; the first healthy
+ *           state is saved; faults are armed for this step; every
+ *           guard.headroom.every_steps the monitor does a full scan.
  *   after:  the step's result feeds the sliding windows (skipped steps,
  *           gradient health from the fused unscale pass, loss scale), the
  *           monitor's per-layer headroom and underflow, and every K steps
@@ -21,14 +22,17 @@
  *           (restore the newest healthy state; a second rollback to the
  *           same state also falls back, and guard.rollback.max bounds
  *           them), fallback (next precision of the chain this CPU
- *           supports; master weights and optimizer state kept, the scaler
- *           restarted at its initial scale when the new mode scales). Any
- *           recovery action clears the windows. Finally a healthy step
+ *           supports, requested from the step controller, which switches
+ *           at the step boundary: master weights and optimizer state
+ *           kept, the scaler restarted at its initial scale when the new
+ *           mode scales). Any recovery action clears the windows. Finally a healthy step
  *           (not skipped, finite loss, no rule fired, no P0/P1 rule
  *           latched) may become the new rollback point every
  *           guard.rollback.snapshot_every steps, and only when its weights
  *           and optimizer moments are finite (mxp_trainer_check_state): a
- *           rollback never restores a non-finite state.
+ *           rollback never restores a non-finite state. Last, the
+ *           opt-in retry of a faster precision (a request too) and,
+ *           without a run, the step boundary.
  * The action never loses the run: when nothing is left to do (fp32 with no
  * fallback, rollback budget spent) the event says so and training goes on.
  */

@@ -378,7 +378,8 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
      * asked for in this step is applied there (train/step_ctl.h) */
     st.precision = step_ctl_next_mode(o->trainer);
     mxp_status s = MXP_OK;
-    if (o->prec_metrics_stale && mxp_model_policy(mxp_trainer_model(o->trainer))->mode == o->cur_prec)
+    const mxp_model *om = mxp_trainer_model(o->trainer);
+    if (o->prec_metrics_stale && mxp_model_policy(om)->mode == o->cur_prec)
         update_precision_metrics(o, o->cur_prec);
     if (st.precision != o->cur_prec) {
         /* Switched inside the step (scaler fallback) or by someone who did
