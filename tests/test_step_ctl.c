@@ -6,7 +6,8 @@
  * - every requester only requests; the switch happens at the boundary and
  *   is recorded once (one decision, one switch counted, its source): the
  *   scaler's at-minimum fallback (trainer), the guard's fallback (a NaN
- *   drill in a run: one guard fallback event per switch), the operator's
+ *   drill in a run: one guard fallback event per switch; the scaler in a
+ *   run: one scaler event), the operator's
  *   signal (one operator event), the operator's control-API request (one
  *   observer precision_changed), the advisor (precision: auto); the
  *   data-parallel agreement is driven in test_dist (several processes);
@@ -301,6 +302,7 @@ typedef struct watch {
     int guard_switch;      /* guard events that switched (from != to) */
     int guard_fallback;    /* ... of them with the fallback action taken */
     int guard_operator;    /* operator events */
+    int guard_scaler;      /* scaler events */
 } watch;
 
 static void on_progress(void *user, const mxp_run_progress *p) {
@@ -327,6 +329,7 @@ static void on_guard(void *self, mxp_run *run, const mxp_guard_event *ev) {
     if (ev->from != ev->to && (ev->taken & MXP_ACT_FALLBACK) && ev->kind == MXP_EVENT_RULE)
         w->guard_fallback++;
     if (ev->kind == MXP_EVENT_OPERATOR) w->guard_operator++;
+    if (ev->kind == MXP_EVENT_SCALER) w->guard_scaler++;
 }
 
 static mxp_config config(const char *const *ov) {
@@ -421,6 +424,32 @@ static void test_run_guard_fallback(void) {
     mxp_run_destroy(run);
 }
 
+static void test_run_scaler(void) {
+    /* guard rules off (the fault alone makes a guard, which only reports):
+     * NaN gradients from step 3 drive the scale 4 -> 2 -> at its minimum,
+     * and the scaler's fallback policy asks for mixed_bf16 */
+    const char *ov[] = {"training.precision=mixed_fp16", "guard.enabled=false",
+                        "fault.kind=nan", "fault.step=3", "fault.count=4",
+                        "training.loss_scale.init=4", "training.loss_scale.min_scale=2",
+                        "training.loss_scale.at_min=fallback", NULL};
+    mxp_config cfg = config(ov);
+    watch w = {.at = -1};
+    mxp_run *run = train(&cfg, &w);
+    if (!run) return;
+    mxp_trainer *t = mxp_run_trainer(run);
+    CHECK_MSG(step_ctl_switches(t) == 1 && w.guard_scaler == 1 && w.guard_switch == 1,
+              "switches %lld, scaler events %d", (long long)step_ctl_switches(t),
+              w.guard_scaler);
+    const step_decision *d = step_ctl_last(t);
+    CHECK(d->source == STEP_SRC_SCALER && d->from == MXP_PRECISION_MIXED_FP16 &&
+          d->to == MXP_PRECISION_MIXED_BF16 && w.changed == 0);
+    /* the step that fell back ran in mixed_fp16, the next one in mixed_bf16 */
+    const size_t k = (size_t)d->after_step;
+    CHECK(k >= 4 && row_is(run, k - 1, MXP_PRECISION_MIXED_FP16) &&
+          row_is(run, k, MXP_PRECISION_MIXED_BF16));
+    mxp_run_destroy(run);
+}
+
 static void test_run_advisor(void) {
     const char *ov[] = {"training.precision=auto", NULL};
     mxp_config cfg = config(ov);
@@ -450,6 +479,7 @@ int main(void) {
     test_scaler_request();
     test_run_operator();
     test_run_guard_fallback();
+    test_run_scaler();
     test_run_advisor();
     return test_finish("test_step_ctl");
 }

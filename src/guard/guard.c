@@ -25,8 +25,8 @@
  *           supports, requested from the step controller, which switches
  *           at the step boundary: master weights and optimizer state
  *           kept, the scaler restarted at its initial scale when the new
- *           mode scales). Any recovery action clears the windows. Finally a healthy step
- *           (not skipped, finite loss, no rule fired, no P0/P1 rule
+ *           mode scales). Any recovery action clears the windows. Finally
+ *           a healthy step (not skipped, finite loss, no rule fired, no P0/P1 rule
  *           latched) may become the new rollback point every
  *           guard.rollback.snapshot_every steps, and only when its weights
  *           and optimizer moments are finite (mxp_trainer_check_state): a
@@ -161,7 +161,7 @@ void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store)
 /* ---- events --------------------------------------------------------------- */
 
 /* The mode the next step runs in: the step controller's pending request
- * (this guard's own, or the scaler's), else the current one. */
+ * when this guard or the scaler made it, else the current one. */
 static mxp_precision guard_mode(mxp_guard *g) { return step_ctl_next_mode(g->t); }
 
 /* Reach the step boundary when the guard is the outermost step driver
@@ -573,8 +573,7 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
     const int64_t A = g->attempts;
     mxp_status s;
 
-    /* the scaler's at-min policy asked for a fallback inside the step (or,
-     * with the trainer as the outermost driver, its boundary applied it) */
+    /* the scaler's at-min policy asked for a fallback inside the step */
     step_source psrc;
     mxp_precision mode = mxp_model_policy(g->model)->mode, pto;
     if (step_ctl_pending(g->t, &psrc, &pto) && psrc == STEP_SRC_SCALER) mode = pto;
@@ -627,7 +626,12 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
         g->last_save_attempt = A;
         g->rollbacks_since_save = 0;
     }
-    if (g->cfg.retry_after > 0 && !g->operator_fp32 && g->chain_n > 0 &&
+    /* an operator decision on its way to the boundary: no retry undoes it */
+    step_source held;
+    const bool operator_waiting =
+        step_ctl_signal_waiting(g->t) ||
+        (step_ctl_pending(g->t, &held, NULL) && held == STEP_SRC_REQUEST);
+    if (g->cfg.retry_after > 0 && !g->operator_fp32 && !operator_waiting && g->chain_n > 0 &&
         g->healthy_streak >= g->retry_wait) { /* opt-in: the faster mode again, next step */
         const mxp_precision cur = guard_mode(g);
         mxp_precision to = g->chain[--g->chain_n];

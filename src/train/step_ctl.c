@@ -291,8 +291,14 @@ bool step_ctl_pending(mxp_trainer *t, step_source *src, mxp_precision *to) {
 
 mxp_precision step_ctl_next_mode(mxp_trainer *t) {
     mxp_precision to;
-    if (step_ctl_pending(t, NULL, &to)) return to;
+    step_source src;
+    if (step_ctl_pending(t, &src, &to) && (src == STEP_SRC_GUARD || src == STEP_SRC_SCALER))
+        return to;
     return mxp_model_policy(t->model)->mode;
+}
+
+bool step_ctl_signal_waiting(const mxp_trainer *t) {
+    return t->ctl.sig_slot >= 0 && atomic_load(&sig_flag[t->ctl.sig_slot]) != 0;
 }
 
 const step_decision *step_ctl_last(const mxp_trainer *t) { return &t->ctl.last; }

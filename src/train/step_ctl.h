@@ -121,9 +121,13 @@ void step_ctl_claim(struct mxp_trainer *t, step_owner who);
 void step_ctl_release(struct mxp_trainer *t, step_owner who);
 step_owner step_ctl_owner(const struct mxp_trainer *t);
 
-/* The mode after the next boundary: the pending request's, else the
- * current one. */
+/* The mode the next step runs in as the step's own verdict left it: the
+ * pending request when the guard or the scaler made it (they decide
+ * between the step and its boundary), else the current mode. An operator
+ * request from another thread is not counted until its boundary. */
 mxp_precision step_ctl_next_mode(struct mxp_trainer *t);
+/* An operator signal is waiting for this listening trainer's boundary. */
+bool step_ctl_signal_waiting(const struct mxp_trainer *t);
 /* The pending request, if any. */
 bool step_ctl_pending(struct mxp_trainer *t, step_source *src, mxp_precision *to);
 const step_decision *step_ctl_last(const struct mxp_trainer *t);
