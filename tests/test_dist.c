@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "dist/dist_internal.h"
+#include "train/step_ctl.h"
 #include "testutil.h"
 
 /* ---- shared helpers ------------------------------------------------------ */
@@ -533,6 +534,13 @@ static void test_precision_follow(mxp_comm *c) {
     size_t n;
     const mxp_history_row *h = mxp_trainer_history(tr, &n);
     CHECK(n > 2 && h[n - 1].precision == MXP_PRECISION_MIXED_BF16);
+    /* one switch per rank, each recorded once by its step controller: rank
+     * 0's own (a program's direct call), the others following rank 0 */
+    const step_decision *d = step_ctl_last(tr);
+    CHECK_MSG(step_ctl_switches(tr) == 1 && d->switched &&
+                  d->source == (mxp_comm_rank(c) == 0 ? STEP_SRC_DIRECT : STEP_SRC_DIST),
+              "rank %d: %lld switches, last by %s", mxp_comm_rank(c),
+              (long long)step_ctl_switches(tr), step_source_name(d->source));
     mxp_world_model_destroy(wm);
 }
 

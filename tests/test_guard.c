@@ -623,10 +623,12 @@ static void test_operator_and_retry(void) {
     skip.skipped = true;
     for (int i = 0; i < 10; i++) feed(&r, skip);
     CHECK(mxp_model_policy(r.m)->mode == MXP_PRECISION_MIXED_BF16);
-    for (int i = 0; i < 5; i++) feed(&r, healthy());
+    for (int i = 0; i < 4; i++) feed(&r, healthy());
     CHECK(mxp_model_policy(r.m)->mode == MXP_PRECISION_MIXED_BF16);
-    feed(&r, healthy()); /* its before_step retries */
-    CHECK(mxp_model_policy(r.m)->mode == MXP_PRECISION_MIXED_FP16);
+    /* the 5th healthy step's verdict asks for the retry and the boundary
+     * closing that step applies it: the 6th step runs in mixed_fp16 */
+    mxp_guard_decision rd = feed(&r, healthy());
+    CHECK(rd.precision_changed && mxp_model_policy(r.m)->mode == MXP_PRECISION_MIXED_FP16);
     mxp_guard_get_status(r.g, &st);
     CHECK(st.retries == 1 && st.fallbacks == 1);
     rig_free(&r);

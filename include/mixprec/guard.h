@@ -222,14 +222,18 @@ MXP_API void mxp_guard_set_event_callback(mxp_guard *g, mxp_guard_event_fn fn, v
 /* NULL restores the built-in in-memory snapshot. */
 MXP_API void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store);
 
-/* Call before each trainer step with the position of that step: honours
- * operator requests and retries at this step boundary, takes the first
- * healthy snapshot, arms faults and monitor sampling. */
+/* Call before each trainer step with the position of that step: without
+ * a run around it, the step boundary (the trainer's step controller
+ * applies a pending operator signal); reports a signal's switch as an
+ * operator event, takes the first healthy snapshot, arms faults and
+ * monitor sampling. */
 MXP_API mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
                                          mxp_guard_decision *d, mxp_error *err);
 /* Call after each trainer step with its result and the position the loop
  * continues from: updates windows, runs the canary when due, evaluates the
- * rules, takes actions, snapshots healthy state. */
+ * rules, takes actions (a fallback or retry is a request to the step
+ * controller; a stop also refuses later trainer steps), snapshots healthy
+ * state; without a run around it, the step boundary closes the step. */
 MXP_API mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
                                         const mxp_data_position *next, mxp_guard_decision *d,
                                         mxp_error *err);
@@ -296,7 +300,9 @@ MXP_API mxp_status mxp_guard_step_end(mxp_guard *g, const mxp_step_result *res,
 MXP_API void mxp_guard_set_checkpoints(mxp_guard *g, struct mxp_ckpt_manager *m);
 
 /* Operator kill switch while running: ask every guard of the process to
- * switch to FP32 at its next step boundary. Async-signal-safe. */
+ * switch to FP32 at its next step boundary (a flag its trainer's step
+ * controller takes there; a request of the highest priority).
+ * Async-signal-safe. */
 MXP_API void mxp_guard_request_fp32(void);
 /* Install a handler for signo (SIGUSR1) that calls mxp_guard_request_fp32. */
 MXP_API mxp_status mxp_guard_install_signal(int signo, mxp_error *err);

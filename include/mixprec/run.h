@@ -133,7 +133,9 @@ typedef struct mxp_run_observer {
     /* After every step. Between steps the observer may ask for a precision
      * switch through mxp_run_request_precision. */
     void (*step)(void *self, mxp_run *run, const mxp_run_progress *p);
-    /* A precision switch was applied (one per switch, whoever asked). */
+    /* A switch asked for with mxp_run_request_precision was applied at the
+     * step boundary (one per switch; the guard's, the signal's and the
+     * scaler's switches arrive as guard events). */
     void (*precision_changed)(void *self, mxp_run *run, mxp_precision from, mxp_precision to,
                               const char *reason);
     /* A guard event (rule firing, rollback, fallback): guard.h. */
@@ -255,9 +257,12 @@ MXP_API mxp_status mxp_run_train(mxp_run *run, int64_t epochs, int64_t batch_siz
  * step; so does one that a call never reached (it failed before the next
  * step boundary). */
 MXP_API void mxp_run_request_stop(mxp_run *run);
-/* Ask for a precision switch at the next step boundary: the one switch
- * point (operator signal, HTTP, guard, scaler fallback and the advisor all
- * end there): the switch, a scaler reset, one event. reason: free text
+/* Ask for a precision switch at the next step boundary, the one switch
+ * point (docs/design.md "Who changes precision"): the trainer's step
+ * controller applies one pending request there (operator signal, HTTP,
+ * this call, the guard, the scaler fallback; a request for fp32 wins over
+ * the guard, the guard over another mode): the switch, a scaler reset, one
+ * event (observer precision_changed for this call). reason: free text
  * ("operator", "http", ...; copied, may be NULL). Safe to call from
  * another thread while mxp_run_train runs; not signal safe: a signal
  * handler uses mxp_guard_request_fp32. */

@@ -88,20 +88,25 @@ typedef struct mxp_step_result {
 } mxp_step_result;
 
 /* One optimizer step over n_micro micro-batches (n_micro must equal
- * cfg.grad_accum_steps). Returns an error only for invalid input or the
- * scaler's ERROR at-minimum policy; a skipped step is MXP_OK with
- * res->skipped set. */
+ * cfg.grad_accum_steps). Returns an error for invalid input, the scaler's
+ * ERROR at-minimum policy, and MXP_ERR_STATE for a step called from inside
+ * a step or after a guard rule stopped the run; a skipped step is MXP_OK
+ * with res->skipped set. The scaler's FALLBACK policy sets res->fallback
+ * and asks the step controller for the next mode, applied at the step
+ * boundary (the end of this call when no run or guard drives the
+ * trainer). */
 MXP_API mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                                     mxp_step_result *res, mxp_error *err);
 
-/* Switch precision at a step boundary (operator kill switch, fallback).
- * Optimizer state and scaler carry over; the scaler is reset to its init
- * scale when loss scaling turns on. */
+/* Switch precision now, for a program that drives the trainer itself, by
+ * the trainer's step controller (the one that applies every switch;
+ * docs/design.md "Who changes precision"): the new policy (optimizer state
+ * and master weights carry over), then the loss scaler and every per-layer
+ * scaler group restart at the initial scale (growth tracker, hysteresis
+ * and steps at minimum cleared). MXP_ERR_STATE inside a step (from a
+ * gradient hook): switches happen between steps. Inside a run use
+ * mxp_run_request_precision. The two names are the same call. */
 MXP_API mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
-/* The switch every precision change goes through (the run's switch point,
- * the guard, the scaler's at-minimum fallback): mxp_trainer_set_precision,
- * then the loss scaler and every per-layer scaler group restart at the
- * initial scale (growth tracker, hysteresis and steps at minimum cleared). */
 MXP_API mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err);
 
 /* The stats API (names as seeds/001 uses them). */

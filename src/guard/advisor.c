@@ -333,7 +333,7 @@ mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c, c
     mxp_log(MXP_LOG_INFO, "precision auto: chose %s", ch.why);
     rep->recommended = ch.mode;
     snprintf(rep->why, sizeof rep->why, "%s", ch.why);
-    s = mxp_trainer_set_precision(t, ch.mode, err);
+    s = step_ctl_apply_now(t, ch.mode, STEP_SRC_ADVISOR, "precision auto", err);
     if (s != MXP_OK) return s;
     mxp_precision_policy pol = *mxp_model_policy(m);
     if (pol.fp16_accum_k == ch.fp16_accum_k) return MXP_OK;

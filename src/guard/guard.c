@@ -7,10 +7,11 @@
  *
  * Per step, around the trainer's step (docs/design.md "A training step": the
  * guard runs after the scaler update and the history row):
- *   before: operator requests (SIGUSR1 / API -> FP32) and opt-in retries
- *           of a faster precision happen here, at the step boundary; the
- *           first healthy state is saved; faults are armed for this step;
- *           every guard.headroom.every_steps the monitor does a full scan.
+ *   before: without a run, the step boundary (the trainer's step
+ *           controller, train/step_ctl.h, applies what is pending); an
+ *           operator signal's FP32 switch is reported; the first healthy
+ *           state is saved; faults are armed for this step; every
+ *           guard.headroom.every_steps the monitor does a full scan.
  *   after:  the step's result feeds the sliding windows (skipped steps,
  *           gradient health from the fused unscale pass, loss scale), the
  *           monitor's per-layer headroom and underflow, and every K steps
@@ -21,14 +22,17 @@
  *           (restore the newest healthy state; a second rollback to the
  *           same state also falls back, and guard.rollback.max bounds
  *           them), fallback (next precision of the chain this CPU
- *           supports; master weights and optimizer state kept, the scaler
- *           restarted at its initial scale when the new mode scales). Any
- *           recovery action clears the windows. Finally a healthy step
- *           (not skipped, finite loss, no rule fired, no P0/P1 rule
+ *           supports, requested from the step controller, which switches
+ *           at the step boundary: master weights and optimizer state
+ *           kept, the scaler restarted at its initial scale when the new
+ *           mode scales). Any recovery action clears the windows. Finally
+ *           a healthy step (not skipped, finite loss, no rule fired, no P0/P1 rule
  *           latched) may become the new rollback point every
  *           guard.rollback.snapshot_every steps, and only when its weights
  *           and optimizer moments are finite (mxp_trainer_check_state): a
- *           rollback never restores a non-finite state.
+ *           rollback never restores a non-finite state. Last, the
+ *           opt-in retry of a faster precision (a request too) and,
+ *           without a run, the step boundary.
  * The action never loses the run: when nothing is left to do (fp32 with no
  * fallback, rollback budget spent) the event says so and training goes on.
  */
@@ -49,6 +53,10 @@ static int64_t ring_cap(const mxp_guard_config *c, int r) {
 
 void mxp_guard_destroy(mxp_guard *g) {
     if (!g) return;
+    if (g->t) {
+        step_ctl_listen_signals(g->t, false);
+        step_ctl_release(g->t, STEP_OWNER_GUARD);
+    }
     if (g->model) {
         mxp_model_set_monitor(g->model, NULL);
         mxp_model_set_fault(g->model, NULL);
@@ -109,7 +117,6 @@ mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t, const mxp
     }
     mxp_guard_set_rollback_store(g, NULL);
     g->initial = g->last_mode = mxp_model_policy(g->model)->mode;
-    g->seen_requests = guard_fp32_requests();
     g->retry_wait = c->retry_after;
     g->canary_div = g->canary_lw = g->canary_l32 = NAN;
     g->last_save_attempt = -1;
@@ -125,6 +132,9 @@ mxp_status mxp_guard_create(const mxp_guard_config *c, mxp_trainer *t, const mxp
                 (long long)c->fault.layer, c->fault.value);
     }
     mxp_model_set_monitor(g->model, g->mon);
+    g->seen_signals = step_ctl_signal_decisions(t, NULL);
+    step_ctl_listen_signals(t, true);
+    step_ctl_claim(t, STEP_OWNER_GUARD); /* a run claims it over the guard */
     *out = g;
     return MXP_OK;
 fail:
@@ -150,6 +160,17 @@ void mxp_guard_set_rollback_store(mxp_guard *g, const mxp_rollback_store *store)
 
 /* ---- events --------------------------------------------------------------- */
 
+/* The mode the next step runs in: the step controller's pending request
+ * when this guard or the scaler made it, else the current one. */
+static mxp_precision guard_mode(mxp_guard *g) { return step_ctl_next_mode(g->t); }
+
+/* Reach the step boundary when the guard is the outermost step driver
+ * (no run around it): the step controller applies what is pending. */
+static mxp_status guard_boundary(mxp_guard *g, mxp_error *err) {
+    if (step_ctl_owner(g->t) != STEP_OWNER_GUARD) return MXP_OK;
+    return step_ctl_boundary(g->t, NULL, err);
+}
+
 static void emit(mxp_guard *g, mxp_guard_event *ev) {
     g->events[g->n_events % GUARD_EVENTS_KEPT] = *ev;
     g->n_events++;
@@ -169,15 +190,16 @@ static void event_init(mxp_guard *g, mxp_guard_event *ev, mxp_guard_event_kind k
     ev->value = ev->threshold = NAN;
     ev->rollback_to = -1;
     ev->site.op = "";
-    ev->from = ev->to = mxp_model_policy(g->model)->mode;
+    ev->from = ev->to = guard_mode(g);
 }
 
 /* ---- precision switches ---------------------------------------------------- */
 
-/* Switch at a step boundary; restart the scaler at its initial scale when
- * the new mode scales the loss (its range is not the old one's). */
-static mxp_status switch_precision(mxp_guard *g, mxp_precision to, mxp_error *err) {
-    mxp_status s = mxp_trainer_switch_precision(g->t, to, err); /* scaler restarts too */
+/* Ask the step controller for `to` at the step boundary (it switches and
+ * restarts the scaler there, train/step_ctl.h). */
+static mxp_status switch_precision(mxp_guard *g, mxp_precision to, const char *why,
+                                   mxp_error *err) {
+    mxp_status s = step_ctl_request(g->t, to, STEP_SRC_GUARD, why, err);
     if (s == MXP_OK) g->last_mode = to;
     return s;
 }
@@ -232,7 +254,33 @@ mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
         g->last_save_attempt = g->attempts;
         g->rollbacks_since_save = 0;
     }
+    /* the boundary before this step (when no run reaches it): a signal's
+     * fp32 request, a retry or fallback asked for after the last step */
+    if ((s = guard_boundary(g, err)) != MXP_OK) return s;
     const mxp_precision cur = mxp_model_policy(g->model)->mode;
+    step_decision sig;
+    const int64_t nsig = step_ctl_signal_decisions(g->t, &sig);
+    if (nsig != g->seen_signals) { /* SIGUSR1 / mxp_guard_request_fp32, applied at the boundary */
+        g->seen_signals = nsig;
+        g->operator_fp32 = true;
+        g->operator_switches++;
+        mxp_guard_event ev;
+        event_init(g, &ev, MXP_EVENT_OPERATOR, MXP_SEV_P1);
+        ev.from = sig.from;
+        ev.to = sig.to;
+        if (sig.switched) {
+            ev.taken = MXP_ACT_ALERT | MXP_ACT_FALLBACK;
+            d->precision_changed = true;
+            clear_windows(g);
+        } else {
+            ev.taken = MXP_ACT_ALERT;
+        }
+        snprintf(ev.detail, sizeof ev.detail,
+                 "operator request (SIGUSR1/API): %s -> fp32 at the step boundary before "
+                 "step %lld", mxp_precision_name(sig.from), (long long)g->attempts + 1);
+        emit(g, &ev);
+        g->last_mode = cur;
+    }
     if (cur != g->last_mode) {
         /* switched between steps by someone else (the control API): an
          * operator decision, so no automatic retry undoes it */
@@ -250,45 +298,6 @@ mxp_status mxp_guard_before_step(mxp_guard *g, const mxp_data_position *pos,
         g->operator_fp32 = true;
         g->operator_switches++;
         clear_windows(g);
-    }
-    unsigned long req = guard_fp32_requests();
-    if (req != g->seen_requests) {
-        g->seen_requests = req;
-        g->operator_fp32 = true;
-        g->operator_switches++;
-        mxp_guard_event ev;
-        event_init(g, &ev, MXP_EVENT_OPERATOR, MXP_SEV_P1);
-        if (cur != MXP_PRECISION_FP32) {
-            if ((s = switch_precision(g, MXP_PRECISION_FP32, err)) != MXP_OK) return s;
-            ev.to = MXP_PRECISION_FP32;
-            ev.taken = MXP_ACT_ALERT | MXP_ACT_FALLBACK;
-            d->precision_changed = true;
-            clear_windows(g);
-        } else {
-            ev.taken = MXP_ACT_ALERT;
-        }
-        snprintf(ev.detail, sizeof ev.detail,
-                 "operator request (SIGUSR1/API): %s -> fp32 at the step boundary before "
-                 "step %lld", mxp_precision_name(cur), (long long)g->attempts + 1);
-        emit(g, &ev);
-    } else if (g->cfg.retry_after > 0 && !g->operator_fp32 && g->chain_n > 0 &&
-               g->healthy_streak >= g->retry_wait) {
-        mxp_precision to = g->chain[--g->chain_n];
-        if ((s = switch_precision(g, to, err)) != MXP_OK) return s;
-        g->retries++;
-        g->last_retry_attempt = g->attempts;
-        g->healthy_streak = 0;
-        clear_windows(g);
-        d->precision_changed = true;
-        mxp_guard_event ev;
-        event_init(g, &ev, MXP_EVENT_RETRY, MXP_SEV_P2);
-        ev.from = cur;
-        ev.to = to;
-        ev.taken = MXP_ACT_ALERT;
-        snprintf(ev.detail, sizeof ev.detail,
-                 "retry: %lld healthy steps in %s, trying %s again (guard.fallback.retry_after)",
-                 (long long)g->retry_wait, mxp_precision_name(cur), mxp_precision_name(to));
-        emit(g, &ev);
     }
 
     const int64_t next = g->attempts + 1;
@@ -438,7 +447,7 @@ typedef struct action_result {
 static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action_result *ar,
                       mxp_error *err) {
     memset(ar, 0, sizeof *ar);
-    ar->from = ar->to = mxp_model_policy(g->model)->mode;
+    ar->from = ar->to = guard_mode(g);
     ar->rollback_to = -1;
     ar->taken = want ? MXP_ACT_ALERT : 0;
     size_t np = 0;
@@ -452,6 +461,10 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
     if (want & MXP_ACT_STOP) {
         g->stopped = true;
         d->stop = true;
+        char why[96];
+        snprintf(why, sizeof why, "a guard rule with action stop fired at step %lld",
+                 (long long)g->attempts);
+        step_ctl_stop(g->t, why);
         ar->taken |= MXP_ACT_STOP;
         NOTE("; run stopped");
     }
@@ -492,12 +505,12 @@ static mxp_status act(mxp_guard *g, unsigned want, mxp_guard_decision *d, action
         }
     }
     if (want & MXP_ACT_FALLBACK) {
-        const mxp_precision cur = mxp_model_policy(g->model)->mode;
+        const mxp_precision cur = guard_mode(g);
         const mxp_precision to = mxp_precision_fallback(cur, g->cpu, g->cfg.allow_emulated);
         if (to == cur) {
             NOTE("; no precision left to fall back to from %s", mxp_precision_name(cur));
         } else {
-            if ((s = switch_precision(g, to, err)) != MXP_OK) return s;
+            if ((s = switch_precision(g, to, "guard fallback", err)) != MXP_OK) return s;
             if (g->chain_n < GUARD_CHAIN_MAX) g->chain[g->chain_n++] = cur;
             if (g->last_retry_attempt >= 0 &&
                 g->attempts - g->last_retry_attempt <= g->retry_wait)
@@ -560,8 +573,11 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
     const int64_t A = g->attempts;
     mxp_status s;
 
-    const mxp_precision mode = mxp_model_policy(g->model)->mode;
-    if (mode != g->last_mode) { /* the scaler's at-min policy switched inside the step */
+    /* the scaler's at-min policy asked for a fallback inside the step */
+    step_source psrc;
+    mxp_precision mode = mxp_model_policy(g->model)->mode, pto;
+    if (step_ctl_pending(g->t, &psrc, &pto) && psrc == STEP_SRC_SCALER) mode = pto;
+    if (mode != g->last_mode) {
         mxp_guard_event ev;
         event_init(g, &ev, MXP_EVENT_SCALER, MXP_SEV_P1);
         ev.from = g->last_mode;
@@ -610,7 +626,32 @@ mxp_status mxp_guard_after_step(mxp_guard *g, const mxp_step_result *res,
         g->last_save_attempt = A;
         g->rollbacks_since_save = 0;
     }
-    return MXP_OK;
+    /* an operator decision on its way to the boundary: no retry undoes it */
+    step_source held;
+    const bool operator_waiting =
+        step_ctl_signal_waiting(g->t) ||
+        (step_ctl_pending(g->t, &held, NULL) && held == STEP_SRC_REQUEST);
+    if (g->cfg.retry_after > 0 && !g->operator_fp32 && !operator_waiting && g->chain_n > 0 &&
+        g->healthy_streak >= g->retry_wait) { /* opt-in: the faster mode again, next step */
+        const mxp_precision cur = guard_mode(g);
+        mxp_precision to = g->chain[--g->chain_n];
+        if ((s = switch_precision(g, to, "guard retry", err)) != MXP_OK) return s;
+        g->retries++;
+        g->last_retry_attempt = g->attempts;
+        g->healthy_streak = 0;
+        clear_windows(g);
+        d->precision_changed = true;
+        mxp_guard_event ev;
+        event_init(g, &ev, MXP_EVENT_RETRY, MXP_SEV_P2);
+        ev.from = cur;
+        ev.to = to;
+        ev.taken = MXP_ACT_ALERT;
+        snprintf(ev.detail, sizeof ev.detail,
+                 "retry: %lld healthy steps in %s, trying %s again (guard.fallback.retry_after)",
+                 (long long)g->retry_wait, mxp_precision_name(cur), mxp_precision_name(to));
+        emit(g, &ev);
+    }
+    return guard_boundary(g, err); /* the step's end, when no run reaches it */
 }
 
 mxp_status mxp_guard_canary(mxp_guard *g, double *div, double *loss_work, double *loss_fp32,
@@ -648,7 +689,7 @@ void mxp_guard_get_status(const mxp_guard *g, mxp_guard_status *out) {
     out->retries = g->retries;
     out->operator_switches = g->operator_switches;
     out->initial = g->initial;
-    out->current = mxp_model_policy(g->model)->mode;
+    out->current = step_ctl_next_mode(g->t); /* with a switch the boundary will apply */
     out->stopped = g->stopped;
     out->canary_divergence = g->canary_div;
     out->canary_loss = g->canary_lw;

@@ -6,12 +6,14 @@
  *   snapshot.c the in-memory rollback store
  *   canary.c   the FP32 canary
  *   advisor.c  preflight and precision: auto
- *   signal.c   operator requests (SIGUSR1, API)
+ *   signal.c   operator requests (SIGUSR1, API) to the step controller
  */
 #ifndef MIXPREC_GUARD_INTERNAL_H
 #define MIXPREC_GUARD_INTERNAL_H
 
 #include <mixprec/guard.h>
+
+#include "train/step_ctl.h"
 
 /* ---- sliding windows (rules.c) ------------------------------------------ */
 
@@ -102,7 +104,6 @@ mxp_status guard_auto_by_time(const mxp_model *m, const mxp_batch *b,
 
 /* ---- operator requests (signal.c) --------------------------------------- */
 
-unsigned long guard_fp32_requests(void);
 
 /* ---- the guard (guard.c) ------------------------------------------------- */
 
@@ -154,7 +155,7 @@ struct mxp_guard {
     mxp_precision chain[GUARD_CHAIN_MAX]; /* precisions fallen back from */
     int chain_n;
     bool operator_fp32;
-    unsigned long seen_requests;
+    int64_t seen_signals; /* the step controller's signal decisions seen */
     int64_t healthy_streak;
     int64_t retry_wait;      /* healthy steps before the next retry */
     int64_t last_retry_attempt;

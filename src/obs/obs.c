@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "obs/obs_internal.h"
+#include "train/step_ctl.h"
 
 static const char *const kRunStateNames[] = {"running", "finished", "failed"};
 static_assert(sizeof kRunStateNames / sizeof kRunStateNames[0] == MXP_RUN_STATE_COUNT,
@@ -261,6 +262,9 @@ static void update_precision_metrics(mxp_obs *o, mxp_precision p) {
     mxp_metric_set(o->m_fp16, st.fp16_enabled_runtime ? 1.0 : 0.0);
     mxp_metric_set(o->m_scale, (double)st.current_scale);
     o->cur_prec = p;
+    /* announced before the step boundary applied it: memory, fp16 and scale
+     * are read again once it has (mxp_obs_record_step) */
+    o->prec_metrics_stale = mxp_model_policy(m)->mode != p;
 }
 
 static void set_state_metrics(mxp_obs *o, mxp_run_state s) {
@@ -370,7 +374,13 @@ mxp_status mxp_obs_record_step(mxp_obs *o, int64_t epoch, const mxp_step_result 
         return mxp_error_set(err, MXP_ERR_STATE, "mxp_obs_record_step before mxp_obs_run_begin");
     mxp_train_stats st;
     mxp_trainer_stats(o->trainer, &st);
+    /* the mode after this step's boundary: a switch the guard or the scaler
+     * asked for in this step is applied there (train/step_ctl.h) */
+    st.precision = step_ctl_next_mode(o->trainer);
     mxp_status s = MXP_OK;
+    const mxp_model *om = mxp_trainer_model(o->trainer);
+    if (o->prec_metrics_stale && mxp_model_policy(om)->mode == o->cur_prec)
+        update_precision_metrics(o, o->cur_prec);
     if (st.precision != o->cur_prec) {
         /* Switched inside the step (scaler fallback) or by someone who did
          * not announce it: a fallback. */

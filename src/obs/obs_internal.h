@@ -117,6 +117,7 @@ struct mxp_obs {
     mxp_trainer *trainer;
     int64_t samples_per_step;
     mxp_precision cur_prec;
+    bool prec_metrics_stale; /* cur_prec announced before the step boundary applied it */
     double ema_loss;    /* for mixprec_fp32_divergence_ratio */
     /* guarded by lock */
     pthread_mutex_t lock;

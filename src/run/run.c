@@ -8,10 +8,12 @@
  * accumulation, rank r of a data-parallel run reading slice r of every
  * global micro-batch, the learning rate of the schedule planned over the
  * whole run at the run's global step,
- * the guard before and after each step, the one precision-switch point,
+ * the guard before and after each step, the step boundary (the one
+ * precision-switch point, applied by the step controller, train/step_ctl.h),
  * the data-parallel stop agreement and the checkpoint manager (run_ckpt.c).
  */
 #include "run/run_internal.h"
+#include "train/step_ctl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,7 +68,9 @@ static mxp_status model_create(mxp_run *r, mxp_error *err) {
     mxp_trainer_config tc = cfg->trainer;
     tc.grad_accum_steps = (int)cfg->grad_accum_steps;
     tc.seed = cfg->seed;
-    return mxp_trainer_create(r->model, &tc, &r->trainer, err);
+    mxp_status ts = mxp_trainer_create(r->model, &tc, &r->trainer, err);
+    if (ts == MXP_OK) step_ctl_claim(r->trainer, STEP_OWNER_RUN); /* one_step's boundary */
+    return ts;
 }
 
 /* The guard (its canary probing the provider's fixed batch), then
@@ -127,7 +131,6 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     if (r->wl.rows_per_sample < 1) r->wl.rows_per_sample = 1;
     r->dp_size = 1;
     r->shuffled = -1;
-    atomic_init(&r->pending_prec, -1);
     r->last_loss = r->epoch_mean = NAN;
     r->loss_epoch = -1;
     r->max_batch = cfg->batch_size;
@@ -178,33 +181,22 @@ static void shuffle(mxp_run *r, int64_t epoch) {
     r->shuffled = epoch;
 }
 
-/* The one precision-switch point: a pending request (operator signal via
- * the control API, HTTP, a front end) applied at this step boundary. The
- * trainer resets the scaler; one observer event records it. A switch the
+/* The step boundary, the one point where a run's precision changes
+ * (docs/design.md "Who changes precision"): the step controller applies
+ * the pending request (the guard's fallback or retry, the scaler's
+ * at-minimum fallback, an operator's signal or control-API request),
+ * resets what a switch resets and records the decision. A switch the
  * trainer refuses (a mode this machine cannot run) is logged and training
- * goes on in the current mode. */
-static void apply_precision_request(mxp_run *r) {
-    const int req = atomic_exchange_explicit(&r->pending_prec, -1, memory_order_acquire);
-    if (req < 0) return;
-    mxp_precision to = (mxp_precision)req;
-    mxp_precision from = mxp_model_policy(r->model)->mode;
-    if (to == from) {
-        mxp_log(MXP_LOG_INFO, "%s: already computing in %s", r->pending_reason,
-                mxp_precision_name(to));
-        return;
-    }
-    mxp_error e = {0};
-    if (mxp_trainer_switch_precision(r->trainer, to, &e) != MXP_OK) {
-        mxp_log(MXP_LOG_ERROR, "%s: switching to %s failed: %s", r->pending_reason,
-                mxp_precision_name(to), e.msg);
-        return;
-    }
-    mxp_log(MXP_LOG_WARN, "precision switched from %s to %s after step %lld (%s)",
-            mxp_precision_name(from), mxp_precision_name(to), (long long)r->pos.run_step,
-            r->pending_reason);
-    if (to == MXP_PRECISION_FP32) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
+ * goes on in the current mode. The observer hears of the requests that
+ * have no guard event of their own (control API, Python, a front end). */
+static mxp_status step_boundary(mxp_run *r, mxp_error *err) {
+    step_decision d;
+    mxp_status s = step_ctl_boundary(r->trainer, &d, err);
+    if (s != MXP_OK || !d.switched || d.source != STEP_SRC_REQUEST) return s;
+    if (d.to == MXP_PRECISION_FP32) mxp_log(MXP_LOG_WARN, "FP16 training disabled - using FP32");
     if (r->obs.precision_changed)
-        r->obs.precision_changed(r->obs.self, r, from, to, r->pending_reason);
+        r->obs.precision_changed(r->obs.self, r, d.from, d.to, d.reason);
+    return MXP_OK;
 }
 
 /* Gather micro-batches of step s of the current epoch at micro-batch size
@@ -272,8 +264,7 @@ static mxp_status one_step(mxp_run *r, int64_t epoch, int64_t steps_per_epoch, b
                            &res};
     if (r->progress) r->progress(r->progress_user, &pr);
     if (r->obs.step) r->obs.step(r->obs.self, r, &pr);
-    apply_precision_request(r);
-    return MXP_OK;
+    return step_boundary(r, err);
 }
 
 mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *err) {
@@ -366,8 +357,7 @@ void mxp_run_request_stop(mxp_run *r) {
 
 void mxp_run_request_precision(mxp_run *r, mxp_precision to, const char *reason) {
     if (!r || (int)to < 0 || to >= MXP_PRECISION_COUNT) return;
-    snprintf(r->pending_reason, sizeof r->pending_reason, "%s", reason ? reason : "request");
-    atomic_store_explicit(&r->pending_prec, (int)to, memory_order_release);
+    (void)step_ctl_request(r->trainer, to, STEP_SRC_REQUEST, reason ? reason : "request", NULL);
 }
 
 mxp_status mxp_run_evaluate(mxp_run *r, mxp_run_eval *out, mxp_error *err) {

@@ -35,11 +35,6 @@ struct mxp_run {
     bool failed;                               /* the last train() returned an error */
     char fail_msg[MXP_ERROR_MSG_MAX];
     bool began;                                /* observer's begin called */
-    /* mxp_run_request_precision may come from another thread: the reason is
-     * written first, then the mode is published (release); the step
-     * boundary takes it with one exchange (acquire). */
-    _Atomic int pending_prec;                  /* -1: no switch requested */
-    char pending_reason[64];
     /* stats */
     double last_loss, epoch_sum, epoch_mean;
     int64_t epoch_n, loss_epoch;

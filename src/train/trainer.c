@@ -1,7 +1,8 @@
 /* train/trainer.c: the mixed-precision training step.
  *
  * Entry points: mxp_trainer_create/destroy, mxp_trainer_step,
- * mxp_trainer_set_precision, mxp_trainer_stats, mxp_trainer_history.
+ * mxp_trainer_set_precision/_switch_precision (through the step controller,
+ * step_ctl.c), mxp_trainer_stats, mxp_trainer_history.
  *
  * A step (docs/design.md "A training step"): discard the grads (no memset:
  * the first micro-batch's backward writes them, mxp_model_discard_grads);
@@ -67,7 +68,7 @@ static mxp_status validate_config(const mxp_trainer_config *c, mxp_error *err) {
 
 /* (Re)create the scaler for the model's current policy: loss scaling is on
  * when the mode wants it, unless the config overrides that. */
-static mxp_status make_scaler(mxp_trainer *t, mxp_error *err) {
+mxp_status trainer_make_scaler(mxp_trainer *t, mxp_error *err) {
     mxp_scaler_config sc = t->cfg.scaler;
     if (!t->cfg.scaler_override) sc.enabled = mxp_model_policy(t->model)->loss_scaling;
     mxp_scaler *s = NULL;
@@ -99,7 +100,8 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
                              "optimizer state for %zu parameters", t->n_params);
     }
-    s = make_scaler(t, err);
+    step_ctl_init(&t->ctl);
+    s = trainer_make_scaler(t, err);
     if (s == MXP_OK) s = mxp_backend_cpu_create(&t->be, err);
     if (s != MXP_OK) {
         mxp_trainer_destroy(t);
@@ -111,6 +113,7 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
 
 void mxp_trainer_destroy(mxp_trainer *t) {
     if (!t) return;
+    step_ctl_free(&t->ctl);
     trainer_ls_destroy(t);
     mxp_backend_destroy(t->be);
     mxp_scaler_destroy(t->scaler);
@@ -188,9 +191,8 @@ static mxp_status push_history(mxp_trainer *t, const mxp_history_row *row) {
     return MXP_OK;
 }
 
-mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                             mxp_step_result *res, mxp_error *err) {
-    if (!t || !res) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_step: NULL");
     mxp_status s = check_batches(t, micro, n_micro, err);
     if (s != MXP_OK) return s;
     memset(res, 0, sizeof *res);
@@ -295,55 +297,40 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "training history");
     if (us != MXP_OK) return us;
 
-    if (ev.fallback) {
+    if (ev.fallback) { /* a request: the step controller switches at the boundary */
         mxp_precision from = pol->mode, to = mxp_precision_fallback_next(from);
         res->fallback = true;
         mxp_log(MXP_LOG_WARN,
                 "loss scale stuck at its minimum %g: falling back from %s to %s", ev.new_scale,
                 mxp_precision_name(from), mxp_precision_name(to));
-        s = mxp_trainer_switch_precision(t, to, err);
+        s = step_ctl_request(t, to, STEP_SRC_SCALER, "loss scale stuck at its minimum", err);
         if (s != MXP_OK) return s;
     }
     return mxp_trainer_dist_verify(t, err);
 }
 
-mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
-    if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_set_precision: NULL");
-    if ((unsigned)p >= MXP_PRECISION_COUNT)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "precision %d out of range", (int)p);
-    const mxp_precision_policy *cur = mxp_model_policy(t->model);
-    if (cur->mode == p) return MXP_OK;
-    bool had_scaling = mxp_scaler_get_config(t->scaler)->enabled;
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(p, &pol);
-    mxp_status s = mxp_model_set_policy(t->model, &pol, err);
+/* The step between the controller's phases; without a run or guard to
+ * reach the boundary (train/step_ctl.h), the step's end is the boundary. */
+mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                            mxp_step_result *res, mxp_error *err) {
+    if (!t || !res) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_step: NULL");
+    mxp_status s = step_ctl_begin(t, err);
     if (s != MXP_OK) return s;
-    bool wants = t->cfg.scaler_override ? t->cfg.scaler.enabled : pol.loss_scaling;
-    if (wants != had_scaling) return make_scaler(t, err);
-    return MXP_OK;
+    s = step_body(t, micro, n_micro, res, err);
+    step_ctl_end(t);
+    if (s == MXP_OK && t->ctl.owner == STEP_OWNER_TRAINER)
+        s = step_ctl_boundary(t, NULL, err);
+    return s;
 }
 
-/* The scaler's state at its start: initial scale, counters cleared. */
-static mxp_status restart_scaler(mxp_scaler *sc, const mxp_scaler_config *c, mxp_error *err) {
-    mxp_scaler_state st;
-    mxp_scaler_get_state(sc, &st);
-    st.scale = (float)c->init_scale;
-    st.growth_tracker = 0;
-    st.hysteresis_left = c->hysteresis;
-    st.steps_at_min = 0;
-    return mxp_scaler_set_state(sc, &st, err);
+mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+    if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_set_precision: NULL");
+    return step_ctl_apply_now(t, p, STEP_SRC_DIRECT, "mxp_trainer_set_precision", err);
 }
 
 mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
-    mxp_status s = mxp_trainer_set_precision(t, p, err);
-    if (s != MXP_OK) return s;
-    const mxp_scaler_config *c = mxp_scaler_get_config(t->scaler);
-    if (!c->enabled) return MXP_OK;
-    if ((s = restart_scaler(t->scaler, c, err)) != MXP_OK) return s;
-    mxp_scaler_groups *gr = mxp_trainer_scaler_groups(t); /* per-layer loss scaling */
-    for (int i = 0; i < mxp_scaler_groups_count(gr); i++)
-        if ((s = restart_scaler(mxp_scaler_groups_get(gr, i), c, err)) != MXP_OK) return s;
-    return MXP_OK;
+    if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_switch_precision: NULL");
+    return step_ctl_apply_now(t, p, STEP_SRC_DIRECT, "mxp_trainer_switch_precision", err);
 }
 
 void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out) {

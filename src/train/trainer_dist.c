@@ -99,7 +99,7 @@ mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err) {
     if (mode != v[0]) {
         mxp_log(MXP_LOG_WARN, "rank %d: precision %s -> %s to follow rank 0", t->comm->rank,
                 mxp_precision_name((mxp_precision)mode), mxp_precision_name((mxp_precision)v[0]));
-        s = mxp_trainer_set_precision(t, (mxp_precision)v[0], err);
+        s = step_ctl_apply_now(t, (mxp_precision)v[0], STEP_SRC_DIST, "follow rank 0", err);
     }
     /* the loss scale too: a switch may have re-created the scaler here only */
     mxp_status bs = mxp_comm_broadcast(t->comm, &st, sizeof st, 0, err);

@@ -6,6 +6,8 @@
 
 #include <mixprec/train.h>
 
+#include "train/step_ctl.h"
+
 #define HISTORY_INITIAL_CAP 1024
 
 /* Per-layer (adaptive) loss scaling state (layer_scale.c); NULL when off. */
@@ -43,7 +45,12 @@ struct mxp_trainer {
     mxp_dist_config dist;  /* all-reduce dtype, replica check interval */
     bool dist_verified;    /* replicas compared since mxp_trainer_set_comm */
     double time_s[4];      /* wall seconds per phase: forward, backward, safety, optimizer */
+    step_ctl ctl;          /* the step controller: phases and precision switches (step_ctl.c) */
 };
+
+/* trainer.c: (re)create the loss scaler for the model's current policy
+ * (and the per-layer groups); the step controller's switch uses it. */
+mxp_status trainer_make_scaler(mxp_trainer *t, mxp_error *err);
 
 /* layer_scale.c: (re)create the groups when sc asks for per-layer scaling
  * (else leave t->ls NULL); begin a step (per-layer grad scales into the
