@@ -108,6 +108,15 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
         describe(b, "training.loss_scale.max_scale", r, sizeof r);
         return mxp_error_set(err, MXP_ERR_CONFIG, "%s must be <= %s", l, r);
     }
+    if (c->early_stop_patience > 0 && c->eval_every == 0) {
+        describe(b, "training.early_stop.patience", l, sizeof l);
+        describe(b, "training.eval_every", r, sizeof r);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s monitors the validation loss, which %s does not measure; "
+                             "accepted: training.eval_every >= 1 (epochs between validations) "
+                             "with early stopping, or training.early_stop.patience=0 (off)",
+                             l, r);
+    }
     int64_t per = c->layernorm ? 3 : 2;
     if (c->depth * per + 1 > MXP_MODEL_MAX_LAYERS) {
         describe(b, "model.depth", l, sizeof l);
