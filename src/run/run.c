@@ -446,7 +446,9 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
     if (!r || !buf) return -1;
     mxp_run_info s;
     mxp_run_stats(r, &s);
-    char ll[32], el[32], of[32];
+    char ll[32], el[32], of[32], vl[32], bv[32];
+    json_num(vl, sizeof vl, s.val_loss);
+    json_num(bv, sizeof bv, s.best_val_loss);
     json_num(ll, sizeof ll, s.last_loss);
     json_num(el, sizeof el, s.epoch_mean_loss);
     json_num(of, sizeof of, s.overflow_rate);
@@ -458,7 +460,9 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      "\"samples_per_epoch\":%lld,\"samples_trained\":%lld,\"last_loss\":%s,"
                      "\"epoch_mean_loss\":%s,\"wall_s\":%.6g,\"stopped\":%s,\"finished\":%s,"
                      "\"resumed\":%s,\"finished_before_resume\":%s,\"checkpoints_written\":%lld,"
-                     "\"last_checkpoint\":\"%s\"}",
+                     "\"last_checkpoint\":\"%s\",\"val_loss\":%s,\"best_val_loss\":%s,"
+                     "\"best_epoch\":%lld,\"evaluations\":%lld,\"evals_since_best\":%lld,"
+                     "\"early_stopped\":%s,\"best_checkpoint\":\"%s\"}",
                      s.run_id, s.workload, mxp_precision_name((mxp_precision)s.precision),
                      s.emulated ? "true" : "false", (long long)s.training_steps,
                      (long long)s.optimizer_steps, (long long)s.skipped_steps, of,
@@ -467,7 +471,10 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      (long long)s.samples_per_epoch, (long long)s.samples_trained, ll, el,
                      s.wall_s, s.stopped ? "true" : "false", s.finished ? "true" : "false",
                      s.resumed ? "true" : "false", s.finished_before_resume ? "true" : "false",
-                     (long long)s.checkpoints_written, s.last_checkpoint);
+                     (long long)s.checkpoints_written, s.last_checkpoint, vl, bv,
+                     (long long)s.best_epoch, (long long)s.evaluations,
+                     (long long)s.evals_since_best, s.early_stopped ? "true" : "false",
+                     s.best_checkpoint);
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
