@@ -11,8 +11,9 @@
  * epoch 3 stops at epoch 5 too (the state is in the checkpoint); the
  * early-stopped run resumed trains nothing; eval_every=2 validates at
  * epochs 2, 4, 6 (history rows at the steps ending them).
- * Real evaluation: the training losses with training.eval_every=1 are bit
- * for bit those without (fp32 and mixed_bf16); train(1) x 3 == train(3)
+ * Real evaluation: the training losses and final weights with
+ * training.eval_every=1 are bit for bit those without (fp32, mixed_bf16;
+ * also mixed_fp16, bf16, fp8 outside the quick run); train(1) x 3 == train(3)
  * with validation on (losses and validation losses); the stop epoch of a
  * real run recomputed here from its recorded validation losses; the best
  * checkpoint re-evaluated gives the recorded best loss exactly.
@@ -478,7 +479,11 @@ int main(void) {
     test_injected();
     test_no_effect("fp32");
     test_no_effect("mixed_bf16");
-    if (!test_quick()) test_no_effect("mixed_fp16");
+    if (!test_quick()) { /* and the modes with stochastic rounding / FP8 scaling state */
+        test_no_effect("mixed_fp16");
+        test_no_effect("bf16");
+        test_no_effect("fp8");
+    }
     test_split_calls();
     test_real();
     test_rm_rf(g_dir);
