@@ -10,6 +10,7 @@
 #    validation; the log names the reason;
 #  - --resume of the early-stopped run trains nothing, changes nothing;
 #  - training.eval_every=2: val_loss at epochs 2 and 4 only, no early stop;
+#    training.eval_every_steps=7: val_loss on the rows of steps 7, 14, ...;
 #  - training.early_stop.patience without training.eval_every: exit 2, the
 #    message names both keys.
 . "$(dirname "$0")/cli_lib.sh" "$1"
@@ -67,6 +68,17 @@ assert val == [2, 4], val
 assert rows[-1]["val_loss"] != "" and int(rows[-1]["epoch"]) == 4
 s = json.load(open(sys.argv[1] + "/summary.json"))["validation"]
 assert s["evaluations"] == 2 and s["early_stopped"] is False and s["eval_every"] == 2, s
+PY
+
+"$bin" train $small output.dir=s7 training.epochs=2 training.eval_every_steps=7 > /dev/null 2>&1 ||
+  fail "eval_every_steps=7: exit $?"
+/usr/bin/python3 - s7 <<'PY' || fail "eval_every_steps=7 rows"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/history.csv")))
+val = [int(r["step"]) for r in rows if r["val_loss"] != ""]
+assert val == list(range(7, len(rows) + 1, 7)), (val, len(rows))
+s = json.load(open(sys.argv[1] + "/summary.json"))["validation"]
+assert s["evaluations"] == len(val) and s["eval_every_steps"] == 7, s
 PY
 
 "$bin" train $small output.dir=bad training.early_stop.patience=2 > bad.out 2> bad.err

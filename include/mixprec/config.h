@@ -105,6 +105,8 @@ typedef struct mxp_config {
                                        applied by the CLI (mxp_fpenv_set_ftz) (false) */
     /* validation during training (docs/run.md "Validation during training") */
     int64_t eval_every;             /* training.eval_every: validate every N epochs, 0 = off (0) */
+    int64_t eval_every_steps;       /* training.eval_every_steps: every N optimizer steps of
+                                       the run, 0 = off (0); not with eval_every */
     int64_t early_stop_patience;    /* training.early_stop.patience: evaluations without an
                                        improvement > min_delta before the run stops, 0 = off (0) */
     double early_stop_min_delta;    /* training.early_stop.min_delta >= 0 (0) */

@@ -253,7 +253,8 @@ MXP_API mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *
 
 /* ==== validation during training (docs/run.md) ===========================
  * training.eval_every=N validates through the provider's evaluate after
- * every N-th epoch (forward only: no RNG drawn, no training state touched,
+ * every N-th epoch, training.eval_every_steps=N after every global step
+ * that is a multiple of N (forward only: no RNG drawn, no training state touched,
  * so the training losses are those of a run without it, bit for bit).
  * training.early_stop.patience=P stops the run at the P-th validation in a
  * row that did not improve the best loss by more than
@@ -267,7 +268,8 @@ MXP_API mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *
  * improvement are kept in every checkpoint (metadata "run_state"). */
 typedef struct mxp_run_val_row {
     int64_t step;  /* trainer steps done when measured (history.csv's step) */
-    int64_t epoch; /* epochs done: the 1-based number of the epoch that ended */
+    int64_t epoch; /* the 1-based epoch the last step trained in (eval_every:
+                      the epoch that ended) */
     double loss;   /* mean held-out loss (the provider's evaluate) */
     bool best;     /* a new best (the first, or better by > min_delta) */
 } mxp_run_val_row;
@@ -302,6 +304,7 @@ typedef struct mxp_run_info {
     double val_loss;                 /* the last validation loss */
     double best_val_loss;            /* the best one */
     int64_t best_epoch;              /* its epoch (1-based); 0: none */
+    int64_t best_step;               /* the trainer step it followed; 0: none */
     int64_t evaluations;             /* validations measured (over resumes) */
     int64_t evals_since_best;        /* validations since the best (early stopping) */
     bool early_stopped;              /* the run ended on training.early_stop */

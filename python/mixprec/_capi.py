@@ -85,6 +85,7 @@ class RunInfo(Structure):
                 ("checkpoints_written", c_int64), ("last_checkpoint", c_char * CKPT_PATH_MAX),
                 ("run_id", c_char * 40), ("workload", c_char * 32),
                 ("val_loss", c_double), ("best_val_loss", c_double), ("best_epoch", c_int64),
+                ("best_step", c_int64),
                 ("evaluations", c_int64), ("evals_since_best", c_int64),
                 ("early_stopped", c_bool), ("best_checkpoint", c_char * CKPT_PATH_MAX)]
 

@@ -34,6 +34,7 @@ int main(void) {
     F(mxp_run_info, checkpoints_written); F(mxp_run_info, last_checkpoint);
     F(mxp_run_info, run_id); F(mxp_run_info, workload);
     F(mxp_run_info, val_loss); F(mxp_run_info, best_val_loss); F(mxp_run_info, best_epoch);
+    F(mxp_run_info, best_step);
     F(mxp_run_info, evaluations); F(mxp_run_info, early_stopped);
     F(mxp_run_info, best_checkpoint);
     S(mxp_layer_spec); S(mxp_model_spec); F(mxp_model_spec, layers); F(mxp_model_spec, loss);

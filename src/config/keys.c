@@ -212,6 +212,9 @@ static const mxp_config_key kKeys[] = {
     KEY_INT("training.eval_every", MXP_STORE_I64, eval_every, 0, 0, I32MAX,
             "validate on the held-out split every N epochs during training (val_loss in "
             "history.csv, metrics, store, log), >= 0; 0 = off (0)"),
+    KEY_INT("training.eval_every_steps", MXP_STORE_I64, eval_every_steps, 0, 0, INT64_MAX,
+            "validate every N optimizer steps of the run instead (global step a multiple of "
+            "N), >= 0; 0 = off; not with training.eval_every (0)"),
     KEY_INT("training.early_stop.patience", MXP_STORE_I64, early_stop_patience, 0, 0, I32MAX,
             "stop after this many validations without an improvement of the best validation "
             "loss by more than min_delta, >= 0; 0 = off; needs training.eval_every >= 1 (0)"),

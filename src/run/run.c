@@ -330,9 +330,9 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
         if ((st = fill_step(r, p->step_in_epoch, batch, err)) != MXP_OK) break;
         bool guard_stop = false, early = false;
         if ((st = one_step(r, epoch, steps_per_epoch, &guard_stop, err)) != MXP_OK) break;
-        /* the epoch ended (not rolled back): validation, early stopping */
-        if (p->epoch == epoch + 1 && p->step_in_epoch == 0 &&
-            (st = run_eval_epoch_end(r, epoch, &early, err)) != MXP_OK)
+        /* validation, early stopping (ended: the epoch ended, not rolled back) */
+        const bool ended = p->epoch == epoch + 1 && p->step_in_epoch == 0;
+        if ((st = run_eval_after_step(r, epoch, ended, steps_per_epoch, &early, err)) != MXP_OK)
             break;
         if (early) mxp_data_position_end(p); /* the checkpoint records a finished call */
         const bool asked = r->stop_req != 0;
@@ -431,6 +431,7 @@ void mxp_run_stats(const mxp_run *r, mxp_run_info *o) {
     o->val_loss = r->last_val;
     o->best_val_loss = r->best_val;
     o->best_epoch = r->best_epoch;
+    o->best_step = r->best_step;
     o->evaluations = r->evals;
     o->evals_since_best = r->evals_since_best;
     o->early_stopped = r->early_stopped;
@@ -461,7 +462,8 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      "\"epoch_mean_loss\":%s,\"wall_s\":%.6g,\"stopped\":%s,\"finished\":%s,"
                      "\"resumed\":%s,\"finished_before_resume\":%s,\"checkpoints_written\":%lld,"
                      "\"last_checkpoint\":\"%s\",\"val_loss\":%s,\"best_val_loss\":%s,"
-                     "\"best_epoch\":%lld,\"evaluations\":%lld,\"evals_since_best\":%lld,"
+                     "\"best_epoch\":%lld,\"best_step\":%lld,\"evaluations\":%lld,"
+                     "\"evals_since_best\":%lld,"
                      "\"early_stopped\":%s,\"best_checkpoint\":\"%s\"}",
                      s.run_id, s.workload, mxp_precision_name((mxp_precision)s.precision),
                      s.emulated ? "true" : "false", (long long)s.training_steps,
@@ -472,7 +474,7 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      s.wall_s, s.stopped ? "true" : "false", s.finished ? "true" : "false",
                      s.resumed ? "true" : "false", s.finished_before_resume ? "true" : "false",
                      (long long)s.checkpoints_written, s.last_checkpoint, vl, bv,
-                     (long long)s.best_epoch, (long long)s.evaluations,
+                     (long long)s.best_epoch, (long long)s.best_step, (long long)s.evaluations,
                      (long long)s.evals_since_best, s.early_stopped ? "true" : "false",
                      s.best_checkpoint);
     return n < 0 || (size_t)n >= cap ? -1 : n;

@@ -1,10 +1,12 @@
 /* run/run_eval.c: validation during training (include/mixprec/run.h,
  * docs/run.md "Validation during training").
  *
- * Entry points: run_eval_check, run_eval_epoch_end, run_eval_state_json,
+ * Entry points: run_eval_check, run_eval_after_step, run_eval_state_json,
  * run_eval_restore (run_internal.h), mxp_run_val_history.
  *
- * training.eval_every=N validates after every N-th epoch through the
+ * training.eval_every=N validates after every N-th epoch (or
+ * training.eval_every_steps=N after every global step g with g % N == 0,
+ * g counted as the learning-rate schedule counts it) through the
  * provider's evaluate (forward passes only: it draws no random numbers and
  * leaves the optimizer, scaler, data position and weights as they were,
  * so the training losses are those of a run without validation). Early
@@ -22,11 +24,14 @@
 #include <string.h>
 
 mxp_status run_eval_check(const mxp_run *r, mxp_error *err) {
-    if (r->cfg.eval_every > 0 && !r->wl.evaluate)
+    const bool steps = r->cfg.eval_every_steps > 0;
+    if ((r->cfg.eval_every > 0 || steps) && !r->wl.evaluate)
         return mxp_error_set(err, MXP_ERR_CONFIG,
-                             "training.eval_every=%lld: workload '%s' has no held-out "
-                             "evaluation; accepted: training.eval_every=0 (off) for it",
-                             (long long)r->cfg.eval_every, r->wl.name);
+                             "training.%s=%lld: workload '%s' has no held-out evaluation; "
+                             "accepted: training.%s=0 (off) for it",
+                             steps ? "eval_every_steps" : "eval_every",
+                             (long long)(steps ? r->cfg.eval_every_steps : r->cfg.eval_every),
+                             r->wl.name, steps ? "eval_every_steps" : "eval_every");
     return MXP_OK;
 }
 
@@ -49,8 +54,9 @@ void run_eval_state_json(const mxp_run *r, char *buf, size_t n) {
     num(last, sizeof last, r->last_val);
     snprintf(buf, n,
              "{\"evaluations\":%lld,\"last_val_loss\":%s,\"best_val_loss\":%s,"
-             "\"best_epoch\":%lld,\"evals_since_best\":%lld,\"early_stopped\":%s}",
-             (long long)r->evals, last, best, (long long)r->best_epoch,
+             "\"best_epoch\":%lld,\"best_step\":%lld,\"evals_since_best\":%lld,"
+             "\"early_stopped\":%s}",
+             (long long)r->evals, last, best, (long long)r->best_epoch, (long long)r->best_step,
              (long long)r->evals_since_best, r->early_stopped ? "true" : "false");
 }
 
@@ -97,11 +103,12 @@ mxp_status run_eval_restore(mxp_run *r, const char *text, const char *file, mxp_
     if (!json_is_object(o))
         s = mxp_error_set(err, MXP_ERR_FORMAT,
                           "checkpoint '%s': metadata run_state is not a JSON object", file);
-    int64_t evals = 0, best_epoch = 0, since = 0;
+    int64_t evals = 0, best_epoch = 0, best_step = 0, since = 0;
     double best = NAN, last = NAN;
     json_t *es = json_object_get(o, "early_stopped");
     if (s == MXP_OK) s = get_count(o, "evaluations", &evals, file, err);
     if (s == MXP_OK) s = get_count(o, "best_epoch", &best_epoch, file, err);
+    if (s == MXP_OK) s = get_count(o, "best_step", &best_step, file, err);
     if (s == MXP_OK) s = get_count(o, "evals_since_best", &since, file, err);
     if (s == MXP_OK) s = get_loss(o, "best_val_loss", &best, file, err);
     if (s == MXP_OK) s = get_loss(o, "last_val_loss", &last, file, err);
@@ -112,6 +119,7 @@ mxp_status run_eval_restore(mxp_run *r, const char *text, const char *file, mxp_
     if (s == MXP_OK) {
         r->evals = evals;
         r->best_epoch = best_epoch;
+        r->best_step = best_step;
         r->evals_since_best = since;
         r->best_val = best;
         r->last_val = last;
@@ -162,10 +170,15 @@ static mxp_status save_best(mxp_run *r, mxp_error *err) {
     return s;
 }
 
-mxp_status run_eval_epoch_end(mxp_run *r, int64_t epoch, bool *stop, mxp_error *err) {
+mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t steps_per_epoch,
+                               bool *stop, mxp_error *err) {
     const mxp_config *c = &r->cfg;
-    const int64_t done = epoch + 1; /* epochs done, 1-based name of the one that ended */
-    if (c->eval_every <= 0 || done % c->eval_every != 0) return MXP_OK;
+    const int64_t done = epoch + 1; /* 1-based: the epoch the step trained in */
+    const int64_t g = r->pos.epoch * steps_per_epoch + r->pos.step_in_epoch; /* steps done */
+    const bool due = c->eval_every > 0 ? ended && done % c->eval_every == 0
+                                       : c->eval_every_steps > 0 && g > 0 &&
+                                             g % c->eval_every_steps == 0;
+    if (!due) return MXP_OK;
     mxp_run_eval ev;
     mxp_status s = mxp_run_evaluate(r, &ev, err);
     if (s != MXP_OK) return s;
@@ -179,24 +192,27 @@ mxp_status run_eval_epoch_end(mxp_run *r, int64_t epoch, bool *stop, mxp_error *
     if (improved) {
         r->best_val = L;
         r->best_epoch = done;
+        r->best_step = ts.training_steps;
         r->evals_since_best = 0;
     } else {
         r->evals_since_best++;
     }
     mxp_run_val_row row = {ts.training_steps, done, L, improved};
     if ((s = push_row(r, &row, err)) != MXP_OK) return s;
-    mxp_log(MXP_LOG_INFO, "epoch %lld: %s_loss %.6g (best %.6g at epoch %lld%s)",
-            (long long)done, ev.name[0] ? ev.name : "val", L, r->best_val,
-            (long long)r->best_epoch, improved ? ", new best" : "");
+    mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)",
+            (long long)done, (long long)ts.training_steps, ev.name[0] ? ev.name : "val", L,
+            r->best_val, (long long)r->best_step, improved ? ", new best" : "");
     if (c->early_stop_patience > 0 && r->evals_since_best >= c->early_stop_patience) {
         r->early_stopped = true;
         *stop = true;
         mxp_log(MXP_LOG_WARN,
-                "early stopping after epoch %lld: %lld validations without an improvement "
-                "> %g (training.early_stop.patience=%lld); best %s_loss %.6g at epoch %lld",
-                (long long)done, (long long)r->evals_since_best, c->early_stop_min_delta,
-                (long long)c->early_stop_patience, ev.name[0] ? ev.name : "val", r->best_val,
-                (long long)r->best_epoch);
+                "early stopping after epoch %lld (step %lld): %lld validations without an "
+                "improvement > %g (training.early_stop.patience=%lld); best %s_loss %.6g at "
+                "epoch %lld (step %lld)",
+                (long long)done, (long long)ts.training_steps, (long long)r->evals_since_best,
+                c->early_stop_min_delta, (long long)c->early_stop_patience,
+                ev.name[0] ? ev.name : "val", r->best_val, (long long)r->best_epoch,
+                (long long)r->best_step);
     }
     if ((s = publish_state(r, err)) != MXP_OK) return s;
     if (improved && c->keep_best && r->ckpt && (s = save_best(r, err)) != MXP_OK) return s;

@@ -257,7 +257,7 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
     size_t n;
     const mxp_history_row *h = mxp_trainer_history(tr, &n);
     /* epochs 1-based, as every log line, the bar and resume name them */
-    const bool with_val = cfg->eval_every > 0;
+    const bool with_val = cfg->eval_every > 0 || cfg->eval_every_steps > 0;
     fputs(with_val ? "step,epoch,loss,scale,grad_norm,skipped,precision,val_loss\n"
                    : "step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
     size_t v = 0; /* val rows are in step order, as the history */
