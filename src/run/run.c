@@ -10,7 +10,7 @@
  * whole run at the run's global step,
  * the guard before and after each step, the one precision-switch point,
  * the data-parallel stop agreement and the checkpoint manager (run_ckpt.c);
- * at each epoch's end, validation and early stopping (run_eval.c).
+ * validation and early stopping where due (run_eval.c).
  */
 #include "run/run_internal.h"
 
