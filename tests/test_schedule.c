@@ -94,7 +94,45 @@ static int64_t check_lrs(const char *what, const rec *r, int64_t first, float lr
     return bad;
 }
 
-static rec g_a, g_b, g_c, g_d;
+static rec g_a, g_b, g_c, g_d, g_w;
+
+/* training.lr_warmup_steps=W: global step g < W gets the cosine's rate
+ * times (g + 1) / W (in double, rounded to float), later steps the cosine;
+ * train(1) x 2 == train(2) with it. */
+static void check_warmup(void) {
+    const int64_t W = 10;
+    mxp_error err = {0};
+    mxp_config_builder *b = NULL;
+    mxp_config cfg;
+    char od[400];
+    snprintf(od, sizeof od, "output.dir=%s/w", g_dir);
+    const char *kv[] = {"data.trajectories=12", "data.episode_length=40", "model.hidden=16",
+                        "model.depth=1", "training.batch_size=32", "training.precision=fp32",
+                        "training.epochs=2", "training.lr_warmup_steps=10",
+                        "checkpoint.enabled=false", od};
+    mxp_status s = mxp_config_builder_create(&b, &err);
+    for (size_t i = 0; s == MXP_OK && i < sizeof kv / sizeof kv[0]; i++)
+        s = mxp_config_apply_override(b, kv[i], &err);
+    if (s == MXP_OK) s = mxp_config_resolve(b, &cfg, &err);
+    mxp_config_builder_destroy(b);
+    CHECK_OK(s, &err);
+    if (s != MXP_OK) return;
+    mxp_run *w = open_run(&cfg, &g_w, NULL);
+    for (int k = 0; w && k < 2; k++) CHECK_OK(mxp_run_train(w, 1, 0, &err), &err);
+    mxp_run_destroy(w);
+    const int64_t N = g_w.n;
+    const float lr = cfg.trainer.optim.lr;
+    int64_t bad = 0;
+    for (int64_t g = 0; g < N; g++) {
+        float want = cosine(lr, 0.1f, g, N);
+        if (g < W) want = (float)((double)want * (double)(g + 1) / (double)W);
+        if (g_w.lr[g] != want && bad++ < 3)
+            fprintf(stderr, "warmup: step %lld: lr %.9g, want %.9g\n", (long long)g + 1,
+                    g_w.lr[g], want);
+    }
+    CHECK_MSG(N > 2 * W && bad == 0 && g_w.lr[0] == lr / 10.0f,
+              "warmup: %lld of %lld learning rates differ", (long long)bad, (long long)N);
+}
 
 int main(void) {
     if (!mkdtemp(g_dir)) return 2;
@@ -164,6 +202,7 @@ int main(void) {
         check_lrs("resumed with training.epochs=4", &g_d, 0, lr, 2 * spe, 4 * spe);
         mxp_run_destroy(d);
     }
+    check_warmup();
     test_rm_rf(g_dir);
     return test_finish("test_schedule");
 }

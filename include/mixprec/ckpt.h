@@ -179,6 +179,10 @@ typedef struct mxp_ckpt_save_args {
      * standardisation statistics, the GPT vocabulary), JSON object text,
      * metadata "workload_meta"; NULL: not recorded. */
     const char *workload_meta;
+    /* The run's own state (run.h: the best validation loss, its epoch, the
+     * validations since, whether early stopping ended the run), JSON object
+     * text, metadata "run_state"; NULL: not recorded. */
+    const char *run_state;
 } mxp_ckpt_save_args;
 
 /* Write a checkpoint atomically to path. *healthy_out (may be NULL) gets
@@ -304,6 +308,10 @@ MXP_API void mxp_ckpt_manager_set_health(mxp_ckpt_manager *m, bool healthy,
 MXP_API mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t,
                                                const mxp_config *cfg, const mxp_data_position *pos,
                                                bool force, bool *saved, mxp_error *err);
+/* Record the run's state (mxp_ckpt_save_args.run_state; copied; NULL:
+ * none) in the next checkpoints. */
+MXP_API mxp_status mxp_ckpt_manager_set_run_state(mxp_ckpt_manager *m, const char *json,
+                                                  mxp_error *err);
 /* Record the run's id, workload and data signature (run.h) in the next
  * checkpoints (copied; NULL: not recorded). */
 MXP_API mxp_status mxp_ckpt_manager_set_run(mxp_ckpt_manager *m, const char *run_id,

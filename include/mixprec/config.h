@@ -103,6 +103,15 @@ typedef struct mxp_config {
     float lr_min_ratio;             /* training.lr_min_ratio in [0, 1] (0.1) */
     bool flush_denormals;           /* training.flush_denormals: FTZ/DAZ for FP32 compute,
                                        applied by the CLI (mxp_fpenv_set_ftz) (false) */
+    /* validation during training (docs/run.md "Validation during training") */
+    int64_t eval_every;             /* training.eval_every: validate every N epochs, 0 = off (0) */
+    int64_t eval_every_steps;       /* training.eval_every_steps: every N optimizer steps of
+                                       the run, 0 = off (0); not with eval_every */
+    int64_t early_stop_patience;    /* training.early_stop.patience: evaluations without an
+                                       improvement > min_delta before the run stops, 0 = off (0) */
+    double early_stop_min_delta;    /* training.early_stop.min_delta >= 0 (0) */
+    bool keep_best;                 /* training.keep_best: OUTPUT_DIR/best.safetensors (true) */
+    int64_t lr_warmup_steps;        /* training.lr_warmup_steps >= 0: linear from 0 (0) */
     /* model.* */
     int64_t hidden;                 /* model.hidden >= 1 (256) */
     int64_t depth;                  /* model.depth >= 1 (3) */

@@ -124,6 +124,8 @@ typedef struct mxp_run_progress {
 } mxp_run_progress;
 typedef void (*mxp_run_progress_fn)(void *user, const mxp_run_progress *p);
 
+struct mxp_run_val_row; /* a validation during training (below) */
+
 /* What the run tells an observer (obs.h's mxp_obs_run_observer fills one).
  * Every member is optional. Called on the training thread. */
 typedef struct mxp_run_observer {
@@ -145,6 +147,9 @@ typedef struct mxp_run_observer {
     void (*end)(void *self, mxp_run *run, bool ok, bool stopped, const char *msg);
     /* Release self (mxp_run_destroy calls it last; NULL: self is borrowed). */
     void (*destroy)(void *self);
+    /* A validation during training (training.eval_every) was measured;
+     * v: the row mxp_run_val_history appends. */
+    void (*evaluated)(void *self, mxp_run *run, const struct mxp_run_val_row *v);
 } mxp_run_observer;
 
 /* The observer of obs.h: mxp_obs_run_observer(obs, &observer, &err) feeds
@@ -270,6 +275,32 @@ MXP_API void mxp_run_request_precision(mxp_run *run, mxp_precision to, const cha
 
 /* Held-out evaluation through the provider (MXP_ERR_UNSUPPORTED without). */
 MXP_API mxp_status mxp_run_evaluate(mxp_run *run, mxp_run_eval *out, mxp_error *err);
+
+/* ==== validation during training (docs/run.md) ===========================
+ * training.eval_every=N validates through the provider's evaluate after
+ * every N-th epoch, training.eval_every_steps=N after every global step
+ * that is a multiple of N (forward only: no RNG drawn, no training state touched,
+ * so the training losses are those of a run without it, bit for bit).
+ * training.early_stop.patience=P stops the run at the P-th validation in a
+ * row that did not improve the best loss by more than
+ * training.early_stop.min_delta: the call returns MXP_OK with
+ * mxp_run_info.early_stopped, the run counts as finished (a resume trains
+ * nothing), and a checkpoint is written (checkpoints on). With
+ * training.keep_best (and checkpoints on) each new best is saved,
+ * atomically, as OUTPUT_DIR/best.safetensors: a full checkpoint, so
+ * `--resume OUTPUT_DIR/best.safetensors`, mxp_ckpt_load and `mixprec ckpt`
+ * restore it. The best loss, its epoch and the evaluations without
+ * improvement are kept in every checkpoint (metadata "run_state"). */
+typedef struct mxp_run_val_row {
+    int64_t step;  /* trainer steps done when measured (history.csv's step) */
+    int64_t epoch; /* the 1-based epoch the last step trained in (eval_every:
+                      the epoch that ended) */
+    double loss;   /* mean held-out loss (the provider's evaluate) */
+    bool best;     /* a new best (the first, or better by > min_delta) */
+} mxp_run_val_row;
+/* The validations of this process, oldest first (*n rows; NULL when none).
+ * Valid until the next mxp_run_train or mxp_run_destroy. */
+MXP_API const mxp_run_val_row *mxp_run_val_history(const mxp_run *run, size_t *n);
 /* Write a checkpoint of the current state to path (atomically). */
 MXP_API mxp_status mxp_run_save(mxp_run *run, const char *path, mxp_error *err);
 
@@ -294,6 +325,15 @@ typedef struct mxp_run_info {
     char last_checkpoint[MXP_CKPT_PATH_MAX];
     char run_id[40];
     char workload[32];
+    /* validation during training (training.eval_every; NaN / 0 without) */
+    double val_loss;                 /* the last validation loss */
+    double best_val_loss;            /* the best one */
+    int64_t best_epoch;              /* its epoch (1-based); 0: none */
+    int64_t best_step;               /* the trainer step it followed; 0: none */
+    int64_t evaluations;             /* validations measured (over resumes) */
+    int64_t evals_since_best;        /* validations since the best (early stopping) */
+    bool early_stopped;              /* the run ended on training.early_stop */
+    char best_checkpoint[MXP_CKPT_PATH_MAX]; /* OUTPUT_DIR/best.safetensors; "": none */
 } mxp_run_info;
 
 MXP_API void mxp_run_stats(const mxp_run *run, mxp_run_info *out);

@@ -53,12 +53,13 @@ OBS_PRECISION_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_int, c_int, c_ch
 OBS_GUARD_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, POINTER(GuardEvent))
 OBS_END_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_bool, c_bool, c_char_p)
 OBS_DESTROY_FN = ctypes.CFUNCTYPE(None, c_void_p)
+OBS_EVAL_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_void_p)
 
 
 class RunObserver(Structure):
     _fields_ = [("self", c_void_p), ("begin", OBS_BEGIN_FN), ("step", OBS_STEP_FN),
                 ("precision_changed", OBS_PRECISION_FN), ("guard_event", OBS_GUARD_FN),
-                ("end", OBS_END_FN), ("destroy", OBS_DESTROY_FN)]
+                ("end", OBS_END_FN), ("destroy", OBS_DESTROY_FN), ("evaluated", OBS_EVAL_FN)]
 
 
 class RunOptions(Structure):
@@ -82,7 +83,11 @@ class RunInfo(Structure):
                 ("epoch_mean_loss", c_double), ("wall_s", c_double), ("stopped", c_bool),
                 ("finished", c_bool), ("resumed", c_bool), ("finished_before_resume", c_bool),
                 ("checkpoints_written", c_int64), ("last_checkpoint", c_char * CKPT_PATH_MAX),
-                ("run_id", c_char * 40), ("workload", c_char * 32)]
+                ("run_id", c_char * 40), ("workload", c_char * 32),
+                ("val_loss", c_double), ("best_val_loss", c_double), ("best_epoch", c_int64),
+                ("best_step", c_int64),
+                ("evaluations", c_int64), ("evals_since_best", c_int64),
+                ("early_stopped", c_bool), ("best_checkpoint", c_char * CKPT_PATH_MAX)]
 
 
 class LayerSpec(Structure):

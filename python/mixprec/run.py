@@ -511,6 +511,14 @@ class Run(_lib.Handle):
             "last_checkpoint": _capi.cstr(info.last_checkpoint) or None,
             "run_id": _capi.cstr(info.run_id),
             "workload": _capi.cstr(info.workload),
+            # validation during training (training.eval_every; docs/run.md)
+            "val_loss": _nan_to_none(info.val_loss),
+            "best_val_loss": _nan_to_none(info.best_val_loss),
+            "best_epoch": info.best_epoch or None,
+            "best_step": info.best_step or None,
+            "evaluations": info.evaluations,
+            "early_stopped": bool(info.early_stopped),
+            "best_checkpoint": _capi.cstr(info.best_checkpoint) or None,
         })
         return d
 

@@ -25,6 +25,7 @@ int main(void) {
     F(mxp_guard_event, rollback_to); F(mxp_guard_event, site); F(mxp_guard_event, detail);
     S(mxp_run_observer); F(mxp_run_observer, precision_changed);
     F(mxp_run_observer, guard_event); F(mxp_run_observer, end); F(mxp_run_observer, destroy);
+    F(mxp_run_observer, evaluated);
     S(mxp_run_options); F(mxp_run_options, observer); F(mxp_run_options, progress);
     F(mxp_run_options, checkpoints); F(mxp_run_options, resume);
     S(mxp_run_eval); F(mxp_run_eval, loss); F(mxp_run_eval, bits_per_char);
@@ -32,6 +33,10 @@ int main(void) {
     F(mxp_run_info, emulated); F(mxp_run_info, last_loss); F(mxp_run_info, stopped);
     F(mxp_run_info, checkpoints_written); F(mxp_run_info, last_checkpoint);
     F(mxp_run_info, run_id); F(mxp_run_info, workload);
+    F(mxp_run_info, val_loss); F(mxp_run_info, best_val_loss); F(mxp_run_info, best_epoch);
+    F(mxp_run_info, best_step);
+    F(mxp_run_info, evaluations); F(mxp_run_info, early_stopped);
+    F(mxp_run_info, best_checkpoint);
     S(mxp_layer_spec); S(mxp_model_spec); F(mxp_model_spec, layers); F(mxp_model_spec, loss);
     F(mxp_model_spec, layernorm_eps); F(mxp_model_spec, seq_len); F(mxp_model_spec, embed_scale);
     S(mxp_tensor_info); F(mxp_tensor_info, ndim); F(mxp_tensor_info, shape);

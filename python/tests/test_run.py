@@ -221,6 +221,40 @@ class RunTest(TmpDirCase):
         with open(os.path.join(out, "summary.json")) as f:
             self.assertTrue(json.load(f)["resumed"])
 
+    def test_validation_early_stopping_and_keep_best(self):
+        # min_delta 1e9: only the first validation is a best, so patience 1
+        # stops after epoch 2 (hand-computed), of 5
+        cfg = small(self.path("v"), **{"training.epochs": 5, "training.eval_every": 1,
+                                       "training.early_stop.patience": 1,
+                                       "training.early_stop.min_delta": 1e9})
+        run = mixprec.Run(mixprec.Config(**cfg))
+        st = run.train()
+        spe = st["samples_per_epoch"] // 32
+        self.assertTrue(st["early_stopped"])
+        self.assertFalse(st["stopped"])
+        self.assertEqual(st["total_steps"], 2 * spe)
+        self.assertEqual(st["evaluations"], 2)
+        self.assertEqual(st["best_epoch"], 1)
+        best = st["best_checkpoint"]
+        self.assertTrue(best and os.path.exists(best), best)
+        with open(self.path("v", "summary.json")) as f:
+            summary = json.load(f)
+        self.assertTrue(summary["validation"]["early_stopped"])
+        self.assertAlmostEqual(summary["validation"]["best_val_loss"], st["best_val_loss"],
+                               delta=1e-8 * st["best_val_loss"])  # %.9g in the summary
+        with contextlib.closing(sqlite3.connect(self.path("v", "metrics.db"))) as db:
+            n = db.execute("select count(*) from events where kind='validation'").fetchone()[0]
+        self.assertGreaterEqual(n, 2)
+        # the best checkpoint holds the weights that scored the best loss
+        back = mixprec.Run.resume(best, config={"output.dir": self.path("b")})
+        ev = back.evaluate()
+        self.assertEqual(ev["loss"], st["best_val_loss"])
+        # a config error names the key and the accepted range
+        with self.assertRaises(mixprec.ConfigError) as cm:
+            mixprec.Run(mixprec.Config(**small(self.path("x"),
+                                               **{"training.early_stop.patience": 2})))
+        self.assertIn("training.eval_every", str(cm.exception))
+
     def test_save_and_resume_from_file(self):
         run = mixprec.Run(mixprec.Config(**small(self.path("a"))), store=False)
         run.train(num_epochs=1)

@@ -267,6 +267,7 @@ struct mxp_ckpt_manager {
     char *guard_state;
     char *run_id, *workload, *data_signature; /* the run's (run.h), or NULL */
     char *workload_meta;                      /* the provider's (run.h), or NULL */
+    char *run_state;                          /* the run's (run.h), or NULL */
     char last_path[MXP_CKPT_PATH_MAX];
 };
 
@@ -335,6 +336,7 @@ void mxp_ckpt_manager_destroy(mxp_ckpt_manager *m) {
     mxp_free(m->workload);
     mxp_free(m->data_signature);
     mxp_free(m->workload_meta);
+    mxp_free(m->run_state);
     mxp_free(m);
 }
 
@@ -365,6 +367,14 @@ mxp_status mxp_ckpt_manager_set_workload_meta(mxp_ckpt_manager *m, const char *j
     return MXP_OK;
 }
 
+mxp_status mxp_ckpt_manager_set_run_state(mxp_ckpt_manager *m, const char *json,
+                                          mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_manager_set_run_state");
+    if (!set_str(&m->run_state, json))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint run state");
+    return MXP_OK;
+}
+
 const char *mxp_ckpt_manager_dir(const mxp_ckpt_manager *m) { return m->p.dir; }
 const char *mxp_ckpt_manager_last_path(const mxp_ckpt_manager *m) { return m->last_path; }
 
@@ -392,7 +402,7 @@ mxp_status mxp_ckpt_manager_after_step(mxp_ckpt_manager *m, mxp_trainer *t, cons
     mxp_ckpt_save_args a = {.trainer = t, .config = cfg, .pos = pos, .healthy = m->healthy,
                             .guard_state = m->guard_state, .run_id = m->run_id,
                             .workload = m->workload, .data_signature = m->data_signature,
-                            .workload_meta = m->workload_meta};
+                            .workload_meta = m->workload_meta, .run_state = m->run_state};
     bool healthy = false;
     if ((s = mxp_ckpt_save(path, &a, &healthy, err)) != MXP_OK) return s;
     m->last_save = mxp_time_now();

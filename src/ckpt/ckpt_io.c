@@ -104,6 +104,7 @@ static mxp_status save_meta(mxp_st_writer *w, const mxp_ckpt_save_args *a, mxp_d
     if (a->workload) TRY(add_meta(w, "workload", a->workload, err));
     if (a->data_signature) TRY(add_meta(w, "data_signature", a->data_signature, err));
     if (a->workload_meta) TRY(add_meta(w, "workload_meta", a->workload_meta, err));
+    if (a->run_state) TRY(add_meta(w, "run_state", a->run_state, err));
     TRY(add_metaf(w, "saved_at", err, "%lld.%03ld", (long long)now.tv_sec, now.tv_nsec / 1000000));
 #undef TRY
     mxp_free(scaler);

@@ -206,6 +206,24 @@ static const mxp_config_key kKeys[] = {
              "learning-rate schedule over the run: constant|cosine (cosine)"),
     KEY_FLT("training.lr_min_ratio", MXP_STORE_F32, lr_min_ratio, 0.1, 0.0, false, 1.0, false,
             false, "cosine floor as a fraction of training.lr, in [0, 1] (0.1)"),
+    KEY_INT("training.lr_warmup_steps", MXP_STORE_I64, lr_warmup_steps, 0, 0, INT64_MAX,
+            "optimizer steps of linear learning-rate warmup from 0 at the start of the run, "
+            ">= 0; 0 = off (0)"),
+    KEY_INT("training.eval_every", MXP_STORE_I64, eval_every, 0, 0, I32MAX,
+            "validate on the held-out split every N epochs during training (val_loss in "
+            "history.csv, metrics, store, log), >= 0; 0 = off (0)"),
+    KEY_INT("training.eval_every_steps", MXP_STORE_I64, eval_every_steps, 0, 0, INT64_MAX,
+            "validate every N optimizer steps of the run instead (global step a multiple of "
+            "N), >= 0; 0 = off; not with training.eval_every (0)"),
+    KEY_INT("training.early_stop.patience", MXP_STORE_I64, early_stop_patience, 0, 0, I32MAX,
+            "stop after this many validations without an improvement of the best validation "
+            "loss by more than min_delta, >= 0; 0 = off; needs training.eval_every >= 1 (0)"),
+    KEY_FLT("training.early_stop.min_delta", MXP_STORE_F64, early_stop_min_delta, 0.0, 0.0,
+            false, INFINITY, false, false,
+            "improvement of the validation loss that counts, finite and >= 0 (0)"),
+    KEY_BOOL("training.keep_best", MXP_STORE_BOOL, OFF(keep_best), true,
+             "with training.eval_every: keep the weights of the best validation loss as "
+             "OUTPUT_DIR/best.safetensors, a checkpoint (needs checkpoint.enabled) (true)"),
     KEY_FLT("training.beta1", MXP_STORE_F32, trainer.optim.beta1, 0.9, 0.0, false, 1.0, true,
             false, "AdamW beta1, in [0, 1) (0.9)"),
     KEY_FLT("training.beta2", MXP_STORE_F32, trainer.optim.beta2, 0.999, 0.0, false, 1.0, true,

@@ -108,6 +108,23 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
         describe(b, "training.loss_scale.max_scale", r, sizeof r);
         return mxp_error_set(err, MXP_ERR_CONFIG, "%s must be <= %s", l, r);
     }
+    if (c->eval_every > 0 && c->eval_every_steps > 0) {
+        describe(b, "training.eval_every", l, sizeof l);
+        describe(b, "training.eval_every_steps", r, sizeof r);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s and %s: validation is every N epochs or every N steps; "
+                             "accepted: one of them >= 1, the other 0", l, r);
+    }
+    if (c->early_stop_patience > 0 && c->eval_every == 0 && c->eval_every_steps == 0) {
+        describe(b, "training.early_stop.patience", l, sizeof l);
+        describe(b, "training.eval_every", r, sizeof r);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s monitors the validation loss, which %s does not measure; "
+                             "accepted: training.eval_every >= 1 (epochs between validations) "
+                             "or training.eval_every_steps >= 1 with early stopping, or "
+                             "training.early_stop.patience=0 (off)",
+                             l, r);
+    }
     int64_t per = c->layernorm ? 3 : 2;
     if (c->depth * per + 1 > MXP_MODEL_MAX_LAYERS) {
         describe(b, "model.depth", l, sizeof l);

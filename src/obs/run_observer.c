@@ -88,6 +88,14 @@ static void ro_end(void *self, mxp_run *run, bool ok, bool stopped, const char *
         mxp_log(MXP_LOG_WARN, "obs: %s", err.msg);
 }
 
+/* A validation during training: the gauge and a "validation" event. */
+static void ro_eval(void *self, mxp_run *run, const mxp_run_val_row *v) {
+    (void)run;
+    run_obs *g = self;
+    mxp_obs_set_validation_loss(g->o, v->loss);
+    g->t_last = mxp_time_now(); /* the validation is not part of the next step */
+}
+
 static void ro_destroy(void *self) { mxp_free(self); }
 
 mxp_status mxp_obs_run_observer(mxp_obs *o, struct mxp_run_observer *out, mxp_error *err) {
@@ -101,6 +109,7 @@ mxp_status mxp_obs_run_observer(mxp_obs *o, struct mxp_run_observer *out, mxp_er
                               .precision_changed = ro_precision,
                               .guard_event = ro_guard,
                               .end = ro_end,
-                              .destroy = ro_destroy};
+                              .destroy = ro_destroy,
+                              .evaluated = ro_eval};
     return MXP_OK;
 }

@@ -10,7 +10,8 @@
  * whole run at the run's global step,
  * the guard before and after each step, the step boundary (the one
  * precision-switch point, applied by the step controller, train/step_ctl.h),
- * the data-parallel stop agreement and the checkpoint manager (run_ckpt.c).
+ * the data-parallel stop agreement and the checkpoint manager (run_ckpt.c);
+ * validation and early stopping where due (run_eval.c).
  */
 #include "run/run_internal.h"
 #include "train/step_ctl.h"
@@ -40,6 +41,7 @@ void mxp_run_destroy(mxp_run *r) {
     if (r->wl.destroy) r->wl.destroy(r->wl.self);
     mxp_free(r->perm);
     mxp_free(r->micro);
+    mxp_free(r->val);
     mxp_free(r);
 }
 
@@ -132,6 +134,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
     r->dp_size = 1;
     r->shuffled = -1;
     r->last_loss = r->epoch_mean = NAN;
+    r->last_val = r->best_val = NAN;
     r->loss_epoch = -1;
     r->max_batch = cfg->batch_size;
     r->n_train = r->wl.num_train(r->wl.self);
@@ -148,6 +151,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
                           (long long)r->n_train, r->wl.name, (long long)r->n_train);
         goto fail;
     }
+    if ((s = run_eval_check(r, err)) != MXP_OK) goto fail;
     r->perm = mxp_calloc((size_t)r->n_train, sizeof *r->perm);
     r->micro = mxp_calloc((size_t)cfg->grad_accum_steps, sizeof *r->micro);
     if (!r->perm || !r->micro) {
@@ -236,8 +240,13 @@ static float scheduled_lr(const mxp_run *r, int64_t steps_per_epoch) {
     const mxp_data_position *p = &r->pos;
     int64_t plan = c->epochs;
     if (p->run_first_epoch + p->run_epochs > plan) plan = p->run_first_epoch + p->run_epochs;
-    return mxp_lr_at(c->lr_schedule, c->trainer.optim.lr, c->lr_min_ratio,
-                     p->epoch * steps_per_epoch + p->step_in_epoch, plan * steps_per_epoch);
+    const int64_t g = p->epoch * steps_per_epoch + p->step_in_epoch;
+    float lr = mxp_lr_at(c->lr_schedule, c->trainer.optim.lr, c->lr_min_ratio, g,
+                         plan * steps_per_epoch);
+    /* training.lr_warmup_steps W: global step g < W gets (g + 1) / W of it */
+    if (g < c->lr_warmup_steps)
+        lr = (float)((double)lr * (double)(g + 1) / (double)c->lr_warmup_steps);
+    return lr;
 }
 
 /* One step at r->pos: the scheduled learning rate, the guard's before-step,
@@ -286,7 +295,8 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
                              "batch_size=%lld x grad_accum_steps=%lld x %d ranks exceeds %lld "
                              "training samples", (long long)batch, (long long)accum, r->dp_size,
                              (long long)r->n_train);
-    if (r->finished_before_resume) return MXP_OK; /* a finished run: nothing to do */
+    /* a finished or early-stopped run: nothing to do */
+    if (r->finished_before_resume || r->early_stopped) return MXP_OK;
     mxp_data_position *p = &r->pos;
     /* the position records the GLOBAL micro-batch (all ranks), so a
      * checkpoint resumes at any world size that keeps it */
@@ -309,10 +319,15 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
             shuffle(r, epoch);
         }
         if ((st = fill_step(r, p->step_in_epoch, batch, err)) != MXP_OK) break;
-        bool guard_stop = false;
+        bool guard_stop = false, early = false;
         if ((st = one_step(r, epoch, steps_per_epoch, &guard_stop, err)) != MXP_OK) break;
+        /* validation, early stopping (ended: the epoch ended, not rolled back) */
+        const bool ended = p->epoch == epoch + 1 && p->step_in_epoch == 0;
+        if ((st = run_eval_after_step(r, epoch, ended, steps_per_epoch, &early, err)) != MXP_OK)
+            break;
+        if (early) mxp_data_position_end(p); /* the checkpoint records a finished call */
         const bool asked = r->stop_req != 0;
-        bool stop = asked || guard_stop;
+        bool stop = asked || guard_stop || early;
         if (r->dp_size > 1 && /* a signal may reach the ranks at different steps */
             (st = mxp_dist_agree_any(mxp_trainer_comm(r->trainer), &stop, err)) != MXP_OK)
             break;
@@ -320,7 +335,7 @@ mxp_status mxp_run_train(mxp_run *r, int64_t epochs, int64_t batch, mxp_error *e
             (st = run_ckpt_after_step(r, stop || mxp_data_position_done(p), err)) != MXP_OK)
             break;
         if (stop) {
-            r->stopped = true;
+            r->stopped = !r->early_stopped; /* early stopping finishes the run */
             honoured = asked;
             break;
         }
@@ -394,7 +409,8 @@ void mxp_run_stats(const mxp_run *r, mxp_run_info *o) {
     o->epoch_mean_loss = r->epoch_mean;
     o->wall_s = r->wall_s;
     o->stopped = r->stopped;
-    o->finished = r->finished_before_resume || (r->pos.run_total == 0 && ts.training_steps > 0);
+    o->finished = r->finished_before_resume || r->early_stopped ||
+                  (r->pos.run_total == 0 && ts.training_steps > 0);
     o->resumed = r->resumed;
     o->finished_before_resume = r->finished_before_resume;
     o->checkpoints_written = r->ckpts_written;
@@ -402,6 +418,14 @@ void mxp_run_stats(const mxp_run *r, mxp_run_info *o) {
                           mxp_ckpt_manager_last_path(r->ckpt));
     snprintf(o->run_id, sizeof o->run_id, "%s", r->run_id);
     snprintf(o->workload, sizeof o->workload, "%s", r->wl.name);
+    o->val_loss = r->last_val;
+    o->best_val_loss = r->best_val;
+    o->best_epoch = r->best_epoch;
+    o->best_step = r->best_step;
+    o->evaluations = r->evals;
+    o->evals_since_best = r->evals_since_best;
+    o->early_stopped = r->early_stopped;
+    snprintf(o->best_checkpoint, sizeof o->best_checkpoint, "%s", r->best_path);
 }
 
 /* JSON number or null (non-finite). */
@@ -413,7 +437,9 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
     if (!r || !buf) return -1;
     mxp_run_info s;
     mxp_run_stats(r, &s);
-    char ll[32], el[32], of[32];
+    char ll[32], el[32], of[32], vl[32], bv[32];
+    json_num(vl, sizeof vl, s.val_loss);
+    json_num(bv, sizeof bv, s.best_val_loss);
     json_num(ll, sizeof ll, s.last_loss);
     json_num(el, sizeof el, s.epoch_mean_loss);
     json_num(of, sizeof of, s.overflow_rate);
@@ -425,7 +451,10 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      "\"samples_per_epoch\":%lld,\"samples_trained\":%lld,\"last_loss\":%s,"
                      "\"epoch_mean_loss\":%s,\"wall_s\":%.6g,\"stopped\":%s,\"finished\":%s,"
                      "\"resumed\":%s,\"finished_before_resume\":%s,\"checkpoints_written\":%lld,"
-                     "\"last_checkpoint\":\"%s\"}",
+                     "\"last_checkpoint\":\"%s\",\"val_loss\":%s,\"best_val_loss\":%s,"
+                     "\"best_epoch\":%lld,\"best_step\":%lld,\"evaluations\":%lld,"
+                     "\"evals_since_best\":%lld,"
+                     "\"early_stopped\":%s,\"best_checkpoint\":\"%s\"}",
                      s.run_id, s.workload, mxp_precision_name((mxp_precision)s.precision),
                      s.emulated ? "true" : "false", (long long)s.training_steps,
                      (long long)s.optimizer_steps, (long long)s.skipped_steps, of,
@@ -434,7 +463,10 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      (long long)s.samples_per_epoch, (long long)s.samples_trained, ll, el,
                      s.wall_s, s.stopped ? "true" : "false", s.finished ? "true" : "false",
                      s.resumed ? "true" : "false", s.finished_before_resume ? "true" : "false",
-                     (long long)s.checkpoints_written, s.last_checkpoint);
+                     (long long)s.checkpoints_written, s.last_checkpoint, vl, bv,
+                     (long long)s.best_epoch, (long long)s.best_step, (long long)s.evaluations,
+                     (long long)s.evals_since_best, s.early_stopped ? "true" : "false",
+                     s.best_checkpoint);
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
@@ -456,6 +488,12 @@ void mxp_run_set_checkpointer(mxp_run *r, mxp_ckpt_manager *m) {
     if (m && r->wl.checkpoint_meta) {
         mxp_error ignore; /* out of memory only: the next save reports it */
         (void)mxp_ckpt_manager_set_workload_meta(m, r->wl.checkpoint_meta(r->wl.self), &ignore);
+    }
+    if (m && r->evals > 0) {
+        char js[512];
+        mxp_error ignore;
+        run_eval_state_json(r, js, sizeof js);
+        (void)mxp_ckpt_manager_set_run_state(m, js, &ignore);
     }
 }
 

@@ -248,6 +248,7 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
     json_num_get(mxp_st_file_meta(f, "guard_state"), "steps", attempts, sizeof attempts);
     if (s == MXP_OK && r->guard)
         mxp_guard_set_attempts(r->guard, attempts[0] ? strtoll(attempts, NULL, 10) : info.step);
+    if (s == MXP_OK) s = run_eval_restore(r, mxp_st_file_meta(f, "run_state"), file, err);
     char id[RUN_ID_LEN] = "";
     const char *mid = mxp_st_file_meta(f, "run_id");
     if (mid) snprintf(id, sizeof id, "%s", mid);
@@ -277,7 +278,9 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
      * which a new train() call then adds */
     const bool ended =
         mxp_data_position_done(&info.pos) || (info.pos.run_total == 0 && info.step > 0);
-    if (!ended) {
+    if (r->early_stopped) { /* early stopping finished the run */
+        r->finished_before_resume = true;
+    } else if (!ended) {
         r->resume_epochs = info.pos.run_epochs; /* the interrupted call */
     } else if (r->cfg.epochs > info.pos.epoch) {
         mxp_data_position_end(&r->pos);
@@ -315,13 +318,15 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
 
 mxp_status mxp_run_save(mxp_run *r, const char *path, mxp_error *err) {
     if (!r || !path) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_save: NULL");
-    char gs[8192];
+    char gs[8192], rs[512];
+    run_eval_state_json(r, rs, sizeof rs);
     mxp_ckpt_save_args a = {.trainer = r->trainer, .config = &r->cfg, .pos = &r->pos,
                             .healthy = true, .run_id = r->run_id[0] ? r->run_id : NULL,
                             .workload = r->wl.name, .data_signature = r->data_sig,
                             .workload_meta = r->wl.checkpoint_meta
                                                  ? r->wl.checkpoint_meta(r->wl.self)
-                                                 : NULL};
+                                                 : NULL,
+                            .run_state = r->evals > 0 ? rs : NULL};
     if (r->guard && mxp_guard_status_json(r->guard, gs, sizeof gs) > 0) a.guard_state = gs;
     return mxp_ckpt_save(path, &a, NULL, err);
 }

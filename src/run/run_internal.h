@@ -44,6 +44,14 @@ struct mxp_run {
     int64_t resume_epochs;                     /* epochs of the next train(0, ..) after a resume */
     char run_id[RUN_ID_LEN];
     char data_sig[RUN_SIG_LEN];
+    /* validation during training (run_eval.c) */
+    mxp_run_val_row *val;                      /* [val_cap] this process's validations */
+    size_t val_n, val_cap;
+    double last_val, best_val;                 /* NaN: none yet */
+    int64_t best_epoch, best_step;             /* 1-based epoch, trainer step; 0: none */
+    int64_t evals, evals_since_best;           /* over resumes (run_state) */
+    bool early_stopped;
+    char best_path[MXP_CKPT_PATH_MAX];         /* "": no best checkpoint written */
 };
 
 /* run_ckpt.c: open the run directory (checkpoints on): refuse a directory
@@ -60,5 +68,21 @@ mxp_status run_ckpt_after_step(mxp_run *r, bool force, mxp_error *err);
  * so that a resumed run keeps writing there after latest moves on; any
  * other path unchanged. */
 void run_dir_follow_link(const char *path, char *out, size_t n);
+
+/* run_eval.c: validation during training. Check the training.eval_every
+ * settings against the provider at create (MXP_ERR_CONFIG). */
+mxp_status run_eval_check(const mxp_run *r, mxp_error *err);
+/* After a step trained in epoch `epoch` (0-based; ended: the step ended
+ * it) at r->pos: validate when it is due (training.eval_every at an
+ * epoch's end, training.eval_every_steps at a global step that is a
+ * multiple), record the row, save the best checkpoint, update early
+ * stopping (*stop = true when it ends the run) and the run state the
+ * checkpoints carry. */
+mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t steps_per_epoch,
+                               bool *stop, mxp_error *err);
+/* The run state as JSON (metadata "run_state"); restore it from a
+ * checkpoint's (NULL: none; MXP_ERR_FORMAT naming the bad field). */
+void run_eval_state_json(const mxp_run *r, char *buf, size_t n);
+mxp_status run_eval_restore(mxp_run *r, const char *json, const char *file, mxp_error *err);
 
 #endif

@@ -130,6 +130,33 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
         snprintf(key, sizeof key, "%s_bits_per_char", eval->name);
         if (!isnan(eval->bits_per_char)) put_num(&w, key, eval->bits_per_char);
     }
+    /* validation during training (training.eval_every[_steps]): null when off */
+    if (cfg->eval_every > 0 || cfg->eval_every_steps > 0) {
+        put(&w, "\"validation\":{\"eval_every\":%lld,\"eval_every_steps\":%lld,"
+                "\"evaluations\":%lld,",
+            (long long)cfg->eval_every, (long long)cfg->eval_every_steps,
+            (long long)info.evaluations);
+        put_num(&w, "last_val_loss", info.val_loss);
+        put_num(&w, "best_val_loss", info.best_val_loss);
+        put(&w, "\"best_epoch\":%lld,\"best_step\":%lld,\"evals_since_best\":%lld,"
+                "\"best_checkpoint\":",
+            (long long)info.best_epoch, (long long)info.best_step,
+            (long long)info.evals_since_best);
+        if (info.best_checkpoint[0])
+            put(&w, "\"%s\",", info.best_checkpoint);
+        else
+            put(&w, "null,");
+        put(&w, "\"early_stopped\":%s,\"stop_reason\":", tf(info.early_stopped));
+        if (info.early_stopped)
+            put(&w, "\"early_stop: %lld validations without an improvement > %g "
+                    "(patience %lld)\"},",
+                (long long)info.evals_since_best, cfg->early_stop_min_delta,
+                (long long)cfg->early_stop_patience);
+        else
+            put(&w, "null},");
+    } else {
+        put(&w, "\"validation\":null,");
+    }
     mxp_comm_stats cs;
     mxp_comm_get_stats(mxp_trainer_comm(r->trainer), &cs);
     put(&w, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,", r->dp_size,

@@ -73,8 +73,11 @@ int cli_run_gnuplot(const char *script, const char *log, char *why, size_t n);
 /* Writes a run's summary (one JSON object) for cli_write_run_outputs. */
 typedef void (*cli_summary_writer)(FILE *f, const mxp_config *cfg, const void *summary);
 /* Create output.dir and write summary.json (through write_summary) and
- * history.csv (the trainer's history); CLI_EXIT_IO with a message on failure. */
+ * history.csv (the trainer's history; with cfg->eval_every >= 1 a val_loss
+ * column holding val[i].loss on the row of step val[i].step, empty on the
+ * others); CLI_EXIT_IO with a message on failure. */
 int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
+                          const mxp_run_val_row *val, size_t nval,
                           cli_summary_writer write_summary, const void *summary);
 
 /* Progress of a training run: a bar on a terminal, a log line per ~10% (and

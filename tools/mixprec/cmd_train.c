@@ -48,8 +48,11 @@ static void help(FILE *f) {
           "\n"
           "Writes OUTPUT_DIR/summary.json and OUTPUT_DIR/history.csv. Without\n"
           "output.dir each run gets a new runs/version_<N>, and runs/latest links to\n"
-          "the newest. An output.dir holding another run's checkpoints is refused:\n"
-          "--resume it, or choose a new output.dir (docs/run.md).\n"
+          "the newest. With training.eval_every=N (or eval_every_steps=N): validation\n"
+          "every N epochs (steps) (val_loss in history.csv), early stopping\n"
+          "(training.early_stop.*) and the best weights in OUTPUT_DIR/best.safetensors.\n"
+          "An output.dir holding another run's checkpoints is refused: --resume it, or\n"
+          "choose a new output.dir (docs/run.md).\n"
           "Exit codes: 0 ok, 1 training failed, 2 usage or config error (nothing\n"
           "written), 3 outputs could not be written, 4 a guard rule with action\n"
           "stop ended the run (outputs still written).\n"
@@ -236,13 +239,21 @@ static int train_run(mxp_run *run, const mxp_config *cfg, mxp_comm *comm, obs_gl
         return CLI_EXIT_FAIL;
     }
     train_summary_fill(&s, run, ps->base.loss_n ? ps->base.last_epoch_loss : NAN);
-    rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), write_summary_any, &s)
+    size_t nval = 0;
+    const mxp_run_val_row *val = mxp_run_val_history(run, &nval);
+    rc = primary ? cli_write_run_outputs(cfg, mxp_run_trainer(run), val, nval, write_summary_any,
+                                         &s)
                  : CLI_EXIT_OK;
     if (kept && rc == CLI_EXIT_OK) { /* the whole run's history and last epoch's loss */
         rc = history_merge(cfg->output_dir, kept, &s.train_loss);
         if (rc == CLI_EXIT_OK) rc = write_summary_file(cfg, &s);
     }
     free(kept);
+    if (s.info.early_stopped)
+        mxp_log(MXP_LOG_INFO, "early stopping ended the run after step %lld: best validation "
+                "loss %.6g at epoch %lld%s%s", (long long)s.stats.training_steps,
+                s.info.best_val_loss, (long long)s.info.best_epoch,
+                s.info.best_checkpoint[0] ? "; weights in " : "", s.info.best_checkpoint);
     if (s.info.stopped && !mxp_guard_stopped(mxp_run_guard(run)))
         mxp_log(MXP_LOG_WARN, "stopped by signal after step %lld%s%s; resume with --resume %s",
                 (long long)s.stats.training_steps,
@@ -321,7 +332,8 @@ static int train_verb(int argc, char **argv, mxp_comm *comm) {
 
     obs_glue_progress ps = {.base = {.tty = isatty(STDOUT_FILENO) && !json, .quiet = quiet,
                                      .cur_epoch = -1}};
-    const mxp_run_observer observer = {.self = &ps, .precision_changed = obs_glue_on_precision};
+    const mxp_run_observer observer = {.self = &ps, .precision_changed = obs_glue_on_precision,
+                                       .evaluated = obs_glue_on_eval};
     mxp_run_options opt = mxp_run_options_default();
     opt.comm = comm;
     opt.observer = &observer;

@@ -232,6 +232,7 @@ void cli_json_number(FILE *f, const char *key, double v) {
 }
 
 int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
+                          const mxp_run_val_row *val, size_t nval,
                           cli_summary_writer write_summary, const void *summary) {
     int e = cli_mkdirs(cfg->output_dir);
     if (e != 0) {
@@ -256,11 +257,20 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
     size_t n;
     const mxp_history_row *h = mxp_trainer_history(tr, &n);
     /* epochs 1-based, as every log line, the bar and resume name them */
-    fputs("step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s\n", (long long)h[i].step,
+    const bool with_val = cfg->eval_every > 0 || cfg->eval_every_steps > 0;
+    fputs(with_val ? "step,epoch,loss,scale,grad_norm,skipped,precision,val_loss\n"
+                   : "step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
+    size_t v = 0; /* val rows are in step order, as the history */
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s", (long long)h[i].step,
                 (long long)h[i].epoch + 1, h[i].loss, (double)h[i].scale, h[i].grad_norm,
                 h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
+        while (v < nval && val[v].step < h[i].step) v++;
+        if (with_val && v < nval && val[v].step == h[i].step)
+            fprintf(f, ",%.9g\n", val[v].loss);
+        else
+            fputs(with_val ? ",\n" : "\n", f);
+    }
     bad |= fclose(f) != 0;
     if (bad) {
         cli_error("writing outputs into '%s' failed", cfg->output_dir);

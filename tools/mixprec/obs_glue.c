@@ -282,6 +282,13 @@ void obs_glue_on_precision(void *self, mxp_run *run, mxp_precision from, mxp_pre
     g->t_last = mxp_time_now(); /* the switch is not part of the next step */
 }
 
+void obs_glue_on_eval(void *self, mxp_run *run, const mxp_run_val_row *v) {
+    (void)run;
+    obs_glue_progress *ps = self;
+    ps->base.val_loss = v->loss;
+    if (ps->obs) mxp_obs_set_validation_loss(ps->obs->o, v->loss);
+}
+
 void obs_glue_step(obs_glue *g, const mxp_progress *p) {
     if (!g) return;
     double now = mxp_time_now();

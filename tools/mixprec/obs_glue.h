@@ -51,6 +51,10 @@ void obs_glue_step(obs_glue *g, const mxp_progress *p);
  * self = an obs_glue_progress): record it and log the runbook lines. */
 void obs_glue_on_precision(void *self, mxp_run *run, mxp_precision from, mxp_precision to,
                            const char *reason);
+/* A validation during training (mxp_run_observer.evaluated; self = an
+ * obs_glue_progress): the progress line's "val", the validation-loss
+ * gauge and a "validation" event in the store. */
+void obs_glue_on_eval(void *self, mxp_run *run, const mxp_run_val_row *v);
 /* End of run (ok: finished, else failed with msg; stopped: a guard rule
  * with action stop ended it), linger if configured, flush and release.
  * val_loss may be NaN. NULL g: no-op. */

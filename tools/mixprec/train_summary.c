@@ -73,6 +73,12 @@ void train_summary_print(FILE *f, const train_summary *s) {
             s->eval.loss);
     if (!isnan(s->eval.accuracy)) fprintf(f, "test accuracy    %.2f%%\n", 100.0 * s->eval.accuracy);
     if (!isnan(s->eval.bits_per_char)) fprintf(f, "bits per char    %.4f\n", s->eval.bits_per_char);
+    if (s->info.evaluations > 0) /* validation during training */
+        fprintf(f, "best val loss    %.6f (epoch %lld of %lld validations)%s%s%s\n",
+                s->info.best_val_loss, (long long)s->info.best_epoch,
+                (long long)s->info.evaluations,
+                s->info.early_stopped ? "; early stopped" : "",
+                s->info.best_checkpoint[0] ? "; " : "", s->info.best_checkpoint);
     fprintf(f, "wall time        %.3f s\n", s->wall_s);
     fprintf(f, "samples/s        %.0f\n", s->samples_per_s);
     print_guard(f, mxp_run_guard(s->run));
