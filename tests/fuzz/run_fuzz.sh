@@ -2,7 +2,9 @@
 # tests/fuzz/run_fuzz.sh [SECONDS] [LIBDIR] [TARGET ...]: build each libFuzzer
 # target with clang (-fsanitize=fuzzer,address,undefined; the module under
 # test is compiled in and instrumented, the rest of mixprec comes from
-# LIBDIR/libmixprec.so) and run it for SECONDS (60) on a copy of its
+# LIBDIR/libmixprec_internal.a, since the shared library exports only the
+# public API, with the shared libraries libmixprec.so needs) and run it for
+# SECONDS (60) on a copy of its
 # committed seed corpus. Targets (default: both):
 #   ckpt  the checkpoint loader and the predictor's reading of user-data
 #         checkpoints (fuzz_ckpt.c, src/ckpt and src/models/predictor.c,
@@ -19,19 +21,27 @@ cd "$(dirname "$0")/../.."
 libdir=$(realpath "${2:-build}")
 shift $(($# > 2 ? 2 : $#))
 targets=${*:-ckpt data}
-[ -f "$libdir/libmixprec.so" ] || { echo "run_fuzz: no $libdir/libmixprec.so (build first)" >&2; exit 2; }
+[ -f "$libdir/libmixprec.so" ] && [ -f "$libdir/libmixprec_internal.a" ] ||
+  { echo "run_fuzz: no $libdir/libmixprec.so and libmixprec_internal.a (build first)" >&2; exit 2; }
+# what libmixprec.so links (its NEEDED entries) and where its RUNPATH finds them
+deps=()
+while read -r so; do deps+=("-l:$so"); done < <(readelf -d "$libdir/libmixprec.so" |
+  sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+while read -r dir; do
+  [ -d "$dir" ] && deps+=("-L$dir" "-Wl,-rpath,$dir")
+done < <(readelf -d "$libdir/libmixprec.so" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p' | tr ':' '\n')
 for t in $targets; do
   case $t in
-    ckpt) srcs=(src/ckpt/*.c src/models/predictor.c src/models/user_data.c); libs=(-ljansson)
+    ckpt) srcs=(src/ckpt/*.c src/models/predictor.c src/models/user_data.c)
           seeds=tests/fuzz/corpus ;;
-    data) srcs=(src/data/dataset*.c src/models/user_data.c); libs=(-lzip -ljansson)
+    data) srcs=(src/data/dataset*.c src/data/transitions.c src/models/user_data.c)
           seeds=tests/fuzz/corpus_data ;;
     *) echo "run_fuzz: unknown target '$t'; accepted: ckpt, data" >&2; exit 2 ;;
   esac
   out=$(mktemp -d /tmp/mixprec-fuzz.XXXXXX)
   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -D_GNU_SOURCE -Iinclude -Isrc "tests/fuzz/fuzz_$t.c" "${srcs[@]}" \
-    -L"$libdir" -lmixprec "${libs[@]}" -lm -Wl,-rpath,"$libdir" -o "$out/fuzz_$t"
+    -D_GNU_SOURCE -Iinclude -Isrc $(pkg-config --cflags hdf5) "tests/fuzz/fuzz_$t.c" \
+    "${srcs[@]}" "$libdir/libmixprec_internal.a" "${deps[@]}" -lm -o "$out/fuzz_$t"
   mkdir -p "$out/corpus" "$out/artifacts"
   "$out/fuzz_$t" -max_total_time="$secs" -malloc_limit_mb=256 -rss_limit_mb=2048 \
     -max_len=65536 -timeout=10 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
