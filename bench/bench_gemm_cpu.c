@@ -25,7 +25,7 @@
  * by dnnl_sgemm: what a caller holding FP16 data pays to use oneDNN here.
  * With --threads 2 that costs more than the conversion: oneDNN's second
  * thread reads operands the first core just wrote (converting on both
- * threads with mixprec's converter read the same; docs/kernels.md "The
+ * threads with mixprec's converter read the same; docs/results/kernels-passes.md "The
  * sixth pass").
  *
  * --base LIB loads another build of libmixprec (RTLD_DEEPBIND, so its GEMM

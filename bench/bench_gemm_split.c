@@ -7,7 +7,7 @@
  * dimension and of K, the same path) and timed in thread CPU time. With
  * the parts run side by side on two idle cores, the call would take about
  * max(part) plus fork/join; whole/2 is the ideal. Not modelled: two
- * threads sharing rows of C (the N cut's slowdown, docs/kernels.md "Two
+ * threads sharing rows of C (the N cut's slowdown, docs/results/kernels-passes.md "Two
  * threads: the split direction") and memory bandwidth.
  *
  * "old" is the cut of main at e64e882 (re-computed here: rows in whole

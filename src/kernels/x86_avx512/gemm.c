@@ -17,7 +17,7 @@
  *                                  its rows; gemm_block)
  * The first K block applies beta (beta == 0 stores without reading C); later
  * blocks add into C, as the generic kernel does. Variations that leave every
- * tile's instruction sequence as it is (docs/kernels.md, issue 16):
+ * tile's instruction sequence as it is (docs/results/kernels-passes.md, issue 16):
  *   - FP32 operands contiguous along the tile's rows or columns are read
  *     in place instead of packed (in_place);
  *   - op(A) = A contiguous along k is read in place (a_kc): FP32 on the
@@ -32,7 +32,7 @@
  * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
  * many instructions per cycle as the FP32 FMA and each does twice the
- * products (docs/kernels.md). vdpbf16ps reads BF16 subnormals as zero: the
+ * products (docs/results/kernels-passes.md). vdpbf16ps reads BF16 subnormals as zero: the
  * packer flags the rows of A micro-panels and the B micro-panels that hold
  * one, and for that K block an element whose row or B micro-panel is
  * flagged is computed by the F32 microkernel on FP32 copies of its
@@ -96,7 +96,7 @@ enum { MXCSR_FTZ = 1u << 15, MXCSR_DAZ = 1u << 6 };
  * second CPU is not free at once. Measured on the 2-vCPU development VM
  * under load (load average 6-10): the tiny world-model step (batch 32,
  * hidden 128, GEMMs of 0.5-1 MFLOP) took 0.110 ms/step on 1 thread and
- * 0.178 ms on 2 (docs/kernels.md); the base model's GEMMs (>= 9 MFLOP)
+ * 0.178 ms on 2 (docs/results/kernels-passes.md); the base model's GEMMs (>= 9 MFLOP)
  * keep both threads. */
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
 /* At most this K, threads cut M rather than N unless N > 4 M (prefer_m). */
@@ -134,7 +134,7 @@ enum { A_KC_SET_ROWS = 7, L1_SETS = 64, L1_LINE = 64 };
  * layout (a_widen) for at most this many columns of C: the tiles then read
  * A^T at a stride, which from N = 128 on cost more than the packing saved.
  * One thread, ours / base, 2048xNx512 TN f16, two runs: N = 72 1.038 /
- * 1.052, 128 1.005 / 0.995, 256-2048 0.985-0.999 (docs/kernels.md). */
+ * 1.052, 128 1.005 / 0.995, 256-2048 0.985-0.999 (docs/results/kernels-passes.md). */
 #define A_W16_KMAJOR_MAX_N ((size_t)96)
 #define A_W16_MAX_B_BYTES ((size_t)1024 * 1024) /* a_w16_block */
 /* Column ranges of the small-M path start at multiples of this many
@@ -222,7 +222,7 @@ static mxp_gemm_store store_mode(const gemm_plan *p, size_t pc, bool unit) {
  * BLIS's column order (jr outer: a B micro-panel in L1 while the A
  * micro-panels stream) was used for packed B blocks over 512 KiB until
  * gemm4, when the row order measured 2-10% faster on such blocks
- * (docs/kernels.md). The order changes nothing in any tile. */
+ * (docs/results/kernels-passes.md). The order changes nothing in any tile. */
 static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, size_t mc,
                        size_t jc, size_t nc, size_t pc, size_t kc, mxp_gemm_store mode,
                        bool any, const uint32_t *sub_a, const uint32_t *sub_b,
@@ -321,7 +321,7 @@ static bool a_kc_ok(size_t ld, size_t es) {
 /* op(A) as the microkernel reads it for the block at (r0, k0): in place
  * along the tile's rows (in_place), in place along k (a_kc: op(A) = A
  * FP32, X(r, k) at r*ld + k; the microkernel broadcasts from the MR rows'
- * own addresses, docs/kernels.md "FP32 op(A) read along k"), or NULL: packed. */
+ * own addresses, docs/results/kernels-passes.md "FP32 op(A) read along k"), or NULL: packed. */
 static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
     if (p->dp) return NULL;
     if (p->a_kc) return (const float *)p->a.base + r0 * p->a.ld + k0;
@@ -371,7 +371,7 @@ static bool a_w16_ok(const gemm_plan *p) {
  * block of nc x kc: always along the rows of C; along k only while that
  * block fits Zen 4's L2. With a 2 MiB block (512x2048x2048 NN and NT, B
  * streamed from L3 past the tiles) reading the widened rows along k read
- * 0.990-0.998 of the base in six runs, packing 1.00 (docs/kernels.md,
+ * 0.990-0.998 of the base in six runs, packing 1.00 (docs/results/kernels-passes.md,
  * f16wide); gemm_range_l2's chunks always fit. */
 static bool a_w16_block(const gemm_plan *p, size_t nc, size_t kc) {
     return !p->a.k_contig || nc * kc * sizeof(float) <= A_W16_MAX_B_BYTES;
@@ -590,7 +590,7 @@ static bool small_b(const mxp_gemm_src *b) {
  * small-M path packs (transposes) op(A) per K block (about 3% of
  * 32x256x256 NN) and computes C^T in 16-row vectors, idle lanes included
  * when M is not a multiple of 16. One thread, CPU time, packed / small
- * (throwaway loop over mxp_avx512_gemm_ex, median of 11, docs/kernels.md
+ * (throwaway loop over mxp_avx512_gemm_ex, median of 11, docs/results/kernels-passes.md
  * "Batch-32 dX on the packed path"): 32 x N x K NN 128x128 1.12,
  * 256x256 1.06-1.10, 512x256 1.06, 256x512 1.07, 384x384 1.03, 512x512
  * 1.01-1.02 (bench_gemm_cpu: 0.98-1.01), 1024x256 1.03, 256x1024 1.01
@@ -628,7 +628,7 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
  * us cut along N against 48-50 us cut along M (one thread alone on its
  * half: 46 us); with thread 1 writing its columns into a separate buffer,
  * the N cut also ran in 48-50 us, so it is the sharing of C's rows, not
- * the packing (docs/kernels.md, issue 16). Hence M is cut
+ * the packing (docs/results/kernels-passes.md, issue 16). Hence M is cut
  *   - when M > N (the N cut would duplicate the larger pack, or write
  *     short pieces of C's rows);
  *   - when K <= SPLIT_M_MAX_K (a pass over C every few k: weight gradients
@@ -645,7 +645,7 @@ mxp_gemm_path mxp_avx512_gemm_path_for(const mxp_gemm_args *g, mxp_gemm_path pat
  * both threads then read the whole weight, which the optimizer writes
  * next: AdamW's phase of the 72-512x3-65 batch-256 fp32 step went from
  * 0.16-0.20 to 0.26-0.30 ms on 2 threads (the same 0.31 ms on one), the
- * step 2-4% slower (bench_train_step, 3 interleaved triples; docs/kernels.md
+ * step 2-4% slower (bench_train_step, 3 interleaved triples; docs/results/kernels-passes.md
  * "Balanced cuts between threads").
  * Else N (M <= N: the N cut duplicates the smaller pack, op(A), or none;
  * 128x2048x2048 NT bf16 +20%, 65x2048x512 TN bf16 +22%). */
@@ -726,7 +726,7 @@ static bool epi_fits(const mxp_gemm_args *g, const mxp_epilogue *e) {
  * as bias_act_store would use: a GEMM below THREAD_MIN_FLOPS runs on one
  * thread (the 4 -> 512 layer of the scenarios' model, whose GELU over
  * 256 x 512 inside it made the forward 1.65 ms against 1.53). Elsewhere
- * gemm_epi makes the contract's two calls (docs/kernels.md "The forward
+ * gemm_epi makes the contract's two calls (docs/results/kernels-passes.md "The forward
  * epilogue inside the GEMM"). */
 static bool epi_inside(const mxp_gemm_args *g, const gemm_plan *p, const mxp_epilogue *e) {
     if (!epi_fits(g, e) || p->parts < mxp_avx512_epilogue_threads(e)) return false;

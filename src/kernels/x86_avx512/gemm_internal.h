@@ -43,7 +43,7 @@
  * micro-panel has the same bytes on both; even, so k pairs never straddle
  * a block; gemm.c cuts K into equal blocks of at most this), MC (rows of
  * op(A) per packed block, a multiple of MR), NC (columns of op(B) per
- * packed block, a multiple of NR). See docs/kernels.md for how they were
+ * packed block, a multiple of NR). See docs/results/kernels-passes.md for how they were
  * chosen. */
 enum {
     MXP_GEMM_MR = 14,

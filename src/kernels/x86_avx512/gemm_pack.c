@@ -167,7 +167,7 @@ static inline __attribute__((always_inline)) __m512 widen16_f32(mxp_dtype t, __m
  * them) against 128 for two 32-bit 16 x 16 transposes after widening:
  * throwaway timing of the packer alone (one thread, CPU time, FP16, 128 /
  * 336 rows x 72 / 256 / 512 k): 0.76-0.94 of the 32-bit transpose's time
- * (docs/kernels.md, f16pack). The same values in the same places. */
+ * (docs/results/kernels-passes.md, f16pack). The same values in the same places. */
 static inline __attribute__((always_inline)) void
 pack_block32_w16(mxp_dtype t, const uint16_t *p, size_t ld, size_t vr, int w, __mmask16 smask,
                  float *pd) {
@@ -266,7 +266,7 @@ pack_f32_kcontig(mxp_dtype t, const mxp_gemm_src *x, size_t r0, size_t rows,
  * grouping writes PACK_KGROUP consecutive steps of one panel before the
  * next, while each k row is still read in order. bench_gemm_cpu, one
  * thread: 512x72x256 TN f16 +10%, 65x512x256 TN f16 +6%, 32x512x512 NN
- * f16 +9%, 128/256x2048x2048 NN f32 +6-7% (docs/kernels.md, gemm3). */
+ * f16 +9%, 128/256x2048x2048 NN f32 +6-7% (docs/results/kernels-passes.md, gemm3). */
 enum { PACK_KGROUP = 16, PACK_KGROUP_BF16 = 8 };
 
 /* Lane i of index j (vpermt2ps) for MR-wide panels: floats 16j .. 16j+16
@@ -290,7 +290,7 @@ static const int32_t rc14_idx[7][16] __attribute__((aligned(64))) = {
  * stores 56 bytes apart, 7 of 8 of which straddle a cache line. Same
  * values in the same places. Throwaway timing of the packer alone (one
  * thread, CPU time, FP16, 336 rows x 128..512 k): 0.77-0.82 of the masked
- * stores' time (docs/kernels.md, f16pack). */
+ * stores' time (docs/results/kernels-passes.md, f16pack). */
 static inline __attribute__((always_inline)) void
 pack_group_mr(mxp_dtype t, const void *base, size_t at, size_t ld, __mmask16 m, float *pd) {
     static_assert(MXP_GEMM_MR == 14 && PACK_KGROUP == 16, "rc14_idx is for 16 k x 14 rows");

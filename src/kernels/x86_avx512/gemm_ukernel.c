@@ -563,7 +563,7 @@ static inline __attribute__((always_inline)) __m512 widen16(bool f16, const uint
  * packer would widen it, and the FMAs are uk_f32_bt's: the same sequence
  * per element of C. (Widening a whole MR x kc group into a buffer first,
  * then the FP32 kernel on it, was 5-10% slower than packing all of op(B),
- * docs/kernels.md.) */
+ * docs/results/kernels-passes.md.) */
 static inline __attribute__((always_inline)) void
 uk_w16_bt(size_t kc, const float *a, const bool f16, const uint16_t *b, size_t sk, float *c,
           size_t ldc, const int m, const int nr, const int nv, float alpha, float beta,

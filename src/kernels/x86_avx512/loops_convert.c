@@ -108,7 +108,7 @@ static inline __mmask16 f32_subnormal_lanes(__m512i u) {
  * gives the reference's bits (RNE whatever MXCSR says; a NaN becomes its
  * upper half with the quiet bit set; a normal input never rounds to a BF16
  * subnormal): all 2^32 inputs were compared against bf16_rne_bits
- * (docs/kernels.md). */
+ * (docs/results/kernels-passes.md). */
 static void f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {

@@ -55,7 +55,7 @@ static void relu_bwd_range(float *dx, const float *dy, const float *x, size_t n)
 /* GELU and its backward: in pieces of SPLIT_MAX with erf's large lanes
  * apart (loops_split.h), or per vector (v_gelu, v_gelu_grad) when that is
  * switched off; the same bits either way. Tanh stays per vector: split, it
- * was slower (docs/kernels.md). */
+ * was slower (docs/results/kernels-passes.md). */
 static void gelu_fwd_range(float *y, const float *x, size_t n) {
     if (mxp_avx512_act_split_enabled()) {
         split_buf b;

@@ -26,7 +26,7 @@
  * are large, as in v_erf), so the bits are those of v_gelu and v_gelu_grad
  * (tests/test_act_split.c). The scan (amax_add) of a small lane is taken
  * in loop 1, of a large one in loop 2. Tanh (cut at 0.625) was split the
- * same way and was slower on N(0, 1.5) inputs (docs/kernels.md), so it
+ * same way and was slower on N(0, 1.5) inputs (docs/results/kernels-passes.md), so it
  * stays per vector.
  */
 #ifndef MIXPREC_KERNELS_AVX512_LOOPS_SPLIT_H

@@ -62,7 +62,7 @@ static void detect(void) {
         }
     } else {
         /* AMD Zen 4 and others: the constants measured on Zen 4 (gemm.c,
-         * gemm_internal.h; docs/kernels.md) */
+         * gemm_internal.h; docs/results/kernels-passes.md) */
         tune.dpbf16_fast = true;
         tune.in_place_max_ld = 1024;
     }
