@@ -47,12 +47,16 @@ enum {
     ACC_BYTES = 2 << 20, /* per-thread FP32 acc buffer: range rows x NC */
     MAX_PARTS = 64,
 };
-/* Below this many flops (2*M*N*K) one thread runs the product (as in
- * kernels/x86_avx512/gemm.c: a fork costs more than it saves). */
 static_assert(MR % 8 == 0 && NR % 8 == 0 && MC % MR == 0 && NC_MAX % NR == 0,
               "panels are packed 8 x 8 at a time; blocks are whole panels");
 static_assert(NR == 32 && MR == 8, "pack() copies a whole panel row as one zmm (NR) or xmm (MR)");
+/* Below this many flops (2*M*N*K) one thread runs the product (as in
+ * kernels/x86_avx512/gemm.c: a fork costs more than it saves). */
 #define THREAD_MIN_FLOPS (2.0 * 32 * 256 * 256)
+
+/* The packed panels hold FP16 bits written as uint16_t; the microkernel
+ * reads them as _Float16 through this type (no strict-aliasing question). */
+typedef _Float16 f16_alias __attribute__((may_alias));
 
 typedef struct f16_scratch {
     uint16_t *ap;  /* MC x kc_max FP16: MR-wide panels */
@@ -173,13 +177,13 @@ static void ukernel(size_t kc, size_t kper, const uint16_t *ap, const uint16_t *
     for (int r = 0; r < MR; r++)
         for (int h = 0; h < 2 * NV; h++)
             a32[r][h] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * NR + h * 16);
-    const _Float16 *a = (const _Float16 *)ap;
+    const f16_alias *a = (const f16_alias *)ap;
     for (size_t k0 = 0; k0 < kc; k0 += kper) {
         size_t n = kc - k0 < kper ? kc - k0 : kper;
         __m512h h[MR][NV];
         for (int r = 0; r < MR; r++)
             for (int v = 0; v < NV; v++) h[r][v] = _mm512_setzero_ph();
-        const _Float16 *ak = a + k0 * MR;
+        const f16_alias *ak = a + k0 * MR;
         const uint16_t *bk = bp + k0 * NR;
         for (size_t k = 0; k < n; k++) {
             __m512h b[NV];
