@@ -69,6 +69,11 @@ class Run(_lib.Handle):
                  progress_every=100, checkpoints=True, store=True, _resume=None):
         self._ptr = ctypes.c_void_p()
         self._lock = threading.RLock()  # held by train() for the whole call
+        # held around the library calls that read the run from any thread
+        # (stats) and around its destruction, so that close() on one thread
+        # never frees the run under such a call on another (ctypes releases
+        # the GIL during a call)
+        self._handle_lock = threading.RLock()
         self._train_owner = None  # ident of the thread inside train()
         self._cb_thread = None  # ident of the thread running this run's progress callback
         self._closing = False  # close() waits for train() in another thread
@@ -189,8 +194,9 @@ class Run(_lib.Handle):
 
     def _free(self):
         if getattr(self, "_ptr", None):
-            _lib.lib().mxp_run_destroy(self._ptr)  # ends the run in the store
-            self._ptr = ctypes.c_void_p()
+            with self._handle_lock:
+                ptr, self._ptr = self._ptr, ctypes.c_void_p()
+                _lib.lib().mxp_run_destroy(ptr)  # ends the run in the store
         if getattr(self, "_obs", None) is not None:
             self._obs.close()
             self._obs = None
@@ -394,11 +400,14 @@ class Run(_lib.Handle):
                     self._bar = None
             _lib.check(box["s"], err)
             self._write_summary()
+            # read while this call still holds the run: once the lock is
+            # released, close() on another thread (or at interpreter exit)
+            # may free it
+            st = self.stats
         if interrupted:
             raise KeyboardInterrupt
         if self._cb_error is not None:
             raise self._cb_error
-        st = self.stats
         if st["stopped"] and self._guard_stop is not None:
             raise GuardStop("a guard rule with action stop ended the run: " +
                             self._guard_stop["detail"], "guard_stop")
@@ -410,12 +419,14 @@ class Run(_lib.Handle):
         later train() on this Run continues where it stopped (as
         Run.resume(output dir) would). Asked while no train() runs, it
         stops the next train() after its first step."""
-        if self._ptr:
-            _lib.lib().mxp_run_request_stop(self._ptr)
+        with self._handle_lock:
+            if self._ptr:
+                _lib.lib().mxp_run_request_stop(self._ptr)
 
     def request_fp32(self, reason="python"):
         """Switch to FP32 at the next step boundary (the operator switch)."""
-        _lib.lib().mxp_run_request_precision(self._live(), 0, reason.encode())
+        with self._handle_lock:
+            _lib.lib().mxp_run_request_precision(self._live(), 0, reason.encode())
 
     def evaluate(self):
         """Held-out evaluation: {"split", "loss", "accuracy", "bits_per_char"}
@@ -474,12 +485,13 @@ class Run(_lib.Handle):
         fallbacks, rollbacks, guard_events (the last 64, oldest first), and
         the rest of the library's mxp_run_stats_json."""
         L = _lib.lib()
-        ptr = self._live()
         info = _capi.RunInfo()
-        L.mxp_run_stats(ptr, ctypes.byref(info))
-        d = {}
         buf = ctypes.create_string_buffer(1 << 16)
-        n = L.mxp_run_stats_json(ptr, buf, len(buf))
+        with self._handle_lock:  # close() on another thread waits for these calls
+            ptr = self._live()
+            L.mxp_run_stats(ptr, ctypes.byref(info))
+            n = L.mxp_run_stats_json(ptr, buf, len(buf))
+        d = {}
         if n > 0:
             try:
                 d = json.loads(buf.value.decode("utf-8", "replace"))
