@@ -10,7 +10,8 @@ the best (minimum) step seen, samples/s, and the ratio torch / mixprec (> 1:
 mixprec is faster). Method and recorded results: docs/benchmarks.md.
 
 Precision pairs: fp32 <-> torch fp32; mixed_bf16 <-> torch autocast(bf16).
---extra adds mixprec-only rows (mixed_fp16, bf16, fp16) without a peer.
+--extra adds mixprec-only rows (mixed_fp16, bf16, fp16, and mixed_fp16+acc16:
+mixed_fp16 with training.fp16_accumulate=fp16, k = 16) without a peer.
 
 PyTorch environments (--torch-env):
   installed  as Debian installs it: torch.set_num_threads(t), nothing else;
@@ -40,7 +41,16 @@ CONFIGS = {
     "big": (72, 2048, 3, 65, 512, 8, 2),
 }
 PAIRS = [("fp32", "fp32"), ("mixed_bf16", "bf16")]
-EXTRA = ["mixed_fp16", "bf16", "fp16"]
+EXTRA = ["mixed_fp16", "bf16", "fp16", "mixed_fp16+acc16"]
+
+
+def mx_args(mode):
+    """bench_train_step's arguments for a mixprec row: MODE, or MODE+accK
+    (the FP16 fast-accumulate GEMM with promotion every K products)."""
+    if "+acc" in mode:
+        prec, k = mode.split("+acc")
+        return ["--precision", prec, "--fp16-accumulate", k]
+    return ["--precision", mode]
 SYSTEM_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "MIXPREC_NUM_THREADS", "OPENBLAS_CORETYPE")
@@ -159,7 +169,7 @@ def main():
                 for e in peers:
                     res[e] = []
                 for _ in range(a.reps):
-                    r = run_json([a.bench, *shape, "--precision", mx_mode, "--json"], mx_env)
+                    r = run_json([a.bench, *shape, *mx_args(mx_mode), "--json"], mx_env)
                     res["mx"].append(r)
                     if raw:
                         raw.write(json.dumps({"config": name, **r}) + "\n")
