@@ -65,13 +65,12 @@ static_assert(MXP_GEMM_MC % MXP_GEMM_MR == 0 && MXP_GEMM_NC % MXP_GEMM_NR == 0 &
  * path: BF16 pairs on the F32 path are exact FP32 FMAs, on the DPBF16 path
  * vdpbf16ps pairs (both accumulate in FP32). */
 typedef struct mxp_avx512_tune {
-    bool intel;             /* GenuineIntel */
     bool dpbf16_fast;       /* AUTO sends BF16/FP8 pairs to the DPBF16 path (vdpbf16ps
                              * at least as fast per product as FP32 FMA), else F32 */
     size_t in_place_max_ld; /* FP32 operands are read in place up to this ld (gemm.c
                              * in_place) */
     size_t nc;              /* columns of op(B) per packed block, <= MXP_GEMM_NC */
-    size_t l1d_bytes, l2_bytes; /* per core, from cpuid; 0 when not reported */
+    size_t l2_bytes;        /* per core, from cpuid; 0 when not reported */
 } mxp_avx512_tune;
 const mxp_avx512_tune *mxp_avx512_tune_get(void);
 

@@ -4,7 +4,6 @@
 
 #include <cpuid.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 static mxp_avx512_tune tune;
@@ -38,9 +37,7 @@ static void detect(void) {
     unsigned ext_max = __get_cpuid_max(0x80000000u, NULL);
     unsigned leaf = intel ? 4u : 0x8000001Du;
     bool have_leaf = intel ? max_leaf >= 4 : ext_max >= 0x8000001Du;
-    tune.l1d_bytes = have_leaf ? cache_bytes(leaf, 1) : 0;
     tune.l2_bytes = have_leaf ? cache_bytes(leaf, 2) : 0;
-    tune.intel = intel;
     tune.nc = MXP_GEMM_NC;
     if (intel) {
         /* Measured on family 6 model 207 (Xeon, AVX512-FP16, 48 KiB L1d,
