@@ -29,7 +29,7 @@ tests/fuzz/run_fuzz.sh 20 build data
 
 echo "== CUDA OFF build: no CUDA symbols, gpu tests skip"
 cmake -S . -B build-nocuda -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON -DMIXPREC_CUDA=OFF >/dev/null
-cmake --build build-nocuda -j"$jobs" --target mixprec_cli test_cuda_backend
+cmake --build build-nocuda -j"$jobs" --target mixprec mixprec_cli test_cuda_backend
 ctest --test-dir build-nocuda -R '^test_cuda_' --output-on-failure
 
 echo "== device kit and its dry run (docs/gpu.md)"
