@@ -58,10 +58,12 @@ cells = {"world_model": ["warmup", "standard", "stress"], "classifier": ["defaul
 # the world model also has the variants "mixed_bf16 (fp32 first/last)" and
 # "mixed_bf16 (fp32 first)" (training.precision_fp32_layers=first,last / first)
 # and, on a CPU with AVX512-FP16 (cpuid 7.0 EDX bit 23, as /proc/cpuinfo's
-# avx512_fp16), "mixed_fp16 (fp16 accumulate)" (training.fp16_accumulate=fp16):
+# avx512_fp16) on the AVX-512 table, "mixed_fp16 (fp16 accumulate)"
+# (training.fp16_accumulate=fp16):
 # the label tells them apart; run directory suffix, mode, the layers the child
 # kept and the summary's fp16_accumulate
-fp16 = "avx512_fp16" in open("/proc/cpuinfo").read().split()
+fp16 = ("avx512_fp16" in open("/proc/cpuinfo").read().split()
+        and os.environ.get("MIXPREC_FORCE_ISA") != "generic")
 KEEP = {"mixed_bf16 (fp32 first/last)": ("-fp32fl", "mixed_bf16", [0, 6]),
         "mixed_bf16 (fp32 first)": ("-fp32f", "mixed_bf16", [0])}
 if fp16:

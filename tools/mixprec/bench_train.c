@@ -146,13 +146,13 @@ static void hardware_md(FILE *f, const bt_opts *o, int argc, char **argv) {
             cf->f16c ? "+" : "-", cf->avx2 ? "+" : "-", cf->fma ? "+" : "-");
     fprintf(f, "- kernel table: %s%s%s%s\n", mxp_kernels_get()->isa,
             force ? " (MIXPREC_FORCE_ISA=" : "", force ? force : "", force ? ")" : "");
-    if (cf->avx512_fp16)
+    if (mxp_kernels_get()->gemm_compute(MXP_DTYPE_F16, true) == MXP_GEMM_COMPUTE_FP16_FMA)
         fprintf(f, "- fp16 fast-accumulate GEMM (training.fp16_accumulate=fp16): vfmadd231ph on "
                    "this CPU (AVX512-FP16); the world model's scenarios also run mixed_fp16 "
                    "with it\n");
     else
         fprintf(f, "- fp16 fast-accumulate GEMM (training.fp16_accumulate=fp16): emulated "
-                   "numerics only on this CPU (no AVX512-FP16), not timed here\n");
+                   "numerics only here (no AVX512-FP16, or the generic table), not timed\n");
     double l = cli_load_average();
     if (l >= 0)
         fprintf(f, "- load average at start: %.2f%s\n", l,

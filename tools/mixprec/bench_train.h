@@ -47,8 +47,8 @@ typedef struct bt_opts {
 
 /* The world model's variants of a mode: mixed_bf16 with linear layers
  * kept in FP32 (training.precision_fp32_layers), and mixed_fp16 with the
- * FP16 fast-accumulate GEMM (training.fp16_accumulate=fp16; only on a CPU
- * with AVX512-FP16, where it runs on vfmadd231ph). BT_KEEP_NONE is the
+ * FP16 fast-accumulate GEMM (training.fp16_accumulate=fp16; only where the
+ * kernel table runs it on vfmadd231ph, kernels.h gemm_compute). BT_KEEP_NONE is the
  * plain mode. */
 typedef enum bt_keep {
     BT_KEEP_NONE,

@@ -14,6 +14,7 @@
  */
 #include "bench_train.h"
 #include "cli.h"
+#include "kernels/kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -147,6 +148,13 @@ static void gpt_cell(const bt_opts *o, bt_cell *c) {
     add_ovr(c, "data.test_subset=%lld", o->quick ? 64 : 256);
 }
 
+/* Whether the active kernel table runs the FP16 fast-accumulate GEMM on
+ * FP16 FMA hardware (AVX512-FP16; not the emulation, nor under
+ * MIXPREC_FORCE_ISA=generic). */
+static bool f16acc_native(void) {
+    return mxp_kernels_get()->gemm_compute(MXP_DTYPE_F16, true) == MXP_GEMM_COMPUTE_FP16_FMA;
+}
+
 int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
     int n = 0;
     for (int w = 0; w < BT_WL_COUNT; w++) {
@@ -165,7 +173,7 @@ int bt_cells_build(const bt_opts *o, bt_cell *cells, int cap) {
                 if (w == BT_WL_WORLD_MODEL)
                     for (int k = BT_KEEP_NONE + 1; k < BT_KEEP_COUNT; k++)
                         if (keeps[k].mode == (mxp_precision)p &&
-                            (k != BT_KEEP_F16ACC || mxp_cpu_features_get()->avx512_fp16))
+                            (k != BT_KEEP_F16ACC || f16acc_native()))
                             order[nv++] = (bt_keep)k;
                 order[nv++] = BT_KEEP_NONE;
                 for (int v = 0; v < nv && n < cap; v++) {
