@@ -152,7 +152,7 @@ def main():
             t0 = time.time()
             try:
                 r = subprocess.run(["bash", "-c", cmd], cwd=d, env=env, capture_output=True,
-                                   text=True, timeout=PER_COMMAND_S)
+                                   text=True, errors="replace", timeout=PER_COMMAND_S)
             except subprocess.TimeoutExpired:
                 print("FAIL: line %d did not end within %d s: %s" % (i, PER_COMMAND_S, cmd))
                 return 1
@@ -167,6 +167,9 @@ def main():
             if r.returncode != 0:
                 print("FAIL: line %d exited %d: %s\n--- stderr ---\n%s" %
                       (i, r.returncode, cmd, r.stderr[-4000:]))
+                return 1
+            if "\ufffd" in r.stdout + r.stderr:  # a log or report line is not text
+                print("FAIL: line %d wrote bytes that are not UTF-8: %s" % (i, cmd))
                 return 1
             ran += 1
             new = sorted(set(default_dirs(d)) - set(before))

@@ -9,7 +9,9 @@
  *   > 30%), then its 10-30% band (alert);
  * - the advisor refuses FP16 for a model whose activations exceed 65504
  *   and accepts it for the default world model (the same code path as
- *   training.precision=auto, on the default config);
+ *   training.precision=auto, on the default config); the timed choice
+ *   writes every text field of its result (an output filled with non-ASCII
+ *   bytes beforehand comes back as NUL-terminated printable text);
  * - SIGUSR1 switches a running job to FP32 at the next step boundary
  *   without losing a step;
  * - a stop rule ends the run gracefully. */
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "guard/guard_internal.h"
 #include "kernels/kernels.h"
 #include "testutil.h"
 
@@ -155,6 +158,30 @@ static void test_overflow_rate(void) {
     CHECK(r.final == MXP_PRECISION_MIXED_BF16 && !r.stopped);
 }
 
+
+/* printable ASCII, NUL-terminated within n bytes */
+static bool printable_text(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\0') return true;
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return false;
+    }
+    return false;
+}
+
+/* guard_auto_by_time fills every text field of its result: none may keep
+ * what the caller's memory held (a stale field once printed raw bytes into
+ * the run's log) */
+static void check_auto_choice_text(const mxp_model *m, const mxp_batch *b,
+                                   const mxp_preflight_report *rep) {
+    guard_auto_choice ch;
+    memset(&ch, 0xA0, sizeof ch);
+    mxp_error err = {0};
+    CHECK_OK(guard_auto_by_time(m, b, rep, 16, &ch, &err), &err);
+    CHECK(printable_text(ch.why, sizeof ch.why) && ch.why[0]);
+    CHECK(printable_text(ch.times, sizeof ch.times) && ch.times[0]);
+    CHECK(printable_text(ch.refused, sizeof ch.refused));
+    CHECK(ch.refused[0] == '\0' || strncmp(ch.refused, "mixed_", 6) == 0);
+}
 static void test_advisor(void) {
     mxp_cpu_features fp16_native = {0};
     fp16_native.avx512f = fp16_native.f16c = fp16_native.avx512_fp16 = true;
@@ -183,6 +210,7 @@ static void test_advisor(void) {
         printf("advisor (%s): max activation %.4g, fp16 %s (%s) -> %s\n",
                scaled ? "layer 0 x 1e5" : "default", rep.max_act, v->safe ? "safe" : "refused",
                v->reason, mxp_precision_name(rep.recommended));
+        if (!scaled) check_auto_choice_text(mxp_world_model_model(wm), &bs[0], &rep);
         if (scaled) {
             CHECK(rep.max_act > 65504 && rep.max_act_layer >= 0);
             CHECK(!v->safe && strstr(v->reason, "beyond"));

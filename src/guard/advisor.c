@@ -323,7 +323,7 @@ mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c, c
                     mxp_support_name(rep->verdict[p].support), rep->verdict[p].reason);
     /* by measurement: the fastest safe candidate on this CPU (advisor_time.c) */
     int acc_k = mxp_model_policy(m)->fp16_accum_k;
-    guard_auto_choice ch;
+    guard_auto_choice ch = {0};
     s = guard_auto_by_time(m, &batches[0], rep, acc_k > 0 ? acc_k : MXP_F16ACC_K_DEFAULT, &ch,
                            err);
     if (s != MXP_OK) return s;

@@ -94,6 +94,7 @@ mxp_status guard_auto_by_time(const mxp_model *m, const mxp_batch *b,
                               const mxp_preflight_report *rep, int fp16_accum_k,
                               guard_auto_choice *out, mxp_error *err) {
     const mxp_kernels *k = mxp_kernels_get();
+    memset(out, 0, sizeof *out); /* every text field is "" unless written below */
     auto_cand c[] = {
         {"fp32", MXP_PRECISION_FP32, 0, true, "", NAN, NAN},
         {"mixed_bf16", MXP_PRECISION_MIXED_BF16, 0, false, "", NAN, NAN},
