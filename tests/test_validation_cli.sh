@@ -10,7 +10,9 @@
 #    validation; the log names the reason;
 #  - --resume of the early-stopped run trains nothing, changes nothing;
 #  - training.eval_every=2: val_loss at epochs 2 and 4 only, no early stop;
-#    training.eval_every_steps=7: val_loss on the rows of steps 7, 14, ...;
+#    the open-loop error columns (k = 1, 5, 10) on the same rows only, and
+#    in summary.json; training.eval_every_steps=7: val_loss on the rows of
+#    steps 7, 14, ...;
 #  - training.early_stop.patience without training.eval_every: exit 2, the
 #    message names both keys.
 . "$(dirname "$0")/cli_lib.sh" "$1"
@@ -68,6 +70,15 @@ assert val == [2, 4], val
 assert rows[-1]["val_loss"] != "" and int(rows[-1]["epoch"]) == 4
 s = json.load(open(sys.argv[1] + "/summary.json"))["validation"]
 assert s["evaluations"] == 2 and s["early_stopped"] is False and s["eval_every"] == 2, s
+# the world model's open-loop errors beside val_loss: on the val rows only,
+# positive; the final evaluation's in summary.json
+ks = ("val_open_loop_k1", "val_open_loop_k5", "val_open_loop_k10")
+for r in rows:
+    cells = [r[k] for k in ks]
+    assert (cells == ["", "", ""]) == (r["val_loss"] == ""), r
+    assert r["val_loss"] == "" or all(float(c) > 0 for c in cells), r
+full = json.load(open(sys.argv[1] + "/summary.json"))
+assert all(full[k] > 0 for k in ks), full
 PY
 
 "$bin" train $small output.dir=s7 training.epochs=2 training.eval_every_steps=7 > /dev/null 2>&1 ||

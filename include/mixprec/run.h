@@ -62,12 +62,24 @@ typedef struct mxp_run mxp_run;
  * them from its per-epoch permutation. Buffers the provider hands out stay
  * valid until its next call with the same slot. */
 
+/* World models: the open-loop errors measured, after
+ * mxp_open_loop_horizon(i) = 1, 5 and 10 steps (docs/run.md "Open-loop
+ * error"). */
+#define MXP_OPEN_LOOP_N 3
+/* The horizon of open_loop[i] in steps; 0 outside [0, MXP_OPEN_LOOP_N). */
+MXP_API int mxp_open_loop_horizon(int i);
+
 /* Held-out evaluation. Fields a workload does not have are NaN. */
 typedef struct mxp_run_eval {
     char name[16];        /* "val" or "test": the split evaluated */
     double loss;          /* mean loss on the held-out split */
     double accuracy;      /* top-1 in [0, 1] (classifiers), else NaN */
     double bits_per_char; /* loss / ln 2 (language models), else NaN */
+    /* world models: mean squared open-loop state error after
+     * mxp_open_loop_horizon(i) steps, in units of each state column's
+     * standard deviation, over every start on the held-out episodes that
+     * holds that many steps; NaN otherwise */
+    double open_loop[MXP_OPEN_LOOP_N];
 } mxp_run_eval;
 
 typedef struct mxp_workload_provider {
@@ -297,6 +309,7 @@ typedef struct mxp_run_val_row {
                       the epoch that ended) */
     double loss;   /* mean held-out loss (the provider's evaluate) */
     bool best;     /* a new best (the first, or better by > min_delta) */
+    double open_loop[MXP_OPEN_LOOP_N]; /* mxp_run_eval's, NaN when not measured */
 } mxp_run_val_row;
 /* The validations of this process, oldest first (*n rows; NULL when none).
  * Valid until the next mxp_run_train or mxp_run_destroy. */

@@ -68,9 +68,19 @@ class RunOptions(Structure):
                 ("progress_user", c_void_p), ("checkpoints", c_bool), ("resume", c_char_p)]
 
 
+OPEN_LOOP_HORIZONS = (1, 5, 10)  # mxp_open_loop_horizon(i), MXP_OPEN_LOOP_N
+
+
 class RunEval(Structure):
     _fields_ = [("name", c_char * 16), ("loss", c_double), ("accuracy", c_double),
-                ("bits_per_char", c_double)]
+                ("bits_per_char", c_double), ("open_loop", c_double * len(OPEN_LOOP_HORIZONS))]
+
+    def open_loop_dict(self):
+        """{k: error after k steps} for world models, else None."""
+        v = [float(x) for x in self.open_loop]
+        if all(x != x for x in v):
+            return None
+        return {k: (None if x != x else x) for k, x in zip(OPEN_LOOP_HORIZONS, v)}
 
 
 class RunInfo(Structure):

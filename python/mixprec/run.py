@@ -429,8 +429,10 @@ class Run(_lib.Handle):
             _lib.lib().mxp_run_request_precision(self._live(), 0, reason.encode())
 
     def evaluate(self):
-        """Held-out evaluation: {"split", "loss", "accuracy", "bits_per_char"}
-        (None where the workload has no such number)."""
+        """Held-out evaluation: {"split", "loss", "accuracy", "bits_per_char",
+        "open_loop"} (None where the workload has no such number; open_loop,
+        world models: {1: e1, 5: e5, 10: e10}, the open-loop state error
+        after k steps, docs/run.md "Open-loop error")."""
         ev = _capi.RunEval()
         err = _lib.CError()
         with self._using("evaluate"):
@@ -438,7 +440,8 @@ class Run(_lib.Handle):
                                                    ctypes.byref(err)), err)
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy),
-                "bits_per_char": _nan_to_none(ev.bits_per_char)}
+                "bits_per_char": _nan_to_none(ev.bits_per_char),
+                "open_loop": ev.open_loop_dict()}
 
     def summary(self):
         """The run's summary, the object of the CLI's summary.json (schema

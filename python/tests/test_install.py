@@ -116,7 +116,9 @@ class InstallTest(TmpDirCase):
                         {"PYTHONPATH": PKG,
                          "MIXPREC_LIB": os.path.dirname(os.environ["MIXPREC_LIB"])})
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(r.stdout.strip().endswith(("libmixprec.so", "libmixprec.so.1")))
+        from mixprec import _lib
+        self.assertTrue(r.stdout.strip().endswith(("libmixprec.so",
+                                                   "libmixprec.so.%d" % _lib.ABI_VERSION)))
 
 
 INCLUDE = os.path.join(os.path.dirname(PKG), "include")

@@ -20,6 +20,7 @@
 #include "models/user_data.h"
 
 #include "data/transitions.h"
+#include "models/rollout.h"
 
 #include <float.h>
 #include <jansson.h>
@@ -35,6 +36,8 @@ typedef struct ud {
     float *xtr, *ytr;  /* [n_train, in_dim], [n_train, out_dim] (world model, regressor) */
     float *xva, *yva;  /* [n_val, ...] */
     int32_t *ltr, *lva; /* classifier labels [n_train], [n_val] */
+    int64_t n_val_ep;   /* world model: held-out episodes */
+    int64_t *val_len;   /* [n_val_ep] their transitions (the open-loop error) */
     float *bx, *by;    /* [accum, max_batch, in_dim / out_dim] */
     int32_t *bl;       /* [accum, max_batch] */
     float *logits;     /* [max_batch, out_dim] */
@@ -72,7 +75,7 @@ static void ud_destroy(void *self) {
     if (!d) return;
     ud_meta_free(&d->meta);
     void *bufs[] = {d->xtr, d->ytr, d->xva, d->yva, d->ltr, d->lva, d->bx, d->by, d->bl,
-                    d->logits, d->meta_json};
+                    d->logits, d->meta_json, d->val_len};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
     mxp_free(d);
 }
@@ -285,12 +288,15 @@ static mxp_status build_world(ud *d, const mxp_dataset *ds, const wm_episodes *w
     d->meta.x_std = falloc(1, S + A);
     d->meta.y_mean = falloc(1, S + 1);
     d->meta.y_std = falloc(1, S + 1);
+    d->n_val_ep = E - e_tr;
+    d->val_len = mxp_calloc((size_t)(E - e_tr), sizeof(int64_t));
     if (!d->xtr || !d->ytr || !d->xva || !d->yva || !d->meta.x_mean || !d->meta.x_std ||
-        !d->meta.y_mean || !d->meta.y_std)
+        !d->meta.y_mean || !d->meta.y_std || !d->val_len)
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: %lld transitions",
                              mxp_dataset_label(ds), (long long)w->transitions);
     wm_episode_rows(w, 0, e_tr, d->xtr, d->ytr);
     wm_episode_rows(w, e_tr, E, d->xva, d->yva);
+    for (int64_t e = e_tr; e < E; e++) d->val_len[e - e_tr] = wm_episode_len(w, e);
     if (fixed && !eval_all) {
         /* the run's own data: its training split gives the statistics back
          * bit for bit (17 digits), unless the file or the checkpoint changed */
@@ -420,10 +426,12 @@ static mxp_status ud_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
 }
 
 /* Mean loss (MSE over standardised targets for the world model, as the
- * training loss; cross-entropy and top-1 accuracy for the classifier). */
+ * training loss, with the open-loop errors on the held-out episodes,
+ * rollout.c; cross-entropy and top-1 accuracy for the classifier). */
 static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     ud *d = self;
     const int64_t D = d->meta.in_dim, K = d->meta.out_dim;
+    for (int i = 0; i < MXP_OPEN_LOOP_N; i++) out->open_loop[i] = NAN;
     int64_t mb = mxp_model_get_spec(m)->max_batch;
     if (mb > d->max_batch) mb = d->max_batch;
     double total = 0;
@@ -455,7 +463,19 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     out->loss = d->n_val ? total / (double)d->n_val : NAN;
     out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
     out->bits_per_char = NAN;
-    return MXP_OK;
+    if (!d->val_len) return MXP_OK;
+    const wm_rollout_src src = {.x = d->xva,
+                                .y = d->yva,
+                                .S = d->meta.state_dim,
+                                .A = d->meta.action_dim,
+                                .n_ep = d->n_val_ep,
+                                .len = d->val_len,
+                                .T = 0,
+                                .x_mean = d->meta.x_mean,
+                                .x_std = d->meta.x_std,
+                                .y_mean = d->meta.y_mean,
+                                .y_std = d->meta.y_std};
+    return wm_open_loop_error(m, &src, mb, out->open_loop, err);
 }
 
 static void ud_signature(void *self, char *buf, size_t n) {

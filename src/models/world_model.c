@@ -9,6 +9,7 @@
  */
 #include <mixprec/world_model.h>
 
+#include "models/rollout.h"
 #include "models/user_data.h"
 #include "models/workload.h"
 #include "models/workload_run.h"
@@ -84,7 +85,8 @@ static mxp_status wm_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
     return MXP_OK;
 }
 
-/* Mean validation loss (MSE on standardised targets), in chunks. */
+/* Mean validation loss (MSE on standardised targets), in chunks, and the
+ * open-loop errors on the validation trajectories (rollout.c). */
 static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     wm_data *d = self;
     mxp_replay_split v = mxp_replay_val(d->replay);
@@ -102,7 +104,20 @@ static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     }
     snprintf(out->name, sizeof out->name, "val");
     out->loss = total / (double)v.n;
-    return MXP_OK;
+    const mxp_replay_stats st = mxp_replay_stats_get(d->replay);
+    const mxp_replay_config *rc = mxp_replay_config_get(d->replay);
+    const wm_rollout_src src = {.x = v.x,
+                                .y = v.y,
+                                .S = d->out_dim - 1,
+                                .A = d->in_dim - (d->out_dim - 1),
+                                .n_ep = rc->trajectories - mxp_replay_train_trajectories(d->replay),
+                                .len = NULL,
+                                .T = rc->episode_len,
+                                .x_mean = st.x_mean,
+                                .x_std = st.x_std,
+                                .y_mean = st.y_mean,
+                                .y_std = st.y_std};
+    return wm_open_loop_error(m, &src, d->max_batch, out->open_loop, err);
 }
 
 static void wm_signature(void *self, char *buf, size_t n) {

@@ -23,6 +23,11 @@
 #include <stdio.h>
 #include <string.h>
 
+int mxp_open_loop_horizon(int i) {
+    static const int k[MXP_OPEN_LOOP_N] = {1, 5, 10};
+    return i >= 0 && i < MXP_OPEN_LOOP_N ? k[i] : 0;
+}
+
 mxp_status run_eval_check(const mxp_run *r, mxp_error *err) {
     const bool steps = r->cfg.eval_every_steps > 0;
     if ((r->cfg.eval_every > 0 || steps) && !r->wl.evaluate)
@@ -197,11 +202,18 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     } else {
         r->evals_since_best++;
     }
-    mxp_run_val_row row = {ts.training_steps, done, L, improved};
+    mxp_run_val_row row = {ts.training_steps, done, L, improved, {0}};
+    memcpy(row.open_loop, ev.open_loop, sizeof row.open_loop);
     if ((s = push_row(r, &row, err)) != MXP_OK) return s;
-    mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)",
+    _Static_assert(MXP_OPEN_LOOP_N == 3, "the log line names three horizons");
+    char ol[96] = "";
+    if (isfinite(ev.open_loop[0]))
+        snprintf(ol, sizeof ol, "; open-loop error %.4g / %.4g / %.4g at %d / %d / %d steps",
+                 ev.open_loop[0], ev.open_loop[1], ev.open_loop[2], mxp_open_loop_horizon(0),
+                 mxp_open_loop_horizon(1), mxp_open_loop_horizon(2));
+    mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)%s",
             (long long)done, (long long)ts.training_steps, ev.name[0] ? ev.name : "val", L,
-            r->best_val, (long long)r->best_step, improved ? ", new best" : "");
+            r->best_val, (long long)r->best_step, improved ? ", new best" : "", ol);
     if (c->early_stop_patience > 0 && r->evals_since_best >= c->early_stop_patience) {
         r->early_stopped = true;
         *stop = true;

@@ -91,6 +91,13 @@ int cmd_eval(int argc, char **argv) {
             cli_json_number(stdout, "loss", ev[0].loss);
             cli_json_number(stdout, "accuracy", ev[0].accuracy);
             cli_json_number(stdout, "fp32_loss", ev[1].loss);
+            for (int k = 0; k < 2; k++)
+                for (int i = 0; i < MXP_OPEN_LOOP_N; i++) { /* world models */
+                    char key[40];
+                    snprintf(key, sizeof key, "%sopen_loop_k%d", k ? "fp32_" : "",
+                             mxp_open_loop_horizon(i));
+                    if (isfinite(ev[k].open_loop[i])) cli_json_number(stdout, key, ev[k].open_loop[i]);
+                }
             printf("\"fp32_accuracy\":");
             if (isfinite(ev[1].accuracy))
                 printf("%.9g}\n", ev[1].accuracy);
@@ -99,10 +106,17 @@ int cmd_eval(int argc, char **argv) {
         } else {
             printf("checkpoint  %s (%s)\ndata        %s\n", mxp_predictor_checkpoint(p[0]), kind,
                    on);
-            printf("%-10s  %-14s %s\n", "precision", "loss", "accuracy");
+            const bool ol = isfinite(ev[0].open_loop[0]); /* world models */
+            printf("%-10s  %-14s %s", "precision", "loss", ol ? "open-loop error" : "accuracy\n");
+            if (ol)
+                printf(" at %d / %d / %d steps\n", mxp_open_loop_horizon(0),
+                       mxp_open_loop_horizon(1), mxp_open_loop_horizon(2));
             for (int k = 0; k < 2; k++) {
                 printf("%-10s  %-14.9g ", k ? "fp32" : prec, ev[k].loss);
-                if (isfinite(ev[k].accuracy))
+                if (ol)
+                    printf("%.4g / %.4g / %.4g\n", ev[k].open_loop[0], ev[k].open_loop[1],
+                           ev[k].open_loop[2]);
+                else if (isfinite(ev[k].accuracy))
                     printf("%.4f\n", ev[k].accuracy);
                 else
                     printf("-\n");

@@ -258,18 +258,27 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
     const mxp_history_row *h = mxp_trainer_history(tr, &n);
     /* epochs 1-based, as every log line, the bar and resume name them */
     const bool with_val = cfg->eval_every > 0 || cfg->eval_every_steps > 0;
-    fputs(with_val ? "step,epoch,loss,scale,grad_norm,skipped,precision,val_loss\n"
-                   : "step,epoch,loss,scale,grad_norm,skipped,precision\n", f);
+    bool with_ol = false; /* world models: the open-loop errors beside val_loss */
+    for (size_t i = 0; i < nval; i++) with_ol |= !isnan(val[i].open_loop[0]);
+    fputs(with_val ? "step,epoch,loss,scale,grad_norm,skipped,precision,val_loss"
+                   : "step,epoch,loss,scale,grad_norm,skipped,precision", f);
+    for (int k = 0; with_ol && k < MXP_OPEN_LOOP_N; k++)
+        fprintf(f, ",val_open_loop_k%d", mxp_open_loop_horizon(k));
+    fputc('\n', f);
     size_t v = 0; /* val rows are in step order, as the history */
     for (size_t i = 0; i < n; i++) {
         fprintf(f, "%lld,%lld,%.9g,%.9g,%.9g,%d,%s", (long long)h[i].step,
                 (long long)h[i].epoch + 1, h[i].loss, (double)h[i].scale, h[i].grad_norm,
                 h[i].skipped ? 1 : 0, mxp_precision_name(h[i].precision));
         while (v < nval && val[v].step < h[i].step) v++;
-        if (with_val && v < nval && val[v].step == h[i].step)
-            fprintf(f, ",%.9g\n", val[v].loss);
-        else
-            fputs(with_val ? ",\n" : "\n", f);
+        if (with_val && v < nval && val[v].step == h[i].step) {
+            fprintf(f, ",%.9g", val[v].loss);
+            for (int k = 0; with_ol && k < MXP_OPEN_LOOP_N; k++)
+                fprintf(f, ",%.9g", val[v].open_loop[k]);
+        } else if (with_val) { /* empty val cells */
+            for (int k = 0; k <= (with_ol ? MXP_OPEN_LOOP_N : 0); k++) fputc(',', f);
+        }
+        fputc('\n', f);
     }
     bad |= fclose(f) != 0;
     if (bad) {

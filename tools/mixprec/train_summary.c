@@ -73,6 +73,12 @@ void train_summary_print(FILE *f, const train_summary *s) {
             s->eval.loss);
     if (!isnan(s->eval.accuracy)) fprintf(f, "test accuracy    %.2f%%\n", 100.0 * s->eval.accuracy);
     if (!isnan(s->eval.bits_per_char)) fprintf(f, "bits per char    %.4f\n", s->eval.bits_per_char);
+    if (!isnan(s->eval.open_loop[0])) { /* world models */
+        fprintf(f, "open-loop error ");
+        for (int i = 0; i < MXP_OPEN_LOOP_N; i++)
+            fprintf(f, " %.4g (%d step%s)%s", s->eval.open_loop[i], mxp_open_loop_horizon(i),
+                    mxp_open_loop_horizon(i) == 1 ? "" : "s", i + 1 < MXP_OPEN_LOOP_N ? "," : "\n");
+    }
     if (s->info.evaluations > 0) /* validation during training */
         fprintf(f, "best val loss    %.6f (epoch %lld of %lld validations)%s%s%s\n",
                 s->info.best_val_loss, (long long)s->info.best_epoch,
