@@ -2,7 +2,8 @@
  *
  * Entry points: mxp_monitor_create/_destroy/_reset/_set_full/_set_anomaly,
  * mxp_model_set_monitor, mxp_monitor_layer/_hist/_anomaly,
- * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_record, nn_mon_plain,
+ * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_record,
+ * nn_mon_record_tiny, nn_mon_plain,
  * nn_mon_note_site,
  * nn_mon_begin_pass, nn_mon_anomaly, nn_count_nonfinite.
  *
