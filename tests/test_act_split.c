@@ -34,6 +34,7 @@
  */
 #include "kernels/x86_avx512/avx512.h"
 #include "kernels/x86_avx512/loops.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -188,6 +189,7 @@ typedef struct fwd_out {
     float *y;
     void *yo, *ao;
     mxp_epilogue e;
+    ks_epi_slots r; /* e's result slots */
 } fwd_out;
 
 static void run_fwd(const mxp_kernels *k, bool split, const float *y0, const float *bias,
@@ -199,6 +201,7 @@ static void run_fwd(const mxp_kernels *k, bool split, const float *y0, const flo
     o->e = (mxp_epilogue){.y = o->y, .bias = bias, .B = B, .C = C, .y_type = yt,
                           .y_out = yt == MXP_DTYPE_F32 ? (void *)o->y : o->yo,
                           .act = MXP_ACT_GELU, .a_type = at, .a_out = o->ao};
+    ks_epi_bind(&o->e, &o->r);
     k->bias_act_store(&o->e);
     mxp_avx512_act_split_enable(true);
 }
@@ -222,12 +225,12 @@ static bool fwd_case(const mxp_kernels *k, int64_t B, int64_t C, mxp_dtype yt, m
     const size_t as = mxp_dtype_info(at)->size;
     bool ok = same_bytes(what, o[1].ao, o[0].ao, n * as, as);
     ok &= same_bytes(what, o[1].y, o[0].y, n * 4, 4);
-    const uint32_t ga = test_f32_bits(o[1].e.a_amax), ra = test_f32_bits(o[0].e.a_amax);
-    const bool scan = ga == ra && o[1].e.a_nonfinite == o[0].e.a_nonfinite &&
-                      test_f32_bits(o[1].e.y_amax) == test_f32_bits(o[0].e.y_amax) &&
-                      o[1].e.y_nonfinite == o[0].e.y_nonfinite;
+    const uint32_t ga = test_f32_bits(o[1].r.a_amax), ra = test_f32_bits(o[0].r.a_amax);
+    const bool scan = ga == ra && o[1].r.a_nonfinite == o[0].r.a_nonfinite &&
+                      test_f32_bits(o[1].r.y_amax) == test_f32_bits(o[0].r.y_amax) &&
+                      o[1].r.y_nonfinite == o[0].r.y_nonfinite;
     CHECK_MSG(scan, "%s: a_amax 0x%08x / 0x%08x, a_nonfinite %lld / %lld", what, ga, ra,
-              (long long)o[1].e.a_nonfinite, (long long)o[0].e.a_nonfinite);
+              (long long)o[1].r.a_nonfinite, (long long)o[0].r.a_nonfinite);
     ok &= scan;
     for (int s = 0; s < 2; s++) free(o[s].y), free(o[s].yo), free(o[s].ao);
     free(y0), free(bias);
@@ -244,10 +247,12 @@ static bool bwd_case(const mxp_kernels *k, size_t n, mxp_dtype dt, mxp_dtype st,
     deal(v, n);
     k->convert(st, s, MXP_DTYPE_F32, v, n);
     mxp_act_bwd e[2];
+    ks_bwd_slots r[2]; /* their result slots */
     for (int i = 0; i < 2; i++) {
         memset(dx[i], 0x5a, n * 4);
         e[i] = (mxp_act_bwd){.act = MXP_ACT_GELU, .n = n, .dy_type = dt, .dy = dy, .s_type = st,
                              .s = s, .dx_type = xt, .dx = dx[i]};
+        ks_bwd_bind(&e[i], &r[i]);
         mxp_avx512_act_split_enable(i == 1);
         k->act_bwd_store(&e[i]);
         mxp_avx512_act_split_enable(true);
@@ -257,11 +262,11 @@ static bool bwd_case(const mxp_kernels *k, size_t n, mxp_dtype dt, mxp_dtype st,
              mxp_dtype_name(dt), mxp_dtype_name(st), mxp_dtype_name(xt));
     const size_t xs = mxp_dtype_info(xt)->size;
     bool ok = same_bytes(what, dx[1], dx[0], n * xs, xs);
-    const bool scan = test_f32_bits(e[1].dx_amax) == test_f32_bits(e[0].dx_amax) &&
-                      e[1].dx_nonfinite == e[0].dx_nonfinite;
+    const bool scan = test_f32_bits(r[1].dx_amax) == test_f32_bits(r[0].dx_amax) &&
+                      r[1].dx_nonfinite == r[0].dx_nonfinite;
     CHECK_MSG(scan, "%s: amax 0x%08x / 0x%08x, nonfinite %lld / %lld", what,
-              test_f32_bits(e[1].dx_amax), test_f32_bits(e[0].dx_amax),
-              (long long)e[1].dx_nonfinite, (long long)e[0].dx_nonfinite);
+              test_f32_bits(r[1].dx_amax), test_f32_bits(r[0].dx_amax),
+              (long long)r[1].dx_nonfinite, (long long)r[0].dx_nonfinite);
     ok &= scan;
     free(v), free(dy), free(s), free(dx[0]), free(dx[1]);
     return ok;

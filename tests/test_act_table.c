@@ -29,6 +29,7 @@
 #include "kernels/generic/generic.h"
 #include "kernels/x86_avx512/avx512.h"
 #include "kernels/x86_avx512/loops.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <fenv.h>
@@ -88,27 +89,29 @@ static bool fwd_case(const mxp_kernels *k, size_t start, size_t n, mxp_dtype yt,
     memset(b2, 0x5a, n * 4);
     mxp_epilogue e = {.y = f1, .B = (int64_t)n / 1000, .C = 1000, .y_type = yt, .y_out = b1, .act = act,
                       .a_type = at, .a_out = b2};
+    ks_epi_slots r;
+    ks_epi_bind(&e, &r);
     k->bias_act_store(&e);
     /* the unfused sequence, into f0 / b0 / f2 / b3 */
     k->convert(yt, b0, MXP_DTYPE_F32, f0, n);
     int64_t ynf = 0, anf = 0;
-    const float yam = k->absmax(f0, n, &ynf);
+    const float yam = ks_absmax(k, f0, n, &ynf);
     k->convert(MXP_DTYPE_F32, f2, yt, b0, n);
     float *a = at == MXP_DTYPE_F32 ? (float *)(void *)b3 : f0;
     act_fwd(k, act, a, f2, n);
     if (at != MXP_DTYPE_F32) k->convert(at, b3, MXP_DTYPE_F32, a, n);
-    const float aam = k->absmax(a, n, &anf);
+    const float aam = ks_absmax(k, a, n, &anf);
     const bool ok = memcmp(b1, b0, n * 2) == 0 && memcmp(b2, b3, n * as) == 0 &&
-                    test_f32_bits(e.y_amax) == test_f32_bits(yam) && e.y_nonfinite == ynf &&
-                    test_f32_bits(e.a_amax) == test_f32_bits(aam) && e.a_nonfinite == anf;
+                    test_f32_bits(r.y_amax) == test_f32_bits(yam) && r.y_nonfinite == ynf &&
+                    test_f32_bits(r.a_amax) == test_f32_bits(aam) && r.a_nonfinite == anf;
     if (!ok && test_failures < 20)
         printf("  %s %s fwd y %s act %d a %s: y_out %s, a_out %s, amax %g/%g %g/%g, nf "
                "%lld/%lld %lld/%lld\n",
                k->isa, mode, mxp_dtype_name(yt), (int)act, mxp_dtype_name(at),
                memcmp(b1, b0, n * 2) ? "differs" : "same",
-               memcmp(b2, b3, n * as) ? "differs" : "same", (double)e.y_amax, (double)yam,
-               (double)e.a_amax, (double)aam, (long long)e.y_nonfinite, (long long)ynf,
-               (long long)e.a_nonfinite, (long long)anf);
+               memcmp(b2, b3, n * as) ? "differs" : "same", (double)r.y_amax, (double)yam,
+               (double)r.a_amax, (double)aam, (long long)r.y_nonfinite, (long long)ynf,
+               (long long)r.a_nonfinite, (long long)anf);
     return ok;
 }
 
@@ -137,21 +140,23 @@ static bool bwd_case(const mxp_kernels *k, size_t n, mxp_act act, mxp_dtype st, 
     memset(b3, 0x5a, n * 4);
     mxp_act_bwd e = {.act = act, .n = n, .dy_type = gt, .dy = b0, .s_type = st, .s = b1,
                      .dx_type = xt, .dx = b2};
+    ks_bwd_slots r;
+    ks_bwd_bind(&e, &r);
     k->act_bwd_store(&e);
     k->convert(MXP_DTYPE_F32, f0, gt, b0, n);
     k->convert(MXP_DTYPE_F32, f1, st, b1, n);
     act_bwd(k, act, f2, f0, f1, n);
     k->convert(xt, b3, MXP_DTYPE_F32, f2, n);
     int64_t nf = 0;
-    const float am = k->absmax(f2, n, &nf);
+    const float am = ks_absmax(k, f2, n, &nf);
     const bool ok = memcmp(b2, b3, n * xs) == 0 &&
-                    test_f32_bits(e.dx_amax) == test_f32_bits(am) && e.dx_nonfinite == nf;
+                    test_f32_bits(r.dx_amax) == test_f32_bits(am) && r.dx_nonfinite == nf;
     if (!ok && test_failures < 20)
         printf("  %s %s bwd act %d s %s dy %s (kind %d) dx %s: dx %s, amax %g/%g, nf "
                "%lld/%lld\n",
                k->isa, mode, (int)act, mxp_dtype_name(st), mxp_dtype_name(gt), dyk,
                mxp_dtype_name(xt), memcmp(b2, b3, n * xs) ? "differs" : "same",
-               (double)e.dx_amax, (double)am, (long long)e.dx_nonfinite, (long long)nf);
+               (double)r.dx_amax, (double)am, (long long)r.dx_nonfinite, (long long)nf);
     return ok;
 }
 

@@ -30,6 +30,7 @@
  */
 #include "kernels/generic/generic.h"
 #include "kernels/x86_avx512/loops.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -214,8 +215,8 @@ static void quant_case(mxp_dtype fmt, const float *src, size_t n, float scale, b
     memcpy(s1 + 1, src, n * 4);
     memcpy(s2 + 1, src, n * 4);
     float *o1 = inplace ? s1 + 1 : d1 + 1, *o2 = inplace ? s2 + 1 : d2 + 1;
-    float ra = A->fp8_quantize(fmt, o1, s1 + 1, n, scale);
-    float rg = G->fp8_quantize(fmt, o2, s2 + 1, n, scale);
+    float ra = ks_fp8_quantize(A, fmt, o1, s1 + 1, n, scale);
+    float rg = ks_fp8_quantize(G, fmt, o2, s2 + 1, n, scale);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (!same_bits(o1[i], o2[i]) && bad++ == 0) first = i;

@@ -28,6 +28,7 @@
 #include "kernels/threads.h"
 #include "kernels/x86_avx512/avx512.h"
 #include "nn/nn_internal.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <mixprec/train.h>
@@ -54,7 +55,7 @@ static void unfused(const mxp_kernels *k, mxp_epilogue *e, float *tx, float *ta)
     const size_t n = (size_t)e->B * (size_t)e->C;
     k->add_bias(e->y, e->bias, e->B, e->C);
     if (e->y_out != (void *)e->y) k->convert(e->y_type, e->y_out, MXP_DTYPE_F32, e->y, n);
-    e->y_amax = k->absmax(e->y, n, &e->y_nonfinite);
+    *e->y_amax = ks_absmax(k, e->y, n, e->y_nonfinite);
     if (e->act == MXP_ACT_NONE) return;
     const float *x = e->y;
     if (e->y_type != MXP_DTYPE_F32) {
@@ -64,7 +65,7 @@ static void unfused(const mxp_kernels *k, mxp_epilogue *e, float *tx, float *ta)
     float *a = e->a_type == MXP_DTYPE_F32 ? (float *)e->a_out : ta;
     act_fwd(k, e->act, a, x, n);
     if (e->a_type != MXP_DTYPE_F32) k->convert(e->a_type, e->a_out, MXP_DTYPE_F32, a, n);
-    e->a_amax = k->absmax(a, n, &e->a_nonfinite);
+    *e->a_amax = ks_absmax(k, a, n, e->a_nonfinite);
 }
 
 /* Inputs: N(0, 3) values, with specials sprinkled in when `specials`. */
@@ -110,6 +111,9 @@ static void kernel_case(const mxp_kernels *k, int64_t B, int64_t C, mxp_dtype yt
     eu.y = y2;
     eu.y_out = in_place ? (void *)y2 : yo2;
     eu.a_out = ao2;
+    ks_epi_slots rf, ru; /* the two calls' result slots */
+    ks_epi_bind(&ef, &rf);
+    ks_epi_bind(&eu, &ru);
     k->bias_act_store(&ef);
     unfused(k, &eu, tx, ta);
     char what[160];
@@ -118,19 +122,19 @@ static void kernel_case(const mxp_kernels *k, int64_t B, int64_t C, mxp_dtype yt
              (int)act, bias, specials);
     CHECK_MSG(memcmp(y1, y2, n * sizeof(float)) == 0, "%s: y differs", what);
     if (!in_place) CHECK_MSG(memcmp(yo1, yo2, n * ys) == 0, "%s: y_out differs", what);
-    CHECK_MSG(test_f32_bits(ef.y_amax) == test_f32_bits(eu.y_amax) &&
-                  ef.y_nonfinite == eu.y_nonfinite,
-              "%s: y amax %g/%g nonfinite %lld/%lld", what, (double)ef.y_amax,
-              (double)eu.y_amax, (long long)ef.y_nonfinite, (long long)eu.y_nonfinite);
+    CHECK_MSG(test_f32_bits(rf.y_amax) == test_f32_bits(ru.y_amax) &&
+                  rf.y_nonfinite == ru.y_nonfinite,
+              "%s: y amax %g/%g nonfinite %lld/%lld", what, (double)rf.y_amax,
+              (double)ru.y_amax, (long long)rf.y_nonfinite, (long long)ru.y_nonfinite);
     if (act != MXP_ACT_NONE) {
         CHECK_MSG(memcmp(ao1, ao2, n * as) == 0, "%s: a_out differs", what);
-        CHECK_MSG(test_f32_bits(ef.a_amax) == test_f32_bits(eu.a_amax) &&
-                      ef.a_nonfinite == eu.a_nonfinite,
-                  "%s: a amax %g/%g nonfinite %lld/%lld", what, (double)ef.a_amax,
-                  (double)eu.a_amax, (long long)ef.a_nonfinite, (long long)eu.a_nonfinite);
+        CHECK_MSG(test_f32_bits(rf.a_amax) == test_f32_bits(ru.a_amax) &&
+                      rf.a_nonfinite == ru.a_nonfinite,
+                  "%s: a amax %g/%g nonfinite %lld/%lld", what, (double)rf.a_amax,
+                  (double)ru.a_amax, (long long)rf.a_nonfinite, (long long)ru.a_nonfinite);
     }
     if (specials && !in_place && yt == MXP_DTYPE_F16) /* the data reached the FP16 overflow */
-        CHECK_MSG(eu.y_nonfinite > 0, "%s: no non-finite values in the test data", what);
+        CHECK_MSG(ru.y_nonfinite > 0, "%s: no non-finite values in the test data", what);
     free(y0), free(y1), free(y2), free(bv), free(tx), free(ta);
     free(yo1), free(yo2), free(ao1), free(ao2);
 }
@@ -164,20 +168,22 @@ static void bwd_case(const mxp_kernels *k, size_t n, mxp_dtype gt, mxp_dtype st,
     memset(dx2, 0x5a, n * 4);
     mxp_act_bwd e = {.act = act, .n = n, .dy_type = gt, .dy = dy, .s_type = st, .s = s,
                      .dx_type = xt, .dx = dx1};
+    ks_bwd_slots rs;
+    ks_bwd_bind(&e, &rs);
     k->act_bwd_store(&e);
     k->convert(MXP_DTYPE_F32, dy32, gt, dy, n);
     k->convert(MXP_DTYPE_F32, s32, st, s, n);
     act_bwd(k, act, dx32, dy32, s32, n);
     k->convert(xt, dx2, MXP_DTYPE_F32, dx32, n);
     int64_t nf = 0;
-    const float am = k->absmax(dx32, n, &nf);
+    const float am = ks_absmax(k, dx32, n, &nf);
     char what[160];
     snprintf(what, sizeof what, "%s bwd n=%zu dy %s s %s dx %s act %d specials %d", k->isa, n,
              mxp_dtype_name(gt), mxp_dtype_name(st), mxp_dtype_name(xt), (int)act, specials);
     CHECK_MSG(memcmp(dx1, dx2, n * xs) == 0, "%s: dx differs", what);
-    CHECK_MSG(test_f32_bits(e.dx_amax) == test_f32_bits(am) && e.dx_nonfinite == nf,
-              "%s: amax %g/%g nonfinite %lld/%lld", what, (double)e.dx_amax, (double)am,
-              (long long)e.dx_nonfinite, (long long)nf);
+    CHECK_MSG(test_f32_bits(rs.dx_amax) == test_f32_bits(am) && rs.dx_nonfinite == nf,
+              "%s: amax %g/%g nonfinite %lld/%lld", what, (double)rs.dx_amax, (double)am,
+              (long long)rs.dx_nonfinite, (long long)nf);
     free(v), free(dy32), free(s32), free(dx32), free(dy), free(s), free(dx1), free(dx2);
 }
 

@@ -24,6 +24,7 @@
  */
 #include "kernels/generic/generic.h"
 #include "kernels/x86_avx512/gemm_internal.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -77,6 +78,7 @@ static void *make_operand(mxp_dtype t, size_t rows, size_t cols, mxp_rng *r, boo
 typedef struct outs {
     float *y;
     unsigned char *yo, *ao;
+    ks_epi_slots r; /* the epilogue's result slots */
 } outs;
 
 static void outs_init(outs *o, size_t n, int fillbyte) {
@@ -94,9 +96,11 @@ static mxp_epilogue epi_of(int c, float *y, outs *o, const float *bias, int64_t 
     const mxp_dtype yt = store_types[c % 3], at = store_types[c / 3 % 3];
     const mxp_act act = (mxp_act)(c / 9 % MXP_ACT_COUNT);
     const bool with_bias = c / (9 * MXP_ACT_COUNT) == 1;
-    return (mxp_epilogue){.y = y, .bias = with_bias ? bias : NULL, .B = B, .C = C,
-                          .y_type = yt, .y_out = yt == MXP_DTYPE_F32 ? (void *)y : o->yo,
-                          .act = act, .a_type = at, .a_out = o->ao};
+    mxp_epilogue e = {.y = y, .bias = with_bias ? bias : NULL, .B = B, .C = C,
+                      .y_type = yt, .y_out = yt == MXP_DTYPE_F32 ? (void *)y : o->yo,
+                      .act = act, .a_type = at, .a_out = o->ao};
+    ks_epi_bind(&e, &o->r);
+    return e;
 }
 
 /* Every output of f against r (n elements); true when all bits agree. */
@@ -104,19 +108,19 @@ static bool same(const mxp_epilogue *f, const mxp_epilogue *r, size_t n, const c
     const size_t ys = mxp_dtype_info(r->y_type)->size, as = mxp_dtype_info(r->a_type)->size;
     const bool y = memcmp(f->y, r->y, n * sizeof(float)) == 0;
     const bool yo = r->y_out == (void *)r->y || memcmp(f->y_out, r->y_out, n * ys) == 0;
-    const bool ys_ok = test_f32_bits(f->y_amax) == test_f32_bits(r->y_amax) &&
-                       f->y_nonfinite == r->y_nonfinite;
+    const bool ys_ok = test_f32_bits((*f->y_amax)) == test_f32_bits((*r->y_amax)) &&
+                       (*f->y_nonfinite) == (*r->y_nonfinite);
     CHECK_MSG(y, "%s: y differs", what);
     CHECK_MSG(yo, "%s: y_out differs", what);
-    CHECK_MSG(ys_ok, "%s: y amax %g/%g nonfinite %lld/%lld", what, (double)f->y_amax,
-              (double)r->y_amax, (long long)f->y_nonfinite, (long long)r->y_nonfinite);
+    CHECK_MSG(ys_ok, "%s: y amax %g/%g nonfinite %lld/%lld", what, (double)(*f->y_amax),
+              (double)(*r->y_amax), (long long)(*f->y_nonfinite), (long long)(*r->y_nonfinite));
     if (r->act == MXP_ACT_NONE) return y && yo && ys_ok;
     const bool ao = memcmp(f->a_out, r->a_out, n * as) == 0;
-    const bool as_ok = test_f32_bits(f->a_amax) == test_f32_bits(r->a_amax) &&
-                       f->a_nonfinite == r->a_nonfinite;
+    const bool as_ok = test_f32_bits((*f->a_amax)) == test_f32_bits((*r->a_amax)) &&
+                       (*f->a_nonfinite) == (*r->a_nonfinite);
     CHECK_MSG(ao, "%s: a_out differs", what);
-    CHECK_MSG(as_ok, "%s: a amax %g/%g nonfinite %lld/%lld", what, (double)f->a_amax,
-              (double)r->a_amax, (long long)f->a_nonfinite, (long long)r->a_nonfinite);
+    CHECK_MSG(as_ok, "%s: a amax %g/%g nonfinite %lld/%lld", what, (double)(*f->a_amax),
+              (double)(*r->a_amax), (long long)(*f->a_nonfinite), (long long)(*r->a_nonfinite));
     return y && yo && ys_ok && ao && as_ok;
 }
 
@@ -148,7 +152,7 @@ static void run_shape(const mxp_kernels *k, const shape *s, uint64_t seed) {
         memcpy(ro.y, C0, n * sizeof(float));
         mxp_epilogue re = epi_of(c, ro.y, &ro, bias, s->M, s->N);
         k->bias_act_store(&re);
-        nonfinite_seen += re.y_nonfinite;
+        nonfinite_seen += *re.y_nonfinite;
         /* AVX-512: 1, 2, 3 threads, then the table slot; generic: the slot */
         for (int run = 0; run < (avx ? 4 : 1); run++) {
             const bool slot = !avx || run == 3;
@@ -200,6 +204,9 @@ static void test_ldc_mismatch(const mxp_kernels *k) {
     mxp_epilogue e2 = e1;
     e2.y = e2.y_out = C2;
     e2.a_out = a2;
+    ks_epi_slots r1, r2;
+    ks_epi_bind(&e1, &r1);
+    ks_epi_bind(&e2, &r2);
     k->gemm_epi(&g, &e1);
     g.C = C2;
     k->gemm(&g);

@@ -12,6 +12,7 @@
  *     low-precision paths against num's scalar RNE/SR conversions.
  */
 #include "kernels/kernels.h"
+#include "kernel_slots.h"
 #include "testutil.h"
 
 #include <float.h>
@@ -433,21 +434,21 @@ static void test_mse(void) {
     double ref = 0;
     for (int i = 0; i < N; i++) ref += ((double)p[i] - t[i]) * ((double)p[i] - t[i]);
     ref /= N;
-    CHECK_CLOSE(K->mse(NULL, p, t, B, C, 1.0f), ref, 1e-7, 1e-6);
-    CHECK_CLOSE(K->mse(d, p, t, B, C, 1.0f), ref, 1e-7, 1e-6);
+    CHECK_CLOSE(ks_mse(K, NULL, p, t, B, C, 1.0f), ref, 1e-7, 1e-6);
+    CHECK_CLOSE(ks_mse(K, d, p, t, B, C, 1.0f), ref, 1e-7, 1e-6);
     for (int i = 0; i < N; i++) {
         const float h = 1e-2f;
         float p0 = p[i];
         p[i] = p0 + h;
         float hp = p[i];
-        double Lp = K->mse(NULL, p, t, B, C, 1.0f);
+        double Lp = ks_mse(K, NULL, p, t, B, C, 1.0f);
         p[i] = p0 - h;
         float hm = p[i];
-        double Lm = K->mse(NULL, p, t, B, C, 1.0f);
+        double Lm = ks_mse(K, NULL, p, t, B, C, 1.0f);
         p[i] = p0;
         CHECK_CLOSE(d[i], (Lp - Lm) / ((double)hp - hm), 1e-4, 1e-3);
     }
-    K->mse(d2, p, t, B, C, 1024.0f);
+    ks_mse(K, d2, p, t, B, C, 1024.0f);
     for (int i = 0; i < N; i++) CHECK_CLOSE(d2[i], 1024.0 * d[i], 0, 1e-6);
 }
 
@@ -465,39 +466,39 @@ static void test_xent(void) {
         ref += mx + log(s) - x[b * C + lab[b]];
     }
     ref /= B;
-    CHECK_CLOSE(K->softmax_xent(NULL, x, lab, B, C, 1.0f), ref, 1e-6, 1e-6);
-    CHECK_CLOSE(K->softmax_xent(d, x, lab, B, C, 1.0f), ref, 1e-6, 1e-6);
+    CHECK_CLOSE(ks_softmax_xent(K, NULL, x, lab, B, C, 1.0f), ref, 1e-6, 1e-6);
+    CHECK_CLOSE(ks_softmax_xent(K, d, x, lab, B, C, 1.0f), ref, 1e-6, 1e-6);
     for (int i = 0; i < N; i++) {
         const float h = 1e-2f;
         float x0 = x[i];
         x[i] = x0 + h;
         float hp = x[i];
-        double Lp = K->softmax_xent(NULL, x, lab, B, C, 1.0f);
+        double Lp = ks_softmax_xent(K, NULL, x, lab, B, C, 1.0f);
         x[i] = x0 - h;
         float hm = x[i];
-        double Lm = K->softmax_xent(NULL, x, lab, B, C, 1.0f);
+        double Lm = ks_softmax_xent(K, NULL, x, lab, B, C, 1.0f);
         x[i] = x0;
         double fd = (Lp - Lm) / ((double)hp - hm);
         CHECK_MSG(test_close(d[i], fd, 2e-4, 1e-2), "xent dlogits[%d] = %.7g, fd %.7g", i,
                   d[i], fd);
     }
-    K->softmax_xent(d2, x, lab, B, C, 512.0f);
+    ks_softmax_xent(K, d2, x, lab, B, C, 512.0f);
     for (int i = 0; i < N; i++) CHECK_CLOSE(d2[i], 512.0 * d[i], 1e-9, 1e-6);
 
     /* uniform logits: loss = log C; grads (1/C - onehot) / B */
     for (int i = 0; i < N; i++) x[i] = 3.7f;
-    CHECK_CLOSE(K->softmax_xent(d, x, lab, B, C, 1.0f), log((double)C), 1e-6, 1e-6);
+    CHECK_CLOSE(ks_softmax_xent(K, d, x, lab, B, C, 1.0f), log((double)C), 1e-6, 1e-6);
     for (int b = 0; b < B; b++)
         for (int c = 0; c < C; c++)
             CHECK_CLOSE(d[b * C + c], ((1.0 / C) - (c == lab[b])) / B, 1e-7, 1e-6);
     /* huge logits stay finite (max subtracted) */
     for (int i = 0; i < N; i++) x[i] = 1000.0f + (float)(i % C);
-    double big = K->softmax_xent(d, x, lab, B, C, 1.0f);
+    double big = ks_softmax_xent(K, d, x, lab, B, C, 1.0f);
     CHECK(isfinite(big));
     for (int i = 0; i < N; i++) CHECK(isfinite(d[i]));
     /* an out-of-range label poisons the loss instead of reading out of bounds */
     lab[2] = C;
-    CHECK(isnan(K->softmax_xent(NULL, x, lab, B, C, 1.0f)));
+    CHECK(isnan(ks_softmax_xent(K, NULL, x, lab, B, C, 1.0f)));
 }
 
 /* ---- reductions and the fused gradient pass ------------------------------- */
@@ -512,19 +513,19 @@ static void test_reduce(void) {
         ss += (double)x[i] * x[i];
         am = fmax(am, fabs(x[i]));
     }
-    CHECK_CLOSE(K->sum(x, N), s, 1e-9, 1e-12);
-    CHECK_CLOSE(K->sumsq(x, N), ss, 1e-9, 1e-12);
+    CHECK_CLOSE(ks_sum(K, x, N), s, 1e-9, 1e-12);
+    CHECK_CLOSE(ks_sumsq(K, x, N), ss, 1e-9, 1e-12);
     int64_t nf = -1;
-    CHECK(K->absmax(x, N, &nf) == (float)am);
+    CHECK(ks_absmax(K, x, N, &nf) == (float)am);
     CHECK(nf == 0);
     x[5] = INFINITY;
     x[6] = -INFINITY;
     x[7] = NAN;
-    CHECK(K->absmax(x, N, &nf) <= (float)am);
+    CHECK(ks_absmax(K, x, N, &nf) <= (float)am);
     CHECK(nf == 3);
-    CHECK(K->absmax(x, N, NULL) <= (float)am);
-    CHECK(K->absmax(x, 0, &nf) == 0.0f && nf == 0);
-    CHECK(isnan(K->sum(x, N)));
+    CHECK(ks_absmax(K, x, N, NULL) <= (float)am);
+    CHECK(ks_absmax(K, x, 0, &nf) == 0.0f && nf == 0);
+    CHECK(isnan(ks_sum(K, x, N)));
 }
 
 static void test_unscale_stats(void) {

@@ -4,6 +4,7 @@
  * comment; shared helpers: loops_cases.h). Exits 0 with a message when the
  * CPU cannot run AVX-512.
  */
+#include "kernel_slots.h"
 #include "loops_cases.h"
 
 #include <stdlib.h>
@@ -182,19 +183,19 @@ static void test_rows(void) {
             /* mse: dpred exact, loss a reordered double sum of squares */
             fill(x, n, 1.0f, false);
             fill(dy, n, 1.0f, false);
-            double lr = G->mse(r1, x, dy, B, C, 1024.0f);
-            double lg = A->mse(g1, x, dy, B, C, 1024.0f);
+            double lr = ks_mse(G, r1, x, dy, B, C, 1024.0f);
+            double lg = ks_mse(A, g1, x, dy, B, C, 1024.0f);
             cmp_exact("mse dpred", n, g1, r1);
             CHECK_CLOSE(lg, lr, 0, 2.0 * (double)n * UD);
-            CHECK(A->mse(NULL, x, dy, B, C, 1.0f) == lg);
+            CHECK(ks_mse(A, NULL, x, dy, B, C, 1.0f) == lg);
 
             /* softmax cross-entropy, labels incl. one out of range */
             int32_t *lab = test_xmalloc((size_t)B * 4);
             for (int64_t b = 0; b < B; b++) lab[b] = (int32_t)mxp_rng_below(&rng, (uint32_t)C);
             if (B > 3) lab[2] = (int32_t)C; /* NaN loss for that row, no one-hot */
             fill(x, n, 3.0f, false);
-            lr = G->softmax_xent(r1, x, lab, B, C, 256.0f);
-            lg = A->softmax_xent(g1, x, lab, B, C, 256.0f);
+            lr = ks_softmax_xent(G, r1, x, lab, B, C, 256.0f);
+            lg = ks_softmax_xent(A, g1, x, lab, B, C, 256.0f);
             /* per row |d lse| <= ds/s + 2 ulp(lse) <= cu + 2u + 2 |lse| 2^-23,
              * |lse| <= max|x| + log C with max|x| < 20 here */
             CHECK_CLOSE(lg, lr, cu + 2 * U32 + 2 * (20.0 + log((double)C)) * 0x1p-23, 0);
@@ -207,10 +208,10 @@ static void test_rows(void) {
             CHECK_MSG(bad == 0, "softmax_xent B=%lld C=%lld: %zu mismatches", (long long)B, (long long)C,
                       bad);
             memcpy(g2, x, n * 4);
-            double la = A->softmax_xent(g2, g2, lab, B, C, 256.0f);
+            double la = ks_softmax_xent(A, g2, g2, lab, B, C, 256.0f);
             CHECK(same((float)la, (float)lg));
             cmp_exact("softmax_xent in place", n, g2, g1);
-            CHECK(same((float)A->softmax_xent(NULL, x, lab, B, C, 1.0f), (float)lg));
+            CHECK(same((float)ks_softmax_xent(A, NULL, x, lab, B, C, 1.0f), (float)lg));
             free(lab);
             ufree(g2);
             ufree(x);
@@ -229,8 +230,8 @@ static void test_rows(void) {
             ufree(rs2);
         }
     /* empty shapes */
-    CHECK(A->mse(NULL, NULL, NULL, 0, 5, 1.0f) == 0.0);
-    CHECK(A->softmax_xent(NULL, NULL, NULL, 3, 0, 1.0f) == 0.0);
+    CHECK(ks_mse(A, NULL, NULL, NULL, 0, 5, 1.0f) == 0.0);
+    CHECK(ks_softmax_xent(A, NULL, NULL, NULL, 3, 0, 1.0f) == 0.0);
 }
 
 /* ---- reductions and the fused gradient pass ------------------------------- */
@@ -242,16 +243,16 @@ static void test_reduce(void) {
         fill(x, n, 3.0f, false);
         double sabs = 0, ssq = 0;
         for (size_t i = 0; i < n; i++) sabs += fabs(x[i]), ssq += (double)x[i] * x[i];
-        CHECK_CLOSE(A->sum(x, n), G->sum(x, n), 2.0 * (double)n * UD * sabs, 0);
-        CHECK_CLOSE(A->sumsq(x, n), G->sumsq(x, n), 0, 2.0 * (double)n * UD);
+        CHECK_CLOSE(ks_sum(A, x, n), ks_sum(G, x, n), 2.0 * (double)n * UD * sabs, 0);
+        CHECK_CLOSE(ks_sumsq(A, x, n), ks_sumsq(G, x, n), 0, 2.0 * (double)n * UD);
         /* absmax: exact, including the non-finite count */
         fill(x, n, 3.0f, true);
         int64_t nfg = -1, nfa = -2;
-        float mg = G->absmax(x, n, &nfg), ma = A->absmax(x, n, &nfa);
+        float mg = ks_absmax(G, x, n, &nfg), ma = ks_absmax(A, x, n, &nfa);
         CHECK_MSG(same(ma, mg) && nfa == nfg, "absmax n=%zu: %a/%lld vs %a/%lld", n, ma,
                   (long long)nfa, mg, (long long)nfg);
-        CHECK(same(A->absmax(x, n, NULL), mg));
-        double s1 = A->sum(x, n), s0 = G->sum(x, n);
+        CHECK(same(ks_absmax(A, x, n, NULL), mg));
+        double s1 = ks_sum(A, x, n), s0 = ks_sum(G, x, n);
         CHECK(isnan(s1) == isnan(s0) && (isnan(s0) || isinf(s0) == isinf(s1)));
 
         /* unscale_stats: values, counts and absmax exact; sumsq reordered */
@@ -312,10 +313,10 @@ static void test_reduce_parts(void) {
             if (hi > n) hi = n;
             if (lo > n) lo = n;
             CHECK(hi - lo < MXP_AVX512_PAR_MIN);
-            sum += A->sum(x + lo, hi - lo);
-            ssq += A->sumsq(x + lo, hi - lo);
+            sum += ks_sum(A, x + lo, hi - lo);
+            ssq += ks_sumsq(A, x + lo, hi - lo);
             int64_t pnf = 0;
-            float pm = A->absmax(y + lo, hi - lo, &pnf);
+            float pm = ks_absmax(A, y + lo, hi - lo, &pnf);
             if (pm > am) am = pm;
             nf += pnf;
             mxp_grad_stats ps;
@@ -328,10 +329,10 @@ static void test_reduce_parts(void) {
             if (ps.absmax > acc.absmax) acc.absmax = ps.absmax;
         }
         int64_t wnf = -1;
-        float wm = A->absmax(y, n, &wnf);
-        CHECK_MSG(sum == A->sum(x, n), "sum n=%zu: parts %.17g, whole %.17g", n, sum, A->sum(x, n));
-        CHECK_MSG(ssq == A->sumsq(x, n), "sumsq n=%zu: parts %.17g, whole %.17g", n, ssq,
-                  A->sumsq(x, n));
+        float wm = ks_absmax(A, y, n, &wnf);
+        CHECK_MSG(sum == ks_sum(A, x, n), "sum n=%zu: parts %.17g, whole %.17g", n, sum, ks_sum(A, x, n));
+        CHECK_MSG(ssq == ks_sumsq(A, x, n), "sumsq n=%zu: parts %.17g, whole %.17g", n, ssq,
+                  ks_sumsq(A, x, n));
         CHECK(same(wm, am) && wnf == nf && nf > 0);
         CHECK(memcmp(g1, g2, n * 4) == 0);
         CHECK_MSG(whole.n == acc.n && whole.nonfinite == acc.nonfinite && whole.zeros == acc.zeros &&

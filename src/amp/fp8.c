@@ -60,7 +60,9 @@ float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin
 /* The kernel table's fp8_quantize (kernels/generic/fp8.c is the reference;
  * AVX-512 and generic give the same bits). */
 float mxp_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n, float scale) {
-    return mxp_kernels_get()->fp8_quantize(fmt, dst, src, n, scale);
+    float amax; /* the kernel's result slot: host memory here */
+    mxp_kernels_get()->fp8_quantize(fmt, dst, src, n, scale, &amax);
+    return amax;
 }
 
 /* ---- the scaling state --------------------------------------------------------- */

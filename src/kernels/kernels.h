@@ -12,7 +12,12 @@
  *     typed outputs are rounded RNE (mxp_store_f32 semantics);
  *   - "=" kernels overwrite their output, "+=" kernels accumulate (parameter
  *     gradients accumulate so micro-batches can be summed);
- *   - no allocation, no I/O, no logging: callers plan buffers up front.
+ *   - no allocation, no I/O, no logging: callers plan buffers up front;
+ *   - no kernel returns a host value: a kernel that produces a scalar writes
+ *     it through an output pointer argument placed last (a RESULT SLOT:
+ *     memory of the caller's plan, backend memory on a device) and returns
+ *     void; the host reads slots after the pass (docs/design.md "The
+ *     backend seam").
  */
 #ifndef MIXPREC_KERNELS_H
 #define MIXPREC_KERNELS_H
@@ -92,11 +97,11 @@ typedef enum mxp_act {
  * table's kernels (the unfused driver path, nn/model_step.c):
  *   add_bias(y, bias, B, C);                        y += bias (bias may be NULL)
  *   convert(y_type, y_out, F32, y, B*C);            skipped when y_out == y
- *   y_amax = absmax(y, B*C, &y_nonfinite);
+ *   absmax(y, B*C, y_amax, y_nonfinite);
  * and, when act != MXP_ACT_NONE, with x = y when y_type is F32, else x =
  * convert(F32, y_out) (the stored values, widened):
  *   a = act_fwd(x);   convert(a_type, a_out, F32, a, B*C);
- *   a_amax = absmax(a, B*C, &a_nonfinite);          a is FP32, before its store
+ *   absmax(a, B*C, a_amax, a_nonfinite);            a is FP32, before its store
  * y_out may be y itself only when y_type is F32; a_out must not overlap y or
  * y_out. The result does not depend on the thread count: every value is
  * element-wise, and absmax/non-finite counts combine exactly. */
@@ -109,9 +114,10 @@ typedef struct mxp_epilogue {
     mxp_act act;
     mxp_dtype a_type;  /* storage of the activation (act != NONE) */
     void *a_out;       /* [B, C] in a_type (act != NONE) */
-    /* results */
-    float y_amax, a_amax;
-    int64_t y_nonfinite, a_nonfinite;
+    /* result slots (written, never read; NULL: not wanted; the a_ pair
+     * only when act != NONE) */
+    float *y_amax, *a_amax;
+    int64_t *y_nonfinite, *a_nonfinite;
 } mxp_epilogue;
 
 /* One fused pass of an element-wise activation's backward (slot
@@ -120,7 +126,7 @@ typedef struct mxp_epilogue {
  *   dy32 = dy widened to FP32 (convert; dy itself when F32), likewise s32;
  *   dx32 = act_bwd(dy32, s32)       relu/gelu: s = the activation's input,
  *                                   tanh: s = its output;
- *   convert(dx_type, dx, F32, dx32, n);  dx_amax = absmax(dx32, n, &dx_nonfinite).
+ *   convert(dx_type, dx, F32, dx32, n);  absmax(dx32, n, dx_amax, dx_nonfinite).
  * dx must not overlap dy or s. Independent of the thread count. */
 typedef struct mxp_act_bwd {
     mxp_act act; /* not MXP_ACT_NONE */
@@ -131,9 +137,9 @@ typedef struct mxp_act_bwd {
     const void *s;  /* [n] */
     mxp_dtype dx_type;
     void *dx;       /* [n] */
-    /* results */
-    float dx_amax;
-    int64_t dx_nonfinite;
+    /* result slots (written, never read; NULL: not wanted) */
+    float *dx_amax;
+    int64_t *dx_nonfinite;
 } mxp_act_bwd;
 
 /* What a table's GEMM computes in on this CPU (mxp_kernels.gemm_compute):
@@ -195,10 +201,10 @@ typedef struct mxp_kernels {
     /* The scaled FP8 quantise of the FP8 emulation: contract of
      * mxp_fp8_quantize (include/mixprec/amp.h): dst[i] = the E4M3 (fmt ==
      * F8_E4M3) or else E5M2 value, as FP32, of src[i] * scale, saturating;
-     * returns amax of src (NaN/Inf when src holds one). dst may alias src.
+     * *amax = amax of src (NaN/Inf when src holds one). dst may alias src.
      * Every table gives the same bits under any MXCSR flush setting. */
-    float (*fp8_quantize)(mxp_dtype fmt, float *dst, const float *src,
-                          size_t n, float scale);
+    void (*fp8_quantize)(mxp_dtype fmt, float *dst, const float *src,
+                         size_t n, float scale, float *amax);
 
     /* --- element-wise (x, y, dy, dx of n FP32 elements; y may alias x and
      *     dx may alias dy) --- */
@@ -234,23 +240,24 @@ typedef struct mxp_kernels {
     /* row softmax, numerically stable (max subtracted) */
     void (*softmax_fwd)(float *y, const float *x, int64_t B, int64_t C);
 
-    /* --- losses (FP32, mean over the batch) --- */
-    /* returns mean over all B*C elements of (pred - target)^2;
+    /* --- losses (FP32, mean over the batch; the loss into the slot *loss) --- */
+    /* *loss = mean over all B*C elements of (pred - target)^2;
      * dpred = grad_scale * 2 (pred - target) / (B*C)  ("=", dpred may be NULL) */
-    double (*mse)(float *dpred, const float *pred, const float *target,
-                  int64_t B, int64_t C, float grad_scale);
+    void (*mse)(float *dpred, const float *pred, const float *target,
+                int64_t B, int64_t C, float grad_scale, double *loss);
     /* softmax cross-entropy of logits[B, C] with labels[B] in [0, C);
-     * returns mean loss; dlogits = grad_scale * (softmax - onehot) / B
+     * *loss = mean loss; dlogits = grad_scale * (softmax - onehot) / B
      * ("=", may be NULL) */
-    double (*softmax_xent)(float *dlogits, const float *logits,
-                           const int32_t *labels, int64_t B, int64_t C,
-                           float grad_scale);
+    void (*softmax_xent)(float *dlogits, const float *logits,
+                         const int32_t *labels, int64_t B, int64_t C,
+                         float grad_scale, double *loss);
 
-    /* --- reductions --- */
-    double (*sum)(const float *x, size_t n);
-    double (*sumsq)(const float *x, size_t n);
-    /* largest |x| over finite elements; *nonfinite (may be NULL) counts the rest */
-    float (*absmax)(const float *x, size_t n, int64_t *nonfinite);
+    /* --- reductions (results into slots) --- */
+    void (*sum)(const float *x, size_t n, double *out);
+    void (*sumsq)(const float *x, size_t n, double *out);
+    /* *amax = largest |x| over finite elements (0 when none); *nonfinite
+     * counts the rest; either slot may be NULL (not wanted) */
+    void (*absmax)(const float *x, size_t n, float *amax, int64_t *nonfinite);
 
     /* --- fused gradient pass ---
      * g[i] *= inv_scale in place, and gather mxp_grad_stats over the result;

@@ -2,13 +2,16 @@
  *
  * Entry points: mxp_monitor_create/_destroy/_reset/_set_full/_set_anomaly,
  * mxp_model_set_monitor, mxp_monitor_layer/_hist/_anomaly,
- * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_record, nn_mon_plain,
+ * mxp_hist_fraction_below; internal nn_mon_scan, nn_mon_record,
+ * nn_mon_record_tiny, nn_mon_plain,
  * nn_mon_note_site,
  * nn_mon_begin_pass, nn_mon_anomaly, nn_count_nonfinite.
  *
  * The driver (model_step.c) already scans every layer output it stores for
- * non-finite values (one absmax pass over data still in cache). With a
- * monitor attached that same scan is recorded per layer: largest finite
+ * non-finite values (one absmax pass over data still in cache) into the
+ * pass's result slots (slots.c). With a monitor attached the scan may be a
+ * full one (nn_mon_scan), and after the pass nn_pass_finish records every
+ * slot per layer (nn_mon_record, nn_mon_record_tiny): largest finite
  * |value| against the storage format's maximum (headroom) and non-finite
  * counts. A "full" scan (the guard asks for one every
  * guard.headroom.every_steps) also counts values below the storage format's
@@ -226,31 +229,32 @@ static float tiny_scan(const mxp_model *m, const float *v, size_t n, float min_n
     return full_scan(v, n, min_normal, NULL, nonfinite, tiny);
 }
 
-float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
-                  const float *v, size_t n, mxp_dtype t, int64_t *nonfinite) {
+bool nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
+                 const float *v, size_t n, mxp_dtype t, nn_scan *out) {
     mxp_monitor *mon = m->mon;
     if (layer < 0) layer = mon->n_layers; /* the loss gradient's slot */
-    mxp_layer_stats *ls = &mon->layers[layer];
-    mxp_tensor_stats *st = &ls->t[which];
     int64_t *h = mon->hist ? mon->hist + ((size_t)layer * MXP_MON_TENSOR_COUNT + which) *
                                              MXP_EXP_BINS
                            : NULL;
-    int64_t nf = 0;
-    float amax;
     /* the parameter gradients live in the FP32 slab: nothing there underflows
      * a narrower format, so they get the full scan only for histograms */
     if (h || (mon->full && which != MXP_MON_DW)) {
-        int64_t tiny = 0;
         const float mn = (float)mxp_dtype_info(t)->min_normal;
-        amax = h ? full_scan(v, n, mn, h, &nf, &tiny) : tiny_scan(m, v, n, mn, &nf, &tiny);
-        st->tiny += tiny;
-        st->tiny_n += (int64_t)n;
-    } else {
-        amax = m->k->absmax(v, n, &nf);
+        out->amax = h ? full_scan(v, n, mn, h, &out->nf, &out->tiny)
+                      : tiny_scan(m, v, n, mn, &out->nf, &out->tiny);
+        return true;
     }
-    nn_mon_record(m, layer, which, n, t, amax, nf);
-    *nonfinite = nf;
-    return amax;
+    m->k->absmax(v, n, &out->amax, &out->nf);
+    return false;
+}
+
+void nn_mon_record_tiny(mxp_model *m, int layer, mxp_monitor_tensor which, size_t n,
+                        int64_t tiny) {
+    mxp_monitor *mon = m->mon;
+    if (layer < 0) layer = mon->n_layers; /* the loss gradient's slot */
+    mxp_tensor_stats *st = &mon->layers[layer].t[which];
+    st->tiny += tiny;
+    st->tiny_n += (int64_t)n;
 }
 
 bool nn_mon_plain(const mxp_model *m) {
@@ -316,19 +320,19 @@ void nn_mon_note_site(mxp_model *m, const mxp_nonfinite_site *site, const char *
     if (mon->anomaly) find_culprit(m, site, r);
 }
 
-int64_t nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n) {
+void nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n, int64_t *out) {
     int64_t total = 0, nf = 0;
     if (t == MXP_DTYPE_F32) {
-        (void)m->k->absmax((const float *)buf, n, &nf);
-        return nf;
+        m->k->absmax((const float *)buf, n, NULL, out);
+        return;
     }
     const size_t chunk = m->b.nf_n; /* its own scratch (xs or sb), idle here */
     const size_t esz = mxp_dtype_info(t)->size;
     for (size_t i = 0; i < n; i += chunk) {
         size_t c = n - i < chunk ? n - i : chunk;
         m->k->convert(MXP_DTYPE_F32, m->b.nf, t, (const unsigned char *)buf + i * esz, c);
-        (void)m->k->absmax(m->b.nf, c, &nf);
+        m->k->absmax(m->b.nf, c, NULL, &nf);
         total += nf;
     }
-    return total;
+    *out = total;
 }

@@ -5,7 +5,8 @@
  * scratch, and the slabs (FP32 master, working weights). Buffers whose
  * lifetimes never overlap share bytes (plan_alias_sb, the fused head's
  * logit chunk in sa); a buffer nothing uses is not planned (sy in an
- * all-FP32 model). Layout contract: nn_internal.h.
+ * all-FP32 model), and the pass's result slots (slots.c), one per (tensor
+ * kind, layer). Layout contract: nn_internal.h.
  *
  * Entry points: nn_plan_bufs, nn_free_bufs, nn_fused_head.
  */
@@ -195,6 +196,11 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
         if (eb > 0 && !plan_take(&off, eb, 1, &at_ext[l])) goto overflow;
     }
     if (xs_n > 0 && !plan_take(&off, xs_n, sizeof(float), &at_xs)) goto overflow;
+    /* the result slots (n_layers <= MXP_MODEL_MAX_LAYERS: no overflow) */
+    const int n_slots = (m->n_layers + 1) * NN_SLOT_KIND_COUNT;
+    size_t at_slots = 0;
+    if (!plan_take(&off, sizeof(nn_slots) + (size_t)n_slots * sizeof(nn_scan), 1, &at_slots))
+        goto overflow;
 
     /* slabs */
     const size_t wsize = mxp_dtype_info(p->weight)->size;
@@ -215,6 +221,8 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
     b->arena = mxp_calloc(off, 1);
     if (!b->arena) goto oom;
     b->arena_bytes = off;
+    b->slots = (nn_slots *)(void *)(b->arena + at_slots);
+    b->n_slots = n_slots;
     for (int l = 0; l <= m->n_layers; l++)
         b->acts[l] = fused && l == m->n_layers ? NULL : b->arena + at_acts[l];
     b->fused_head = fused;

@@ -4,19 +4,22 @@
  * nn_layer_vtable_get. The driver owns dtypes and provenance: each layer
  * writes its FP32 output (forward) or input gradient (backward), the driver
  * rounds it into the dtype the policy assigns (activation dtype of the op
- * class, or the grad dtype) and scans it for non-finite values, so that the
- * FIRST non-finite output (forward order, then backward order) is named by
+ * class, or the grad dtype) and scans it for non-finite values into the
+ * pass's result slots (slots.c), so that after the pass nn_pass_finish
+ * names the FIRST non-finite output (forward order, then backward order) by
  * pass, layer and op. An FP32 value that overflows only when stored (e.g.
  * 7e4 into FP16) counts as non-finite: the stored tensor is what the next
  * layer reads. Backward also scans each layer's parameter gradients (in
  * the grad slab, after accumulation), which names the first layer when only
- * its dW is non-finite. Nothing is allocated here. The first backward after
- * mxp_model_discard_grads writes the parameter gradients instead of adding
- * (m->grad_write, nn_grad_beta).
- * Training passes (a non-NULL site) also feed an attached per-layer monitor
- * (headroom.c: the same scans, recorded) and take an armed fault (fault.c);
- * in anomaly mode they also check the input batch, each layer's weights
- * before its forward, and weight and bias gradients separately.
+ * its dW is non-finite. The loss goes into its slot too: nothing the pass
+ * computes is read back until nn_pass_finish. Nothing is allocated here.
+ * The first backward after mxp_model_discard_grads writes the parameter
+ * gradients instead of adding (m->grad_write, nn_grad_beta).
+ * Training passes (a non-NULL site; `scan` below) also feed an attached
+ * per-layer monitor (headroom.c: the same scans, recorded after the pass)
+ * and take an armed fault (fault.c); in anomaly mode they also check the
+ * input batch, each layer's weights before its forward, and weight and
+ * bias gradients separately.
  */
 #include "nn/nn_internal.h"
 
@@ -58,91 +61,51 @@ static void store_output(const mxp_model *m, mxp_dtype t, void *dst,
     m->k->convert(t, dst, MXP_DTYPE_F32, v32, n);
 }
 
-/* Record the first non-finite site; `what` names the tensor for the
- * monitor ("output", "grad_input", "weight", ...). */
-static void site_set(mxp_model *m, mxp_nonfinite_site *site, bool backward,
-                     int layer, const char *op, int64_t count, const char *what) {
-    site->found = true;
-    site->backward = backward;
-    site->layer = layer;
-    site->op = op;
-    site->count = count;
-    nn_mon_note_site(m, site, what);
+/* Scan v32 [n] (FP32 values whose copy `stored` in dtype t is what the
+ * next layer reads) into slot (kind, layer): one absmax pass, or the
+ * monitor's scan (a full one when it asks), then the stored count
+ * (nn_scan_stored). Training passes (scan) only. */
+static void scan_output(mxp_model *m, bool scan, nn_slot_kind kind, int layer,
+                        const float *v32, mxp_dtype t, const void *stored, size_t n) {
+    if (!scan) return;
+    nn_scan *s = nn_slot(m, kind, layer);
+    bool full = false;
+    if (m->mon)
+        full = nn_mon_scan(m, layer, kind == NN_SLOT_DX ? MXP_MON_DX : MXP_MON_OUT, v32, n,
+                           t, s);
+    else
+        m->k->absmax(v32, n, &s->amax, &s->nf);
+    nn_scan_stored(s, t, stored, n);
+    nn_slot_issued(m, kind, layer, n, full);
 }
 
-/* Non-finite values of a scan: nf of the FP32 values (largest |v| amax),
- * or of their stored copy in dtype t when that has more (it is read only
- * when the FP32 values have non-finite ones or amax overflows in t). */
-static int64_t scan_count(float amax, int64_t nf, mxp_dtype t, const void *stored, size_t n) {
-    int64_t count = nf;
-    if (t != MXP_DTYPE_F32 && (nf > 0 || !isfinite(mxp_round_to(t, amax)))) {
-        int64_t c = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(mxp_load_f32(t, stored, i))) c++;
-        if (c > count) count = c;
-    }
-    return count;
-}
-
-/* The site check of a scan: amax and nf of the FP32 values, whose copy
- * `stored` in dtype t is what the next layer reads; the stored copy is
- * counted only when the FP32 values have non-finite ones or their largest
- * overflows in t. */
-static void scan_finish(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
-                        const char *op, float amax, int64_t nf, mxp_dtype t,
-                        const void *stored, size_t n) {
-    if (site->found) return;
-    const int64_t count = scan_count(amax, nf, t, stored, n);
-    if (count > 0)
-        site_set(m, site, backward, layer, op, count, backward ? "grad_input" : "output");
-}
-
-/* Record the output (FP32 values v32, stored copy `stored` in dtype t) in
- * site when it is the first non-finite one. The cheap path is one absmax
- * over v32; the stored copy is counted only when v32 has non-finite values
- * or its largest value overflows in t. */
-static void scan_output(mxp_model *m, mxp_nonfinite_site *site,
-                        bool backward, int layer, const char *op,
-                        const float *v32, mxp_dtype t, const void *stored,
-                        size_t n) {
-    /* a monitor (training passes only) records every layer's scan */
-    const bool mon = site && m->mon; /* layer -1: the loss gradient's slot */
-    if ((!site || site->found) && !mon) return;
-    int64_t nf = 0;
-    float amax = mon ? nn_mon_scan(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT,
-                                   v32, n, t, &nf)
-                     : m->k->absmax(v32, n, &nf);
-    scan_finish(m, site, backward, layer, op, amax, nf, t, stored, n);
-}
-
-/* scan_output for a scan a fused pass already did (amax, nf of the FP32
- * values): the monitor records it when it keeps plain scans (the only kind
- * the driver fuses under), then the site check is scan_output's. */
-static void scan_given(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
-                       const char *op, float amax, int64_t nf, mxp_dtype t,
+/* scan_output for a scan a fused pass already wrote into slot (kind,
+ * layer) (the monitor keeps plain scans, the only kind the driver fuses
+ * under): the stored count. */
+static void scan_given(mxp_model *m, bool scan, nn_slot_kind kind, int layer, mxp_dtype t,
                        const void *stored, size_t n) {
-    if (!site) return;
-    if (m->mon) nn_mon_record(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT, n, t, amax, nf);
-    scan_finish(m, site, backward, layer, op, amax, nf, t, stored, n);
+    if (!scan) return;
+    nn_scan_stored(nn_slot(m, kind, layer), t, stored, n);
+    nn_slot_issued(m, kind, layer, n, false);
 }
 
 /* store_output then scan_output of v32 [rows, cols], as one pass of the
  * table's bias_act_store (no bias, no activation: the same convert and the
  * same absmax, in one pass, split over the pool) unless fusion is off or
  * the monitor wants more than the plain scan. */
-static void store_scan(mxp_model *m, mxp_nonfinite_site *site, bool backward, int layer,
-                       const char *op, float *v32, mxp_dtype t, void *dst, int64_t rows,
-                       int64_t cols) {
+static void store_scan(mxp_model *m, bool scan, nn_slot_kind kind, int layer, float *v32,
+                       mxp_dtype t, void *dst, int64_t rows, int64_t cols) {
     const size_t n = (size_t)rows * (size_t)cols;
-    if (!m->fuse || (site && !nn_mon_plain(m))) {
+    if (!m->fuse || (scan && !nn_mon_plain(m))) {
         store_output(m, t, dst, v32, n);
-        scan_output(m, site, backward, layer, op, v32, t, dst, n);
+        scan_output(m, scan, kind, layer, v32, t, dst, n);
         return;
     }
+    nn_scan *s = nn_slot(m, kind, layer);
     mxp_epilogue e = {.y = v32, .B = rows, .C = cols, .y_type = t, .y_out = dst,
-                      .act = MXP_ACT_NONE};
+                      .act = MXP_ACT_NONE, .y_amax = &s->amax, .y_nonfinite = &s->nf};
     m->k->bias_act_store(&e);
-    scan_given(m, site, backward, layer, op, e.y_amax, e.y_nonfinite, t, dst, n);
+    scan_given(m, scan, kind, layer, t, dst, n);
 }
 
 /* Elements of layer L's "weight" part: up to its bias for linear and
@@ -153,48 +116,40 @@ static size_t weight_count(const nn_layer *L) {
 }
 
 /* Anomaly mode, before layer l's forward: its weight and bias as stored in
- * the work slab. */
-static void check_weights(mxp_model *m, mxp_nonfinite_site *site, int l,
-                          const char *op) {
+ * the work slab, into slots W and B. */
+static void check_weights(mxp_model *m, int l) {
     const nn_layer *L = &m->layers[l];
-    if (site->found || L->n_params == 0) return;
+    if (L->n_params == 0) return;
     const size_t wn = weight_count(L), bn = L->n_params - wn;
-    int64_t c = nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->w_off), wn);
-    if (c > 0) {
-        site_set(m, site, false, l, op, c, "weight");
-        return;
-    }
-    c = nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->b_off), bn);
-    if (c > 0) site_set(m, site, false, l, op, c, "bias");
+    nn_scan *w = nn_slot(m, NN_SLOT_W, l), *b = nn_slot(m, NN_SLOT_B, l);
+    nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->w_off), wn, &w->nf);
+    nn_count_nonfinite(m, m->policy.weight, nn_work_at(m, L->b_off), bn, &b->nf);
+    nn_slot_issued(m, NN_SLOT_W, l, wn, false);
+    nn_slot_issued(m, NN_SLOT_B, l, bn, false);
 }
 
-/* Layer l's parameter gradients after its backward: one scan (the engine's
- * own), or weight and bias separately in anomaly mode; recorded by the
- * monitor as its DW tensor. */
-static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
-                             const char *op) {
+/* Layer l's parameter gradients after its backward, into slot DW: one scan
+ * (the engine's own, or the monitor's), and in anomaly mode weight and bias
+ * separately too (slots GW, GB). */
+static void scan_param_grads(mxp_model *m, bool scan, int l) {
     const nn_layer *L = &m->layers[l];
-    const bool mon = site && m->mon;
-    if (L->n_params == 0 || ((!site || site->found) && !mon)) return;
+    if (L->n_params == 0 || !scan) return;
     const float *g = m->grads + L->w_off;
-    int64_t nf = 0;
-    if (mon)
-        (void)nn_mon_scan(m, l, MXP_MON_DW, g, L->n_params, MXP_DTYPE_F32, &nf);
+    nn_scan *s = nn_slot(m, NN_SLOT_DW, l);
+    bool full = false;
+    if (m->mon)
+        full = nn_mon_scan(m, l, MXP_MON_DW, g, L->n_params, MXP_DTYPE_F32, s);
     else
-        (void)m->k->absmax(g, L->n_params, &nf);
-    if (site->found || nf == 0) return;
+        m->k->absmax(g, L->n_params, &s->amax, &s->nf);
+    nn_scan_stored(s, MXP_DTYPE_F32, g, L->n_params);
+    nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, full);
     if (nn_mon_anomaly(m)) {
         const size_t wn = weight_count(L);
-        int64_t cw = 0, cb = 0;
-        (void)m->k->absmax(g, wn, &cw);
-        (void)m->k->absmax(g + wn, L->n_params - wn, &cb);
-        if (cw > 0)
-            site_set(m, site, true, l, op, cw, "grad_weight");
-        else
-            site_set(m, site, true, l, op, cb, "grad_bias");
-        return;
+        m->k->absmax(g, wn, NULL, &nn_slot(m, NN_SLOT_GW, l)->nf);
+        m->k->absmax(g + wn, L->n_params - wn, NULL, &nn_slot(m, NN_SLOT_GB, l)->nf);
+        nn_slot_issued(m, NN_SLOT_GW, l, wn, false);
+        nn_slot_issued(m, NN_SLOT_GB, l, L->n_params - wn, false);
     }
-    site_set(m, site, true, l, op, nf, "grad_param");
 }
 
 /* ---- the fused forward epilogue ---------------------------------------------------
@@ -206,8 +161,7 @@ static void scan_param_grads(mxp_model *m, mxp_nonfinite_site *site, int l,
  * an element-wise activation, computes that activation from the stored
  * values, stores it in acts[l+2]'s dtype and scans it too (kernels.h,
  * mxp_epilogue: the same bits as the unfused layer calls, stores and
- * scans). The scans feed the site and a plain monitor exactly as
- * scan_output does. Not fused: anomaly mode, a full or histogram monitor
+ * scans), into the result slots scan_output would fill. Not fused: anomaly mode, a full or histogram monitor
  * scan, an armed fault on either layer, and m->fuse off. */
 
 static mxp_act act_kind(mxp_layer_kind k) {
@@ -221,53 +175,55 @@ static mxp_act act_kind(mxp_layer_kind k) {
 
 /* Layers the fused epilogue covers from layer l (0: none, 1: the linear
  * layer, 2: it and the activation after it, l + 1 < n_run). */
-static int fusable(const mxp_model *m, int l, int n_run, const mxp_nonfinite_site *site) {
+static int fusable(const mxp_model *m, int l, int n_run, bool scan) {
     if (!m->fuse || m->layers[l].kind != MXP_LAYER_LINEAR) return 0;
     if (m->fp8 && !nn_layer_fp32(m, l)) return 0;
-    if (site && (!nn_mon_plain(m) || nn_mon_anomaly(m))) return 0;
-    if (site && nn_fault_targets(m, false, l)) return 0;
+    if (scan && (!nn_mon_plain(m) || nn_mon_anomaly(m))) return 0;
+    if (scan && nn_fault_targets(m, false, l)) return 0;
     if (l + 1 >= n_run || act_kind(m->layers[l + 1].kind) == MXP_ACT_NONE) return 1;
-    return site && nn_fault_targets(m, false, l + 1) ? 1 : 2;
+    return scan && nn_fault_targets(m, false, l + 1) ? 1 : 2;
 }
 
 /* Forward of layers l .. l + span - 1 through the fused epilogue. */
-static void forward_fused(mxp_model *m, int l, int span, int64_t B,
-                          mxp_nonfinite_site *site) {
+static void forward_fused(mxp_model *m, int l, int span, int64_t B, bool scan) {
     nn_bufs *b = &m->b;
     const mxp_dtype t = b->act_type[l + 1];
     const size_t n = (size_t)B * (size_t)m->width[l + 1];
     float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
+    nn_scan *sy = nn_slot(m, NN_SLOT_OUT, l);
     mxp_epilogue e = {.y = y32, .B = B, .C = m->width[l + 1], .y_type = t,
-                      .y_out = b->acts[l + 1], .act = MXP_ACT_NONE};
+                      .y_out = b->acts[l + 1], .act = MXP_ACT_NONE,
+                      .y_amax = &sy->amax, .y_nonfinite = &sy->nf};
     if (span == 2) {
+        nn_scan *sa = nn_slot(m, NN_SLOT_OUT, l + 1);
         e.act = act_kind(m->layers[l + 1].kind);
         e.a_type = b->act_type[l + 2];
         e.a_out = b->acts[l + 2];
+        e.a_amax = &sa->amax;
+        e.a_nonfinite = &sa->nf;
     }
     nn_linear_forward_epi(m, l, B, &e);
-    scan_given(m, site, false, l, vtables[MXP_LAYER_LINEAR].name, e.y_amax, e.y_nonfinite, t,
-               b->acts[l + 1], n);
-    if (span == 2)
-        scan_given(m, site, false, l + 1, vtables[m->layers[l + 1].kind].name, e.a_amax,
-                   e.a_nonfinite, e.a_type, b->acts[l + 2], n);
+    scan_given(m, scan, NN_SLOT_OUT, l, t, b->acts[l + 1], n);
+    if (span == 2) scan_given(m, scan, NN_SLOT_OUT, l + 1, e.a_type, b->acts[l + 2], n);
 }
 
-void nn_forward(mxp_model *m, const float *x, int64_t B,
-                mxp_nonfinite_site *site) {
+void nn_forward(mxp_model *m, const float *x, int64_t B, bool scan) {
     nn_bufs *b = &m->b;
-    const bool anomaly = site && nn_mon_anomaly(m);
-    if (site && m->mon) nn_mon_begin_pass(m);
-    if (anomaly && !site->found) {
-        int64_t nf = 0;
-        (void)m->k->absmax(x, (size_t)B * (size_t)m->width[0], &nf);
-        if (nf > 0) site_set(m, site, false, -1, "input", nf, "input");
+    const bool anomaly = scan && nn_mon_anomaly(m);
+    if (scan && m->mon) nn_mon_begin_pass(m);
+    if (anomaly) { /* the input batch: slot (OUT, -1) */
+        const size_t n = (size_t)B * (size_t)m->width[0];
+        nn_scan *s = nn_slot(m, NN_SLOT_OUT, -1);
+        m->k->absmax(x, n, &s->amax, &s->nf);
+        nn_scan_stored(s, MXP_DTYPE_F32, x, n);
+        nn_slot_issued(m, NN_SLOT_OUT, -1, n, false);
     }
     store_output(m, b->act_type[0], b->acts[0], x, (size_t)B * (size_t)m->width[0]);
     const int n_run = b->fused_head ? m->n_layers - 1 : m->n_layers; /* head: head_fused */
     for (int l = 0; l < n_run; l++) {
-        const int span = fusable(m, l, n_run, site);
+        const int span = fusable(m, l, n_run, scan);
         if (span > 0) {
-            forward_fused(m, l, span, B, site);
+            forward_fused(m, l, span, B, scan);
             l += span - 1;
             continue;
         }
@@ -275,10 +231,10 @@ void nn_forward(mxp_model *m, const float *x, int64_t B,
         const mxp_dtype t = b->act_type[l + 1];
         const size_t n = (size_t)B * (size_t)m->width[l + 1];
         float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
-        if (anomaly) check_weights(m, site, l, vt->name);
+        if (anomaly) check_weights(m, l);
         vt->forward(m, l, B, y32);
-        if (site) nn_fault_apply(m, false, l, y32, n);
-        store_scan(m, site, false, l, vt->name, y32, t, b->acts[l + 1], B, m->width[l + 1]);
+        if (scan) nn_fault_apply(m, false, l, y32, n);
+        store_scan(m, scan, NN_SLOT_OUT, l, y32, t, b->acts[l + 1], B, m->width[l + 1]);
     }
 }
 
@@ -307,42 +263,44 @@ static void fault_chunk(const mxp_model *m, int layer, float *v, size_t lo, size
         if (i * stride >= lo && i * stride < lo + n) v[i * stride - lo] = val;
 }
 
-/* scan_output for one chunk of a tensor whose site is set after its last
- * chunk: the monitor records the chunk (its statistics add up; the output
- * absmax of the pass is the max over chunks); returns the chunk's count. */
-static int64_t scan_chunk(mxp_model *m, const mxp_nonfinite_site *site, bool backward,
-                          int layer, const float *v32, mxp_dtype t, const void *stored,
-                          size_t n) {
-    const bool mon = site && m->mon;
-    if (!site || (site->found && !mon)) return 0;
-    int64_t nf = 0;
-    float amax = mon ? nn_mon_scan(m, layer, backward ? MXP_MON_DX : MXP_MON_OUT, v32, n, t,
-                                   &nf)
-                     : m->k->absmax(v32, n, &nf);
-    if (site->found) return 0;
-    return scan_count(amax, nf, t, stored, n);
+/* scan_output for one chunk of a tensor scanned in chunks: the chunk's
+ * results (a scratch slot) folded into slot (kind, layer) (the monitor's
+ * statistics add up; the output absmax of the pass is the max over
+ * chunks). */
+static void scan_chunk(mxp_model *m, bool scan, nn_slot_kind kind, int layer, const float *v32,
+                       mxp_dtype t, const void *stored, size_t n) {
+    if (!scan) return;
+    nn_scan c = {0};
+    bool full = false;
+    if (m->mon)
+        full = nn_mon_scan(m, layer, kind == NN_SLOT_DX ? MXP_MON_DX : MXP_MON_OUT, v32, n,
+                           t, &c);
+    else
+        m->k->absmax(v32, n, &c.amax, &c.nf);
+    nn_scan_stored(&c, t, stored, n);
+    nn_scan_fold(nn_slot(m, kind, layer), &c);
+    nn_slot_issued(m, kind, layer, n, full);
 }
 
 /* The lm_head (layer L-1) and the cross-entropy of batch b, fused in row
- * chunks; with `backward` the loss gradient (scaled) goes into g[0] and
- * *nf_grad gets its non-finite count (the caller records that site after
- * the loss's). Returns the mean loss. */
-static double head_fused(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
-                         mxp_nonfinite_site *site, int64_t *nf_grad) {
+ * chunks; with `backward` the loss gradient (scaled) goes into g[0]. The
+ * mean loss into the loss slot; the scans of the logits and of the loss
+ * gradient into slots (OUT, L-1) and (DX, -1). */
+static void head_fused(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       bool scan) {
     nn_bufs *bf = &m->b;
     const int l = m->n_layers - 1;
     const nn_layer *L = &m->layers[l];
-    const nn_layer_vtable *vt = &vtables[L->kind];
     const int64_t B = b->B, C = L->in, V = L->out;
     const mxp_dtype gt = bf->gtype[m->n_layers];
     const float k = (float)((double)(backward ? loss_scale : 1.0f) / (double)B);
-    if (site && nn_mon_anomaly(m)) check_weights(m, site, l, vt->name);
+    if (scan && nn_mon_anomaly(m)) check_weights(m, l);
     mxp_dtype xt, wt;
     const unsigned char *x = nn_matmul_input(m, l, B, &xt);
     const void *w = nn_layer_weights(m, l, L->p_off, &wt);
     const size_t xe = mxp_dtype_info(xt)->size, ge = mxp_dtype_info(gt)->size;
-    double total = 0.0;
-    int64_t nf_out = 0, nf_g = 0;
+    double *total = &bf->slots->loss; /* the rows' sum, then the mean */
+    *total = 0.0;
     for (int64_t r0 = 0; r0 < B; r0 += bf->lc_rows) {
         const int64_t R = B - r0 < bf->lc_rows ? B - r0 : bf->lc_rows;
         const size_t n = (size_t)R * (size_t)V, lo = (size_t)r0 * (size_t)V;
@@ -353,19 +311,16 @@ static double head_fused(mxp_model *m, const mxp_batch *b, bool backward, float 
             .C = bf->lc, .ldc = V, .alpha = 1.0f, .beta = 0.0f,
         };
         m->k->gemm(&g);
-        if (site) fault_chunk(m, l, bf->lc, lo, n, (size_t)B * (size_t)V);
-        nf_out += scan_chunk(m, site, false, l, bf->lc, MXP_DTYPE_F32, bf->lc, n);
-        nn_xent_rows(m, backward ? bf->lc : NULL, bf->lc, b->labels + r0, R, V, k, &total);
+        if (scan) fault_chunk(m, l, bf->lc, lo, n, (size_t)B * (size_t)V);
+        scan_chunk(m, scan, NN_SLOT_OUT, l, bf->lc, MXP_DTYPE_F32, bf->lc, n);
+        nn_xent_rows(m, backward ? bf->lc : NULL, bf->lc, b->labels + r0, R, V, k, total);
         if (backward) {
             void *dst = (unsigned char *)bf->g[0] + lo * ge;
             store_output(m, gt, dst, bf->lc, n);
-            nf_g += scan_chunk(m, site, true, -1, bf->lc, gt, dst, n);
+            scan_chunk(m, scan, NN_SLOT_DX, -1, bf->lc, gt, dst, n);
         }
     }
-    *nf_grad = nf_g;
-    if (site && !site->found && nf_out > 0)
-        site_set(m, site, false, l, vt->name, nf_out, "output");
-    return total / (double)B;
+    *total = *total / (double)B;
 }
 
 /* Lowest layer index that owns parameters (backward stops there). */
@@ -382,19 +337,20 @@ static int first_param_layer(const mxp_model *m) {
  * with per-layer loss scaling (that rescales dx between the two). Writes
  * dX into dst (dtype gt) and returns true, or returns false: run unfused. */
 static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dst,
-                               mxp_dtype gt, mxp_nonfinite_site *site) {
+                               mxp_dtype gt, bool scan) {
     const mxp_act a = act_kind(m->layers[l].kind);
     if (!m->fuse || a == MXP_ACT_NONE || m->grad_scales) return false;
-    if (site && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
+    if (scan && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
         return false;
     const nn_bufs *b = &m->b;
     const int s = a == MXP_ACT_TANH ? l + 1 : l; /* tanh's derivative reads its output */
     const size_t n = (size_t)B * (size_t)m->layers[l].in;
+    nn_scan *slot = nn_slot(m, NN_SLOT_DX, l);
     mxp_act_bwd e = {.act = a, .n = n, .dy_type = b->grad_type, .dy = dy,
-                     .s_type = b->act_type[s], .s = b->acts[s], .dx_type = gt, .dx = dst};
+                     .s_type = b->act_type[s], .s = b->acts[s], .dx_type = gt, .dx = dst,
+                     .dx_amax = &slot->amax, .dx_nonfinite = &slot->nf};
     m->k->act_bwd_store(&e);
-    scan_given(m, site, true, l, vtables[m->layers[l].kind].name, e.dx_amax, e.dx_nonfinite,
-               gt, dst, n);
+    scan_given(m, scan, NN_SLOT_DX, l, gt, dst, n);
     return true;
 }
 
@@ -406,17 +362,17 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
  * not in its FP8 form. dx32 [B, in] is the FP32 dX, stored into
  * g[cur ^ 1]. Returns false: run unfused. */
 static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, mxp_dtype gt,
-                                  int cur, mxp_nonfinite_site *site) {
+                                  int cur, bool scan) {
     const nn_layer *L = &m->layers[l];
     if (!m->fuse || L->kind != MXP_LAYER_LINEAR || (m->fp8 && !nn_layer_fp32(m, l))) return false;
     if (m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l]) return false;
-    if (site && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
+    if (scan && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
     nn_bufs *b = &m->b;
+    nn_scan *slot = nn_slot(m, NN_SLOT_DX, l);
     mxp_epilogue e = {.y = dx32, .B = B, .C = L->in, .y_type = gt, .y_out = b->g[cur ^ 1],
-                      .act = MXP_ACT_NONE};
+                      .act = MXP_ACT_NONE, .y_amax = &slot->amax, .y_nonfinite = &slot->nf};
     nn_linear_backward_epi(m, l, B, b->g[cur], &e);
-    scan_given(m, site, true, l, vtables[L->kind].name, e.y_amax, e.y_nonfinite, gt,
-               b->g[cur ^ 1], (size_t)B * (size_t)L->in);
+    scan_given(m, scan, NN_SLOT_DX, l, gt, b->g[cur ^ 1], (size_t)B * (size_t)L->in);
     return true;
 }
 
@@ -425,7 +381,7 @@ static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, m
  * = when the gradients were discarded (m->grad_write: every layer that
  * owns parameters runs here, each writes all of its gradients; the tied
  * lm_head runs before the embedding that adds into the same wte). */
-static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
+static void backward_layers(mxp_model *m, int64_t B, bool scan) {
     nn_bufs *b = &m->b;
     const int lo = first_param_layer(m);
     int cur = 0; /* g[cur] holds dY of layer l */
@@ -434,23 +390,23 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
         const nn_layer_vtable *vt = &vtables[L->kind];
         const bool need_dx = l > lo;
         const mxp_dtype gt = b->gtype[l]; /* dX: the gradient of acts[l] */
-        if (need_dx && backward_act_fused(m, l, B, b->g[cur], b->g[cur ^ 1], gt, site)) {
+        if (need_dx && backward_act_fused(m, l, B, b->g[cur], b->g[cur ^ 1], gt, scan)) {
             cur ^= 1;
             continue; /* no parameters: nothing for scan_param_grads */
         }
         float *dx32 = NULL;
         if (need_dx)
             dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[cur ^ 1] : b->sy;
-        if (need_dx && backward_linear_fused(m, l, B, dx32, gt, cur, site)) {
+        if (need_dx && backward_linear_fused(m, l, B, dx32, gt, cur, scan)) {
             cur ^= 1;
-            scan_param_grads(m, site, l, vt->name);
+            scan_param_grads(m, scan, l);
             continue;
         }
         vt->backward(m, l, B, b->g[cur], dx32);
         if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
             m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],
                         (size_t)B * (size_t)L->in); /* per-layer loss scaling */
-        if (site && nn_fault_targets(m, true, l)) {
+        if (scan && nn_fault_targets(m, true, l)) {
             /* a layer's gradient: its parameter grads, else its dx */
             if (L->n_params > 0)
                 nn_fault_apply(m, true, l, m->grads + L->w_off, weight_count(L));
@@ -458,10 +414,10 @@ static void backward_layers(mxp_model *m, int64_t B, mxp_nonfinite_site *site) {
                 nn_fault_apply(m, true, l, dx32, (size_t)B * (size_t)L->in);
         }
         if (need_dx) {
-            store_scan(m, site, true, l, vt->name, dx32, gt, b->g[cur ^ 1], B, L->in);
+            store_scan(m, scan, NN_SLOT_DX, l, dx32, gt, b->g[cur ^ 1], B, L->in);
             cur ^= 1;
         }
-        scan_param_grads(m, site, l, vt->name);
+        scan_param_grads(m, scan, l);
     }
 }
 
@@ -536,43 +492,37 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                              "backward=false, or a model from mxp_model_create");
     mxp_status s = check_batch(m, b, backward, loss_scale, err);
     if (s) return s;
-    if (site) {
-        memset(site, 0, sizeof *site);
-        site->op = "";
-    }
+    const bool scan = site != NULL; /* a training pass: scans, monitor, faults */
+    if (scan) nn_slots_begin(m);
     m->fp8_observe = backward && m->fp8; /* FP8 amax: training steps only */
     const double t0 = mxp_time_now();
-    nn_forward(m, b->x, b->B, site);
+    nn_forward(m, b->x, b->B, scan);
 
     const mxp_dtype gt = m->b.gtype[m->n_layers]; /* the loss gradient's storage */
     const bool fused = m->b.fused_head;
     float *dpred32 = NULL;
     if (backward && !fused) dpred32 = gt == MXP_DTYPE_F32 ? (float *)m->b.g[0] : m->b.sy;
-    const char *lname = mxp_loss_kind_name(m->spec.loss);
-    int64_t nf_grad = 0;
-    double lv = fused ? head_fused(m, b, backward, loss_scale, site, &nf_grad)
-                      : nn_loss_forward(m, b, dpred32, backward ? loss_scale : 1.0f);
-    if (loss) *loss = lv;
-    if (site && !site->found && !isfinite(lv))
-        site_set(m, site, false, -1, lname, 1, "output");
+    if (fused)
+        head_fused(m, b, backward, loss_scale, scan);
+    else
+        nn_loss_forward(m, b, dpred32, backward ? loss_scale : 1.0f, &m->b.slots->loss);
     const double t1 = mxp_time_now();
     m->time_forward_s += t1 - t0;
 
     if (backward) {
-        if (!fused) {
-            store_scan(m, site, true, -1, lname, dpred32, gt, m->b.g[0], b->B,
+        if (!fused) /* the fused head scanned the loss gradient's chunks */
+            store_scan(m, scan, NN_SLOT_DX, -1, dpred32, gt, m->b.g[0], b->B,
                        mxp_model_out_dim(m));
-        } else if (site && !site->found && nf_grad > 0) {
-            site_set(m, site, true, -1, lname, nf_grad, "grad_input");
-        }
         m->grad_write = m->grads_stale; /* discarded: this backward writes them */
-        backward_layers(m, b->B, site);
+        backward_layers(m, b->B, scan);
         m->grad_write = false;
         m->grads_stale = false;
         m->time_backward_s += mxp_time_now() - t1;
     }
     if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);
     m->fp8_observe = false;
+    /* the pass is over: its one read of the result slots (site, monitor, loss) */
+    nn_pass_finish(m, backward, site, loss);
     return MXP_OK;
 }
 
@@ -590,7 +540,7 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "pred is NULL; accepted: FP32 [B, %lld]",
                              (long long)mxp_model_out_dim(m));
-    nn_forward(m, x, B, NULL);
+    nn_forward(m, x, B, false);
     const int L = m->n_layers;
     const size_t n = (size_t)B * (size_t)m->width[L];
     if (m->b.fused_head) { /* the head's FP32 output straight into pred */

@@ -60,6 +60,44 @@ typedef struct nn_layer {
     int64_t V;        /* vocabulary (embedding, lm_head) */
 } nn_layer;
 
+/* ---- result slots (slots.c) ----------------------------------------------------
+ * A pass writes every scalar it produces (the loss, each scan's absmax and
+ * non-finite counts) into the model's result slots, and nothing in the pass
+ * reads them back on the host: kernels take slot pointers (kernels.h).
+ * After the pass nn_pass_finish reads the slots once (a device backend's
+ * one device-to-host copy of the pass) and decides the first non-finite
+ * site, the monitor's statistics and the loss the step returns. Slot
+ * (kind, layer) for layer -1 .. n_layers - 1 (docs/design.md "The backend
+ * seam"). */
+typedef enum nn_slot_kind {
+    NN_SLOT_OUT, /* forward output of layer l, as stored (-1: the input batch, anomaly mode) */
+    NN_SLOT_DX,  /* gradient of layer l's input, as stored (-1: the loss gradient) */
+    NN_SLOT_DW,  /* layer l's parameter gradients in the slab, after its backward */
+    NN_SLOT_W,   /* anomaly mode: layer l's weight, as stored, before its forward */
+    NN_SLOT_B,   /*   and its bias */
+    NN_SLOT_GW,  /* anomaly mode: layer l's weight gradient */
+    NN_SLOT_GB,  /*   and its bias gradient */
+    NN_SLOT_KIND_COUNT
+} nn_slot_kind;
+
+/* One scan's results (zero at the start of a training pass; a tensor
+ * scanned in chunks folds them: max, +). */
+typedef struct nn_scan {
+    float amax;        /* largest finite |v| of the FP32 values */
+    int64_t nf;        /* non-finite FP32 values */
+    int64_t nf_stored; /* non-finite values as stored: nf, or the stored copy's
+                          count when it has more (nn_scan_stored); the site count */
+    int64_t tiny;      /* full monitor scans: 0 < |v| < the stored format's min normal */
+} nn_scan;
+
+/* The result-slot block (in the arena, backend memory: written by the
+ * pass, read by nn_pass_finish only). */
+typedef struct nn_slots {
+    double loss;    /* the pass's mean loss */
+    nn_scan scan[]; /* [(n_layers + 1) * NN_SLOT_KIND_COUNT], nn_slot() */
+} nn_slots;
+#define NN_SLOTS_MAX ((MXP_MODEL_MAX_LAYERS + 1) * NN_SLOT_KIND_COUNT)
+
 /* Everything whose size depends on the precision policy. */
 typedef struct nn_bufs {
     float *master;        /* FP32 [P] or NULL */
@@ -94,6 +132,11 @@ typedef struct nn_bufs {
     bool sb_aliased;      /* sb lies over acts[L-2..L-1] (model.c plan_alias_sb) */
     float *nf;            /* nn_count_nonfinite's FP32 chunk, nf_n floats: */
     size_t nf_n;          /*   xs when planned, else sb */
+    nn_slots *slots;      /* the result slots, in the arena */
+    int n_slots;          /* (n_layers + 1) * NN_SLOT_KIND_COUNT */
+    int64_t slot_n[NN_SLOTS_MAX]; /* host record of the pass: elements scanned
+                             into each scan slot (0: not scanned) */
+    bool slot_full[NN_SLOTS_MAX]; /* and whether it was a full monitor scan */
 } nn_bufs;
 
 #define NN_MAX_TENSORS (12 * MXP_MODEL_MAX_LAYERS) /* a GPT block has 12 */
@@ -188,10 +231,11 @@ void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
                            float *dx32);
 
-/* Loss over the stored last activation acts[L], in FP32. When dpred32 is not
- * NULL it receives loss_scale * dLoss/dpred [B, out_dim] ("="). Uses sa. */
-double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
-                       float loss_scale);
+/* Loss over the stored last activation acts[L], in FP32, into the result
+ * slot *loss. When dpred32 is not NULL it receives loss_scale *
+ * dLoss/dpred [B, out_dim] ("="). Uses sa. */
+void nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32, float loss_scale,
+                     double *loss);
 
 /* ---- helpers shared by the layer files ----------------------------------- */
 
@@ -266,15 +310,19 @@ mxp_status nn_fp8_make(const mxp_model *m, const mxp_precision_policy *p,
 /* ---- monitor, anomaly mode and faults (headroom.c, fault.c) --------------
  * Only training passes (a non-NULL site) are monitored or faulted. */
 
-/* absmax and non-finite count of v [n] (values about to be stored in t),
- * recorded as tensor `which` of layer `layer` in m->mon (non-NULL); layer
- * -1 (the loss gradient) is recorded in the monitor's slot n_layers. */
-float nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
-                  const float *v, size_t n, mxp_dtype t, int64_t *nonfinite);
-/* The recording half of nn_mon_scan, for a scan done elsewhere (a fused
- * pass): amax and nf of n values about to be stored in t. */
+/* The monitor's scan of v [n] (values about to be stored in t), tensor
+ * `which` of layer `layer` (m->mon non-NULL; layer -1, the loss gradient,
+ * is the monitor's entry n_layers): out's amax and nf, and, for a full
+ * scan, tiny (returns true) and the histogram (accumulated in the
+ * monitor). Nothing is recorded here: nn_pass_finish records the slot. */
+bool nn_mon_scan(mxp_model *m, int layer, mxp_monitor_tensor which,
+                 const float *v, size_t n, mxp_dtype t, nn_scan *out);
+/* Record a scan's results in the monitor (nn_pass_finish): amax and nf of
+ * n values stored in t; _tiny adds a full scan's tiny count. */
 void nn_mon_record(mxp_model *m, int layer, mxp_monitor_tensor which, size_t n, mxp_dtype t,
                    float amax, int64_t nf);
+void nn_mon_record_tiny(mxp_model *m, int layer, mxp_monitor_tensor which, size_t n,
+                        int64_t tiny);
 /* No monitor, or one whose scans are plain absmax passes (not full, no
  * histograms): what a fused pass can report through nn_mon_record. */
 bool nn_mon_plain(const mxp_model *m);
@@ -287,9 +335,9 @@ void nn_mon_note_site(mxp_model *m, const mxp_nonfinite_site *site,
 void nn_mon_begin_pass(mxp_model *m);
 /* Anomaly mode is on (monitor attached and anomaly set). */
 bool nn_mon_anomaly(const mxp_model *m);
-/* Non-finite values among n elements of a typed buffer (widened in chunks
- * through the FP32 scratch b.nf: only call between layer calls). */
-int64_t nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n);
+/* *out = non-finite values among n elements of a typed buffer (widened in
+ * chunks through the FP32 scratch b.nf: only call between layer calls). */
+void nn_count_nonfinite(mxp_model *m, mxp_dtype t, const void *buf, size_t n, int64_t *out);
 /* Poison v [n] when the armed fault targets (pass, layer). */
 void nn_fault_apply(const mxp_model *m, bool backward, int layer, float *v, size_t n);
 /* The armed fault targets (pass, layer). */
@@ -373,6 +421,29 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
                         mxp_error *err);
 void nn_free_bufs(nn_bufs *b);
 
+/* Result slot (kind, layer) of the pass, layer -1 .. n_layers - 1. */
+nn_scan *nn_slot(const mxp_model *m, nn_slot_kind kind, int layer);
+/* Start of a training pass: every slot zero, nothing scanned. */
+void nn_slots_begin(mxp_model *m);
+/* The driver's record that n elements were scanned into slot (kind, layer)
+ * (full: a full monitor scan): host bookkeeping, not a slot read. */
+void nn_slot_issued(mxp_model *m, nn_slot_kind kind, int layer, size_t n, bool full);
+/* s->nf_stored from s's amax and nf: nf, or, when t is not FP32 and the
+ * FP32 values hold a non-finite value or their largest overflows in t, the
+ * count of non-finite values in `stored` (n elements of t) if larger: the
+ * stored copy is what the next layer reads. Reads the slot where it lives
+ * (a device kernel would), never from the host driver. */
+void nn_scan_stored(nn_scan *s, mxp_dtype t, const void *stored, size_t n);
+/* Fold a chunk's results c into slot s (max, +). */
+void nn_scan_fold(nn_scan *s, const nn_scan *c);
+/* After a pass (forward, loss and, with `backward`, backward) of a model:
+ * the one read of the result slots. With site (a training pass): the first
+ * non-finite site in forward order, then the loss, then backward order, as
+ * the pass would have met them, noted in the monitor, and every scan
+ * recorded in the monitor when one is attached. *loss (may be NULL) gets
+ * the loss slot. */
+void nn_pass_finish(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss);
+
 /* Cross-entropy of R rows of FP32 logits [R, V] (labels [R]), added row by
  * row to *total in the order the whole-batch kernel sums them; when dl is
  * not NULL it receives k * (softmax - onehot) ("=", may alias logits), k
@@ -380,10 +451,10 @@ void nn_free_bufs(nn_bufs *b);
 void nn_xent_rows(const mxp_model *m, float *dl, const float *logits, const int32_t *labels,
                   int64_t R, int64_t V, float k, double *total);
 
-/* The forward pass for B rows of x; scans outputs into site (may be NULL).
+/* The forward pass for B rows of x; with `scan` (a training pass) the
+ * outputs are scanned into the result slots (nn_slots_begin first).
  * With a fused head (b.fused_head) it stops before the lm_head, which
  * mxp_model_step runs with the loss (and predict on its own). */
-void nn_forward(mxp_model *m, const float *x, int64_t B,
-                mxp_nonfinite_site *site);
+void nn_forward(mxp_model *m, const float *x, int64_t B, bool scan);
 
 #endif /* MIXPREC_NN_INTERNAL_H */

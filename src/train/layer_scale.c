@@ -15,7 +15,9 @@
  *            S (mxp_model_set_grad_scales) and the loss is multiplied by
  *            S(top);
  *   unscale: the fused unscale pass per group with its own 1/s (1/s in
- *            double, stored as float, as GradScaler), statistics summed;
+ *            double, stored as float, as GradScaler), each into its
+ *            group's result slot; the statistics are summed after the
+ *            last pass;
  *   update:  the topmost group with non-finite gradients backs off (an Inf
  *            reaches every group below it through backward: those hold),
  *            finite groups count a clean step; a non-finite loss backs
@@ -99,10 +101,12 @@ void trainer_ls_unscale(mxp_trainer *t, float near, mxp_grad_stats *gs) {
     const mxp_kernels *k = mxp_kernels_get();
     float *g = mxp_model_grads(t->model);
     memset(gs, 0, sizeof *gs);
-    for (int i = 0; i < ls->n_groups; i++) {
-        mxp_grad_stats q;
+    for (int i = 0; i < ls->n_groups; i++) /* the passes: results into slots only */
         k->unscale_stats(g + ls->off[i], ls->cnt[i],
-                         mxp_scaler_inv_scale(mxp_scaler_groups_get(ls->groups, i)), near, &q);
+                         mxp_scaler_inv_scale(mxp_scaler_groups_get(ls->groups, i)), near,
+                         &ls->stats[i]);
+    for (int i = 0; i < ls->n_groups; i++) { /* then read back, in group order */
+        const mxp_grad_stats q = ls->stats[i];
         ls->nonfinite[i] = q.nonfinite;
         gs->n += q.n;
         gs->nonfinite += q.nonfinite;

@@ -6,6 +6,7 @@
 
 #include <mixprec/train.h>
 
+#include "kernels/kernels.h"
 #include "train/step_ctl.h"
 
 #define HISTORY_INITIAL_CAP 1024
@@ -19,6 +20,7 @@ typedef struct trainer_layer_scale {
     size_t cnt[MXP_MODEL_MAX_LAYERS];            /*   and element count */
     float layer_scale[MXP_MODEL_MAX_LAYERS];     /* S(l) handed to the model */
     int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last step */
+    mxp_grad_stats stats[MXP_MODEL_MAX_LAYERS];  /* group -> its unscale pass's result slot */
     mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> last step's outcome */
 } trainer_layer_scale;
 

@@ -21,6 +21,9 @@ typedef struct loop_bufs {
     void *narrow; /* n x 2 bytes (BF16/FP16) */
     void *byte;   /* n x 1 byte (FP8) */
     uint64_t counter;
+    double sum_out; /* result slots of the reductions */
+    float amax_out;
+    int64_t nf_out;
 } loop_bufs;
 
 typedef struct loop_entry {
@@ -59,10 +62,10 @@ static void run_f32_e4m3_nan(void *p) {
     B(p)->k->f32_to_fp8(MXP_DTYPE_F8_E4M3, B(p)->byte, B(p)->x, B(p)->n, MXP_FP8_NAN);
 }
 static void run_fp8_quant_e4m3(void *p) {
-    (void)B(p)->k->fp8_quantize(MXP_DTYPE_F8_E4M3, B(p)->y, B(p)->x, B(p)->n, 8.0f);
+    B(p)->k->fp8_quantize(MXP_DTYPE_F8_E4M3, B(p)->y, B(p)->x, B(p)->n, 8.0f, &B(p)->amax_out);
 }
 static void run_fp8_quant_e5m2(void *p) {
-    (void)B(p)->k->fp8_quantize(MXP_DTYPE_F8_E5M2, B(p)->y, B(p)->x, B(p)->n, 8.0f);
+    B(p)->k->fp8_quantize(MXP_DTYPE_F8_E5M2, B(p)->y, B(p)->x, B(p)->n, 8.0f, &B(p)->amax_out);
 }
 static void run_cvt_sr_bf16(void *p) {
     B(p)->k->convert_sr(MXP_DTYPE_BF16, B(p)->narrow, B(p)->x, B(p)->n, 42, B(p)->counter);
@@ -86,8 +89,10 @@ static void run_gelu_fwd(void *p) { B(p)->k->gelu_fwd(B(p)->y, B(p)->x, B(p)->n)
 static void run_gelu_bwd(void *p) { B(p)->k->gelu_bwd(B(p)->g, B(p)->dy, B(p)->x, B(p)->n); }
 static void run_relu_fwd(void *p) { B(p)->k->relu_fwd(B(p)->y, B(p)->x, B(p)->n); }
 static void run_axpy(void *p) { B(p)->k->axpy(B(p)->y, 1e-3f, B(p)->x, B(p)->n); }
-static void run_sumsq(void *p) { (void)B(p)->k->sumsq(B(p)->x, B(p)->n); }
-static void run_absmax(void *p) { (void)B(p)->k->absmax(B(p)->x, B(p)->n, NULL); }
+static void run_sumsq(void *p) { B(p)->k->sumsq(B(p)->x, B(p)->n, &B(p)->sum_out); }
+static void run_absmax(void *p) {
+    B(p)->k->absmax(B(p)->x, B(p)->n, &B(p)->amax_out, &B(p)->nf_out);
+}
 static void run_ln_fwd(void *p) {
     loop_bufs *b = p;
     b->k->layernorm_fwd(b->y, b->mean, b->rstd, b->x, b->gamma, b->beta,

@@ -49,8 +49,8 @@ static inline float fp8_round_sat(float v, uint32_t drop, float min_normal, floa
 }
 
 /* Contract: kernels.h (fp8_quantize) and mxp_fp8_quantize (amp.h). */
-float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
-                               float scale) {
+void mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
+                              float scale, float *amax_out) {
     const bool e4 = fmt == MXP_DTYPE_F8_E4M3;
     const int man = e4 ? 3 : 2, emin = e4 ? -6 : -14;
     const float fmax = e4 ? 448.0f : 57344.0f;
@@ -72,5 +72,5 @@ float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size
         }
         dst[i] = fp8_round_sat(x * scale, drop, min_normal, q, inv_q, fmax);
     }
-    return nonfinite ? bad : amax;
+    *amax_out = nonfinite ? bad : amax;
 }

@@ -56,7 +56,8 @@ static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64
         else k->convert(e->y_type, yo, MXP_DTYPE_F32, y, n);
     }
     int64_t nf = 0;
-    float am = k->absmax(y, n, &nf);
+    float am;
+    k->absmax(y, n, &am, &nf);
     if (am > p->y_amax) p->y_amax = am;
     p->y_nonfinite += nf;
     act_fwd_fn f = act_of(k, e->act);
@@ -71,7 +72,7 @@ static void piece(const mxp_kernels *k, const mxp_epilogue *e, size_t off, int64
     if (e->a_type != MXP_DTYPE_F32)
         k->convert(e->a_type, elem_at(e->a_out, e->a_type, off), MXP_DTYPE_F32, a, n);
     nf = 0;
-    am = k->absmax(a, n, &nf);
+    k->absmax(a, n, &am, &nf);
     if (am > p->a_amax) p->a_amax = am;
     p->a_nonfinite += nf;
 }
@@ -112,10 +113,10 @@ void mxp_epilogue_finish(mxp_epilogue *e, const mxp_epilogue_part *parts, int co
         t.y_nonfinite += o->y_nonfinite;
         t.a_nonfinite += o->a_nonfinite;
     }
-    e->y_amax = t.y_amax;
-    e->y_nonfinite = t.y_nonfinite;
-    e->a_amax = t.a_amax;
-    e->a_nonfinite = t.a_nonfinite;
+    if (e->y_amax) *e->y_amax = t.y_amax;
+    if (e->y_nonfinite) *e->y_nonfinite = t.y_nonfinite;
+    if (e->a_amax) *e->a_amax = t.a_amax;
+    if (e->a_nonfinite) *e->a_nonfinite = t.a_nonfinite;
 }
 
 void mxp_generic_bias_act_store(mxp_epilogue *e) {
@@ -162,7 +163,8 @@ static void bwd_piece(const mxp_kernels *k, const mxp_act_bwd *e, size_t off, si
     f(dx, dy, s, n);
     if (e->dx_type != MXP_DTYPE_F32) k->convert(e->dx_type, dxo, MXP_DTYPE_F32, dx, n);
     int64_t nf = 0;
-    const float am = k->absmax(dx, n, &nf);
+    float am;
+    k->absmax(dx, n, &am, &nf);
     if (am > *amax) *amax = am;
     *nonfinite += nf;
 }
@@ -178,7 +180,11 @@ void mxp_act_bwd_range(const mxp_kernels *k, mxp_bwd_piece_fn fn, const mxp_act_
 }
 
 void mxp_generic_act_bwd_store(mxp_act_bwd *e) {
-    mxp_act_bwd_range(mxp_kernels_generic(), NULL, e, 0, e->n, &e->dx_amax, &e->dx_nonfinite);
+    float amax;
+    int64_t nf;
+    mxp_act_bwd_range(mxp_kernels_generic(), NULL, e, 0, e->n, &amax, &nf);
+    if (e->dx_amax) *e->dx_amax = amax;
+    if (e->dx_nonfinite) *e->dx_nonfinite = nf;
 }
 
 /* The reference adds row by row into dbias (rowwise.c), so widening a row

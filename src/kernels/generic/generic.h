@@ -40,16 +40,16 @@ void mxp_generic_layernorm_bwd(float *dx, float *dgamma, float *dbeta,
 void mxp_generic_softmax_fwd(float *y, const float *x, int64_t B, int64_t C);
 
 /* loss.c */
-double mxp_generic_mse(float *dpred, const float *pred, const float *target,
-                       int64_t B, int64_t C, float grad_scale);
-double mxp_generic_softmax_xent(float *dlogits, const float *logits,
-                                const int32_t *labels, int64_t B, int64_t C,
-                                float grad_scale);
+void mxp_generic_mse(float *dpred, const float *pred, const float *target,
+                     int64_t B, int64_t C, float grad_scale, double *loss);
+void mxp_generic_softmax_xent(float *dlogits, const float *logits,
+                              const int32_t *labels, int64_t B, int64_t C,
+                              float grad_scale, double *loss);
 
 /* reduce.c */
-double mxp_generic_sum(const float *x, size_t n);
-double mxp_generic_sumsq(const float *x, size_t n);
-float mxp_generic_absmax(const float *x, size_t n, int64_t *nonfinite);
+void mxp_generic_sum(const float *x, size_t n, double *out);
+void mxp_generic_sumsq(const float *x, size_t n, double *out);
+void mxp_generic_absmax(const float *x, size_t n, float *amax, int64_t *nonfinite);
 
 /* gradpass.c */
 void mxp_generic_unscale_stats(float *g, size_t n, float inv_scale,
@@ -58,8 +58,8 @@ void mxp_generic_unscale_stats(float *g, size_t n, float inv_scale,
 /* fp8.c */
 void mxp_generic_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src, size_t n,
                             mxp_fp8_overflow mode);
-float mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
-                               float scale);
+void mxp_generic_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
+                              float scale, float *amax);
 
 /* fused.c: bias_act_store / act_bwd_store and their loops over table k's
  * unfused kernels, which ISA variants run per thread part with their own
@@ -88,7 +88,8 @@ void mxp_epilogue_rows(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epil
 void mxp_epilogue_block(const mxp_kernels *k, mxp_epi_piece_fn fn, const mxp_epilogue *e,
                         int64_t r0, int64_t r1, int64_t c0, int64_t c1, mxp_epilogue_part *p);
 /* e's results from its parts: max of the absmax values, sum of the counts
- * (exact, so independent of how the tensor was cut). */
+ * (exact, so independent of how the tensor was cut), into e's result slots
+ * (those that are not NULL). */
 void mxp_epilogue_finish(mxp_epilogue *e, const mxp_epilogue_part *parts, int count);
 void mxp_generic_bias_act_store(mxp_epilogue *e);
 void mxp_generic_gemm_epi(const mxp_gemm_args *g, mxp_epilogue *e);

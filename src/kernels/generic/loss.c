@@ -2,7 +2,7 @@
  *
  * Entry points: mxp_generic_mse, mxp_generic_softmax_xent (contracts in
  * kernels/kernels.h). Per-element math is FP32; the loss total is summed in
- * double and returned as double. Gradients carry the loss scale
+ * double and written, as double, into the caller's result slot *loss. Gradients carry the loss scale
  * (grad_scale) so mixed-precision backward starts from the scaled loss.
  * Reference: PyTorch nn.MSELoss / nn.CrossEntropyLoss (reduction='mean').
  */
@@ -10,9 +10,12 @@
 
 #include <math.h>
 
-double mxp_generic_mse(float *dpred, const float *pred, const float *target,
-                       int64_t B, int64_t C, float grad_scale) {
-    if (B <= 0 || C <= 0) return 0.0;
+void mxp_generic_mse(float *dpred, const float *pred, const float *target,
+                     int64_t B, int64_t C, float grad_scale, double *loss) {
+    if (B <= 0 || C <= 0) {
+        *loss = 0.0;
+        return;
+    }
     size_t n = (size_t)B * (size_t)C;
     float k = (float)(2.0 * (double)grad_scale / (double)n);
     double total = 0.0;
@@ -21,17 +24,20 @@ double mxp_generic_mse(float *dpred, const float *pred, const float *target,
         total += (double)d * (double)d;
         if (dpred) dpred[i] = k * d;
     }
-    return total / (double)n;
+    *loss = total / (double)n;
 }
 
 /* Per row: loss = logsumexp(x) - x[label], with logsumexp = max +
  * log(sum exp(x - max)). A label outside [0, C) gives that row a NaN loss
  * (so guards see it) and a gradient without the one-hot term; it never
  * reads out of bounds. dlogits may alias logits. */
-double mxp_generic_softmax_xent(float *dlogits, const float *logits,
-                                const int32_t *labels, int64_t B, int64_t C,
-                                float grad_scale) {
-    if (B <= 0 || C <= 0) return 0.0;
+void mxp_generic_softmax_xent(float *dlogits, const float *logits,
+                              const int32_t *labels, int64_t B, int64_t C,
+                              float grad_scale, double *loss) {
+    if (B <= 0 || C <= 0) {
+        *loss = 0.0;
+        return;
+    }
     float k = (float)((double)grad_scale / (double)B);
     double total = 0.0;
     for (int64_t b = 0; b < B; b++) {
@@ -54,5 +60,5 @@ double mxp_generic_softmax_xent(float *dlogits, const float *logits,
             }
         }
     }
-    return total / (double)B;
+    *loss = total / (double)B;
 }

@@ -47,8 +47,8 @@ void mxp_avx512_convert_fp8(mxp_dtype dst_type, void *dst, mxp_dtype src_type,
                             const void *src, size_t n);
 void mxp_avx512_f32_to_fp8(mxp_dtype dst_type, void *dst, const float *src,
                            size_t n, mxp_fp8_overflow mode);
-float mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src,
-                              size_t n, float scale);
+void mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src,
+                             size_t n, float scale, float *amax);
 
 /* ---- loops_eltwise.c ---- */
 void mxp_avx512_relu_fwd(float *y, const float *x, size_t n);
@@ -83,16 +83,16 @@ void mxp_avx512_layernorm_bwd(float *dx, float *dgamma, float *dbeta,
                               const float *mean, const float *rstd,
                               const float *gamma, int64_t B, int64_t C);
 void mxp_avx512_softmax_fwd(float *y, const float *x, int64_t B, int64_t C);
-double mxp_avx512_mse(float *dpred, const float *pred, const float *target,
-                      int64_t B, int64_t C, float grad_scale);
-double mxp_avx512_softmax_xent(float *dlogits, const float *logits,
-                               const int32_t *labels, int64_t B, int64_t C,
-                               float grad_scale);
+void mxp_avx512_mse(float *dpred, const float *pred, const float *target,
+                    int64_t B, int64_t C, float grad_scale, double *loss);
+void mxp_avx512_softmax_xent(float *dlogits, const float *logits,
+                             const int32_t *labels, int64_t B, int64_t C,
+                             float grad_scale, double *loss);
 
 /* ---- loops_grad.c ---- */
-double mxp_avx512_sum(const float *x, size_t n);
-double mxp_avx512_sumsq(const float *x, size_t n);
-float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite);
+void mxp_avx512_sum(const float *x, size_t n, double *out);
+void mxp_avx512_sumsq(const float *x, size_t n, double *out);
+void mxp_avx512_absmax(const float *x, size_t n, float *amax, int64_t *nonfinite);
 void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,
                               float near_overflow_at, mxp_grad_stats *out);
 

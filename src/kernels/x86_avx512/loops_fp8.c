@@ -355,8 +355,8 @@ static void quantize_task(void *ctx, int i, int count) {
 
 /* Contract: mxp_fp8_quantize (include/mixprec/amp.h), bit for bit with
  * mxp_generic_fp8_quantize. */
-float mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
-                              float scale) {
+void mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_t n,
+                             float scale, float *amax_out) {
     fp8_ctx c = {.n = n, .qdst = dst, .qsrc = src, .scale = scale,
                  .e4 = fmt == MXP_DTYPE_F8_E4M3};
     int parts = 1;
@@ -367,7 +367,8 @@ float mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_
     } else if (n > 0) {
         quantize_task(&c, 0, 1);
     } else {
-        return 0.0f;
+        *amax_out = 0.0f;
+        return;
     }
     float amax = 0.0f, bad = 0.0f;
     bool nonfinite = false;
@@ -377,5 +378,5 @@ float mxp_avx512_fp8_quantize(mxp_dtype fmt, float *dst, const float *src, size_
         else if (c.has_inf[p] && !nonfinite) bad = INFINITY;
         nonfinite |= c.has_nan[p] || c.has_inf[p];
     }
-    return nonfinite ? bad : amax;
+    *amax_out = nonfinite ? bad : amax;
 }

@@ -66,7 +66,7 @@ static inline void amax_fold(const amax_acc *a, const float *v, size_t n, float 
     float m;
     if (u >= 0x7f800000u) { /* a NaN or an infinity in the piece: the exact rules */
         int64_t nf = 0;
-        m = mxp_avx512_absmax(v, n, &nf);
+        mxp_avx512_absmax(v, n, &m, &nf);
         *nonfinite += nf;
     } else {
         memcpy(&m, &u, sizeof m);
@@ -355,8 +355,8 @@ void mxp_avx512_act_bwd_store(mxp_act_bwd *e) {
         if (c.amax[i] > c.amax[0]) c.amax[0] = c.amax[i];
         c.nonfinite[0] += c.nonfinite[i];
     }
-    e->dx_amax = c.amax[0];
-    e->dx_nonfinite = c.nonfinite[0];
+    if (e->dx_amax) *e->dx_amax = c.amax[0];
+    if (e->dx_nonfinite) *e->dx_nonfinite = c.nonfinite[0];
 }
 
 /* Lanes k of element i of dy (any dtype) as FP32: load_wide for FP32 /

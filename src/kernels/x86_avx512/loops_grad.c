@@ -193,21 +193,27 @@ static void red_run(red_ctx *c) {
 
 /* ---- entry points ---------------------------------------------------------- */
 
-double mxp_avx512_sum(const float *x, size_t n) {
-    if (n < PAR_MIN) return sum_range(x, n);
+void mxp_avx512_sum(const float *x, size_t n, double *out) {
+    if (n < PAR_MIN) {
+        *out = sum_range(x, n);
+        return;
+    }
     red_ctx c = {.kind = RED_SUM, .x = x, .n = n};
     red_run(&c);
-    return c.part[0].sumsq;
+    *out = c.part[0].sumsq;
 }
 
-double mxp_avx512_sumsq(const float *x, size_t n) {
-    if (n < PAR_MIN) return sumsq_range(x, n);
+void mxp_avx512_sumsq(const float *x, size_t n, double *out) {
+    if (n < PAR_MIN) {
+        *out = sumsq_range(x, n);
+        return;
+    }
     red_ctx c = {.kind = RED_SUMSQ, .x = x, .n = n};
     red_run(&c);
-    return c.part[0].sumsq;
+    *out = c.part[0].sumsq;
 }
 
-float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite) {
+void mxp_avx512_absmax(const float *x, size_t n, float *amax, int64_t *nonfinite) {
     int64_t bad = 0;
     float m;
     if (n < PAR_MIN) {
@@ -218,8 +224,8 @@ float mxp_avx512_absmax(const float *x, size_t n, int64_t *nonfinite) {
         m = c.part[0].absmax;
         bad = c.part[0].nonfinite;
     }
+    if (amax) *amax = m;
     if (nonfinite) *nonfinite = bad;
-    return m;
 }
 
 void mxp_avx512_unscale_stats(float *g, size_t n, float inv_scale,

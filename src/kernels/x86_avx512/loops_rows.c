@@ -209,9 +209,12 @@ void mxp_avx512_softmax_fwd(float *y, const float *x, int64_t B, int64_t C) {
     }
 }
 
-double mxp_avx512_mse(float *dpred, const float *pred, const float *target,
-                      int64_t B, int64_t C, float grad_scale) {
-    if (B <= 0 || C <= 0) return 0.0;
+void mxp_avx512_mse(float *dpred, const float *pred, const float *target,
+                    int64_t B, int64_t C, float grad_scale, double *loss) {
+    if (B <= 0 || C <= 0) {
+        *loss = 0.0;
+        return;
+    }
     size_t n = (size_t)B * (size_t)C;
     const __m512 kv = _mm512_set1_ps((float)(2.0 * (double)grad_scale / (double)n));
     /* (double)d * d is exact, so the FMA below adds exactly the generic term. */
@@ -225,13 +228,16 @@ double mxp_avx512_mse(float *dpred, const float *pred, const float *target,
         t1 = _mm512_fmadd_pd(dh, dh, t1);
         if (dpred) _mm512_mask_storeu_ps(dpred + i, k, _mm512_mul_ps(kv, d));
     }
-    return hsum_pd(_mm512_add_pd(t0, t1)) / (double)n;
+    *loss = hsum_pd(_mm512_add_pd(t0, t1)) / (double)n;
 }
 
-double mxp_avx512_softmax_xent(float *dlogits, const float *logits,
-                               const int32_t *labels, int64_t B, int64_t C,
-                               float grad_scale) {
-    if (B <= 0 || C <= 0) return 0.0;
+void mxp_avx512_softmax_xent(float *dlogits, const float *logits,
+                             const int32_t *labels, int64_t B, int64_t C,
+                             float grad_scale, double *loss) {
+    if (B <= 0 || C <= 0) {
+        *loss = 0.0;
+        return;
+    }
     const size_t n = (size_t)C;
     const float kf = (float)((double)grad_scale / (double)B);
     const __m512 kv = _mm512_set1_ps(kf), one = _mm512_set1_ps(1.0f);
@@ -258,5 +264,5 @@ double mxp_avx512_softmax_xent(float *dlogits, const float *logits,
             _mm512_mask_storeu_ps(dr + c, k, _mm512_mul_ps(kv, p));
         }
     }
-    return total / (double)B;
+    *loss = total / (double)B;
 }
