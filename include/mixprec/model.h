@@ -43,6 +43,16 @@ MXP_API const char *mxp_layer_kind_name(mxp_layer_kind k);
 typedef enum mxp_loss_kind {
     MXP_LOSS_MSE,  /* mean over all elements of (pred - y)^2 */
     MXP_LOSS_XENT, /* softmax cross-entropy against int32 labels, mean over B */
+    /* Gaussian head (PETS; mbrl-lib GaussianMLP), model.head=gaussian: the
+     * last linear layer has 2D outputs, per row the mean [D] then the raw
+     * log-variance [D], for D targets (y: FP32 [B, D]). The log-variance is
+     * soft-bounded by the learned parameters max_logvar and min_logvar
+     * (tensors of shape [1, D], init 0.5 and -10, trained and saved with
+     * the others; they extend the last linear layer's parameter range):
+     *   lv = max - softplus(max - raw);  lv = min + softplus(lv - min)
+     * loss = mean over B*D of (mean - y)^2 exp(-lv) + lv
+     *        + 0.01 (sum max_logvar - sum min_logvar)      (FP32) */
+    MXP_LOSS_GAUSSIAN,
     MXP_LOSS_KIND_COUNT
 } mxp_loss_kind;
 
@@ -134,6 +144,9 @@ MXP_API const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
 
 MXP_API size_t mxp_model_num_params(const mxp_model *m);
 MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
+/* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
+ * (MXP_LOSS_GAUSSIAN: mean and log-variance per target). */
+MXP_API int64_t mxp_model_target_dim(const mxp_model *m);
 MXP_API float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
 MXP_API void *mxp_model_work(mxp_model *m, mxp_dtype *type);
 /* The FP32 grad slab [P] (NULL for an inference-only model). After
@@ -187,8 +200,8 @@ MXP_API int mxp_model_layer_param_group(const mxp_model *m, int l);
  * (the default) switches it off. */
 MXP_API void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
 
-/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE) or labels:
- * int32 [B] in [0, out_dim) (XENT). */
+/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE), FP32
+ * [B, out_dim / 2] (GAUSSIAN) or labels: int32 [B] in [0, out_dim) (XENT). */
 typedef struct mxp_batch {
     const float *x;
     const float *y;
@@ -217,7 +230,8 @@ MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backwar
  * Either pointer may be NULL. */
 MXP_API void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
-/* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT). */
+/* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT; for
+ * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]). */
 MXP_API mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B, float *pred,
                                      mxp_error *err);
 

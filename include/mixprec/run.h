@@ -68,6 +68,10 @@ typedef struct mxp_run_eval {
     double loss;          /* mean loss on the held-out split */
     double accuracy;      /* top-1 in [0, 1] (classifiers), else NaN */
     double bits_per_char; /* loss / ln 2 (language models), else NaN */
+    double mse;           /* regression (world model, regressor): MSE of the predicted
+                             mean on the targets as trained (the loss itself for
+                             model.head=deterministic; beside the Gaussian head's NLL,
+                             the loss), else NaN */
 } mxp_run_eval;
 
 typedef struct mxp_workload_provider {

@@ -70,7 +70,7 @@ class RunOptions(Structure):
 
 class RunEval(Structure):
     _fields_ = [("name", c_char * 16), ("loss", c_double), ("accuracy", c_double),
-                ("bits_per_char", c_double)]
+                ("bits_per_char", c_double), ("mse", c_double)]
 
 
 class RunInfo(Structure):

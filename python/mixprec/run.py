@@ -429,8 +429,9 @@ class Run(_lib.Handle):
             _lib.lib().mxp_run_request_precision(self._live(), 0, reason.encode())
 
     def evaluate(self):
-        """Held-out evaluation: {"split", "loss", "accuracy", "bits_per_char"}
-        (None where the workload has no such number)."""
+        """Held-out evaluation: {"split", "loss", "accuracy", "bits_per_char",
+        "mse"} (None where the workload has no such number; "mse": the MSE of
+        a regression model's mean, beside a Gaussian head's NLL "loss")."""
         ev = _capi.RunEval()
         err = _lib.CError()
         with self._using("evaluate"):
@@ -438,7 +439,8 @@ class Run(_lib.Handle):
                                                    ctypes.byref(err)), err)
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy),
-                "bits_per_char": _nan_to_none(ev.bits_per_char)}
+                "bits_per_char": _nan_to_none(ev.bits_per_char),
+                "mse": _nan_to_none(ev.mse)}
 
     def summary(self):
         """The run's summary, the object of the CLI's summary.json (schema

@@ -215,11 +215,15 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     mxp_status s = wm ? input(in, obs_name, S, &N, &obs, err) : input(in, "x", D, &N, &x, err);
     if (s == MXP_OK && wm) s = input(in, "actions", A, &N, &act, err);
     if (s != MXP_OK) return s;
+    /* a Gaussian head: per row the mean [K] then the bounded log-variance [K] */
+    const bool gauss = mxp_model_get_spec(p->model)->loss == MXP_LOSS_GAUSSIAN;
+    const int64_t KO = mxp_model_out_dim(p->model); /* K, or 2K for a Gaussian head */
     float *bx = mxp_calloc((size_t)(PRED_MAX_BATCH * D), sizeof(float));
-    float *y = mxp_calloc((size_t)N * (size_t)K, sizeof(float));
+    float *y = mxp_calloc((size_t)N * (size_t)KO, sizeof(float));
     float *rew = wm ? mxp_calloc((size_t)N, sizeof(float)) : NULL;
     float *next = wm ? mxp_calloc((size_t)N * (size_t)S, sizeof(float)) : NULL;
-    if (!bx || !y || (wm && (!rew || !next)))
+    float *var = gauss ? mxp_calloc((size_t)N * (size_t)K, sizeof(float)) : NULL;
+    if (!bx || !y || (wm && (!rew || !next)) || (gauss && !var))
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "predict: %lld rows", (long long)N);
     for (int64_t i = 0; s == MXP_OK && i < N; i += PRED_MAX_BATCH) {
         int64_t B = N - i < PRED_MAX_BATCH ? N - i : PRED_MAX_BATCH;
@@ -233,15 +237,24 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
         } else {
             mxp_array_to_f32(x, i * D, B * D, bx);
         }
-        s = mxp_model_predict(p->model, bx, B, y + i * K, err);
+        s = mxp_model_predict(p->model, bx, B, y + i * KO, err);
     }
+    /* variances in the data's units: exp(lv) of a standardised target times
+     * its std^2 (the world model's; the regressor trains on raw values) */
+    for (int64_t i = 0; s == MXP_OK && gauss && i < N; i++)
+        for (int64_t j = 0; j < K; j++) {
+            const double sd = wm ? (double)m->y_std[j] : 1.0;
+            var[i * K + j] = (float)(exp((double)y[i * KO + K + j]) * sd * sd);
+        }
+    if (s == MXP_OK && gauss && !wm) /* the means, packed [N, K] in place */
+        for (int64_t i = 0; i < N; i++) memmove(y + i * K, y + i * KO, (size_t)K * sizeof(float));
     if (s == MXP_OK && wm)
         for (int64_t i = 0; i < N; i++) {
             for (int64_t j = 0; j < S; j++) {
-                float delta = y[i * K + j] * m->y_std[j] + m->y_mean[j];
+                float delta = y[i * KO + j] * m->y_std[j] + m->y_mean[j];
                 next[i * S + j] = (float)mxp_array_get_f64(obs, i * S + j) + delta;
             }
-            rew[i] = y[i * K + S] * m->y_std[S] + m->y_mean[S];
+            rew[i] = y[i * KO + S] * m->y_std[S] + m->y_mean[S];
         }
     /* a prediction that overflowed float32 is an error, not an output */
     const float *res = wm ? next : y;
@@ -253,20 +266,35 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
                               "float32 on this input)",
                               mxp_dataset_label(in), (long long)(i / (wm ? S : K)),
                               wm ? "next_obs or reward" : "y");
+    for (int64_t i = 0; s == MXP_OK && gauss && i < N * K; i++)
+        if (!isfinite(var[i]))
+            s = mxp_error_set(err, MXP_ERR_NONFINITE,
+                              "%s: the predicted variance for row %lld overflows float32",
+                              mxp_dataset_label(in), (long long)(i / K));
     mxp_dataset *o = NULL;
     if (s == MXP_OK) s = mxp_dataset_create(&o, err);
     if (s == MXP_OK && wm) {
         int64_t sh[2] = {N, S};
         s = mxp_dataset_add(o, "next_obs", MXP_ARRAY_F32, 2, sh, next, err);
         if (s == MXP_OK) s = mxp_dataset_add(o, "reward", MXP_ARRAY_F32, 1, sh, rew, err);
+        if (s == MXP_OK && gauss) { /* var [N, S + 1]: next_obs's [N, S], reward's [N] */
+            for (int64_t i = 0; i < N; i++) { /* repack: rewards' variances go to rew */
+                rew[i] = var[i * K + S];
+                memmove(var + i * S, var + i * K, (size_t)S * sizeof(float));
+            }
+            s = mxp_dataset_add(o, "next_obs_var", MXP_ARRAY_F32, 2, sh, var, err);
+            if (s == MXP_OK) s = mxp_dataset_add(o, "reward_var", MXP_ARRAY_F32, 1, sh, rew, err);
+        }
     } else if (s == MXP_OK) {
         int64_t sh[2] = {N, K};
         s = mxp_dataset_add(o, "y", MXP_ARRAY_F32, 2, sh, y, err);
+        if (s == MXP_OK && gauss) s = mxp_dataset_add(o, "y_var", MXP_ARRAY_F32, 2, sh, var, err);
     }
     mxp_free(bx);
     mxp_free(y);
     mxp_free(rew);
     mxp_free(next);
+    mxp_free(var);
     if (s != MXP_OK) {
         mxp_dataset_destroy(o);
         return s;
@@ -311,6 +339,10 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
     strncat(list, "]", sizeof list - strlen(list) - 1);
     if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "layers", list, err);
     if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "kind", mxp_dataset_kind_name(m->kind), err);
+    if (s == MXP_OK) /* gaussian: tensors max_logvar, min_logvar [1, K] too */
+        s = mxp_st_writer_add_meta(wr, "head", sp->loss == MXP_LOSS_GAUSSIAN ? "gaussian"
+                                                                             : "deterministic",
+                                   err);
     if (s == MXP_OK) s = mxp_st_writer_write(wr, path, err);
     mxp_st_writer_destroy(wr);
     mxp_free(w);

@@ -37,7 +37,7 @@ typedef struct ud {
     int32_t *ltr, *lva; /* classifier labels [n_train], [n_val] */
     float *bx, *by;    /* [accum, max_batch, in_dim / out_dim] */
     int32_t *bl;       /* [accum, max_batch] */
-    float *logits;     /* [max_batch, out_dim] */
+    float *logits;     /* [max_batch, 2 out_dim]: logits, or a Gaussian head's outputs */
     char *meta_json;
 } ud;
 
@@ -60,6 +60,10 @@ bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out) {
 
 mxp_status ud_model_spec(const mxp_config *c, int64_t in_dim, int64_t out_dim, mxp_loss_kind loss,
                          int64_t max_batch, mxp_model_spec *out, mxp_error *err) {
+    if (loss == MXP_LOSS_MSE && c->head == MXP_LOSS_GAUSSIAN) { /* mean, log-variance */
+        loss = MXP_LOSS_GAUSSIAN;
+        out_dim *= 2;
+    }
     if (strcmp(c->layers, "none") != 0)
         return mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
     *out = mxp_model_spec_mlp(in_dim, c->hidden, (int)c->depth, out_dim, c->activation,
@@ -420,7 +424,8 @@ static mxp_status ud_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
 }
 
 /* Mean loss (MSE over standardised targets for the world model, as the
- * training loss; cross-entropy and top-1 accuracy for the classifier). */
+ * training loss, or a Gaussian head's NLL, with the MSE of the mean:
+ * ud_eval_regression; cross-entropy and top-1 accuracy for the classifier). */
 static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     ud *d = self;
     const int64_t D = d->meta.in_dim, K = d->meta.out_dim;
@@ -445,14 +450,17 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
                 correct += best == lab;
             }
         } else {
-            mxp_batch bt = {.x = d->xva + i * D, .y = d->yva + i * K, .labels = NULL, .B = B};
-            double loss = 0;
-            if ((s = mxp_model_step(m, &bt, false, 1.0f, &loss, NULL, err)) != MXP_OK) return s;
-            total += loss * (double)B;
+            break; /* regression: ud_eval_regression below */
         }
     }
     snprintf(out->name, sizeof out->name, "val");
     out->loss = d->n_val ? total / (double)d->n_val : NAN;
+    out->mse = NAN;
+    if (!d->lva) {
+        mxp_status s = ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, &out->loss,
+                                          &out->mse, err);
+        if (s != MXP_OK) return s;
+    }
     out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
     out->bits_per_char = NAN;
     return MXP_OK;
@@ -540,7 +548,7 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
         d->bx = falloc(acc * d->max_batch, d->meta.in_dim);
         d->by = falloc(acc * d->max_batch, d->meta.out_dim);
         d->bl = mxp_calloc((size_t)(acc * d->max_batch), sizeof(int32_t));
-        d->logits = falloc(d->max_batch, d->meta.out_dim);
+        d->logits = falloc(d->max_batch, 2 * d->meta.out_dim);
         d->meta_json = meta_to_json(&d->meta);
         if (!d->bx || !d->by || !d->bl || !d->logits || !d->meta_json)
             s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data batch buffers");

@@ -25,6 +25,7 @@ typedef struct wm_data {
     mxp_replay *replay;
     int64_t in_dim, out_dim, max_batch;
     float *bx, *by; /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
+    float *pred;    /* [max_batch, 2 out_dim]: a Gaussian head's outputs in evaluate */
 } wm_data;
 
 static void wm_destroy(void *self) {
@@ -33,6 +34,7 @@ static void wm_destroy(void *self) {
     mxp_replay_destroy(d->replay);
     mxp_free(d->bx);
     mxp_free(d->by);
+    mxp_free(d->pred);
     mxp_free(d);
 }
 
@@ -84,25 +86,14 @@ static mxp_status wm_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
     return MXP_OK;
 }
 
-/* Mean validation loss (MSE on standardised targets), in chunks. */
+/* Mean validation loss (MSE on standardised targets, or a Gaussian head's
+ * NLL beside the MSE of its mean: ud_eval_regression), in chunks. */
 static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     wm_data *d = self;
     mxp_replay_split v = mxp_replay_val(d->replay);
-    double total = 0;
-    for (int64_t i = 0; i < v.n; i += d->max_batch) {
-        int64_t B = v.n - i < d->max_batch ? v.n - i : d->max_batch;
-        mxp_batch b = {.x = v.x + (size_t)i * (size_t)d->in_dim,
-                       .y = v.y + (size_t)i * (size_t)d->out_dim,
-                       .labels = NULL,
-                       .B = B};
-        double loss = 0;
-        mxp_status s = mxp_model_step(m, &b, false, 1.0f, &loss, NULL, err);
-        if (s != MXP_OK) return s;
-        total += loss * (double)B;
-    }
     snprintf(out->name, sizeof out->name, "val");
-    out->loss = total / (double)v.n;
-    return MXP_OK;
+    return ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss, &out->mse,
+                              err);
 }
 
 static void wm_signature(void *self, char *buf, size_t n) {
@@ -152,7 +143,8 @@ mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *ou
     }
     d->bx = mxp_calloc(nx, sizeof(float));
     d->by = mxp_calloc(ny, sizeof(float));
-    if (!d->bx || !d->by) {
+    d->pred = mxp_calloc((size_t)d->max_batch * 2 * (size_t)d->out_dim, sizeof(float));
+    if (!d->bx || !d->by || !d->pred) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
         goto fail;
     }

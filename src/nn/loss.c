@@ -8,6 +8,7 @@
  * torch.cuda.amp (loss * scale, then backward).
  *   MSE:  mean over B*C of (pred - y)^2   (nn.MSELoss, reduction "mean")
  *   XENT: mean over B of -log softmax(logits)[label]  (nn.CrossEntropyLoss)
+ *   GAUSSIAN: the Gaussian head's NLL with its bound penalty (loss_gauss.c)
  */
 #include "nn/nn_internal.h"
 
@@ -19,6 +20,8 @@ double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
                                     (size_t)b->B * (size_t)C, m->b.sa);
     if (m->spec.loss == MXP_LOSS_MSE)
         return m->k->mse(dpred32, pred, b->y, b->B, C, loss_scale);
+    if (m->spec.loss == MXP_LOSS_GAUSSIAN)
+        return nn_gauss_loss(m, pred, b->y, b->B, dpred32, loss_scale);
     return m->k->softmax_xent(dpred32, pred, b->labels, b->B, C, loss_scale);
 }
 

@@ -30,7 +30,7 @@ static_assert(sizeof layer_kind_names / sizeof layer_kind_names[0] ==
                   MXP_LAYER_KIND_COUNT,
               "layer kind name table out of sync");
 
-static const char *const loss_kind_names[] = {"mse", "xent"};
+static const char *const loss_kind_names[] = {"mse", "xent", "gaussian"};
 static_assert(sizeof loss_kind_names / sizeof loss_kind_names[0] ==
                   MXP_LOSS_KIND_COUNT,
               "loss kind name table out of sync");
@@ -169,7 +169,7 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
     if (es != MXP_OK) return es;
     if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "spec.loss=%d unknown; accepted: mse, xent (0..%d)",
+                             "spec.loss=%d unknown; accepted: mse, xent, gaussian (0..%d)",
                              (int)s->loss, MXP_LOSS_KIND_COUNT - 1);
     if (s->loss == MXP_LOSS_XENT && last->kind == MXP_LAYER_LINEAR &&
         (last->units < 2 || last->units > INT32_MAX))
@@ -177,6 +177,12 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
                              "spec: loss xent needs out_dim (last layer units) "
                              "in [2, %d]; got %lld",
                              INT32_MAX, (long long)last->units);
+    if (s->loss == MXP_LOSS_GAUSSIAN &&
+        (last->kind != MXP_LAYER_LINEAR || last->units < 2 || last->units % 2 != 0))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec: loss gaussian needs a last linear layer of 2D units (mean "
+                             "and log-variance of D targets); got %s with %lld units",
+                             mxp_layer_kind_name(last->kind), (long long)last->units);
     if (has_ln && !(s->layernorm_eps > 0.0f && isfinite(s->layernorm_eps)))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.layernorm_eps=%g; accepted: finite and > 0 "
@@ -251,6 +257,9 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
                 }
             }
         }
+        if (s->loss == MXP_LOSS_GAUSSIAN && i == s->n_layers - 1 &&
+            !nn_gauss_add_bounds(m, L, &P))
+            goto overflow;
         w = L->out;
         m->width[i + 1] = w;
         if (w > m->max_width) m->max_width = w;
@@ -283,8 +292,10 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
             /* the mxp_rng_uniform stream, a Philox block per 4 draws
              * (mxp_rng_uniform_fill: one per draw took ~8 ns a parameter) */
             float *w = dst + L->w_off;
-            mxp_rng_uniform_fill(&r, w, L->n_params);
-            for (size_t i = 0; i < L->n_params; i++) w[i] = (2.0f * w[i] - 1.0f) * bound;
+            const size_t wb = L->b_off + (size_t)L->out - L->w_off; /* weight and bias */
+            mxp_rng_uniform_fill(&r, w, wb);
+            for (size_t i = 0; i < wb; i++) w[i] = (2.0f * w[i] - 1.0f) * bound;
+            if (L->n_params > wb) nn_gauss_init_bounds(m, dst); /* the Gaussian head's */
         } else if (L->kind == MXP_LAYER_LAYERNORM) {
             for (int64_t c = 0; c < L->in; c++) {
                 dst[L->w_off + (size_t)c] = 1.0f;
@@ -589,6 +600,10 @@ const mxp_precision_policy *mxp_model_policy(const mxp_model *m) {
 const mxp_model_spec *mxp_model_get_spec(const mxp_model *m) { return &m->spec; }
 size_t mxp_model_num_params(const mxp_model *m) { return m->n_params; }
 int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
+int64_t mxp_model_target_dim(const mxp_model *m) {
+    const int64_t o = m->width[m->n_layers];
+    return m->spec.loss == MXP_LOSS_GAUSSIAN ? o / 2 : o;
+}
 float *mxp_model_master(mxp_model *m) { return m->b.master; }
 /* Discarded gradients read before the backward that would write them are
  * zeroed here, so a reader sees what it saw when every step began with a

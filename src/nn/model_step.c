@@ -500,11 +500,12 @@ static mxp_status check_batch(const mxp_model *m, const mxp_batch *b,
     mxp_status s = check_rows(m, b->x, b->B, err);
     if (s) return s;
     const int64_t C = mxp_model_out_dim(m);
-    if (m->spec.loss == MXP_LOSS_MSE && !b->y)
+    if (m->spec.loss != MXP_LOSS_XENT && !b->y)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch y is NULL; loss mse needs FP32 targets "
+                             "batch y is NULL; loss %s needs FP32 targets "
                              "[B, %lld]",
-                             (long long)C);
+                             mxp_loss_kind_name(m->spec.loss),
+                             (long long)mxp_model_target_dim(m));
     if (m->spec.loss == MXP_LOSS_XENT) {
         if (!b->labels)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -601,5 +602,6 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
         memcpy(pred, m->b.acts[L], n * sizeof(float));
     else
         m->k->convert(MXP_DTYPE_F32, pred, m->b.act_type[L], m->b.acts[L], n);
+    if (m->spec.loss == MXP_LOSS_GAUSSIAN) nn_gauss_bound_pred(m, pred, B);
     return MXP_OK;
 }

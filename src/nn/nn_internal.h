@@ -193,6 +193,28 @@ void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
 double nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32,
                        float loss_scale);
 
+/* ---- the Gaussian head (loss_gauss.c) --------------------------------------
+ * Its bounds max_logvar [1, D] then min_logvar [1, D] follow the last
+ * linear layer's bias in every slab and count among that layer's
+ * parameters (n_params), so per-layer ranges (loss-scale groups, monitor,
+ * checkpoints by tensor) cover them; the linear kernels never read them. */
+
+/* Add the bounds of last linear layer L (2D outputs) to the tensor table
+ * and to L->n_params, advancing *P; false on size overflow. */
+bool nn_gauss_add_bounds(mxp_model *m, nn_layer *L, size_t *P);
+/* Slab offset of max_logvar (min_logvar follows at + D). */
+size_t nn_gauss_bounds_off(const mxp_model *m);
+/* Their initial values into dst [P]: max 0.5, min -10 (mbrl-lib). */
+void nn_gauss_init_bounds(const mxp_model *m, float *dst);
+/* The loss of the Gaussian head on FP32 predictions pred [B, 2D], targets
+ * y [B, D]; with dpred32 (!= NULL) it gets loss_scale * dloss/dpred and the
+ * bound gradients go into the grad slab (written when the gradients were
+ * discarded, else added). Bounds read from the master when there is one. */
+double nn_gauss_loss(mxp_model *m, const float *pred, const float *y, int64_t B,
+                     float *dpred32, float loss_scale);
+/* pred [B, 2D] raw outputs -> mean and bounded log-variance, in place. */
+void nn_gauss_bound_pred(const mxp_model *m, float *pred, int64_t B);
+
 /* ---- helpers shared by the layer files ----------------------------------- */
 
 /* Parameter gradients, "=" or "+=" (the = vs += rule of llm.c): a backward

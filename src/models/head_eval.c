@@ -1,0 +1,51 @@
+/* models/head_eval.c: held-out evaluation of a regression model (the world
+ * model and the regressor), deterministic or Gaussian head.
+ *
+ * Entry point: ud_eval_regression (user_data.h). The deterministic head's
+ * loss is the model's own (mxp_model_step forward: MSE over standardised
+ * targets, bit for bit what it always reported). The Gaussian head reports
+ * its NLL as mbrl-lib's gaussian_nll computes it (mean over rows and
+ * targets of (mean - y)^2 exp(-lv) + lv, lv the bounded log-variance;
+ * without the training loss's bound penalty 0.01 (sum max_logvar - sum
+ * min_logvar), which does not depend on the data) and the MSE of its mean,
+ * both summed in double from mxp_model_predict's FP32 outputs.
+ */
+#include "models/user_data.h"
+
+#include <math.h>
+
+mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
+                              int64_t mb, float *pred, double *loss, double *mse,
+                              mxp_error *err) {
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    const int64_t D = sp->in_dim, K = mxp_model_target_dim(m);
+    const bool gauss = sp->loss == MXP_LOSS_GAUSSIAN;
+    if (mb > sp->max_batch) mb = sp->max_batch;
+    double total = 0.0, se = 0.0;
+    for (int64_t i = 0; i < n; i += mb) {
+        const int64_t B = n - i < mb ? n - i : mb;
+        mxp_status s;
+        if (!gauss) {
+            mxp_batch bt = {.x = x + i * D, .y = y + i * K, .labels = NULL, .B = B};
+            double l = 0.0;
+            if ((s = mxp_model_step(m, &bt, false, 1.0f, &l, NULL, err)) != MXP_OK) return s;
+            total += l * (double)B;
+            continue;
+        }
+        if ((s = mxp_model_predict(m, x + i * D, B, pred, err)) != MXP_OK) return s;
+        for (int64_t b = 0; b < B; b++) {
+            const float *mu = pred + b * 2 * K, *lv = mu + K, *t = y + (i + b) * K;
+            double row = 0.0, rse = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                const double d = (double)mu[j] - (double)t[j];
+                row += d * d * exp(-(double)lv[j]) + (double)lv[j];
+                rse += d * d;
+            }
+            total += row / (double)K;
+            se += rse / (double)K;
+        }
+    }
+    *loss = n ? total / (double)n : NAN;
+    *mse = n ? (gauss ? se / (double)n : *loss) : NAN;
+    return MXP_OK;
+}
