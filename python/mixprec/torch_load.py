@@ -7,6 +7,12 @@
     next_obs, reward = module(obs, actions)            # world model, data units
     y = module(x)                                      # regressor: y; classifier: logits
 
+A Gaussian head (export metadata head=gaussian, docs/world_models.md) adds
+the learned bounds `max_logvar`, `min_logvar` [1, K] as parameters and its
+forward returns the variances too, in the data's units, as `mixprec predict`:
+    next_obs, reward, next_obs_var, reward_var = module(obs, actions)
+    y, y_var = module(x)                               # regressor
+
 The module's state_dict holds `layers.<i>.weight/.bias` (an nn.Sequential
 named `layers`, as the export) and, for the world model, the buffers
 `x_mean`, `x_std`, `y_mean`, `y_std`: forward standardises [obs, actions]
@@ -23,6 +29,7 @@ from . import _ckpt, _lib
 
 LAYERNORM_EPS = 1e-5  # mixprec's (model.h: mxp_model_spec.layernorm_eps), torch's default
 STATS = ("x_mean", "x_std", "y_mean", "y_std")
+BOUNDS = ("max_logvar", "min_logvar")  # a Gaussian head's soft log-variance bounds
 
 
 def _is_export(path):
@@ -99,9 +106,22 @@ def _from_export(path):
         else:
             raise _lib.Error("%s: layer %d is %r; accepted: linear:N, relu, gelu, tanh, "
                              "layernorm" % (path, i, item), "unsupported")
+    gauss = meta.get("head", "deterministic")
+    if gauss not in ("deterministic", "gaussian") or (gauss == "gaussian" and kind == "classifier"):
+        raise _lib.Error("%s: metadata head=%r; accepted: deterministic, or gaussian for a "
+                         "world_model or regressor" % (path, gauss), "format_error")
+    gauss = gauss == "gaussian"
     module = _module(kind, torch.nn.Sequential(*mods), meta)
     state = {k: torch.from_numpy(v) for k, v in tensors.items()
-             if k.startswith("layers.") or (kind == "world_model" and k in STATS)}
+             if k.startswith("layers.") or (kind == "world_model" and k in STATS) or
+             (gauss and k in BOUNDS)}
+    if gauss:
+        missing = [k for k in BOUNDS if k not in tensors]
+        if missing:
+            raise _lib.Error("%s: a Gaussian head needs %s; missing %s" %
+                             (path, ", ".join(BOUNDS), ", ".join(missing)), "format_error")
+        for k in BOUNDS:
+            setattr(module, k, torch.nn.Parameter(torch.empty(tensors[k].shape)))
     if kind == "world_model":
         missing = [k for k in STATS if k not in tensors]
         if missing:
@@ -130,12 +150,24 @@ def _module_class():
             self.metadata = dict(metadata)
             self.layers = layers
 
+        def _head(self, z):
+            """The MLP; a Gaussian head's mean and bounded log-variance."""
+            out = self.layers(z)
+            if not hasattr(self, "max_logvar"):
+                return out, None
+            k = self.max_logvar.shape[1]
+            F = torch.nn.functional
+            lv = self.max_logvar - F.softplus(self.max_logvar - out[..., k:])
+            lv = self.min_logvar + F.softplus(lv - self.min_logvar)
+            return out[..., :k], lv
+
         def forward(self, *args):
             if self.kind != "world_model":
                 if len(args) != 1:
                     raise TypeError("a %s takes forward(x); got %d arguments" %
                                     (self.kind, len(args)))
-                return self.layers(torch.as_tensor(args[0], dtype=torch.float32))
+                y, lv = self._head(torch.as_tensor(args[0], dtype=torch.float32))
+                return y if lv is None else (y, torch.exp(lv))
             if len(args) != 2:
                 raise TypeError("a world model takes forward(obs, actions); got %d arguments"
                                 % len(args))
@@ -149,8 +181,12 @@ def _module_class():
                                  (tuple(obs.shape), tuple(actions.shape), s,
                                   self.x_mean.shape[0] - s))
             z = (torch.cat([obs, actions], 1) - self.x_mean) / self.x_std
-            y = self.layers(z) * self.y_std + self.y_mean
-            return obs + y[:, :s], y[:, s]
+            y, lv = self._head(z)
+            y = y * self.y_std + self.y_mean
+            if lv is None:
+                return obs + y[:, :s], y[:, s]
+            var = torch.exp(lv) * self.y_std ** 2
+            return obs + y[:, :s], y[:, s], var[:, :s], var[:, s]
 
     return MixprecModule
 
