@@ -13,8 +13,9 @@
 #  - ckpt export --torch carries max_logvar/min_logvar and head=gaussian,
 #    and the module of docs/world_models.md reproduces predict to 1e-5
 #    relative (tests/gauss_cases.py; skipped without torch);
-#  - --resume continues from the checkpoint (bounds restored) and a
-#    mixed_fp16 run (loss scaler on) trains to a finite NLL and MSE.
+#  - 1 epoch + --resume to 2 gives the losses of 2 epochs bit for bit (the
+#    bounds and their optimizer state are checkpointed), and a mixed_fp16
+#    run (loss scaler on) trains to a finite NLL and MSE.
 # Exit 77 without numpy.
 set -u
 src=$(realpath "$2")
@@ -42,7 +43,7 @@ np.savez("query.npz", obs=rng.uniform(-1, 1, (200, 2)).astype(f),
 EOF
 
 common=(data.path=buffer.npz model.head=gaussian "model.layers=[linear:64, gelu, linear:64, gelu, linear]"
-        training.batch_size=64 training.lr=3e-3)
+        training.batch_size=64 training.lr=3e-3 training.lr_schedule=constant)
 "$bin" train "${common[@]}" training.epochs=6 output.dir=runs/g --json --quiet \
   >train.json 2>train.err || fail "train: $(cat train.err)"
 "$bin" eval runs/g --json >eval.json 2>eval.err || fail "eval: $(cat eval.err)"
@@ -85,8 +86,21 @@ EOF
 rc=$?
 [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "predict differs from the PyTorch GaussianMLP on the export"
 
-"$bin" train --resume runs/g data.path=buffer.npz training.epochs=7 --quiet >/dev/null 2>res.err ||
-  fail "resume with one more epoch: $(cat res.err)"
+# bit-exact resume: 1 epoch + resume to 2 == 2 epochs (the bounds and their
+# optimizer state travel in the checkpoint); a constant learning rate, as
+# the cosine schedule is planned over the training.epochs of each call
+"$bin" train "${common[@]}" training.epochs=2 output.dir=runs/a --json --quiet >a.json 2>a.err ||
+  fail "train 2 epochs: $(cat a.err)"
+"$bin" train "${common[@]}" training.epochs=1 output.dir=runs/b --quiet >/dev/null 2>b.err ||
+  fail "train 1 epoch: $(cat b.err)"
+"$bin" train --resume runs/b data.path=buffer.npz training.epochs=2 --json --quiet >b.json \
+  2>b.err || fail "resume to 2 epochs: $(cat b.err)"
+/usr/bin/python3 -c "
+import json, sys
+a, b = json.load(open('a.json')), json.load(open('b.json'))
+sys.exit(0 if (a['val_loss'], a['val_mse'], a['final_train_loss']) ==
+              (b['val_loss'], b['val_mse'], b['final_train_loss']) else 1)" ||
+  fail "resume is not bit-exact: $(cat a.json b.json)"
 
 "$bin" train "${common[@]}" training.epochs=2 training.precision=mixed_fp16 \
   checkpoint.enabled=false --json --quiet >f16.json 2>f16.err || fail "mixed_fp16: $(cat f16.err)"

@@ -9,10 +9,11 @@
  *  - central finite differences of the model's own forward loss over every
  *    parameter (FP32 model, loss summed in double).
  *  - statistics: on data y = a x + noise of known per-target std (0.5 and
- *    0.1), a model trained in fp32, mixed_bf16 and mixed_fp16 (loss scaler
- *    on) must find the noise variances (exp(log-variance) within a factor
- *    1.5 of sigma^2), and its validation NLL and MSE of the mean must be
- *    near the optimum mean_j(1 + log sigma_j^2) and mean_j sigma_j^2.
+ *    0.1), a model trained in every precision mode (fp32, mixed_bf16,
+ *    mixed_fp16 with the loss scaler, also per layer, fp8, bf16, fp16) must
+ *    find the noise variances (exp(log-variance) within a factor 1.5 of
+ *    sigma^2), and its validation NLL and MSE of the mean must be near the
+ *    optimum mean_j(1 + log sigma_j^2) and mean_j sigma_j^2.
  *  - the default head is the MSE model it always was (same spec, same
  *    parameter count); a Gaussian head outside regression and a last layer
  *    of odd width are refused by name.
@@ -254,19 +255,31 @@ static void test_train_modes(void) {
     const double var[2] = {0.25, 0.01};
     const double nll_opt = (2.0 + log(var[0]) + log(var[1])) / 2.0; /* -1.996 */
     const double mse_opt = (var[0] + var[1]) / 2.0;
-    static const char *const modes[] = {"fp32", "mixed_bf16", "mixed_fp16"};
-    for (int k = 0; k < 3; k++) {
+    /* every mode is held to the statistics, and each stays in its mode
+     * (no guard fallback) */
+    static const struct {
+        const char *mode, *extra;
+    } modes[] = {
+        {"fp32", "training.seed=1234"},
+        {"mixed_bf16", "training.seed=1234"},
+        {"mixed_fp16", "training.seed=1234"},
+        {"mixed_fp16", "training.loss_scale.per_layer=true"},
+        {"fp8", "training.seed=1234"},
+        {"bf16", "training.seed=1234"},
+        {"fp16", "training.seed=1234"},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         mxp_error err = {0};
         char prec[64];
-        snprintf(prec, sizeof prec, "training.precision=%s", modes[k]);
+        snprintf(prec, sizeof prec, "training.precision=%s", modes[k].mode);
         const char *kv[] = {"model.workload=regressor", "model.head=gaussian",
                             "model.layers=[linear:32, tanh, linear]", "training.batch_size=64",
                             test_quick() ? "training.epochs=8" : "training.epochs=12",
                             "training.lr=0.01", "checkpoint.enabled=false", prec,
-                            "data.val_fraction=0.25"};
+                            "data.val_fraction=0.25", modes[k].extra};
         mxp_config cfg;
-        if (!make_config(kv, 9, &cfg, &err)) {
-            CHECK_MSG(false, "%s: config: %s", modes[k], err.msg);
+        if (!make_config(kv, 10, &cfg, &err)) {
+            CHECK_MSG(false, "%s: config: %s", modes[k].mode, err.msg);
             continue;
         }
         mxp_dataset *d = NULL;
@@ -297,22 +310,24 @@ static void test_train_modes(void) {
             for (int b = 0; b < 64; b++)
                 for (int j = 0; j < 2; j++) mean_var[j] += exp((double)pred[b * 4 + 2 + j]) / nv;
         }
-        printf("test_gauss_head: %-10s steps %lld val NLL %.4f (optimum %.4f) MSE %.4f "
+        printf("test_gauss_head: %-10s %s: steps %lld val NLL %.4f (optimum %.4f) MSE %.4f "
                "(optimum %.4f) var %.4f %.5f (true 0.25 0.01) skipped %lld\n",
-               modes[k], (long long)info.training_steps, ev.loss, nll_opt, ev.mse, mse_opt,
-               mean_var[0], mean_var[1], (long long)info.skipped_steps);
-        for (int j = 0; j < 2; j++)
-            CHECK_MSG(mean_var[j] > var[j] / 1.5 && mean_var[j] < var[j] * 1.5,
-                      "%s: predicted variance of target %d %.4g, true %.4g", modes[k], j,
-                      mean_var[j], var[j]);
-        CHECK_MSG(isfinite(ev.loss) && fabs(ev.loss - nll_opt) < 0.25,
-                  "%s: val NLL %.4f, optimum %.4f", modes[k], ev.loss, nll_opt);
-        CHECK_MSG(isfinite(ev.mse) && ev.mse > mse_opt * 0.8 && ev.mse < mse_opt * 1.25,
-                  "%s: val MSE %.4f, optimum %.4f", modes[k], ev.mse, mse_opt);
-        /* the bounds are trained: min_logvar moved off -10 */
+               modes[k].mode, modes[k].extra, (long long)info.training_steps, ev.loss, nll_opt,
+               ev.mse, mse_opt, mean_var[0], mean_var[1], (long long)info.skipped_steps);
+        CHECK_MSG(!strcmp(mxp_precision_name(mxp_model_policy(m)->mode), modes[k].mode),
+                  "%s: the run ended in %s", modes[k].mode,
+                  mxp_precision_name(mxp_model_policy(m)->mode));
         const mxp_tensor_info *mn = mxp_model_tensor(m, mxp_model_num_tensors(m) - 1);
         CHECK(!strcmp(mn->name, "min_logvar") && mxp_model_param(m, mn->offset) != -10.0f &&
               isfinite(mxp_model_param(m, mn->offset)));
+        for (int j = 0; j < 2; j++)
+            CHECK_MSG(mean_var[j] > var[j] / 1.5 && mean_var[j] < var[j] * 1.5,
+                      "%s: predicted variance of target %d %.4g, true %.4g", modes[k].mode, j,
+                      mean_var[j], var[j]);
+        CHECK_MSG(isfinite(ev.loss) && fabs(ev.loss - nll_opt) < 0.25,
+                  "%s: val NLL %.4f, optimum %.4f", modes[k].mode, ev.loss, nll_opt);
+        CHECK_MSG(isfinite(ev.mse) && ev.mse > mse_opt * 0.8 && ev.mse < mse_opt * 1.25,
+                  "%s: val MSE %.4f, optimum %.4f", modes[k].mode, ev.mse, mse_opt);
         mxp_run_destroy(run);
     }
     free(x);
