@@ -56,6 +56,23 @@ class GaussianMLP(nn.Module):
         return nll + 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
 
 
+class Ensemble(nn.Module):
+    """E GaussianMLP members (state_dict names members.<e>.*, as mixprec's
+    export); forward gives the ensemble mean, the aleatoric variance (mean
+    of the members' variances) and the epistemic one (population variance
+    of the members' means)."""
+
+    def __init__(self, members):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x):
+        means, logvars = zip(*(m(x) for m in self.members))
+        means, var = torch.stack(means), torch.exp(torch.stack(logvars))
+        mean = means.mean(0)
+        return mean, var.mean(0), ((means - mean) ** 2).mean(0)
+
+
 def st_read(path):
     with open(path, 'rb') as f:
         data = f.read()
@@ -127,19 +144,38 @@ def export_case(exp_path, in_path, pred_path):
         return 1
     # ---- as docs/world_models.md shows ----
     stats = {k: torch.tensor(export.pop(k).copy()) for k in ("x_mean", "x_std", "y_mean", "y_std")}
-    K = export["max_logvar"].shape[1]
-    model = GaussianMLP(sequential(meta["layers"], export["layers.0.weight"].shape[1]), K)
+    E = int(meta.get("ensemble", "1"))
+    pre = "members.0." if E > 1 else ""
+    K = export[pre + "max_logvar"].shape[1]
+    layers_in = export[pre + "layers.0.weight"].shape[1]
+    if E > 1:
+        model = Ensemble([GaussianMLP(sequential(meta["layers"], layers_in), K) for _ in range(E)])
+    else:
+        model = GaussianMLP(sequential(meta["layers"], layers_in), K)
     model.load_state_dict({k: torch.tensor(v.copy()) for k, v in export.items()}, strict=True)
     obs = torch.tensor(inputs["obs"], dtype=torch.float32)
     act = torch.tensor(inputs["actions"], dtype=torch.float32)
     with torch.no_grad():
         x = (torch.cat([obs, act], 1) - stats["x_mean"]) / stats["x_std"]
-        mean, logvar = model(x)
+        if E > 1:
+            mean, aleatoric, epistemic = model(x)
+        else:
+            mean, logvar = model(x)
+            aleatoric, epistemic = torch.exp(logvar), torch.zeros_like(mean)
         y = mean * stats["y_std"] + stats["y_mean"]
-        var = torch.exp(logvar) * stats["y_std"] ** 2
+        s2 = stats["y_std"] ** 2
+        var = (aleatoric + epistemic) * s2
     S = obs.shape[1]
     want = {"next_obs": obs + y[:, :S], "reward": y[:, S], "next_obs_var": var[:, :S],
             "reward_var": var[:, S]}
+    if E > 1:
+        want.update({"next_obs_aleatoric": (aleatoric * s2)[:, :S],
+                     "reward_aleatoric": (aleatoric * s2)[:, S],
+                     "next_obs_epistemic": (epistemic * s2)[:, :S],
+                     "reward_epistemic": (epistemic * s2)[:, S]})
+    if set(want) != set(pred):
+        print(f"gauss_cases: predict wrote {sorted(pred)}, expected {sorted(want)}")
+        return 1
     bad = 0
     for k, v in want.items():
         got = pred[k].astype(np.float64)

@@ -15,7 +15,12 @@
 #    relative (tests/gauss_cases.py; skipped without torch);
 #  - 1 epoch + --resume to 2 gives the losses of 2 epochs bit for bit (the
 #    bounds and their optimizer state are checkpointed), and a mixed_fp16
-#    run (loss scaler on) trains to a finite NLL and MSE.
+#    run (loss scaler on) trains to a finite NLL and MSE;
+#  - model.ensemble=3: train/eval agree, predict gives the ensemble mean,
+#    aleatoric and epistemic variances (aleatoric = the noise; epistemic
+#    positive and below it inside the data; var = their sum), the PyTorch
+#    Ensemble of docs/world_models.md on the export reproduces all of them
+#    to 1e-5, and resume is bit-exact.
 # Exit 77 without numpy.
 set -u
 src=$(realpath "$2")
@@ -109,5 +114,51 @@ import json, math, sys
 t = json.load(open('f16.json'))
 sys.exit(0 if t['precision'] == 'mixed_fp16' and math.isfinite(t['val_loss']) and 0 < t['val_mse'] < 0.5 else 1)" ||
   fail "mixed_fp16 run: $(cat f16.json)"
+
+# ---- an ensemble of 3 Gaussian members (model.ensemble=3) ------------------------
+"$bin" train "${common[@]}" model.ensemble=3 training.epochs=4 output.dir=runs/e --json --quiet \
+  >ens.json 2>ens.err || fail "train ensemble: $(cat ens.err)"
+"$bin" eval runs/e --json >ens_eval.json 2>ens_eval.err || fail "eval ensemble: $(cat ens_eval.err)"
+/usr/bin/python3 - ens.json ens_eval.json <<'EOF' || fail "ensemble train/eval: $(cat ens.json ens_eval.json)"
+import json, sys
+t, e = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert t["params"] == 3 * 4812, t["params"]   # 3 members of the model above
+assert abs(e["loss"] - t["val_loss"]) <= 1e-6 * abs(t["val_loss"]) and 0 < e["mse"] < 0.5, e
+EOF
+"$bin" predict runs/e --input query.npz --output ens_pred.safetensors >/dev/null 2>ens_pred.err ||
+  fail "predict ensemble: $(cat ens_pred.err)"
+"$bin" ckpt export runs/e --torch -o ens_export.safetensors >/dev/null 2>ens_exp.err ||
+  fail "export ensemble: $(cat ens_exp.err)"
+/usr/bin/python3 "$src/tests/gauss_cases.py" export ens_export.safetensors query.npz ens_pred.safetensors
+rc=$?
+[ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "ensemble predict differs from the PyTorch Ensemble on the export"
+/usr/bin/python3 - ens_pred.safetensors <<'EOF' || fail "ensemble variances"
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+a = {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                      np.float32).reshape(v["shape"]) for k, v in h.items()}
+al, ep = np.median(a["next_obs_aleatoric"][:, 1]), np.median(a["next_obs_epistemic"][:, 1])
+print(f"ensemble, velocity: median aleatoric {al:.5f} (noise 0.0025), epistemic {ep:.2e}")
+assert 0.0025 / 1.6 < al < 0.0025 * 1.6, al
+assert 0 < ep < al, ep            # inside the data: members agree better than the noise
+np.testing.assert_allclose(a["next_obs_var"], a["next_obs_aleatoric"] + a["next_obs_epistemic"],
+                           rtol=1e-6)
+EOF
+# bit-exact resume of the ensemble (bootstraps re-drawn from the seed, all members' state saved)
+"$bin" train "${common[@]}" model.ensemble=3 training.epochs=2 output.dir=runs/ea --json --quiet \
+  >ea.json 2>ea.err || fail "ensemble 2 epochs: $(cat ea.err)"
+"$bin" train "${common[@]}" model.ensemble=3 training.epochs=1 output.dir=runs/eb --quiet \
+  >/dev/null 2>eb.err || fail "ensemble 1 epoch: $(cat eb.err)"
+"$bin" train --resume runs/eb data.path=buffer.npz training.epochs=2 --json --quiet >eb.json \
+  2>eb.err || fail "ensemble resume: $(cat eb.err)"
+/usr/bin/python3 -c "
+import json, sys
+a, b = json.load(open('ea.json')), json.load(open('eb.json'))
+sys.exit(0 if (a['val_loss'], a['val_mse'], a['final_train_loss']) ==
+              (b['val_loss'], b['val_mse'], b['final_train_loss']) else 1)" ||
+  fail "ensemble resume is not bit-exact: $(cat ea.json eb.json)"
 
 exit $((fails > 0))

@@ -59,6 +59,7 @@ typedef enum mxp_loss_kind {
 MXP_API const char *mxp_loss_kind_name(mxp_loss_kind k);
 
 #define MXP_MODEL_MAX_LAYERS 64
+#define MXP_MODEL_MAX_ENSEMBLE 64 /* members of an ensemble (spec.ensemble) */
 
 typedef struct mxp_layer_spec {
     mxp_layer_kind kind;
@@ -78,6 +79,19 @@ typedef struct mxp_model_spec {
     int64_t vocab_size;  /* V: embedding rows and lm_head outputs */
     int n_heads;         /* attention heads; C % n_heads == 0 */
     float embed_scale;   /* multiplier of the embedding output (1) */
+    /* Ensemble (src/nn/ensemble.c; MLP layers only): E independent copies
+     * ("members") of the layer list, each with its own parameters, member
+     * e's a contiguous block of P/E in every slab, named
+     * "members.<e>.<name of the single model's tensor>" (PyTorch
+     * nn.ModuleList "members"). A step's batch holds E * B rows, member e's
+     * B rows at [e B, (e+1) B) (targets likewise); each member runs its own
+     * forward, loss and backward (one after another, reusing the
+     * activation memory planned for max_batch rows, which counts rows PER
+     * MEMBER); *loss is the mean of the member losses and each member's
+     * gradients are those of its own loss (the gradient of their sum, as
+     * mbrl-lib trains its ensembles). Predict runs every member on the same
+     * x: pred [E, B, out_dim]. 0 or 1: one model. */
+    int ensemble;
 } mxp_model_spec;
 
 /* An MLP spec: depth x (linear(hidden) -> [layernorm] -> act), then
@@ -144,6 +158,8 @@ MXP_API const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
 
 MXP_API size_t mxp_model_num_params(const mxp_model *m);
 MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
+/* Members of an ensemble (spec.ensemble), 1 for one model. */
+MXP_API int mxp_model_ensemble(const mxp_model *m);
 /* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
  * (MXP_LOSS_GAUSSIAN: mean and log-variance per target). */
 MXP_API int64_t mxp_model_target_dim(const mxp_model *m);
@@ -231,7 +247,8 @@ MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backwar
 MXP_API void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
 /* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT; for
- * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]). */
+ * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]); an
+ * ensemble writes [E, B, out_dim], member-major (spec.ensemble). */
 MXP_API mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B, float *pred,
                                      mxp_error *err);
 

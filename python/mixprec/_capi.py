@@ -98,7 +98,7 @@ class ModelSpec(Structure):
     _fields_ = [("in_dim", c_int64), ("max_batch", c_int64), ("n_layers", c_int),
                 ("layers", LayerSpec * MODEL_MAX_LAYERS), ("loss", c_int),
                 ("layernorm_eps", c_float), ("seq_len", c_int64), ("vocab_size", c_int64),
-                ("n_heads", c_int), ("embed_scale", c_float)]
+                ("n_heads", c_int), ("embed_scale", c_float), ("ensemble", c_int)]
 
 
 class TensorInfo(Structure):

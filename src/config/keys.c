@@ -421,6 +421,10 @@ static const mxp_config_key kKeys[] = {
              "regression head of world_model and regressor: deterministic (mean, MSE loss) | "
              "gaussian (mean and log-variance with learned soft bounds, Gaussian NLL loss; "
              "docs/world_models.md) (deterministic)"),
+    KEY_INT("model.ensemble", MXP_STORE_I64, ensemble, 1, 1, MXP_MODEL_MAX_ENSEMBLE,
+            "members of a world_model or regressor ensemble, 1..64, each trained on its own "
+            "bootstrap of the data; predict gives the ensemble mean and the aleatoric and "
+            "epistemic variances (docs/world_models.md) (1)"),
     KEY_STR("model.init_from", init_from, "none",
             "safetensors file of initial weights (F32, BF16 or F16) named as PyTorch "
             "nn.Sequential's state_dict, layers.<i>.weight [out, in] and layers.<i>.bias; every "

@@ -167,6 +167,16 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
                              s->n_layers - 1, mxp_layer_kind_name(last->kind));
     mxp_status es = nn_ext_validate(s, err);
     if (es != MXP_OK) return es;
+    if (s->ensemble < 0 || s->ensemble > MXP_MODEL_MAX_ENSEMBLE)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.ensemble=%d; accepted: 0..%d (0 and 1: one model)",
+                             s->ensemble, MXP_MODEL_MAX_ENSEMBLE);
+    for (int i = 0; s->ensemble > 1 && i < s->n_layers; i++)
+        if (nn_kind_is_ext(s->layers[i].kind))
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.ensemble=%d with a %s layer; accepted: ensembles of MLP "
+                                 "layers (linear, relu, gelu, tanh, layernorm)",
+                                 s->ensemble, mxp_layer_kind_name(s->layers[i].kind));
     if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.loss=%d unknown; accepted: mse, xent, gaussian (0..%d)",
@@ -264,6 +274,17 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
         m->width[i + 1] = w;
         if (w > m->max_width) m->max_width = w;
     }
+    m->ens = s->ensemble > 1 ? s->ensemble : 1;
+    m->ens_p1 = P;
+    m->ens_member = -1;
+    if (m->ens > 1) { /* members 1..E-1 follow member 0's block */
+        if (!mxp_size_mul(P, (size_t)m->ens, &P)) goto overflow;
+        if (!nn_ens_tensors(m))
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.ensemble=%d: %d members of %d tensors exceed the model's "
+                                 "%d tensors; accepted: fewer members or layers",
+                                 m->ens, m->ens, m->n_tensors, NN_MAX_TENSORS);
+    }
     m->n_params = P;
     return MXP_OK;
 overflow:
@@ -282,9 +303,24 @@ static void install_weights(const mxp_model *m, const mxp_precision_policy *p,
 /* PyTorch init in slab order from one RNG stream: linear weight then bias,
  * each U(-1/sqrt(in), 1/sqrt(in)); layernorm gamma 1, beta 0. Values are
  * drawn in FP32 into dst [P]. */
-static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
+static void init_member(const mxp_model *m, mxp_rng *rp, float *dst);
+
+/* Members of an ensemble one after another from the same stream (member
+ * 0's values are those of the single model of the same seed). */
+static void init_params(mxp_model *m, uint64_t seed, float *dst) {
     mxp_rng r;
     mxp_rng_init(&r, seed);
+    int cur = 0;
+    for (int e = 0; e < m->ens; e++) {
+        cur = nn_ens_view(m, cur, e);
+        init_member(m, &r, dst);
+    }
+    nn_ens_view(m, cur, 0);
+    m->ens_member = -1;
+}
+
+static void init_member(const mxp_model *m, mxp_rng *rp, float *dst) {
+    mxp_rng r = *rp;
     for (int l = 0; l < m->n_layers; l++) {
         const nn_layer *L = &m->layers[l];
         if (L->kind == MXP_LAYER_LINEAR) {
@@ -305,6 +341,7 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
             nn_ext_init(m, l, &r, dst);
         }
     }
+    *rp = r;
 }
 
 /* FP32 staging [P] for weights being re-installed: the grad slab, or for
@@ -600,6 +637,7 @@ const mxp_precision_policy *mxp_model_policy(const mxp_model *m) {
 const mxp_model_spec *mxp_model_get_spec(const mxp_model *m) { return &m->spec; }
 size_t mxp_model_num_params(const mxp_model *m) { return m->n_params; }
 int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
+int mxp_model_ensemble(const mxp_model *m) { return m->ens; }
 int64_t mxp_model_target_dim(const mxp_model *m) {
     const int64_t o = m->width[m->n_layers];
     return m->spec.loss == MXP_LOSS_GAUSSIAN ? o / 2 : o;

@@ -530,6 +530,8 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
+        return nn_ens_step(m, b, backward, loss_scale, loss, site, err);
     if (backward && m->inference)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "mxp_model_step: backward=true on a model created with "
@@ -585,6 +587,8 @@ void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backwa
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
                              float *pred, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
+        return nn_ens_predict(m, x, B, pred, err);
     mxp_status s = check_rows(m, x, B, err);
     if (s) return s;
     if (!pred)

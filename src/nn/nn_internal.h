@@ -137,6 +137,10 @@ struct mxp_model {
     bool grad_write;           /* inside that backward: parameter gradients are written
                                   ("=": GEMM beta 0, slices of "+=" kernels zeroed
                                   first, nn_grad_beta / nn_grad_zero), not added */
+    int ens;                   /* ensemble members E >= 1 (spec.ensemble; ensemble.c) */
+    size_t ens_p1;             /* parameters per member (P / E) */
+    int ens_member;            /* inside a member's pass: its index (the layers'
+                                  offsets point into its block); -1 outside */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
 };
@@ -214,6 +218,24 @@ double nn_gauss_loss(mxp_model *m, const float *pred, const float *y, int64_t B,
                      float *dpred32, float loss_scale);
 /* pred [B, 2D] raw outputs -> mean and bounded log-variance, in place. */
 void nn_gauss_bound_pred(const mxp_model *m, float *pred, int64_t B);
+
+/* ---- ensembles (ensemble.c) -------------------------------------------------
+ * Member e's parameters are the single model's, shifted by e * ens_p1 in
+ * every slab; during member e's pass every layer's offsets are shifted so,
+ * and the layer code runs unchanged. */
+
+/* Shift every layer's parameter offsets to member e's block (from member
+ * cur's) and mark the pass as member e's (m->ens_member = e; the caller
+ * sets -1 when done); returns e. */
+int nn_ens_view(mxp_model *m, int cur, int e);
+/* Replicate the tensor table of member 0 for members 1..E-1 and prefix
+ * every name with "members.<e>."; false when the table overflows. */
+bool nn_ens_tensors(mxp_model *m);
+/* mxp_model_step / mxp_model_predict of an ensemble (m->ens > 1, outside a
+ * member's pass): every member on its rows / on x. */
+mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       double *loss, mxp_nonfinite_site *site, mxp_error *err);
+mxp_status nn_ens_predict(mxp_model *m, const float *x, int64_t B, float *pred, mxp_error *err);
 
 /* ---- helpers shared by the layer files ----------------------------------- */
 
