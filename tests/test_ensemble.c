@@ -20,7 +20,8 @@
  *    5 times larger far outside it (x = 4), where the members were never
  *    fitted; the members differ (bootstraps and inits).
  *  - refusals: an ensemble of GPT layers, a batch that is not E blocks, a
- *    classifier with model.ensemble > 1, precision=auto.
+ *    classifier with model.ensemble > 1, precision=auto, per-layer loss
+ *    scaling.
  */
 #include <math.h>
 #include <stdio.h>
@@ -274,6 +275,35 @@ static void test_config(void) {
     CHECK(!make_config(big, 1, &cfg, &err) && strstr(err.msg, "model.ensemble"));
     const char *def[] = {"model.workload=regressor"};
     CHECK(make_config(def, 1, &cfg, &err) && cfg.ensemble == 1);
+    /* refused for ensembles, by name: per-layer loss scaling, precision auto */
+    static float x[64 * 2], y[64 * 2];
+    for (int i = 0; i < 128; i++) x[i] = y[i] = (float)(i % 7) * 0.1f;
+    static const char *const refused[2] = {"training.loss_scale.per_layer=true",
+                                           "training.precision=auto"};
+    for (int k = 0; k < 2; k++) {
+        const char *kv[] = {"model.workload=regressor", "model.ensemble=2",
+                            "training.precision=mixed_fp16", "training.batch_size=8",
+                            "checkpoint.enabled=false", refused[k]};
+        if (!make_config(kv, 6, &cfg, &err)) {
+            CHECK_MSG(false, "config: %s", err.msg);
+            continue;
+        }
+        mxp_dataset *d = NULL;
+        const int64_t sh[2] = {64, 2};
+        CHECK_OK(mxp_dataset_create(&d, &err), &err);
+        CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, sh, x, &err), &err);
+        CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_F32, 2, sh, y, &err), &err);
+        mxp_run_options o = mxp_run_options_default();
+        o.data = d;
+        o.checkpoints = false;
+        mxp_run *run = NULL;
+        mxp_status s = mxp_run_create(&cfg, &o, &run, &err);
+        if (s == MXP_OK) s = mxp_run_train(run, 0, 0, &err);
+        CHECK_MSG(s != MXP_OK && strstr(err.msg, "ensembles"), "%s with an ensemble: %d %s",
+                  refused[k], (int)s, err.msg);
+        mxp_run_destroy(run);
+        mxp_dataset_destroy(d);
+    }
 }
 
 int main(void) {
