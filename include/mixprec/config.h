@@ -121,6 +121,12 @@ typedef struct mxp_config {
                                            replacing hidden/depth/activation/layernorm ("none") */
     char init_from[MXP_CONFIG_STR_MAX]; /* model.init_from: safetensors of initial weights
                                            named layers.<i>.weight/.bias ("none") */
+    mxp_loss_kind head;             /* model.head deterministic (MXP_LOSS_MSE) | gaussian
+                                       (MXP_LOSS_GAUSSIAN): the regression head
+                                       (docs/world_models.md) (deterministic) */
+    int64_t ensemble;               /* model.ensemble: members 1..64 of a world_model or
+                                       regressor ensemble, each on its own bootstrap
+                                       (docs/world_models.md) (1) */
     /* data.* */
     mxp_replay_config data;         /* data.env, data.trajectories, data.episode_length,
                                        data.val_fraction; seed = training.seed */

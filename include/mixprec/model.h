@@ -43,12 +43,23 @@ MXP_API const char *mxp_layer_kind_name(mxp_layer_kind k);
 typedef enum mxp_loss_kind {
     MXP_LOSS_MSE,  /* mean over all elements of (pred - y)^2 */
     MXP_LOSS_XENT, /* softmax cross-entropy against int32 labels, mean over B */
+    /* Gaussian head (PETS; mbrl-lib GaussianMLP), model.head=gaussian: the
+     * last linear layer has 2D outputs, per row the mean [D] then the raw
+     * log-variance [D], for D targets (y: FP32 [B, D]). The log-variance is
+     * soft-bounded by the learned parameters max_logvar and min_logvar
+     * (tensors of shape [1, D], init 0.5 and -10, trained and saved with
+     * the others; they extend the last linear layer's parameter range):
+     *   lv = max - softplus(max - raw);  lv = min + softplus(lv - min)
+     * loss = mean over B*D of (mean - y)^2 exp(-lv) + lv
+     *        + 0.01 (sum max_logvar - sum min_logvar)      (FP32) */
+    MXP_LOSS_GAUSSIAN,
     MXP_LOSS_KIND_COUNT
 } mxp_loss_kind;
 
 MXP_API const char *mxp_loss_kind_name(mxp_loss_kind k);
 
 #define MXP_MODEL_MAX_LAYERS 64
+#define MXP_MODEL_MAX_ENSEMBLE 64 /* members of an ensemble (spec.ensemble) */
 
 typedef struct mxp_layer_spec {
     mxp_layer_kind kind;
@@ -68,6 +79,19 @@ typedef struct mxp_model_spec {
     int64_t vocab_size;  /* V: embedding rows and lm_head outputs */
     int n_heads;         /* attention heads; C % n_heads == 0 */
     float embed_scale;   /* multiplier of the embedding output (1) */
+    /* Ensemble (src/nn/ensemble.c; MLP layers only): E independent copies
+     * ("members") of the layer list, each with its own parameters, member
+     * e's a contiguous block of P/E in every slab, named
+     * "members.<e>.<name of the single model's tensor>" (PyTorch
+     * nn.ModuleList "members"). A step's batch holds E * B rows, member e's
+     * B rows at [e B, (e+1) B) (targets likewise); each member runs its own
+     * forward, loss and backward (one after another, reusing the
+     * activation memory planned for max_batch rows, which counts rows PER
+     * MEMBER); *loss is the mean of the member losses and each member's
+     * gradients are those of its own loss (the gradient of their sum, as
+     * mbrl-lib trains its ensembles). Predict runs every member on the same
+     * x: pred [E, B, out_dim]. 0 or 1: one model. */
+    int ensemble;
 } mxp_model_spec;
 
 /* An MLP spec: depth x (linear(hidden) -> [layernorm] -> act), then
@@ -134,6 +158,11 @@ MXP_API const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
 
 MXP_API size_t mxp_model_num_params(const mxp_model *m);
 MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
+/* Members of an ensemble (spec.ensemble), 1 for one model. */
+MXP_API int mxp_model_ensemble(const mxp_model *m);
+/* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
+ * (MXP_LOSS_GAUSSIAN: mean and log-variance per target). */
+MXP_API int64_t mxp_model_target_dim(const mxp_model *m);
 MXP_API float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
 MXP_API void *mxp_model_work(mxp_model *m, mxp_dtype *type);
 /* The FP32 grad slab [P] (NULL for an inference-only model). After
@@ -187,8 +216,8 @@ MXP_API int mxp_model_layer_param_group(const mxp_model *m, int l);
  * (the default) switches it off. */
 MXP_API void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
 
-/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE) or labels:
- * int32 [B] in [0, out_dim) (XENT). */
+/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE), FP32
+ * [B, out_dim / 2] (GAUSSIAN) or labels: int32 [B] in [0, out_dim) (XENT). */
 typedef struct mxp_batch {
     const float *x;
     const float *y;
@@ -217,7 +246,9 @@ MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backwar
  * Either pointer may be NULL. */
 MXP_API void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
-/* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT). */
+/* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT; for
+ * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]); an
+ * ensemble writes [E, B, out_dim], member-major (spec.ensemble). */
 MXP_API mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B, float *pred,
                                      mxp_error *err);
 

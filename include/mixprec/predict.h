@@ -54,15 +54,20 @@ MXP_API mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *d
 
 /* Predict on inputs (float arrays): x [N, D] -> y [N, K] (classifier:
  * logits [N, C]); world model obs [N, S] and actions [N, A] -> next_obs
- * [N, S] and reward [N], de-standardised (obs + delta * std + mean). *out
+ * [N, S] and reward [N], de-standardised (obs + delta * std + mean). A
+ * Gaussian head (model.head=gaussian) predicts its mean so and adds the
+ * variances in the data's units: y_var [N, K] (regressor), next_obs_var
+ * [N, S] and reward_var [N] (world model: exp(log-variance) * std^2). *out
  * is a new dataset (float32 arrays) on success. */
 MXP_API mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_dataset **out,
                                          mxp_error *err);
 
 /* A safetensors file for PyTorch: the FP32 weights under nn.Sequential's
- * state_dict names (layers.<i>.weight / .bias) and, for the world model,
- * the statistics as F32 tensors x_mean, x_std [S+A], y_mean, y_std [S+1];
- * metadata "layers" (the model.layers list of the model), "kind". */
+ * state_dict names (layers.<i>.weight / .bias; a Gaussian head also
+ * max_logvar, min_logvar [1, K]) and, for the world model, the statistics
+ * as F32 tensors x_mean, x_std [S+A], y_mean, y_std [S+1]; metadata
+ * "layers" (the model.layers list of the model), "kind", "head"
+ * (deterministic|gaussian; docs/world_models.md has the module). */
 MXP_API mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_error *err);
 
 #ifdef __cplusplus

@@ -75,6 +75,10 @@ typedef struct mxp_run_eval {
     double loss;          /* mean loss on the held-out split */
     double accuracy;      /* top-1 in [0, 1] (classifiers), else NaN */
     double bits_per_char; /* loss / ln 2 (language models), else NaN */
+    double mse;           /* regression (world model, regressor): MSE of the predicted
+                             mean on the targets as trained (the loss itself for
+                             model.head=deterministic; beside the Gaussian head's NLL,
+                             the loss), else NaN */
     /* world models: mean squared open-loop state error after
      * mxp_open_loop_horizon(i) steps, in units of each state column's
      * standard deviation, over every start on the held-out episodes that

@@ -94,7 +94,9 @@ class Predictor(_lib.Handle):
     def predict(self, x=None, **arrays):
         """x [N, D] -> y [N, K] (classifier: logits [N, C]); or obs=[N, S],
         actions=[N, A] -> {"next_obs": [N, S], "reward": [N]} in the data's
-        units. A single x returns an array, anything else a dict."""
+        units; a Gaussian head (model.head=gaussian) adds the variances
+        "next_obs_var" [N, S], "reward_var" [N] (regressor: "y_var" [N, K]).
+        A single x returns an array, anything else a dict."""
         if x is not None:
             arrays["x"] = x
         ds = _data.Dataset(arrays)

@@ -7,6 +7,16 @@
     next_obs, reward = module(obs, actions)            # world model, data units
     y = module(x)                                      # regressor: y; classifier: logits
 
+A Gaussian head (export metadata head=gaussian, docs/world_models.md) adds
+the learned bounds `max_logvar`, `min_logvar` [1, K] as parameters and its
+forward returns the variances too, in the data's units, as `mixprec predict`:
+    next_obs, reward, next_obs_var, reward_var = module(obs, actions)
+    y, y_var = module(x)                               # regressor
+An ensemble (metadata ensemble=E) holds its members as `members.<e>.layers`
+(and `.max_logvar`, `.min_logvar`), and forward returns the dict of arrays
+`mixprec predict` writes: the ensemble mean, the total variance, and its
+aleatoric (Gaussian heads) and epistemic parts.
+
 The module's state_dict holds `layers.<i>.weight/.bias` (an nn.Sequential
 named `layers`, as the export) and, for the world model, the buffers
 `x_mean`, `x_std`, `y_mean`, `y_std`: forward standardises [obs, actions]
@@ -23,6 +33,7 @@ from . import _ckpt, _lib
 
 LAYERNORM_EPS = 1e-5  # mixprec's (model.h: mxp_model_spec.layernorm_eps), torch's default
 STATS = ("x_mean", "x_std", "y_mean", "y_std")
+BOUNDS = ("max_logvar", "min_logvar")  # a Gaussian head's soft log-variance bounds
 
 
 def _is_export(path):
@@ -78,15 +89,23 @@ def _from_export(path):
                          % (path, kind), "format_error")
     eps = float(meta.get("layernorm_eps", LAYERNORM_EPS))
     acts = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "tanh": torch.nn.Tanh}
+    try:
+        n_members = int(meta.get("ensemble", "1"))
+    except ValueError:
+        n_members = 0
+    if not 1 <= n_members <= 64:
+        raise _lib.Error("%s: metadata ensemble=%r; accepted: 1..64" %
+                         (path, meta.get("ensemble")), "format_error")
+    pre = "members.0." if n_members > 1 else ""  # an ensemble: member 0 shapes the layers
     mods, width = [], None
     for i, item in enumerate(_parse_layers(path, meta["layers"])):
-        w = tensors.get("layers.%d.weight" % i)
+        w = tensors.get(pre + "layers.%d.weight" % i)
         if item.startswith("linear"):
             if w is None or w.ndim != 2:
                 raise _lib.Error("%s: layer %d (%s) needs a 2-D layers.%d.weight" %
                                  (path, i, item, i), "format_error")
             mods.append(torch.nn.Linear(w.shape[1], w.shape[0],
-                                        bias=("layers.%d.bias" % i) in tensors))
+                                        bias=(pre + "layers.%d.bias" % i) in tensors))
             width = w.shape[0]
         elif item == "layernorm":
             n = w.shape[0] if w is not None and w.ndim == 1 else width
@@ -99,9 +118,34 @@ def _from_export(path):
         else:
             raise _lib.Error("%s: layer %d is %r; accepted: linear:N, relu, gelu, tanh, "
                              "layernorm" % (path, i, item), "unsupported")
+    gauss = meta.get("head", "deterministic")
+    if gauss not in ("deterministic", "gaussian") or (gauss == "gaussian" and kind == "classifier"):
+        raise _lib.Error("%s: metadata head=%r; accepted: deterministic, or gaussian for a "
+                         "world_model or regressor" % (path, gauss), "format_error")
+    gauss = gauss == "gaussian"
     module = _module(kind, torch.nn.Sequential(*mods), meta)
+    if n_members > 1:  # members.<e>.layers / .max_logvar / .min_logvar, as the export
+        import copy
+        members = torch.nn.ModuleList()
+        for _ in range(n_members):
+            member = torch.nn.Module()
+            member.layers = copy.deepcopy(module.layers)
+            members.append(member)
+        del module.layers
+        module.members = members
+    owners = list(module.members) if n_members > 1 else [module]
+    prefixes = ["members.%d." % e for e in range(n_members)] if n_members > 1 else [""]
     state = {k: torch.from_numpy(v) for k, v in tensors.items()
-             if k.startswith("layers.") or (kind == "world_model" and k in STATS)}
+             if k.startswith("layers.") or k.startswith("members.") or
+             (kind == "world_model" and k in STATS) or (gauss and k in BOUNDS)}
+    if gauss:
+        missing = [p + k for p in prefixes for k in BOUNDS if p + k not in tensors]
+        if missing:
+            raise _lib.Error("%s: a Gaussian head needs %s; missing %s" %
+                             (path, ", ".join(BOUNDS), ", ".join(missing)), "format_error")
+        for owner, p in zip(owners, prefixes):
+            for k in BOUNDS:
+                setattr(owner, k, torch.nn.Parameter(torch.empty(tensors[p + k].shape)))
     if kind == "world_model":
         missing = [k for k in STATS if k not in tensors]
         if missing:
@@ -130,12 +174,43 @@ def _module_class():
             self.metadata = dict(metadata)
             self.layers = layers
 
+        @staticmethod
+        def _member(owner, z):
+            """One MLP; a Gaussian head's mean and bounded log-variance."""
+            out = owner.layers(z)
+            if not hasattr(owner, "max_logvar"):
+                return out, None
+            k = owner.max_logvar.shape[1]
+            F = torch.nn.functional
+            lv = owner.max_logvar - F.softplus(owner.max_logvar - out[..., k:])
+            lv = owner.min_logvar + F.softplus(lv - owner.min_logvar)
+            return out[..., :k], lv
+
+        def _head(self, z):
+            """The mean; the variance (None for one deterministic model);
+            for an ensemble also its aleatoric and epistemic parts."""
+            if not hasattr(self, "members"):
+                y, lv = self._member(self, z)
+                return y, (None if lv is None else torch.exp(lv)), None
+            outs = [self._member(m, z) for m in self.members]
+            means = torch.stack([o[0] for o in outs])
+            mean = means.mean(0)
+            epi = ((means - mean) ** 2).mean(0)
+            alea = None if outs[0][1] is None else torch.exp(torch.stack([o[1] for o in outs])).mean(0)
+            return mean, epi if alea is None else alea + epi, (alea, epi)
+
         def forward(self, *args):
             if self.kind != "world_model":
                 if len(args) != 1:
                     raise TypeError("a %s takes forward(x); got %d arguments" %
                                     (self.kind, len(args)))
-                return self.layers(torch.as_tensor(args[0], dtype=torch.float32))
+                y, var, parts = self._head(torch.as_tensor(args[0], dtype=torch.float32))
+                if parts is not None:
+                    out = {"y": y, "y_var": var, "y_epistemic": parts[1]}
+                    if parts[0] is not None:
+                        out["y_aleatoric"] = parts[0]
+                    return out
+                return y if var is None else (y, var)
             if len(args) != 2:
                 raise TypeError("a world model takes forward(obs, actions); got %d arguments"
                                 % len(args))
@@ -149,8 +224,21 @@ def _module_class():
                                  (tuple(obs.shape), tuple(actions.shape), s,
                                   self.x_mean.shape[0] - s))
             z = (torch.cat([obs, actions], 1) - self.x_mean) / self.x_std
-            y = self.layers(z) * self.y_std + self.y_mean
-            return obs + y[:, :s], y[:, s]
+            y, var, parts = self._head(z)
+            y = y * self.y_std + self.y_mean
+            if var is None:
+                return obs + y[:, :s], y[:, s]
+            s2 = self.y_std ** 2
+            var = var * s2
+            if parts is None:
+                return obs + y[:, :s], y[:, s], var[:, :s], var[:, s]
+            out = {"next_obs": obs + y[:, :s], "reward": y[:, s], "next_obs_var": var[:, :s],
+                   "reward_var": var[:, s]}
+            for name, v in zip(("aleatoric", "epistemic"), parts):
+                if v is not None:
+                    out["next_obs_" + name] = (v * s2)[:, :s]
+                    out["reward_" + name] = (v * s2)[:, s]
+            return out
 
     return MixprecModule
 

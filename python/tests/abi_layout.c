@@ -30,6 +30,7 @@ int main(void) {
     F(mxp_run_options, checkpoints); F(mxp_run_options, resume);
     S(mxp_run_eval); F(mxp_run_eval, loss); F(mxp_run_eval, bits_per_char);
     F(mxp_run_eval, open_loop);
+    F(mxp_run_eval, mse);
     S(mxp_run_info); F(mxp_run_info, loss_scale); F(mxp_run_info, precision);
     F(mxp_run_info, emulated); F(mxp_run_info, last_loss); F(mxp_run_info, stopped);
     F(mxp_run_info, checkpoints_written); F(mxp_run_info, last_checkpoint);
@@ -40,6 +41,7 @@ int main(void) {
     F(mxp_run_info, best_checkpoint);
     S(mxp_layer_spec); S(mxp_model_spec); F(mxp_model_spec, layers); F(mxp_model_spec, loss);
     F(mxp_model_spec, layernorm_eps); F(mxp_model_spec, seq_len); F(mxp_model_spec, embed_scale);
+    F(mxp_model_spec, ensemble);
     S(mxp_tensor_info); F(mxp_tensor_info, ndim); F(mxp_tensor_info, shape);
     S(mxp_array); F(mxp_array, shape); F(mxp_array, numel); F(mxp_array, data);
     S(mxp_obs_settings); F(mxp_obs_settings, http_port); F(mxp_obs_settings, token_file);

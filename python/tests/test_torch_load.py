@@ -57,6 +57,55 @@ class TorchLoadTest(TmpDirCase):
         # and the safetensors package played no part
         self.assertNotIn("safetensors", sys.modules)
 
+    def test_gaussian_world_model_returns_variances(self):
+        """model.head=gaussian (docs/world_models.md): the bounds load as
+        parameters and forward returns predict's four arrays."""
+        data = world_arrays()
+        cfg = mixprec.Config(model={"workload": "world_model", "head": "gaussian"},
+                             training={"epochs": 2, "batch_size": 16},
+                             output={"dir": self.path("gauss")})
+        run = mixprec.Run(cfg, data=data, model=["linear:32", "gelu", "linear"])
+        run.train()
+        ev = run.evaluate()
+        run.close()
+        self.assertTrue(ev["mse"] is not None and ev["mse"] > 0 and ev["loss"] is not None)
+        obs, act = data["obs"][:, 3] + 0.5, data["actions"][:, 3]
+        with mixprec.Predictor(self.path("gauss"), precision="fp32") as p:
+            want = p.predict(obs=obs, actions=act)
+            module = p.to_torch()
+        self.assertEqual(sorted(k for k in module.state_dict() if not k.startswith("layers.")),
+                         ["max_logvar", "min_logvar", "x_mean", "x_std", "y_mean", "y_std"])
+        with torch.no_grad():
+            got = module(torch.from_numpy(obs), torch.from_numpy(act))
+        for name, g in zip(("next_obs", "reward", "next_obs_var", "reward_var"), got):
+            np.testing.assert_allclose(g.numpy(), want[name], rtol=1e-5, atol=1e-6,
+                                       err_msg=name)
+        self.assertTrue((want["next_obs_var"] > 0).all() and (want["reward_var"] > 0).all())
+
+    def test_gaussian_ensemble_returns_predicts_arrays(self):
+        """model.ensemble=3 with Gaussian heads: members.<e>.* load, forward
+        returns predict's arrays (mean, total, aleatoric, epistemic)."""
+        data = world_arrays()
+        cfg = mixprec.Config(model={"workload": "world_model", "head": "gaussian",
+                                    "ensemble": 3},
+                             training={"epochs": 2, "batch_size": 16},
+                             output={"dir": self.path("ens")})
+        run = mixprec.Run(cfg, data=data, model=["linear:16", "tanh", "linear"])
+        run.train()
+        run.close()
+        obs, act = data["obs"][:, 3] + 0.5, data["actions"][:, 3]
+        with mixprec.Predictor(self.path("ens"), precision="fp32") as p:
+            want = p.predict(obs=obs, actions=act)
+            module = p.to_torch()
+        self.assertIn("members.2.max_logvar", module.state_dict())
+        with torch.no_grad():
+            got = module(torch.from_numpy(obs), torch.from_numpy(act))
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5, atol=1e-7,
+                                       err_msg=name)
+        self.assertTrue((want["next_obs_epistemic"] > 0).all())
+
     def test_export_file_and_cli_predict(self):
         need_cli(self)
         data = world_arrays()

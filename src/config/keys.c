@@ -25,6 +25,7 @@ static_assert(sizeof(mxp_layer_kind) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_env_kind) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_log_level) == sizeof(int), "enum size");
 static_assert(sizeof(mxp_lr_schedule) == sizeof(int), "enum size");
+static_assert(sizeof(mxp_loss_kind) == sizeof(int), "enum size");
 
 /* ---- enum choices ------------------------------------------------------- */
 
@@ -57,6 +58,11 @@ static_assert(MXP_LR_SCHEDULE_COUNT == 2, "update kScheduleChoices");
 static const mxp_key_choice kAccumChoices[] = {
     {"fp32", 0, false},
     {"fp16", 1, false},
+};
+
+static const mxp_key_choice kHeadChoices[] = {
+    {"deterministic", MXP_LOSS_MSE, false},
+    {"gaussian", MXP_LOSS_GAUSSIAN, false},
 };
 
 static const mxp_key_choice kActChoices[] = {
@@ -411,6 +417,14 @@ static const mxp_config_key kKeys[] = {
             "[linear:512, gelu, layernorm, linear:512, gelu, linear]: linear:WIDTH, relu, gelu, "
             "tanh, layernorm, ending with a bare linear (the target width); a YAML sequence "
             "works too; none = the shorthand (none)"),
+    KEY_ENUM("model.head", head, MXP_LOSS_MSE, kHeadChoices,
+             "regression head of world_model and regressor: deterministic (mean, MSE loss) | "
+             "gaussian (mean and log-variance with learned soft bounds, Gaussian NLL loss; "
+             "docs/world_models.md) (deterministic)"),
+    KEY_INT("model.ensemble", MXP_STORE_I64, ensemble, 1, 1, MXP_MODEL_MAX_ENSEMBLE,
+            "members of a world_model or regressor ensemble, 1..64, each trained on its own "
+            "bootstrap of the data; predict gives the ensemble mean and the aleatoric and "
+            "epistemic variances (docs/world_models.md) (1)"),
     KEY_STR("model.init_from", init_from, "none",
             "safetensors file of initial weights (F32, BF16 or F16) named as PyTorch "
             "nn.Sequential's state_dict, layers.<i>.weight [out, in] and layers.<i>.bias; every "

@@ -191,6 +191,25 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
             }
         }
     }
+    if (c->head == MXP_LOSS_GAUSSIAN && c->workload != MXP_WORKLOAD_WORLD_MODEL &&
+        c->workload != MXP_WORKLOAD_REGRESSOR) {
+        describe(b, "model.head", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: a Gaussian head predicts real-valued targets; accepted: "
+                             "model.head=deterministic with model.workload=%s, gaussian with "
+                             "world_model or regressor",
+                             l, c->workload == MXP_WORKLOAD_GPT ? "gpt" : "classifier");
+    }
+    if (c->ensemble > 1 && c->workload != MXP_WORKLOAD_WORLD_MODEL &&
+        c->workload != MXP_WORKLOAD_REGRESSOR) {
+        describe(b, "model.ensemble", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: ensembles are built for regression; accepted: "
+                             "model.ensemble=1 with model.workload=%s, 1..%d with world_model or "
+                             "regressor",
+                             l, c->workload == MXP_WORKLOAD_GPT ? "gpt" : "classifier",
+                             MXP_MODEL_MAX_ENSEMBLE);
+    }
     bool has_path = strcmp(c->wl.data_path, "none") != 0;
     if (has_path && c->workload == MXP_WORKLOAD_GPT) {
         describe(b, "data.path", l, sizeof l);

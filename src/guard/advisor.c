@@ -303,7 +303,7 @@ mxp_status mxp_guard_auto_precision(mxp_trainer *t, const mxp_guard_config *c, c
     if (nb > c->preflight_batches) nb = c->preflight_batches;
     if (nb > 64) nb = 64;
     mxp_batch batches[64];
-    const size_t in = (size_t)sp->in_dim, od = (size_t)mxp_model_out_dim(m);
+    const size_t in = (size_t)sp->in_dim, od = (size_t)mxp_model_target_dim(m);
     for (int64_t i = 0; i < nb; i++)
         batches[i] = (mxp_batch){.x = x + (size_t)(i * B) * in,
                                  .y = y + (size_t)(i * B) * od,

@@ -56,10 +56,12 @@ void guard_canary_free(guard_canary *c) {
 /* Loss of the best constant prediction on the probe, in the model's loss:
  * MSE (mean over B*C) of predicting each column's mean = the mean of the
  * population variances; cross-entropy of predicting the labels' empirical
- * distribution = its entropy (labels outside [0, C) are not counted). */
+ * distribution = its entropy (labels outside [0, C) are not counted). A
+ * Gaussian head's NLL takes the same mean variance as its scale (its NLL
+ * can be 0 or negative, so it has none of its own). */
 static double constant_loss(mxp_loss_kind loss, const mxp_batch *p, size_t B, size_t C) {
     double total = 0.0;
-    if (loss == MXP_LOSS_MSE) {
+    if (loss != MXP_LOSS_XENT) {
         if (!p->y) return 0.0;
         for (size_t c = 0; c < C; c++) {
             double mean = 0.0, ss = 0.0;
@@ -108,7 +110,7 @@ mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batc
     mxp_status s = mxp_model_create_inference(&spec, &pol, 0, &c->fp32, err);
     if (s != MXP_OK) return s;
     const size_t B = (size_t)probe->B, in = (size_t)sp->in_dim;
-    const size_t out = (size_t)mxp_model_out_dim(m);
+    const size_t out = (size_t)mxp_model_target_dim(m);
     c->x = mxp_calloc(B * in, sizeof(float));
     if (probe->y) c->y = mxp_calloc(B * out, sizeof(float));
     if (probe->labels) c->labels = mxp_calloc(B, sizeof(int32_t));

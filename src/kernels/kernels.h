@@ -291,6 +291,20 @@ typedef struct mxp_kernels {
      * buf may be NULL when momentum == 0. */
     void (*sgd)(const mxp_weights *w, const float *g, float *buf, size_t n,
                 const mxp_sgd_hparams *h, int64_t t);
+
+    /* --- Gaussian head loss (FP32; PETS / mbrl-lib GaussianMLP) ---
+     * pred [B, 2D]: per row the mean [D] then the raw log-variance [D];
+     * target [B, D]; bounds [2D]: max_logvar [D] then min_logvar [D].
+     * Soft bounds: lv = max - softplus(max - raw); lv = min + softplus(lv - min).
+     * *loss = mean over B*D of (mean - target)^2 exp(-lv) + lv,
+     *         plus 0.01 (sum max_logvar - sum min_logvar).
+     * dpred [B, 2D] = grad_scale * dloss/dpred ("=", may be NULL);
+     * dbounds [2D] += grad_scale * dloss/dbounds ("+=", may be NULL).
+     * Per-element math FP32, sums in double. Result through the pointer
+     * placed last; returns nothing. */
+    void (*gauss_nll)(float *dpred, float *dbounds, const float *pred, const float *target,
+                      const float *bounds, int64_t B, int64_t D, float grad_scale,
+                      double *loss);
 } mxp_kernels;
 
 /* The active kernel table (chosen once, thread-safe). */

@@ -198,6 +198,51 @@ static mxp_status input(const mxp_dataset *in, const char *name, int64_t cols, i
     return MXP_OK;
 }
 
+/* One output array of predict (a copy goes into o). */
+static mxp_status put(mxp_dataset *o, const char *name, int ndim, int64_t n, int64_t k,
+                      const float *v, mxp_error *err) {
+    const int64_t sh[2] = {n, k};
+    return mxp_dataset_add(o, name, MXP_ARRAY_F32, ndim, sh, v, err);
+}
+
+/* Rows [i, i + B) of the model's outputs yc [E, B, KO] combined per target
+ * j < K: the (ensemble) mean into mean, the aleatoric variance (mean over
+ * members of exp(log-variance); a Gaussian head) into alea and the
+ * epistemic one (population variance of the member means; an ensemble)
+ * into epi, variances times sd[j]^2 (the targets' std: data units). */
+static void combine(const float *yc, int E, int64_t B, int64_t KO, int64_t K, bool gauss,
+                    const float *sd, int64_t i, float *mean, float *alea, float *epi) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < K; j++) {
+            double mu = 0.0, a = 0.0, v = 0.0;
+            for (int e = 0; e < E; e++) {
+                const float *o = yc + ((size_t)e * (size_t)B + (size_t)b) * (size_t)KO;
+                mu += (double)o[j];
+                if (gauss) a += exp((double)o[K + j]);
+            }
+            mu /= E;
+            for (int e = 0; e < E; e++) {
+                const double d = (double)yc[((size_t)e * (size_t)B + (size_t)b) * (size_t)KO +
+                                            (size_t)j] - mu;
+                v += d * d;
+            }
+            const double s2 = sd ? (double)sd[j] * (double)sd[j] : 1.0;
+            const size_t at = (size_t)(i + b) * (size_t)K + (size_t)j;
+            mean[at] = (float)mu;
+            if (alea) alea[at] = (float)(a / E * s2);
+            if (epi) epi[at] = (float)(v / E * s2);
+        }
+}
+
+/* Variances of the world model's targets [N, S + 1] split into next_obs's
+ * [N, S] (in place, packed) and reward's [N] (into r). */
+static void split_targets(float *v, float *r, int64_t N, int64_t S) {
+    for (int64_t i = 0; i < N; i++) {
+        r[i] = v[i * (S + 1) + S];
+        memmove(v + i * S, v + i * (S + 1), (size_t)S * sizeof(float));
+    }
+}
+
 mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_dataset **out,
                                  mxp_error *err) {
     if (!p || !in || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_predict");
@@ -215,11 +260,23 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     mxp_status s = wm ? input(in, obs_name, S, &N, &obs, err) : input(in, "x", D, &N, &x, err);
     if (s == MXP_OK && wm) s = input(in, "actions", A, &N, &act, err);
     if (s != MXP_OK) return s;
+    /* a Gaussian head: per member and row the mean [K] then the bounded
+     * log-variance [K]; an ensemble: E members' outputs, member-major */
+    const bool gauss = mxp_model_get_spec(p->model)->loss == MXP_LOSS_GAUSSIAN;
+    const int E = mxp_model_ensemble(p->model);
+    const bool unc = gauss || E > 1; /* variances to report */
+    const int64_t KO = mxp_model_out_dim(p->model); /* K, or 2K for a Gaussian head */
+    const size_t NK = (size_t)N * (size_t)K;
     float *bx = mxp_calloc((size_t)(PRED_MAX_BATCH * D), sizeof(float));
-    float *y = mxp_calloc((size_t)N * (size_t)K, sizeof(float));
-    float *rew = wm ? mxp_calloc((size_t)N, sizeof(float)) : NULL;
+    float *yc = mxp_calloc((size_t)E * PRED_MAX_BATCH * (size_t)KO, sizeof(float));
+    float *y = mxp_calloc(NK, sizeof(float));
+    float *rew = wm ? mxp_calloc((size_t)N * 3, sizeof(float)) : NULL; /* mean, two variances */
     float *next = wm ? mxp_calloc((size_t)N * (size_t)S, sizeof(float)) : NULL;
-    if (!bx || !y || (wm && (!rew || !next)))
+    float *alea = gauss ? mxp_calloc(NK, sizeof(float)) : NULL;
+    float *epi = E > 1 ? mxp_calloc(NK, sizeof(float)) : NULL;
+    float *var = unc ? mxp_calloc(NK, sizeof(float)) : NULL;
+    if (!bx || !yc || !y || (wm && (!rew || !next)) || (gauss && !alea) || (E > 1 && !epi) ||
+        (unc && !var))
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "predict: %lld rows", (long long)N);
     for (int64_t i = 0; s == MXP_OK && i < N; i += PRED_MAX_BATCH) {
         int64_t B = N - i < PRED_MAX_BATCH ? N - i : PRED_MAX_BATCH;
@@ -233,8 +290,13 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
         } else {
             mxp_array_to_f32(x, i * D, B * D, bx);
         }
-        s = mxp_model_predict(p->model, bx, B, y + i * K, err);
+        s = mxp_model_predict(p->model, bx, B, yc, err);
+        /* variances in the data's units: of a standardised target times its
+         * std^2 (the world model's; the regressor trains on raw values) */
+        if (s == MXP_OK) combine(yc, E, B, KO, K, gauss, wm ? m->y_std : NULL, i, y, alea, epi);
     }
+    for (size_t i = 0; s == MXP_OK && unc && i < NK; i++) /* the total: their sum */
+        var[i] = (alea ? alea[i] : 0.0f) + (epi ? epi[i] : 0.0f);
     if (s == MXP_OK && wm)
         for (int64_t i = 0; i < N; i++) {
             for (int64_t j = 0; j < S; j++) {
@@ -253,20 +315,35 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
                               "float32 on this input)",
                               mxp_dataset_label(in), (long long)(i / (wm ? S : K)),
                               wm ? "next_obs or reward" : "y");
+    for (size_t i = 0; s == MXP_OK && unc && i < NK; i++)
+        if (!isfinite(var[i]))
+            s = mxp_error_set(err, MXP_ERR_NONFINITE,
+                              "%s: the predicted variance for row %lld overflows float32",
+                              mxp_dataset_label(in), (long long)(i / (size_t)K));
     mxp_dataset *o = NULL;
     if (s == MXP_OK) s = mxp_dataset_create(&o, err);
+    /* [name, array] of the variances: total, aleatoric, epistemic */
+    static const char *const wm_names[3][2] = {{"next_obs_var", "reward_var"},
+                                               {"next_obs_aleatoric", "reward_aleatoric"},
+                                               {"next_obs_epistemic", "reward_epistemic"}};
+    static const char *const y_names[3] = {"y_var", "y_aleatoric", "y_epistemic"};
+    float *vs[3] = {var, E > 1 ? alea : NULL, epi}; /* one model: var is aleatoric */
     if (s == MXP_OK && wm) {
-        int64_t sh[2] = {N, S};
-        s = mxp_dataset_add(o, "next_obs", MXP_ARRAY_F32, 2, sh, next, err);
-        if (s == MXP_OK) s = mxp_dataset_add(o, "reward", MXP_ARRAY_F32, 1, sh, rew, err);
+        s = put(o, "next_obs", 2, N, S, next, err);
+        if (s == MXP_OK) s = put(o, "reward", 1, N, 0, rew, err);
+        for (int k = 0; k < 3 && s == MXP_OK; k++) {
+            if (!vs[k]) continue;
+            split_targets(vs[k], rew + N, N, S);
+            s = put(o, wm_names[k][0], 2, N, S, vs[k], err);
+            if (s == MXP_OK) s = put(o, wm_names[k][1], 1, N, 0, rew + N, err);
+        }
     } else if (s == MXP_OK) {
-        int64_t sh[2] = {N, K};
-        s = mxp_dataset_add(o, "y", MXP_ARRAY_F32, 2, sh, y, err);
+        s = put(o, "y", 2, N, K, y, err);
+        for (int k = 0; k < 3 && s == MXP_OK; k++)
+            if (vs[k]) s = put(o, y_names[k], 2, N, K, vs[k], err);
     }
-    mxp_free(bx);
-    mxp_free(y);
-    mxp_free(rew);
-    mxp_free(next);
+    void *bufs[] = {bx, yc, y, rew, next, alea, epi, var};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
     if (s != MXP_OK) {
         mxp_dataset_destroy(o);
         return s;
@@ -311,6 +388,14 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
     strncat(list, "]", sizeof list - strlen(list) - 1);
     if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "layers", list, err);
     if (s == MXP_OK) s = mxp_st_writer_add_meta(wr, "kind", mxp_dataset_kind_name(m->kind), err);
+    if (s == MXP_OK) /* gaussian: tensors max_logvar, min_logvar [1, K] too */
+        s = mxp_st_writer_add_meta(wr, "head", sp->loss == MXP_LOSS_GAUSSIAN ? "gaussian"
+                                                                             : "deterministic",
+                                   err);
+    char ens[16];
+    snprintf(ens, sizeof ens, "%d", mxp_model_ensemble(p->model));
+    if (s == MXP_OK && mxp_model_ensemble(p->model) > 1) /* tensors members.<e>.<name> */
+        s = mxp_st_writer_add_meta(wr, "ensemble", ens, err);
     if (s == MXP_OK) s = mxp_st_writer_write(wr, path, err);
     mxp_st_writer_destroy(wr);
     mxp_free(w);

@@ -11,6 +11,8 @@
  * difference to the recorded s_{t+k}, per state column divided by that
  * column's standard deviation (the input standardisation), averaged over
  * the columns and the starts. k = 1 is the one-step error in state units.
+ * The prediction is the model's mean: a Gaussian head's mean columns, an
+ * ensemble's average of its members' means (double sum, rounded to FP32).
  * States are kept in FP32 in the data's units, as a user's rollout would;
  * the sums are in double. The model runs in its current precision.
  */
@@ -22,7 +24,7 @@
 typedef struct rollout_buf {
     float *s;     /* [B, S] rolled-out states, data units */
     float *xin;   /* [B, S + A] model input rows (active starts, packed) */
-    float *pred;  /* [B, S + 1] model outputs */
+    float *pred;  /* [E, B, O] model outputs (E members, O outputs per row) */
     int64_t *row; /* [B] row of each start */
     int64_t *left; /* [B] transitions of its episode from the start on */
 } rollout_buf;
@@ -40,7 +42,9 @@ static float raw_state(const wm_rollout_src *src, int64_t r, int64_t j, bool nex
  * add their errors into se / cnt. */
 static mxp_status roll(mxp_model *m, const wm_rollout_src *src, rollout_buf *buf, int64_t n,
                        double *se, int64_t *cnt, mxp_error *err) {
-    const int64_t S = src->S, A = src->A, in = S + A, od = S + 1;
+    const int64_t S = src->S, A = src->A, in = S + A;
+    const int E = mxp_model_ensemble(m);
+    const int64_t O = mxp_model_out_dim(m); /* the mean is columns [0, S] of each member */
     const int kmax = mxp_open_loop_horizon(MXP_OPEN_LOOP_N - 1);
     for (int64_t b = 0; b < n; b++)
         for (int64_t j = 0; j < S; j++) buf->s[b * S + j] = raw_state(src, buf->row[b], j, false);
@@ -57,12 +61,17 @@ static mxp_status roll(mxp_model *m, const wm_rollout_src *src, rollout_buf *buf
         if (na == 0) break;
         mxp_status st = mxp_model_predict(m, buf->xin, na, buf->pred, err);
         if (st != MXP_OK) return st;
-        na = 0;
+        int64_t q = 0;
         for (int64_t b = 0; b < n; b++) {
             if (buf->left[b] <= i) continue;
-            const float *p = buf->pred + na * od;
-            for (int64_t j = 0; j < S; j++) buf->s[b * S + j] += p[j] * src->y_std[j] + src->y_mean[j];
-            na++;
+            for (int64_t j = 0; j < S; j++) {
+                double mu = 0.0;
+                for (int e = 0; e < E; e++)
+                    mu += buf->pred[((size_t)e * (size_t)na + (size_t)q) * (size_t)O + (size_t)j];
+                const float z = (float)(mu / (double)E); /* E == 1: the output itself */
+                buf->s[b * S + j] += z * src->y_std[j] + src->y_mean[j];
+            }
+            q++;
         }
         for (int h = 0; h < MXP_OPEN_LOOP_N; h++) {
             if (mxp_open_loop_horizon(h) != i + 1) continue;
@@ -94,9 +103,15 @@ mxp_status wm_open_loop_error(mxp_model *m, const wm_rollout_src *src, int64_t m
     const int64_t mb = mxp_model_get_spec(m)->max_batch;
     const int64_t B = max_batch < mb ? max_batch : mb;
     const int64_t S = src->S;
+    const int64_t outs = (int64_t)mxp_model_ensemble(m) * mxp_model_out_dim(m);
+    if (mxp_model_target_dim(m) != S + 1)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "open-loop error: the model predicts %lld targets; accepted: state "
+                             "delta and reward, %lld", (long long)mxp_model_target_dim(m),
+                             (long long)(S + 1));
     rollout_buf buf = {mxp_calloc((size_t)(B * S), sizeof(float)),
                        mxp_calloc((size_t)(B * (S + src->A) + 1), sizeof(float)),
-                       mxp_calloc((size_t)(B * (S + 1)), sizeof(float)),
+                       mxp_calloc((size_t)(B * outs), sizeof(float)),
                        mxp_calloc((size_t)B, sizeof(int64_t)), mxp_calloc((size_t)B, sizeof(int64_t))};
     double se[MXP_OPEN_LOOP_N] = {0};
     int64_t cnt[MXP_OPEN_LOOP_N] = {0};

@@ -40,7 +40,9 @@ typedef struct ud {
     int64_t *val_len;   /* [n_val_ep] their transitions (the open-loop error) */
     float *bx, *by;    /* [accum, max_batch, in_dim / out_dim] */
     int32_t *bl;       /* [accum, max_batch] */
-    float *logits;     /* [max_batch, out_dim] */
+    float *logits;     /* [E max_batch, 2 out_dim]: logits, or a regression model's outputs */
+    int ens;           /* ensemble members E (model.ensemble, regression; else 1) */
+    uint32_t *boot;    /* [E, n_train] members' bootstrap rows (E > 1), else NULL */
     char *meta_json;
 } ud;
 
@@ -63,10 +65,19 @@ bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out) {
 
 mxp_status ud_model_spec(const mxp_config *c, int64_t in_dim, int64_t out_dim, mxp_loss_kind loss,
                          int64_t max_batch, mxp_model_spec *out, mxp_error *err) {
-    if (strcmp(c->layers, "none") != 0)
-        return mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
+    const int ens = loss == MXP_LOSS_MSE ? (int)c->ensemble : 1; /* regression only */
+    if (loss == MXP_LOSS_MSE && c->head == MXP_LOSS_GAUSSIAN) { /* mean, log-variance */
+        loss = MXP_LOSS_GAUSSIAN;
+        out_dim *= 2;
+    }
+    if (strcmp(c->layers, "none") != 0) {
+        mxp_status s = mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
+        if (s == MXP_OK) out->ensemble = ens;
+        return s;
+    }
     *out = mxp_model_spec_mlp(in_dim, c->hidden, (int)c->depth, out_dim, c->activation,
                               c->layernorm, loss, max_batch);
+    out->ensemble = ens;
     return MXP_OK;
 }
 
@@ -75,7 +86,7 @@ static void ud_destroy(void *self) {
     if (!d) return;
     ud_meta_free(&d->meta);
     void *bufs[] = {d->xtr, d->ytr, d->xva, d->yva, d->ltr, d->lva, d->bx, d->by, d->bl,
-                    d->logits, d->meta_json, d->val_len};
+                    d->logits, d->meta_json, d->val_len, d->boot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
     mxp_free(d);
 }
@@ -405,6 +416,13 @@ static mxp_status ud_fill(void *self, int slot, const uint32_t *idx, int64_t n, 
     float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)D;
     float *by = d->by + (size_t)slot * (size_t)d->max_batch * (size_t)K;
     int32_t *bl = d->bl + (size_t)slot * (size_t)d->max_batch;
+    if (d->ens > 1) { /* member e's rows of its bootstrap at [e n, (e+1) n) */
+        bx = d->bx + (size_t)slot * (size_t)d->ens * (size_t)d->max_batch * (size_t)D;
+        by = d->by + (size_t)slot * (size_t)d->ens * (size_t)d->max_batch * (size_t)K;
+        ud_fill_members(d->xtr, d->ytr, D, K, d->boot, d->ens, d->n_train, idx, n, bx, by);
+        *out = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = d->ens * n};
+        return MXP_OK;
+    }
     for (int64_t b = 0; b < n; b++) {
         memcpy(bx + b * D, d->xtr + (size_t)idx[b] * (size_t)D, (size_t)D * sizeof(float));
         if (d->ltr)
@@ -421,12 +439,14 @@ static mxp_status ud_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
     ud *d = self;
     int64_t pb = rows < d->max_batch ? rows : d->max_batch;
     if (pb > d->n_val) pb = d->n_val;
+    pb -= pb % d->ens; /* an ensemble: pb / E rows for each member */
     *out = (mxp_batch){.x = d->xva, .y = d->lva ? NULL : d->yva, .labels = d->lva, .B = pb};
     return MXP_OK;
 }
 
 /* Mean loss (MSE over standardised targets for the world model, as the
- * training loss, with the open-loop errors on the held-out episodes,
+ * training loss, or a Gaussian head's NLL, with the MSE of the mean:
+ * ud_eval_regression; the open-loop errors on the held-out episodes,
  * rollout.c; cross-entropy and top-1 accuracy for the classifier). */
 static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     ud *d = self;
@@ -453,14 +473,17 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
                 correct += best == lab;
             }
         } else {
-            mxp_batch bt = {.x = d->xva + i * D, .y = d->yva + i * K, .labels = NULL, .B = B};
-            double loss = 0;
-            if ((s = mxp_model_step(m, &bt, false, 1.0f, &loss, NULL, err)) != MXP_OK) return s;
-            total += loss * (double)B;
+            break; /* regression: ud_eval_regression below */
         }
     }
     snprintf(out->name, sizeof out->name, "val");
     out->loss = d->n_val ? total / (double)d->n_val : NAN;
+    out->mse = NAN;
+    if (!d->lva) {
+        mxp_status s = ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, &out->loss,
+                                          &out->mse, err);
+        if (s != MXP_OK) return s;
+    }
     out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
     out->bits_per_char = NAN;
     if (!d->val_len) return MXP_OK;
@@ -493,6 +516,11 @@ static mxp_status ud_auto(void *self, mxp_trainer *t, const mxp_guard_config *g,
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "training.precision=auto: not available for the classifier on user "
                              "data; accepted: an explicit training.precision");
+    if (d->ens > 1)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "training.precision=auto: not available for ensembles "
+                             "(model.ensemble=%d); accepted: an explicit training.precision",
+                             d->ens);
     return mxp_guard_auto_precision(t, g, d->xtr, d->ytr, d->n_train, d->max_batch, NULL, err);
 }
 
@@ -555,16 +583,23 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
                           "%s: data.val_fraction=%g leaves no validation rows; accepted: a "
                           "larger data.val_fraction or x_val/y_val",
                           mxp_dataset_label(ds), cfg->data.val_fraction);
+    d->ens = kind != MXP_DATASET_CLASSIFIER && cfg->ensemble > 1 ? (int)cfg->ensemble : 1;
+    if (s == MXP_OK && (cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1) >
+                           INT64_MAX / d->ens / d->max_batch)
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow");
     if (s == MXP_OK) {
         const int64_t acc = cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1;
-        d->bx = falloc(acc * d->max_batch, d->meta.in_dim);
-        d->by = falloc(acc * d->max_batch, d->meta.out_dim);
+        d->bx = falloc(acc * d->ens * d->max_batch, d->meta.in_dim);
+        d->by = falloc(acc * d->ens * d->max_batch, d->meta.out_dim);
         d->bl = mxp_calloc((size_t)(acc * d->max_batch), sizeof(int32_t));
-        d->logits = falloc(d->max_batch, d->meta.out_dim);
+        d->logits = falloc(d->ens * d->max_batch, 2 * d->meta.out_dim);
         d->meta_json = meta_to_json(&d->meta);
         if (!d->bx || !d->by || !d->bl || !d->logits || !d->meta_json)
             s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data batch buffers");
     }
+    if (s == MXP_OK && d->ens > 1 && d->n_train > 0 &&
+        !(d->boot = ud_bootstrap(d->ens, d->n_train, cfg->seed)))
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "bootstrap of %d members", d->ens);
     if (s != MXP_OK) {
         ud_destroy(d);
         return s;

@@ -27,10 +27,34 @@ void ud_meta_free(ud_meta *m);
 mxp_status ud_meta_parse(const char *json, const char *label, ud_meta *out, mxp_error *err);
 /* The dataset kind of a workload (MXP_WORKLOAD_GPT: false). */
 bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out);
-/* The model spec of cfg (model.layers, else the hidden/depth shorthand). */
+/* The model spec of cfg (model.layers, else the hidden/depth shorthand);
+ * with model.head=gaussian a loss of MXP_LOSS_MSE becomes MXP_LOSS_GAUSSIAN
+ * and the last layer 2 * out_dim wide (mean and log-variance); a loss of
+ * MXP_LOSS_MSE takes model.ensemble members (spec.ensemble). */
 mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
                          mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
                          mxp_error *err);
+
+/* Held-out loss and MSE of the mean of a regression model over n rows x
+ * [n, in_dim], y [n, target_dim], in chunks of at most mb rows (head_eval.c):
+ * deterministic head: *loss = *mse = the model's MSE; Gaussian head: *loss
+ * = the NLL without the bound penalty, *mse of the mean; an ensemble: the
+ * mean member loss and the MSE of the ensemble mean; pred: FP32 scratch
+ * [E mb, out_dim] (Gaussian head, ensembles). NaN when n is 0. */
+mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
+                              int64_t mb, float *pred, double *loss, double *mse,
+                              mxp_error *err);
+
+/* Ensembles (ensemble_data.c): E bootstrap samples of n rows, member e's
+ * n indices at [e n, (e+1) n), drawn with replacement from a stream of
+ * seed; NULL when E < 2 (no bootstrap) or out of memory. */
+uint32_t *ud_bootstrap(int E, int64_t n, uint64_t seed);
+/* The rows of one ensemble batch: for member e and position b < n, row
+ * boot[e n_train + idx[b]] (idx[b] without boot) of x [., D] and y [., K]
+ * into bx, by at row e n + b ([E n, D], [E n, K]). */
+void ud_fill_members(const float *x, const float *y, int64_t D, int64_t K, const uint32_t *boot,
+                     int E, int64_t n_train, const uint32_t *idx, int64_t n, float *bx,
+                     float *by);
 
 /* The provider on d (checked against cfg's workload). fixed: the
  * standardisation of a trained model (NULL: computed from d's training

@@ -26,6 +26,9 @@ typedef struct wm_data {
     mxp_replay *replay;
     int64_t in_dim, out_dim, max_batch;
     float *bx, *by; /* [accum, max_batch, in_dim], [accum, max_batch, out_dim] */
+    float *pred;    /* [E max_batch, 2 out_dim]: a Gaussian head's / ensemble's outputs */
+    int ens;        /* ensemble members E (model.ensemble) */
+    uint32_t *boot; /* [E, n_train] the members' bootstrap rows (E > 1), else NULL */
 } wm_data;
 
 static void wm_destroy(void *self) {
@@ -34,6 +37,8 @@ static void wm_destroy(void *self) {
     mxp_replay_destroy(d->replay);
     mxp_free(d->bx);
     mxp_free(d->by);
+    mxp_free(d->pred);
+    mxp_free(d->boot);
     mxp_free(d);
 }
 
@@ -51,8 +56,14 @@ static mxp_status wm_fill(void *self, int slot, const uint32_t *idx, int64_t n, 
     (void)err;
     wm_data *d = self;
     mxp_replay_split tr = mxp_replay_train(d->replay);
-    float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)d->in_dim;
-    float *by = d->by + (size_t)slot * (size_t)d->max_batch * (size_t)d->out_dim;
+    const size_t rows = (size_t)slot * (size_t)d->ens * (size_t)d->max_batch;
+    float *bx = d->bx + rows * (size_t)d->in_dim;
+    float *by = d->by + rows * (size_t)d->out_dim;
+    if (d->ens > 1) { /* member e's rows of its bootstrap at [e n, (e+1) n) */
+        ud_fill_members(tr.x, tr.y, d->in_dim, d->out_dim, d->boot, d->ens, tr.n, idx, n, bx, by);
+        *out = (mxp_batch){.x = bx, .y = by, .labels = NULL, .B = d->ens * n};
+        return MXP_OK;
+    }
     for (int64_t b = 0; b < n; b++) {
         memcpy(bx + b * d->in_dim, tr.x + (size_t)idx[b] * (size_t)d->in_dim,
                (size_t)d->in_dim * sizeof(float));
@@ -75,6 +86,7 @@ static mxp_status wm_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
     mxp_replay_split v = mxp_replay_val(d->replay);
     int64_t pb = rows < d->max_batch ? rows : d->max_batch;
     if (pb > v.n) pb = v.n;
+    pb -= pb % d->ens; /* an ensemble: pb / E rows for each member */
     const size_t in = (size_t)d->in_dim, od = (size_t)d->out_dim;
     for (int64_t b = 0; b < pb; b++) {
         const size_t row = (size_t)(b * v.n / pb);
@@ -85,25 +97,16 @@ static mxp_status wm_canary(void *self, int64_t rows, mxp_batch *out, mxp_error 
     return MXP_OK;
 }
 
-/* Mean validation loss (MSE on standardised targets), in chunks, and the
+/* Mean validation loss (MSE on standardised targets, or a Gaussian head's
+ * NLL beside the MSE of its mean: ud_eval_regression), in chunks, and the
  * open-loop errors on the validation trajectories (rollout.c). */
 static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_error *err) {
     wm_data *d = self;
     mxp_replay_split v = mxp_replay_val(d->replay);
-    double total = 0;
-    for (int64_t i = 0; i < v.n; i += d->max_batch) {
-        int64_t B = v.n - i < d->max_batch ? v.n - i : d->max_batch;
-        mxp_batch b = {.x = v.x + (size_t)i * (size_t)d->in_dim,
-                       .y = v.y + (size_t)i * (size_t)d->out_dim,
-                       .labels = NULL,
-                       .B = B};
-        double loss = 0;
-        mxp_status s = mxp_model_step(m, &b, false, 1.0f, &loss, NULL, err);
-        if (s != MXP_OK) return s;
-        total += loss * (double)B;
-    }
     snprintf(out->name, sizeof out->name, "val");
-    out->loss = total / (double)v.n;
+    mxp_status s = ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss,
+                                      &out->mse, err);
+    if (s != MXP_OK) return s;
     const mxp_replay_stats st = mxp_replay_stats_get(d->replay);
     const mxp_replay_config *rc = mxp_replay_config_get(d->replay);
     const wm_rollout_src src = {.x = v.x,
@@ -133,6 +136,11 @@ static mxp_status wm_auto(void *self, mxp_trainer *t, const mxp_guard_config *g,
                           mxp_error *err) {
     wm_data *d = self;
     mxp_replay_split tr = mxp_replay_train(d->replay);
+    if (d->ens > 1)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "training.precision=auto: not available for ensembles "
+                             "(model.ensemble=%d); accepted: an explicit training.precision",
+                             d->ens);
     return mxp_guard_auto_precision(t, g, tr.x, tr.y, tr.n, d->max_batch, NULL, err);
 }
 
@@ -158,8 +166,10 @@ mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *ou
                           (long long)cfg->batch_size, (long long)n_train, (long long)n_train);
         goto fail;
     }
+    d->ens = cfg->ensemble > 1 ? (int)cfg->ensemble : 1;
     size_t rows, nx, ny;
     if (!mxp_size_mul((size_t)cfg->grad_accum_steps, (size_t)d->max_batch, &rows) ||
+        !mxp_size_mul(rows, (size_t)d->ens, &rows) ||
         !mxp_size_mul(rows, (size_t)d->in_dim, &nx) ||
         !mxp_size_mul(rows, (size_t)d->out_dim, &ny)) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers overflow size_t");
@@ -167,7 +177,10 @@ mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *ou
     }
     d->bx = mxp_calloc(nx, sizeof(float));
     d->by = mxp_calloc(ny, sizeof(float));
-    if (!d->bx || !d->by) {
+    d->pred = mxp_calloc((size_t)d->ens * (size_t)d->max_batch * 2 * (size_t)d->out_dim,
+                         sizeof(float));
+    if (d->ens > 1) d->boot = ud_bootstrap(d->ens, n_train, cfg->seed);
+    if (!d->bx || !d->by || !d->pred || (d->ens > 1 && !d->boot)) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
         goto fail;
     }

@@ -8,6 +8,7 @@
  * torch.cuda.amp (loss * scale, then backward).
  *   MSE:  mean over B*C of (pred - y)^2   (nn.MSELoss, reduction "mean")
  *   XENT: mean over B of -log softmax(logits)[label]  (nn.CrossEntropyLoss)
+ *   GAUSSIAN: the Gaussian head's NLL with its bound penalty (loss_gauss.c)
  */
 #include "nn/nn_internal.h"
 
@@ -19,6 +20,8 @@ void nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32, float los
                                     (size_t)b->B * (size_t)C, m->b.sa);
     if (m->spec.loss == MXP_LOSS_MSE)
         m->k->mse(dpred32, pred, b->y, b->B, C, loss_scale, loss);
+    else if (m->spec.loss == MXP_LOSS_GAUSSIAN)
+        nn_gauss_loss(m, pred, b->y, b->B, dpred32, loss_scale, loss);
     else
         m->k->softmax_xent(dpred32, pred, b->labels, b->B, C, loss_scale, loss);
 }

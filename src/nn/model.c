@@ -30,7 +30,7 @@ static_assert(sizeof layer_kind_names / sizeof layer_kind_names[0] ==
                   MXP_LAYER_KIND_COUNT,
               "layer kind name table out of sync");
 
-static const char *const loss_kind_names[] = {"mse", "xent"};
+static const char *const loss_kind_names[] = {"mse", "xent", "gaussian"};
 static_assert(sizeof loss_kind_names / sizeof loss_kind_names[0] ==
                   MXP_LOSS_KIND_COUNT,
               "loss kind name table out of sync");
@@ -167,9 +167,19 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
                              s->n_layers - 1, mxp_layer_kind_name(last->kind));
     mxp_status es = nn_ext_validate(s, err);
     if (es != MXP_OK) return es;
+    if (s->ensemble < 0 || s->ensemble > MXP_MODEL_MAX_ENSEMBLE)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec.ensemble=%d; accepted: 0..%d (0 and 1: one model)",
+                             s->ensemble, MXP_MODEL_MAX_ENSEMBLE);
+    for (int i = 0; s->ensemble > 1 && i < s->n_layers; i++)
+        if (nn_kind_is_ext(s->layers[i].kind))
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.ensemble=%d with a %s layer; accepted: ensembles of MLP "
+                                 "layers (linear, relu, gelu, tanh, layernorm)",
+                                 s->ensemble, mxp_layer_kind_name(s->layers[i].kind));
     if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "spec.loss=%d unknown; accepted: mse, xent (0..%d)",
+                             "spec.loss=%d unknown; accepted: mse, xent, gaussian (0..%d)",
                              (int)s->loss, MXP_LOSS_KIND_COUNT - 1);
     if (s->loss == MXP_LOSS_XENT && last->kind == MXP_LAYER_LINEAR &&
         (last->units < 2 || last->units > INT32_MAX))
@@ -177,6 +187,12 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
                              "spec: loss xent needs out_dim (last layer units) "
                              "in [2, %d]; got %lld",
                              INT32_MAX, (long long)last->units);
+    if (s->loss == MXP_LOSS_GAUSSIAN &&
+        (last->kind != MXP_LAYER_LINEAR || last->units < 2 || last->units % 2 != 0))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "spec: loss gaussian needs a last linear layer of 2D units (mean "
+                             "and log-variance of D targets); got %s with %lld units",
+                             mxp_layer_kind_name(last->kind), (long long)last->units);
     if (has_ln && !(s->layernorm_eps > 0.0f && isfinite(s->layernorm_eps)))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.layernorm_eps=%g; accepted: finite and > 0 "
@@ -251,9 +267,23 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
                 }
             }
         }
+        if (s->loss == MXP_LOSS_GAUSSIAN && i == s->n_layers - 1 &&
+            !nn_gauss_add_bounds(m, L, &P))
+            goto overflow;
         w = L->out;
         m->width[i + 1] = w;
         if (w > m->max_width) m->max_width = w;
+    }
+    m->ens = s->ensemble > 1 ? s->ensemble : 1;
+    m->ens_p1 = P;
+    m->ens_member = -1;
+    if (m->ens > 1) { /* members 1..E-1 follow member 0's block */
+        if (!mxp_size_mul(P, (size_t)m->ens, &P)) goto overflow;
+        if (!nn_ens_tensors(m))
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "spec.ensemble=%d: %d members of %d tensors exceed the model's "
+                                 "%d tensors; accepted: fewer members or layers",
+                                 m->ens, m->ens, m->n_tensors, NN_MAX_TENSORS);
     }
     m->n_params = P;
     return MXP_OK;
@@ -273,9 +303,24 @@ static void install_weights(const mxp_model *m, const mxp_precision_policy *p,
 /* PyTorch init in slab order from one RNG stream: linear weight then bias,
  * each U(-1/sqrt(in), 1/sqrt(in)); layernorm gamma 1, beta 0. Values are
  * drawn in FP32 into dst [P]. */
-static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
+static void init_member(const mxp_model *m, mxp_rng *rp, float *dst);
+
+/* Members of an ensemble one after another from the same stream (member
+ * 0's values are those of the single model of the same seed). */
+static void init_params(mxp_model *m, uint64_t seed, float *dst) {
     mxp_rng r;
     mxp_rng_init(&r, seed);
+    int cur = 0;
+    for (int e = 0; e < m->ens; e++) {
+        cur = nn_ens_view(m, cur, e);
+        init_member(m, &r, dst);
+    }
+    nn_ens_view(m, cur, 0);
+    m->ens_member = -1;
+}
+
+static void init_member(const mxp_model *m, mxp_rng *rp, float *dst) {
+    mxp_rng r = *rp;
     for (int l = 0; l < m->n_layers; l++) {
         const nn_layer *L = &m->layers[l];
         if (L->kind == MXP_LAYER_LINEAR) {
@@ -283,8 +328,10 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
             /* the mxp_rng_uniform stream, a Philox block per 4 draws
              * (mxp_rng_uniform_fill: one per draw took ~8 ns a parameter) */
             float *w = dst + L->w_off;
-            mxp_rng_uniform_fill(&r, w, L->n_params);
-            for (size_t i = 0; i < L->n_params; i++) w[i] = (2.0f * w[i] - 1.0f) * bound;
+            const size_t wb = L->b_off + (size_t)L->out - L->w_off; /* weight and bias */
+            mxp_rng_uniform_fill(&r, w, wb);
+            for (size_t i = 0; i < wb; i++) w[i] = (2.0f * w[i] - 1.0f) * bound;
+            if (L->n_params > wb) nn_gauss_init_bounds(m, dst); /* the Gaussian head's */
         } else if (L->kind == MXP_LAYER_LAYERNORM) {
             for (int64_t c = 0; c < L->in; c++) {
                 dst[L->w_off + (size_t)c] = 1.0f;
@@ -294,6 +341,7 @@ static void init_params(const mxp_model *m, uint64_t seed, float *dst) {
             nn_ext_init(m, l, &r, dst);
         }
     }
+    *rp = r;
 }
 
 /* FP32 staging [P] for weights being re-installed: the grad slab, or for
@@ -589,6 +637,11 @@ const mxp_precision_policy *mxp_model_policy(const mxp_model *m) {
 const mxp_model_spec *mxp_model_get_spec(const mxp_model *m) { return &m->spec; }
 size_t mxp_model_num_params(const mxp_model *m) { return m->n_params; }
 int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
+int mxp_model_ensemble(const mxp_model *m) { return m->ens; }
+int64_t mxp_model_target_dim(const mxp_model *m) {
+    const int64_t o = m->width[m->n_layers];
+    return m->spec.loss == MXP_LOSS_GAUSSIAN ? o / 2 : o;
+}
 float *mxp_model_master(mxp_model *m) { return m->b.master; }
 /* Discarded gradients read before the backward that would write them are
  * zeroed here, so a reader sees what it saw when every step began with a

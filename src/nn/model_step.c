@@ -456,11 +456,12 @@ static mxp_status check_batch(const mxp_model *m, const mxp_batch *b,
     mxp_status s = check_rows(m, b->x, b->B, err);
     if (s) return s;
     const int64_t C = mxp_model_out_dim(m);
-    if (m->spec.loss == MXP_LOSS_MSE && !b->y)
+    if (m->spec.loss != MXP_LOSS_XENT && !b->y)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch y is NULL; loss mse needs FP32 targets "
+                             "batch y is NULL; loss %s needs FP32 targets "
                              "[B, %lld]",
-                             (long long)C);
+                             mxp_loss_kind_name(m->spec.loss),
+                             (long long)mxp_model_target_dim(m));
     if (m->spec.loss == MXP_LOSS_XENT) {
         if (!b->labels)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -485,6 +486,8 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
+        return nn_ens_step(m, b, backward, loss_scale, loss, site, err);
     if (backward && m->inference)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "mxp_model_step: backward=true on a model created with "
@@ -534,6 +537,8 @@ void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backwa
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
                              float *pred, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
+        return nn_ens_predict(m, x, B, pred, err);
     mxp_status s = check_rows(m, x, B, err);
     if (s) return s;
     if (!pred)
@@ -551,5 +556,6 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
         memcpy(pred, m->b.acts[L], n * sizeof(float));
     else
         m->k->convert(MXP_DTYPE_F32, pred, m->b.act_type[L], m->b.acts[L], n);
+    if (m->spec.loss == MXP_LOSS_GAUSSIAN) nn_gauss_bound_pred(m, pred, B);
     return MXP_OK;
 }

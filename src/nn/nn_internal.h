@@ -180,6 +180,10 @@ struct mxp_model {
     bool grad_write;           /* inside that backward: parameter gradients are written
                                   ("=": GEMM beta 0, slices of "+=" kernels zeroed
                                   first, nn_grad_beta / nn_grad_zero), not added */
+    int ens;                   /* ensemble members E >= 1 (spec.ensemble; ensemble.c) */
+    size_t ens_p1;             /* parameters per member (P / E) */
+    int ens_member;            /* inside a member's pass: its index (the layers'
+                                  offsets point into its block); -1 outside */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
 };
@@ -236,6 +240,46 @@ void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
  * dLoss/dpred [B, out_dim] ("="). Uses sa. */
 void nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32, float loss_scale,
                      double *loss);
+
+/* ---- the Gaussian head (loss_gauss.c) --------------------------------------
+ * Its bounds max_logvar [1, D] then min_logvar [1, D] follow the last
+ * linear layer's bias in every slab and count among that layer's
+ * parameters (n_params), so per-layer ranges (loss-scale groups, monitor,
+ * checkpoints by tensor) cover them; the linear kernels never read them. */
+
+/* Add the bounds of last linear layer L (2D outputs) to the tensor table
+ * and to L->n_params, advancing *P; false on size overflow. */
+bool nn_gauss_add_bounds(mxp_model *m, nn_layer *L, size_t *P);
+/* Slab offset of max_logvar (min_logvar follows at + D). */
+size_t nn_gauss_bounds_off(const mxp_model *m);
+/* Their initial values into dst [P]: max 0.5, min -10 (mbrl-lib). */
+void nn_gauss_init_bounds(const mxp_model *m, float *dst);
+/* The loss of the Gaussian head on FP32 predictions pred [B, 2D], targets
+ * y [B, D]; with dpred32 (!= NULL) it gets loss_scale * dloss/dpred and the
+ * bound gradients go into the grad slab (written when the gradients were
+ * discarded, else added). Bounds read from the master when there is one. */
+void nn_gauss_loss(mxp_model *m, const float *pred, const float *y, int64_t B,
+                   float *dpred32, float loss_scale, double *loss);
+/* pred [B, 2D] raw outputs -> mean and bounded log-variance, in place. */
+void nn_gauss_bound_pred(const mxp_model *m, float *pred, int64_t B);
+
+/* ---- ensembles (ensemble.c) -------------------------------------------------
+ * Member e's parameters are the single model's, shifted by e * ens_p1 in
+ * every slab; during member e's pass every layer's offsets are shifted so,
+ * and the layer code runs unchanged. */
+
+/* Shift every layer's parameter offsets to member e's block (from member
+ * cur's) and mark the pass as member e's (m->ens_member = e; the caller
+ * sets -1 when done); returns e. */
+int nn_ens_view(mxp_model *m, int cur, int e);
+/* Replicate the tensor table of member 0 for members 1..E-1 and prefix
+ * every name with "members.<e>."; false when the table overflows. */
+bool nn_ens_tensors(mxp_model *m);
+/* mxp_model_step / mxp_model_predict of an ensemble (m->ens > 1, outside a
+ * member's pass): every member on its rows / on x. */
+mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       double *loss, mxp_nonfinite_site *site, mxp_error *err);
+mxp_status nn_ens_predict(mxp_model *m, const float *x, int64_t B, float *pred, mxp_error *err);
 
 /* ---- helpers shared by the layer files ----------------------------------- */
 

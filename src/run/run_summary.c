@@ -129,6 +129,8 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
         if (!isnan(eval->accuracy)) put_num(&w, key, eval->accuracy);
         snprintf(key, sizeof key, "%s_bits_per_char", eval->name);
         if (!isnan(eval->bits_per_char)) put_num(&w, key, eval->bits_per_char);
+        snprintf(key, sizeof key, "%s_mse", eval->name);
+        if (!isnan(eval->mse) && cfg->head == MXP_LOSS_GAUSSIAN) put_num(&w, key, eval->mse);
         for (int i = 0; i < MXP_OPEN_LOOP_N; i++) { /* world models */
             snprintf(key, sizeof key, "%s_open_loop_k%d", eval->name, mxp_open_loop_horizon(i));
             if (!isnan(eval->open_loop[i])) put_num(&w, key, eval->open_loop[i]);

@@ -64,7 +64,13 @@ mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_er
             if (owner >= 0) ls->group_of[l] = ls->group_of[owner];
         }
     mxp_status s = MXP_OK;
-    if (ls->n_groups == 0 || covered != t->n_params)
+    if (mxp_model_ensemble(m) > 1)
+        s = mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                          "training.loss_scale.per_layer=true: not available for ensembles "
+                          "(model.ensemble=%d: a layer's parameters are one block per member); "
+                          "accepted: training.loss_scale.per_layer=false (one loss scale)",
+                          mxp_model_ensemble(m));
+    else if (ls->n_groups == 0 || covered != t->n_params)
         s = mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                           "training.loss_scale.per_layer=true: the layers own %zu of the model's "
                           "%zu parameters in %d groups; accepted: models whose parameters all "

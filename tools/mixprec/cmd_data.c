@@ -45,7 +45,8 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: mixprec eval CKPT_OR_RUN_DIR [--data FILE] [--json]\n"
-                   "Loss (and accuracy for a classifier) of a model trained on user data, on\n"
+                   "Loss (and accuracy for a classifier; NLL and MSE of the mean for\n"
+                   "model.head=gaussian) of a model trained on user data, on\n"
                    "the held-out split of its data.path or on every row/episode of FILE\n"
                    "(safetensors, .npz or HDF5, docs/data.md), computed in the checkpoint's\n"
                    "precision and in FP32 side by side.\n");
@@ -85,12 +86,17 @@ int cmd_eval(int argc, char **argv) {
         const char *prec = mxp_precision_name((mxp_precision)mxp_predictor_precision(p[0]));
         const char *kind = mxp_dataset_kind_name(mxp_predictor_kind(p[0]));
         const char *on = data ? data : "held-out split";
+        /* a Gaussian head: the loss is its NLL, the MSE of its mean beside it */
+        const bool gauss = mxp_predictor_config(p[0])->head == MXP_LOSS_GAUSSIAN;
         if (json) {
             printf("{\"checkpoint\":\"%s\",\"workload\":\"%s\",\"data\":\"%s\",\"precision\":\"%s\",",
                    mxp_predictor_checkpoint(p[0]), kind, on, prec);
             cli_json_number(stdout, "loss", ev[0].loss);
             cli_json_number(stdout, "accuracy", ev[0].accuracy);
             cli_json_number(stdout, "fp32_loss", ev[1].loss);
+            cli_json_number(stdout, "mse", ev[0].mse);
+            cli_json_number(stdout, "fp32_mse", ev[1].mse);
+            printf("\"head\":\"%s\",", gauss ? "gaussian" : "deterministic");
             for (int k = 0; k < 2; k++)
                 for (int i = 0; i < MXP_OPEN_LOOP_N; i++) { /* world models */
                     char key[40];
@@ -107,15 +113,21 @@ int cmd_eval(int argc, char **argv) {
             printf("checkpoint  %s (%s)\ndata        %s\n", mxp_predictor_checkpoint(p[0]), kind,
                    on);
             const bool ol = isfinite(ev[0].open_loop[0]); /* world models */
-            printf("%-10s  %-14s %s", "precision", "loss", ol ? "open-loop error" : "accuracy\n");
+            printf("%-10s  %-14s ", "precision", gauss ? "nll" : "loss");
+            if (gauss) printf("%-14s ", "mse");
             if (ol)
-                printf(" at %d / %d / %d steps\n", mxp_open_loop_horizon(0),
+                printf("open-loop error at %d / %d / %d steps\n", mxp_open_loop_horizon(0),
                        mxp_open_loop_horizon(1), mxp_open_loop_horizon(2));
+            else
+                printf("%s\n", gauss ? "" : "accuracy");
             for (int k = 0; k < 2; k++) {
                 printf("%-10s  %-14.9g ", k ? "fp32" : prec, ev[k].loss);
+                if (gauss) printf("%-14.9g ", ev[k].mse);
                 if (ol)
                     printf("%.4g / %.4g / %.4g\n", ev[k].open_loop[0], ev[k].open_loop[1],
                            ev[k].open_loop[2]);
+                else if (gauss)
+                    printf("\n");
                 else if (isfinite(ev[k].accuracy))
                     printf("%.4f\n", ev[k].accuracy);
                 else

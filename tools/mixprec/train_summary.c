@@ -73,6 +73,9 @@ void train_summary_print(FILE *f, const train_summary *s) {
             s->eval.loss);
     if (!isnan(s->eval.accuracy)) fprintf(f, "test accuracy    %.2f%%\n", 100.0 * s->eval.accuracy);
     if (!isnan(s->eval.bits_per_char)) fprintf(f, "bits per char    %.4f\n", s->eval.bits_per_char);
+    if (!isnan(s->eval.mse) && s->eval.mse != s->eval.loss) /* a Gaussian head: loss is its NLL */
+        fprintf(f, "%-16s %.6f\n", strcmp(s->eval.name, "test") == 0 ? "test mse" : "validation mse",
+                s->eval.mse);
     if (!isnan(s->eval.open_loop[0])) { /* world models */
         fprintf(f, "open-loop error ");
         for (int i = 0; i < MXP_OPEN_LOOP_N; i++)

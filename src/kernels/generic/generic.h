@@ -46,6 +46,11 @@ void mxp_generic_softmax_xent(float *dlogits, const float *logits,
                               const int32_t *labels, int64_t B, int64_t C,
                               float grad_scale, double *loss);
 
+/* loss_gauss.c */
+void mxp_generic_gauss_nll(float *dpred, float *dbounds, const float *pred, const float *target,
+                           const float *bounds, int64_t B, int64_t D, float grad_scale,
+                           double *loss);
+
 /* reduce.c */
 void mxp_generic_sum(const float *x, size_t n, double *out);
 void mxp_generic_sumsq(const float *x, size_t n, double *out);

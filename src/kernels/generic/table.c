@@ -59,6 +59,7 @@ static const mxp_kernels generic_table = {
     .bias_grad_typed = mxp_generic_bias_grad_typed,
     .adamw = mxp_generic_adamw,
     .sgd = mxp_generic_sgd,
+    .gauss_nll = mxp_generic_gauss_nll,
 };
 
 const mxp_kernels *mxp_kernels_generic(void) { return &generic_table; }

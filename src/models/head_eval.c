@@ -1,0 +1,92 @@
+/* models/head_eval.c: held-out evaluation of a regression model (the world
+ * model and the regressor), deterministic or Gaussian head.
+ *
+ * Entry point: ud_eval_regression (user_data.h). The deterministic head's
+ * loss is the model's own (mxp_model_step forward: MSE over standardised
+ * targets, bit for bit what it always reported). The Gaussian head reports
+ * its NLL as mbrl-lib's gaussian_nll computes it (mean over rows and
+ * targets of (mean - y)^2 exp(-lv) + lv, lv the bounded log-variance;
+ * without the training loss's bound penalty 0.01 (sum max_logvar - sum
+ * min_logvar), which does not depend on the data) and the MSE of its mean,
+ * both summed in double from mxp_model_predict's FP32 outputs. An ensemble
+ * reports the mean of its members' losses (NLL or MSE, from their
+ * predictions) and the MSE of the ensemble's mean prediction.
+ */
+#include "models/user_data.h"
+
+#include <math.h>
+
+/* An ensemble of E members (pred [E, mb, out]): the loss is the mean over
+ * members of each member's loss (its NLL without the penalty, or its MSE),
+ * the MSE that of the ensemble's mean prediction. */
+static mxp_status eval_ensemble(mxp_model *m, const float *x, const float *y, int64_t n,
+                                int64_t mb, float *pred, double *loss, double *mse,
+                                mxp_error *err) {
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    const int E = mxp_model_ensemble(m);
+    const int64_t D = sp->in_dim, K = mxp_model_target_dim(m), O = mxp_model_out_dim(m);
+    const bool gauss = sp->loss == MXP_LOSS_GAUSSIAN;
+    double total = 0.0, se = 0.0;
+    for (int64_t i = 0; i < n; i += mb) {
+        const int64_t B = n - i < mb ? n - i : mb;
+        mxp_status s = mxp_model_predict(m, x + i * D, B, pred, err);
+        if (s != MXP_OK) return s;
+        for (int64_t b = 0; b < B; b++) {
+            const float *t = y + (i + b) * K;
+            double row = 0.0, rse = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                double mean = 0.0;
+                for (int e = 0; e < E; e++) {
+                    const float *o = pred + ((size_t)e * (size_t)B + (size_t)b) * (size_t)O;
+                    const double d = (double)o[j] - (double)t[j];
+                    row += gauss ? d * d * exp(-(double)o[K + j]) + (double)o[K + j] : d * d;
+                    mean += (double)o[j];
+                }
+                const double d = mean / E - (double)t[j];
+                rse += d * d;
+            }
+            total += row / ((double)K * E);
+            se += rse / (double)K;
+        }
+    }
+    *loss = n ? total / (double)n : NAN;
+    *mse = n ? se / (double)n : NAN;
+    return MXP_OK;
+}
+
+mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
+                              int64_t mb, float *pred, double *loss, double *mse,
+                              mxp_error *err) {
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    const int64_t D = sp->in_dim, K = mxp_model_target_dim(m);
+    const bool gauss = sp->loss == MXP_LOSS_GAUSSIAN;
+    if (mb > sp->max_batch) mb = sp->max_batch;
+    if (mxp_model_ensemble(m) > 1) return eval_ensemble(m, x, y, n, mb, pred, loss, mse, err);
+    double total = 0.0, se = 0.0;
+    for (int64_t i = 0; i < n; i += mb) {
+        const int64_t B = n - i < mb ? n - i : mb;
+        mxp_status s;
+        if (!gauss) {
+            mxp_batch bt = {.x = x + i * D, .y = y + i * K, .labels = NULL, .B = B};
+            double l = 0.0;
+            if ((s = mxp_model_step(m, &bt, false, 1.0f, &l, NULL, err)) != MXP_OK) return s;
+            total += l * (double)B;
+            continue;
+        }
+        if ((s = mxp_model_predict(m, x + i * D, B, pred, err)) != MXP_OK) return s;
+        for (int64_t b = 0; b < B; b++) {
+            const float *mu = pred + b * 2 * K, *lv = mu + K, *t = y + (i + b) * K;
+            double row = 0.0, rse = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                const double d = (double)mu[j] - (double)t[j];
+                row += d * d * exp(-(double)lv[j]) + (double)lv[j];
+                rse += d * d;
+            }
+            total += row / (double)K;
+            se += rse / (double)K;
+        }
+    }
+    *loss = n ? total / (double)n : NAN;
+    *mse = n ? (gauss ? se / (double)n : *loss) : NAN;
+    return MXP_OK;
+}
