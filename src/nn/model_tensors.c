@@ -127,10 +127,10 @@ static mxp_status check_copy(const mxp_model *m, mxp_tensor_role r, const char *
     if (dtype != sr->dt && dtype != MXP_DTYPE_F32)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "%s: '%s' tensor '%.80s' as %s; accepted: its storage dtype %s, or "
-                             "F32 (converted)",
+                             "%s (converted)",
                              fn, role_names[r], label,
                              (unsigned)dtype < MXP_DTYPE_COUNT ? mxp_dtype_name(dtype) : "?",
-                             mxp_dtype_name(sr->dt));
+                             mxp_dtype_name(sr->dt), mxp_dtype_name(MXP_DTYPE_F32));
     const size_t want = *count * mxp_dtype_info(dtype)->size;
     if (!buf && want > 0)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s: '%s' tensor '%.80s': buffer is NULL",

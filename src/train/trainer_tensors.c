@@ -114,15 +114,16 @@ static mxp_status optim_range(const mxp_trainer *t, mxp_tensor_role r, const cha
     const char *label = name ? name : "(whole slab)";
     if (dtype != MXP_DTYPE_F32)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "%s: '%s' tensor '%.80s' as %s; accepted: F32 (its storage dtype)",
+                             "%s: '%s' tensor '%.80s' as %s; accepted: %s (its storage dtype)",
                              fn, mxp_tensor_role_name(r), label,
-                             (unsigned)dtype < MXP_DTYPE_COUNT ? mxp_dtype_name(dtype) : "?");
+                             (unsigned)dtype < MXP_DTYPE_COUNT ? mxp_dtype_name(dtype) : "?",
+                             mxp_dtype_name(MXP_DTYPE_F32));
     if (!buf && *count > 0)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "%s: '%s' tensor '%.80s': buffer is NULL",
                              fn, mxp_tensor_role_name(r), label);
     if (nbytes != *count * sizeof(float))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "%s: '%s' tensor '%.80s' %s holds %zu values = %zu bytes as F32; "
+                             "%s: '%s' tensor '%.80s' %s holds %zu values = %zu bytes as f32; "
                              "the buffer has %zu bytes",
                              fn, mxp_tensor_role_name(r), label, shape, *count,
                              *count * sizeof(float), nbytes);
