@@ -134,6 +134,10 @@ MXP_API const mxp_model_spec *mxp_model_get_spec(const mxp_model *m);
 
 MXP_API size_t mxp_model_num_params(const mxp_model *m);
 MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
+/* Host pointers into the slabs (master, work, grads) and single-element
+ * reads: valid on the CPU backend only, for the train module's step and
+ * for tests. Other code copies through the named tensors below
+ * (mxp_model_tensor_get / _set; docs/design.md "Who owns memory"). */
 MXP_API float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
 MXP_API void *mxp_model_work(mxp_model *m, mxp_dtype *type);
 /* The FP32 grad slab [P] (NULL for an inference-only model). After
