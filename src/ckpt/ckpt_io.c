@@ -6,8 +6,12 @@
  *
  * Tensors: the model's parameter tensors under their own names (FP32
  * master, or the 16-bit work weights in pure modes, exactly as trained),
- * then optim.m.<name> and optim.v.<name> (FP32). Each group is one slab, so
- * the writer sends it with a single write(). Loading is transactional:
+ * then optim.m.<name> and optim.v.<name> (FP32): the trainer's named
+ * tensors in its enumeration order (train.h). The tensors are reached only
+ * by copy (docs/design.md "Who owns memory"): a save gets each group with
+ * one mxp_trainer_tensor_get of its whole slab, which the writer then sends
+ * with a single write(); a load assembles each group on the host and sets
+ * it with one mxp_trainer_tensor_set. Loading is transactional:
  * every check (checksums, dtypes, finiteness, names, shapes, optimizer
  * kind, range of the target format) runs before the first byte of the
  * trainer changes.

@@ -14,7 +14,9 @@
  * (master + recast, or RNE into the 16-bit weights), restores the scaler
  * and FP8 state only when the mode is the same, and keeps the trainer's
  * training_steps / skipped_steps counters: they count work done, and a
- * rollback never hides that steps were skipped.
+ * rollback never hides that steps were skipped. Parameters and moments
+ * move by named-tensor copies, one get (save) or set (restore) per slab
+ * (docs/design.md "Who owns memory").
  */
 #include "guard/guard_internal.h"
 
