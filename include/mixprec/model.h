@@ -163,6 +163,10 @@ MXP_API int mxp_model_ensemble(const mxp_model *m);
 /* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
  * (MXP_LOSS_GAUSSIAN: mean and log-variance per target). */
 MXP_API int64_t mxp_model_target_dim(const mxp_model *m);
+/* Host pointers into the slabs (master, work, grads) and single-element
+ * reads: valid on the CPU backend only, for the train module's step and
+ * for tests. Other code copies through the named tensors below
+ * (mxp_model_tensor_get / _set; docs/design.md "Who owns memory"). */
 MXP_API float *mxp_model_master(mxp_model *m);            /* NULL in pure modes */
 MXP_API void *mxp_model_work(mxp_model *m, mxp_dtype *type);
 /* The FP32 grad slab [P] (NULL for an inference-only model). After
@@ -197,6 +201,72 @@ typedef struct mxp_tensor_info {
 
 MXP_API int mxp_model_num_tensors(const mxp_model *m);
 MXP_API const mxp_tensor_info *mxp_model_tensor(const mxp_model *m, int i);
+/* Index of the parameter tensor called name ("layers.0.weight"), -1 when
+ * the model has none (or name is NULL). */
+MXP_API int mxp_model_tensor_find(const mxp_model *m, const char *name);
+
+/* ==== named tensors: get / set (src/nn/model_tensors.c) ==================
+ * The backend owns the model's memory (docs/design.md "Who owns memory"):
+ * code outside the model and the trainer reaches weights, gradients and
+ * optimizer state only through these copies, never through a pointer, so
+ * a device backend can implement each as one transfer.
+ *
+ * A tensor is (role, parameter name): the role picks the slab, the name
+ * one parameter tensor of it ("layers.0.weight", as mxp_model_tensor and
+ * checkpoints name them); name NULL means the whole slab [P] in slab order
+ * (one transfer, for snapshots). Copies are element-exact:
+ *   dtype == the role's storage dtype (mxp_model_tensor_dtype): bit copy;
+ *   dtype == MXP_DTYPE_F32 for a 16/8-bit role: get widens (exact), set
+ *     rounds to nearest even (as mxp_convert; the caller checks range);
+ *   anything else is refused (MXP_ERR_INVALID_ARG).
+ * nbytes must be exactly count * size of dtype. Every refusal names the
+ * argument and what is accepted, and changes nothing. */
+typedef enum mxp_tensor_role {
+    MXP_TENSOR_PARAM,   /* the parameters of record: the FP32 master, or the
+                           working weights in pure bf16/fp16 modes (what a
+                           checkpoint stores) */
+    MXP_TENSOR_MASTER,  /* FP32 master weights (absent in pure modes) */
+    MXP_TENSOR_WORK,    /* working weights in the policy's weight dtype */
+    MXP_TENSOR_GRAD,    /* FP32 parameter gradients (absent: inference model) */
+    MXP_TENSOR_OPTIM_M, /* the trainer's: AdamW first moment / SGD momentum, FP32 */
+    MXP_TENSOR_OPTIM_V, /* the trainer's: AdamW second moment, FP32 (absent: SGD) */
+    MXP_TENSOR_ROLE_COUNT
+} mxp_tensor_role;
+
+/* "param", "master", "work", "grad", "optim.m", "optim.v"; NULL out of range. */
+MXP_API const char *mxp_tensor_role_name(mxp_tensor_role r);
+
+/* Storage dtype of role r in the model's current policy. MXP_ERR_INVALID_ARG
+ * for an optimizer role (the trainer's: mxp_trainer_tensor_dtype) or one out
+ * of range; MXP_ERR_UNSUPPORTED when the model has no such slab now. */
+MXP_API mxp_status mxp_model_tensor_dtype(const mxp_model *m, mxp_tensor_role r, mxp_dtype *out,
+                                          mxp_error *err);
+
+/* Copy tensor (r, name) out into the host buffer buf / in from it. set of
+ * PARAM or MASTER also recasts the same range of the working weights
+ * (RNE, as mxp_model_sync_work); set of WORK is refused while the model
+ * keeps a separate FP32 master (set the master: the working copy follows).
+ * A get of discarded gradients (mxp_model_discard_grads) reads zeros. */
+MXP_API mxp_status mxp_model_tensor_get(mxp_model *m, mxp_tensor_role r, const char *name,
+                                        mxp_dtype dtype, void *buf, size_t nbytes,
+                                        mxp_error *err);
+MXP_API mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *name,
+                                        mxp_dtype dtype, const void *buf, size_t nbytes,
+                                        mxp_error *err);
+/* Copy the parameters of record of src into those of dst (same spec: same
+ * tensor names and shapes, else MXP_ERR_INVALID_ARG), converting between
+ * their dtypes (widening exact, narrowing RNE); dst's working weights
+ * follow. Backend memory to backend memory: no host transfer. */
+MXP_API mxp_status mxp_model_copy_params(mxp_model *dst, const mxp_model *src, mxp_error *err);
+
+/* Host <-> backend traffic through get (device to host) and set (host to
+ * device) since the model was created: calls and bytes of the host
+ * buffers. A mock device asserts on it. */
+typedef struct mxp_transfer_stats {
+    uint64_t d2h_calls, d2h_bytes; /* get */
+    uint64_t h2d_calls, h2d_bytes; /* set */
+} mxp_transfer_stats;
+MXP_API void mxp_model_transfers(const mxp_model *m, mxp_transfer_stats *out);
 
 /* Layers, and the parameters of layer l: returns their count (0 for a
  * layer without parameters) and their element offset into every slab

@@ -150,10 +150,55 @@ MXP_API void mxp_trainer_set_epoch(mxp_trainer *t, int64_t epoch);
 typedef void (*mxp_grad_hook)(void *user, int64_t step, float *grads, size_t n);
 MXP_API void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user);
 
-/* Optimizer state views for checkpoints: AdamW moments m, v (SGD: m is the
- * momentum buffer, v NULL), each FP32 [n]; *t_out the update count. */
+/* Host views of the optimizer state: AdamW moments m, v (SGD: m is the
+ * momentum buffer, v NULL), each FP32 [n]; *t_out the update count. Valid
+ * on the CPU backend only (tests, the train module); everything else uses
+ * the named tensors below. */
 MXP_API void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n,
                                      int64_t *t_out);
+
+/* ==== named tensors of a trainer (src/train/trainer_tensors.c) ===========
+ * What a checkpoint holds, under the names it uses, reached by copy
+ * (model.h "named tensors": the same rules for dtype, size, NULL buffers
+ * and name NULL = the whole slab [P]). Tensor i of the enumeration, in
+ * checkpoint order: the parameters of record ("layers.0.weight", ...),
+ * then optim.m.<name> and (AdamW) optim.v.<name>. The model's roles
+ * (param, master, work, grad) go to the model; optim.m and optim.v are the
+ * trainer's own, FP32. */
+typedef struct mxp_tensor_desc {
+    char name[64];        /* checkpoint name: "layers.0.weight", "optim.m.layers.0.weight" */
+    const char *param;    /* the parameter tensor it belongs to: "layers.0.weight" */
+    mxp_tensor_role role; /* MXP_TENSOR_PARAM, _OPTIM_M or _OPTIM_V */
+    mxp_dtype dtype;      /* storage dtype */
+    int ndim;
+    int64_t shape[2];
+    size_t offset;        /* first element in its role's whole slab (name NULL) */
+    size_t count;         /* elements */
+} mxp_tensor_desc;
+
+MXP_API int mxp_trainer_num_tensors(const mxp_trainer *t);
+/* Tensor i in [0, mxp_trainer_num_tensors); MXP_ERR_INVALID_ARG outside. */
+MXP_API mxp_status mxp_trainer_tensor_desc(const mxp_trainer *t, int i, mxp_tensor_desc *out,
+                                           mxp_error *err);
+/* Storage dtype of role r (MXP_ERR_UNSUPPORTED when absent, as optim.v
+ * under SGD). */
+MXP_API mxp_status mxp_trainer_tensor_dtype(const mxp_trainer *t, mxp_tensor_role r,
+                                            mxp_dtype *out, mxp_error *err);
+/* Bytes held in role r's slab, 0 when the trainer (or its model) has none. */
+MXP_API size_t mxp_trainer_tensor_bytes(const mxp_trainer *t, mxp_tensor_role r);
+MXP_API mxp_status mxp_trainer_tensor_get(mxp_trainer *t, mxp_tensor_role r, const char *name,
+                                          mxp_dtype dtype, void *buf, size_t nbytes,
+                                          mxp_error *err);
+MXP_API mxp_status mxp_trainer_tensor_set(mxp_trainer *t, mxp_tensor_role r, const char *name,
+                                          mxp_dtype dtype, const void *buf, size_t nbytes,
+                                          mxp_error *err);
+/* Set optimizer tensor (r, name) to +0 in backend memory (no transfer);
+ * for the model's gradients use mxp_model_zero_grads. */
+MXP_API mxp_status mxp_trainer_tensor_zero(mxp_trainer *t, mxp_tensor_role r, const char *name,
+                                           mxp_error *err);
+/* Transfers through get/set of this trainer's tensors, its model's
+ * included (mxp_model_transfers). */
+MXP_API void mxp_trainer_transfers(const mxp_trainer *t, mxp_transfer_stats *out);
 
 /* Set the learning rate used from the next step on (finite, > 0). */
 MXP_API mxp_status mxp_trainer_set_lr(mxp_trainer *t, float lr, mxp_error *err);

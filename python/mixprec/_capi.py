@@ -5,7 +5,7 @@ Each Structure copies one struct of include/mixprec/*.h field for field
 (ctypes lays them out with the C ABI's alignment). Keep them in step with
 the headers: run.h (mxp_run_options, mxp_run_eval, mxp_run_info,
 mxp_run_progress, mxp_run_observer), train.h (mxp_step_result), model.h
-(mxp_model_spec, mxp_tensor_info, mxp_nonfinite_site), guard.h
+(mxp_model_spec, mxp_tensor_info, mxp_nonfinite_site, mxp_transfer_stats), guard.h
 (mxp_guard_event).
 """
 import ctypes
@@ -18,6 +18,7 @@ MODEL_MAX_LAYERS = 64
 CKPT_PATH_MAX = 1024
 PRECISIONS = ("fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8")
 DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
+TENSOR_PARAM = 0  # mxp_tensor_role (model.h)
 ACT_ALERT, ACT_FALLBACK, ACT_ROLLBACK, ACT_STOP = 1, 2, 4, 8
 
 
@@ -117,6 +118,11 @@ class TensorInfo(Structure):
                 ("ndim", c_int), ("shape", c_int64 * 2)]
 
 
+class TransferStats(Structure):
+    _fields_ = [("d2h_calls", ctypes.c_uint64), ("d2h_bytes", ctypes.c_uint64),
+                ("h2d_calls", ctypes.c_uint64), ("h2d_bytes", ctypes.c_uint64)]
+
+
 _declared = False
 
 
@@ -149,8 +155,8 @@ def declare():
     f(L, "mxp_model_predict", c_int, P, P, c_int64, P, E)
     f(L, "mxp_model_num_tensors", c_int, P)
     f(L, "mxp_model_tensor", POINTER(TensorInfo), P, c_int)
-    f(L, "mxp_model_master", P, P)
-    f(L, "mxp_model_work", P, P, POINTER(c_int))
+    f(L, "mxp_model_tensor_get", c_int, P, c_int, c_char_p, c_int, P, c_size_t, E)
+    f(L, "mxp_model_transfers", None, P, POINTER(TransferStats))
     f(L, "mxp_precision_name", c_char_p, c_int)
     f(L, "mxp_guard_rule_name", c_char_p, c_int)
     f(L, "mxp_guard_event_kind_name", c_char_p, c_int)

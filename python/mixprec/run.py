@@ -598,25 +598,14 @@ class Run(_lib.Handle):
         L = _lib.lib()
         with self._using("state_dict"):
             m = self._model()
-            master = L.mxp_model_master(m)
-            if master:
-                base, dt = master, _capi.DTYPE_F32
-            else:
-                dtc = ctypes.c_int()
-                base = L.mxp_model_work(m, ctypes.byref(dtc))
-                dt = dtc.value
+            # one get of the parameter slab, widened to FP32 by the library
+            # (the backend owns the memory: docs/design.md "Who owns memory")
             total = L.mxp_model_num_params(m)
-            np_dt = {_capi.DTYPE_F32: np.float32, _capi.DTYPE_F16: np.float16,
-                     _capi.DTYPE_BF16: np.uint16}.get(dt)
-            if np_dt is None:
-                raise Error("state_dict: working weights of dtype %d have no FP32 view" % dt,
-                            "unsupported")
-            raw = np.ctypeslib.as_array(ctypes.cast(base, ctypes.POINTER(
-                np.ctypeslib.as_ctypes_type(np_dt))), shape=(total,)).copy()
-            if dt == _capi.DTYPE_BF16:
-                flat = (raw.astype(np.uint32) << 16).view(np.float32)
-            else:
-                flat = raw.astype(np.float32)
+            flat = np.empty(total, np.float32)
+            err = _lib.CError()
+            _lib.check(L.mxp_model_tensor_get(m, _capi.TENSOR_PARAM, None, _capi.DTYPE_F32,
+                                              flat.ctypes.data, flat.nbytes, ctypes.byref(err)),
+                       err)
             out = {}
             for i in range(L.mxp_model_num_tensors(m)):
                 t = L.mxp_model_tensor(m, i).contents

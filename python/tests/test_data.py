@@ -157,6 +157,34 @@ class DataTest(TmpDirCase):
         np.testing.assert_array_equal(again["next_obs"], res["next_obs"])
         self.assertTrue(os.path.isdir(out))
 
+    def test_state_dict_per_mode(self):
+        """state_dict reads the parameters of record by one named-tensor get
+        (docs/design.md "Who owns memory"): the FP32 master of a mixed mode
+        is the init itself; the pure bf16 mode keeps the init rounded to
+        BF16 (round to nearest even, computed here on the bits)."""
+        x, y = regression_data(d=5, k=2)
+        layers = ["linear:16", "tanh", "linear"]
+        rng = np.random.default_rng(11)
+        shapes = {"0.weight": (16, 5), "0.bias": (16,), "2.weight": (2, 16), "2.bias": (2,)}
+        sd = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+
+        def bf16_rne(v):
+            u = v.view(np.uint32).astype(np.uint64)
+            r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+            return r.astype(np.uint32).view(np.float32)
+
+        for mode, want in (("mixed_fp16", lambda v: v), ("bf16", bf16_rne)):
+            run = mixprec.Run(self.cfg("regressor", "m_" + mode, **{"training.precision": mode}),
+                              data={"x": x, "y": y}, model=layers, init=sd)
+            got = run.state_dict()
+            self.assertEqual(sorted(got), sorted(sd))
+            for k, v in sd.items():
+                self.assertEqual(got[k].dtype, np.float32)
+                np.testing.assert_array_equal(got[k], want(v), err_msg="%s %s" % (mode, k))
+            if mode == "bf16":  # the rounding did something: not the init itself
+                self.assertFalse(np.array_equal(got["0.weight"], sd["0.weight"]))
+            run.close()
+
     def test_state_dict_names_and_init(self):
         x, y = regression_data(d=5, k=2)
         layers = ["linear:16", "layernorm", "tanh", "linear:8", "relu", "linear"]

@@ -83,23 +83,23 @@ mxp_status mxp_ckpt_init_weights(mxp_model *m, const char *path, mxp_error *err)
     mxp_st_file *f = NULL;
     mxp_status s = mxp_st_file_read(path, &f, err);
     if (s != MXP_OK) return s;
-    float *master = mxp_model_master(m);
-    mxp_dtype work_dt;
-    void *work = mxp_model_work(m, &work_dt);
-    mxp_dtype target = master ? MXP_DTYPE_F32 : work_dt;
-    s = check_file(f, m, target, err);
+    mxp_dtype target = MXP_DTYPE_F32;
+    s = mxp_model_tensor_dtype(m, MXP_TENSOR_PARAM, &target, err);
+    if (s == MXP_OK) s = check_file(f, m, target, err);
+    /* the parameters assembled on the host in FP32, then one set (the
+     * working weights follow; a pure mode rounds them RNE) */
+    const size_t P = mxp_model_num_params(m);
+    float *w = s == MXP_OK ? mxp_calloc(P ? P : 1, sizeof(float)) : NULL;
+    if (s == MXP_OK && !w) s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "init: %zu weights", P);
     for (int i = 0; s == MXP_OK && i < mxp_model_num_tensors(m); i++) {
         const mxp_tensor_info *ti = mxp_model_tensor(m, i);
         const mxp_st_tensor *t = mxp_st_file_find(f, ti->name);
-        for (size_t k = 0; k < t->numel; k++) {
-            float v = mxp_st_tensor_get(t, k);
-            if (master)
-                master[ti->offset + k] = v;
-            else
-                mxp_store_f32(work_dt, work, ti->offset + k, v);
-        }
+        for (size_t k = 0; k < t->numel; k++) w[ti->offset + k] = mxp_st_tensor_get(t, k);
     }
-    if (s == MXP_OK) mxp_model_sync_work(m);
+    if (s == MXP_OK)
+        s = mxp_model_tensor_set(m, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, w, P * sizeof(float),
+                                 err);
+    mxp_free(w);
     mxp_st_file_destroy(f);
     return s;
 }

@@ -6,8 +6,12 @@
  *
  * Tensors: the model's parameter tensors under their own names (FP32
  * master, or the 16-bit work weights in pure modes, exactly as trained),
- * then optim.m.<name> and optim.v.<name> (FP32). Each group is one slab, so
- * the writer sends it with a single write(). Loading is transactional:
+ * then optim.m.<name> and optim.v.<name> (FP32): the trainer's named
+ * tensors in its enumeration order (train.h). The tensors are reached only
+ * by copy (docs/design.md "Who owns memory"): a save gets each group with
+ * one mxp_trainer_tensor_get of its whole slab, which the writer then sends
+ * with a single write(); a load assembles each group on the host and sets
+ * it with one mxp_trainer_tensor_set. Loading is transactional:
  * every check (checksums, dtypes, finiteness, names, shapes, optimizer
  * kind, range of the target format) runs before the first byte of the
  * trainer changes.
@@ -114,51 +118,74 @@ static mxp_status save_meta(mxp_st_writer *w, const mxp_ckpt_save_args *a, mxp_d
     return s;
 }
 
+/* The host copies a save writes from: one get per role (parameters of
+ * record, optim.m, optim.v), so each group stays one contiguous slab that
+ * the writer sends with a single write(). */
+typedef struct save_slabs {
+    unsigned char *slab[3]; /* by pass: weights (wdt), m, v (F32); v NULL for SGD */
+    mxp_dtype dt[3];
+} save_slabs;
+
+static void save_slabs_free(save_slabs *h) {
+    for (int i = 0; i < 3; i++) mxp_free(h->slab[i]);
+}
+
+static mxp_status save_slabs_get(mxp_trainer *t, save_slabs *h, mxp_error *err) {
+    static const mxp_tensor_role roles[3] = {MXP_TENSOR_PARAM, MXP_TENSOR_OPTIM_M,
+                                             MXP_TENSOR_OPTIM_V};
+    const size_t P = mxp_model_num_params(mxp_trainer_model(t));
+    mxp_status s = MXP_OK;
+    for (int i = 0; i < 3 && s == MXP_OK; i++) {
+        const size_t bytes = mxp_trainer_tensor_bytes(t, roles[i]);
+        if (!bytes) continue; /* SGD: no second moment */
+        if ((s = mxp_trainer_tensor_dtype(t, roles[i], &h->dt[i], err)) != MXP_OK) break;
+        h->slab[i] = mxp_calloc(bytes, 1);
+        if (!h->slab[i])
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint: %zu %s values", P,
+                                 mxp_tensor_role_name(roles[i]));
+        s = mxp_trainer_tensor_get(t, roles[i], NULL, h->dt[i], h->slab[i], bytes, err);
+    }
+    return s;
+}
+
 mxp_status mxp_ckpt_save(const char *path, const mxp_ckpt_save_args *a, bool *healthy_out,
                          mxp_error *err) {
     if (!path || !a || !a->trainer)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_save: NULL path or trainer");
     mxp_trainer *t = a->trainer;
     mxp_model *model = mxp_trainer_model(t);
-    float *master = mxp_model_master(model);
-    mxp_dtype work_dt;
-    void *work = mxp_model_work(model, &work_dt);
-    mxp_dtype wdt = master ? MXP_DTYPE_F32 : work_dt;
-    const unsigned char *wbase = master ? (const unsigned char *)master : work;
-    size_t esz = mxp_dtype_info(wdt)->size;
-    float *m, *v;
-    size_t n;
-    int64_t opt_t;
-    mxp_trainer_optim_state(t, &m, &v, &n, &opt_t);
+    const size_t n = mxp_model_num_params(model);
+    save_slabs h = {0};
+    mxp_status s = save_slabs_get(t, &h, err);
+    if (s != MXP_OK) {
+        save_slabs_free(&h);
+        return s;
+    }
+    const mxp_dtype wdt = h.dt[0];
+    const float *m = (const float *)h.slab[1], *v = (const float *)h.slab[2];
 
     bool healthy = a->healthy;
-    if (!ckpt_all_finite(wdt, wbase, n) || !all_finite_f32(m, n) || (v && !all_finite_f32(v, n)))
+    if (!ckpt_all_finite(wdt, h.slab[0], n) || !all_finite_f32(m, n) ||
+        (v && !all_finite_f32(v, n)))
         healthy = false;
     size_t hn;
-    const mxp_history_row *h = mxp_trainer_history(t, &hn);
-    if (hn && !isfinite(h[hn - 1].loss)) healthy = false;
+    const mxp_history_row *hist = mxp_trainer_history(t, &hn);
+    if (hn && !isfinite(hist[hn - 1].loss)) healthy = false;
 
     mxp_st_writer *w = NULL;
-    mxp_status s = mxp_st_writer_create(&w, err);
-    if (s != MXP_OK) return s;
-    const int nt = mxp_model_num_tensors(model);
-    char name[160];
-    for (int pass = 0; pass < 3 && s == MXP_OK; pass++) {
-        if (pass == 2 && !v) break;
-        for (int i = 0; i < nt && s == MXP_OK; i++) {
-            const mxp_tensor_info *ti = mxp_model_tensor(model, i);
-            const void *data;
-            mxp_dtype dt = MXP_DTYPE_F32;
-            if (pass == 0) {
-                snprintf(name, sizeof name, "%s", ti->name);
-                data = wbase + ti->offset * esz;
-                dt = wdt;
-            } else {
-                snprintf(name, sizeof name, "%s%s", pass == 1 ? OPT_M : OPT_V, ti->name);
-                data = (pass == 1 ? m : v) + ti->offset;
-            }
-            s = mxp_st_writer_add_tensor(w, name, dt, ti->ndim, ti->shape, data, err);
-        }
+    s = mxp_st_writer_create(&w, err);
+    if (s != MXP_OK) {
+        save_slabs_free(&h);
+        return s;
+    }
+    /* the trainer's tensors in checkpoint order: weights, optim.m., optim.v. */
+    const int nt = mxp_trainer_num_tensors(t);
+    for (int i = 0; i < nt && s == MXP_OK; i++) {
+        mxp_tensor_desc d;
+        if ((s = mxp_trainer_tensor_desc(t, i, &d, err)) != MXP_OK) break;
+        const int pass = d.role == MXP_TENSOR_PARAM ? 0 : d.role == MXP_TENSOR_OPTIM_M ? 1 : 2;
+        const void *data = h.slab[pass] + d.offset * mxp_dtype_info(d.dtype)->size;
+        s = mxp_st_writer_add_tensor(w, d.name, d.dtype, d.ndim, d.shape, data, err);
     }
     /* FP8 delayed scaling: scales and amax histories, and the step count */
     mxp_fp8_scaling *fp8 = mxp_model_fp8(model);
@@ -178,6 +205,7 @@ mxp_status mxp_ckpt_save(const char *path, const mxp_ckpt_save_args *a, bool *he
     if (s == MXP_OK) s = mxp_st_writer_write(w, path, err);
     mxp_free(fp8_state);
     mxp_st_writer_destroy(w);
+    save_slabs_free(&h);
     if (s == MXP_OK && healthy_out) *healthy_out = healthy;
     return s;
 }
@@ -426,6 +454,48 @@ static mxp_status load_fp8(const mxp_st_file *f, mxp_model *model, mxp_error *er
     return MXP_OK;
 }
 
+/* Fill the host slabs of a load (weights in the trainer's parameter dtype,
+ * optim.m, optim.v) from the checked file f, converting element-wise (RNE)
+ * where the file's dtype differs; nothing of the trainer changes. */
+static mxp_status load_slabs_fill(const mxp_st_file *f, mxp_trainer *t, save_slabs *h,
+                                  mxp_error *err) {
+    static const mxp_tensor_role roles[3] = {MXP_TENSOR_PARAM, MXP_TENSOR_OPTIM_M,
+                                             MXP_TENSOR_OPTIM_V};
+    const size_t P = mxp_model_num_params(mxp_trainer_model(t));
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = mxp_trainer_tensor_bytes(t, roles[i]);
+        if (!bytes) continue;
+        mxp_status s = mxp_trainer_tensor_dtype(t, roles[i], &h->dt[i], err);
+        if (s != MXP_OK) return s;
+        h->slab[i] = mxp_calloc(bytes, 1);
+        if (!h->slab[i])
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "checkpoint load: %zu %s values",
+                                 P, mxp_tensor_role_name(roles[i]));
+    }
+    for (int i = 0; i < mxp_trainer_num_tensors(t); i++) {
+        mxp_tensor_desc d;
+        mxp_status s = mxp_trainer_tensor_desc(t, i, &d, err);
+        if (s != MXP_OK) return s;
+        const int pass = d.role == MXP_TENSOR_PARAM ? 0 : d.role == MXP_TENSOR_OPTIM_M ? 1 : 2;
+        put_tensor(mxp_st_file_find(f, d.name), d.dtype,
+                   h->slab[pass] + d.offset * mxp_dtype_info(d.dtype)->size);
+    }
+    return MXP_OK;
+}
+
+/* Install the host slabs: one set per role (the working weights follow the
+ * master). */
+static mxp_status load_slabs_set(mxp_trainer *t, const save_slabs *h, mxp_error *err) {
+    static const mxp_tensor_role roles[3] = {MXP_TENSOR_PARAM, MXP_TENSOR_OPTIM_M,
+                                             MXP_TENSOR_OPTIM_V};
+    mxp_status s = MXP_OK;
+    for (int i = 0; i < 3 && s == MXP_OK; i++)
+        if (h->slab[i])
+            s = mxp_trainer_tensor_set(t, roles[i], NULL, h->dt[i], h->slab[i],
+                                       mxp_trainer_tensor_bytes(t, roles[i]), err);
+    return s;
+}
+
 mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_info *info,
                               mxp_error *err) {
     if (!f || !t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_ckpt_load: NULL argument");
@@ -440,24 +510,35 @@ mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_inf
                              "%s: the checkpoint holds %s optimizer state; this trainer uses %s", L,
                              mxp_optim_kind_name(in.optimizer),
                              mxp_optim_kind_name(tc->optim.kind));
-    float *master = mxp_model_master(model);
-    mxp_dtype work_dt;
-    void *work = mxp_model_work(model, &work_dt);
-    mxp_dtype target = master ? MXP_DTYPE_F32 : work_dt;
+    mxp_dtype target;
+    if ((s = mxp_trainer_tensor_dtype(t, MXP_TENSOR_PARAM, &target, err)) != MXP_OK) return s;
     const int nt = mxp_model_num_tensors(model);
     for (int i = 0; i < nt; i++)
         if ((s = check_range(L, mxp_st_file_find(f, mxp_model_tensor(model, i)->name), target,
                              err)) != MXP_OK)
             return s;
+    /* the trainer's tensors assembled on the host, one slab per role, before
+     * anything changes (the sets below cannot fail after these checks) */
+    save_slabs h = {0};
+    if ((s = load_slabs_fill(f, t, &h, err)) != MXP_OK) {
+        save_slabs_free(&h);
+        return s;
+    }
 
     /* FP8 scaling state, then the scaler: the only steps that may still
      * refuse (set_state validates and changes nothing on error); the
      * scaler cannot, after read_info's checks. */
-    if ((s = load_fp8(f, model, err)) != MXP_OK) return s;
+    if ((s = load_fp8(f, model, err)) != MXP_OK) {
+        save_slabs_free(&h);
+        return s;
+    }
     mxp_scaler *sc = mxp_trainer_scaler(t);
     bool target_scaling = mxp_scaler_get_config(sc)->enabled;
     if (in.scaler_enabled || !target_scaling) {
-        if ((s = mxp_scaler_set_state(sc, &in.scaler, err)) != MXP_OK) return s;
+        if ((s = mxp_scaler_set_state(sc, &in.scaler, err)) != MXP_OK) {
+            save_slabs_free(&h);
+            return s;
+        }
     } else {
         mxp_log(MXP_LOG_INFO,
                 "%s: written without loss scaling (%s); the %s run starts its scaler afresh", L,
@@ -465,27 +546,10 @@ mxp_status mxp_ckpt_load_file(const mxp_st_file *f, mxp_trainer *t, mxp_ckpt_inf
                 mxp_precision_name(mxp_model_policy(model)->mode));
     }
     /* per-layer loss scales (validated before any change) */
-    if ((s = mxp_trainer_scaler_groups_load(t, mxp_st_file_meta(f, "scaler_groups"), err)) !=
-        MXP_OK)
-        return s;
-    float *m, *v;
-    size_t n;
-    int64_t opt_t;
-    mxp_trainer_optim_state(t, &m, &v, &n, &opt_t);
-    size_t esz = mxp_dtype_info(target)->size;
-    unsigned char *wbase = master ? (unsigned char *)master : work;
-    char name[200];
-    for (int i = 0; i < nt; i++) {
-        const mxp_tensor_info *ti = mxp_model_tensor(model, i);
-        put_tensor(mxp_st_file_find(f, ti->name), target, wbase + ti->offset * esz);
-        snprintf(name, sizeof name, OPT_M "%s", ti->name);
-        put_tensor(mxp_st_file_find(f, name), MXP_DTYPE_F32, m + ti->offset);
-        if (v) {
-            snprintf(name, sizeof name, OPT_V "%s", ti->name);
-            put_tensor(mxp_st_file_find(f, name), MXP_DTYPE_F32, v + ti->offset);
-        }
-    }
-    if (master) mxp_model_sync_work(model);
+    s = mxp_trainer_scaler_groups_load(t, mxp_st_file_meta(f, "scaler_groups"), err);
+    if (s == MXP_OK) s = load_slabs_set(t, &h, err);
+    save_slabs_free(&h);
+    if (s != MXP_OK) return s;
     mxp_model_zero_grads(model);
     mxp_trainer_state ts = {in.step,  in.optimizer_step, in.skipped_steps,
                             in.epoch, in.sr_counter,     in.lr};

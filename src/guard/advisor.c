@@ -202,10 +202,11 @@ mxp_status mxp_guard_preflight(const mxp_model *m, const mxp_batch *batches, int
     mxp_precision_policy_default(MXP_PRECISION_FP32, &pol);
     mxp_model *f32 = NULL;
     mxp_monitor *mon = NULL;
+    float *w = NULL;
     mxp_status s = mxp_model_create(&spec, &pol, 0, &f32, err);
     if (s == MXP_OK) s = mxp_monitor_create(f32, true, &mon, err);
+    if (s == MXP_OK) s = mxp_model_copy_params(f32, m, err);
     if (s != MXP_OK) goto done;
-    guard_copy_params_fp32(m, f32);
     mxp_monitor_set_full(mon, true);
     mxp_model_set_monitor(f32, mon);
     bool finite = true;
@@ -234,9 +235,17 @@ mxp_status mxp_guard_preflight(const mxp_model *m, const mxp_batch *batches, int
         const mxp_layer_stats *ls = mxp_monitor_layer(mon, l);
         if (ls->t[MXP_MON_DX].absmax > ps.max_grad) ps.max_grad = ls->t[MXP_MON_DX].absmax;
     }
+    /* the largest |weight|: one get of the parameter slab */
     const size_t P = mxp_model_num_params(f32);
+    w = mxp_calloc(P ? P : 1, sizeof(float));
+    if (!w) {
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "preflight: %zu weights", P);
+        goto done;
+    }
+    s = mxp_model_tensor_get(f32, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, w, P * sizeof(float), err);
+    if (s != MXP_OK) goto done;
     for (size_t i = 0; i < P; i++) {
-        double a = fabs((double)mxp_model_param(f32, i));
+        double a = fabs((double)w[i]);
         if (a > ps.max_weight) ps.max_weight = a;
     }
     out->n_batches = n;
@@ -285,6 +294,7 @@ mxp_status mxp_guard_preflight(const mxp_model *m, const mxp_batch *batches, int
                  vh->safe ? "safe" : "unsafe", mxp_support_name(vh->support));
     }
 done:
+    mxp_free(w);
     mxp_monitor_destroy(mon);
     mxp_model_destroy(f32);
     return s;

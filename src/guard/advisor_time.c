@@ -65,9 +65,9 @@ static mxp_status time_cand(const mxp_model *m, const mxp_batch *b, double scale
     mxp_model *t = NULL;
     mxp_status s = mxp_model_create(&spec, &pol, 0, &t, err);
     if (s != MXP_OK) return s;
-    if (mxp_model_master(t)) {
-        guard_copy_params_fp32(m, t);
-        mxp_model_sync_work(t);
+    if (mxp_model_policy(t)->has_master && (s = mxp_model_copy_params(t, m, err)) != MXP_OK) {
+        mxp_model_destroy(t);
+        return s;
     }
     double loss = NAN, times[AUTO_MAX_STEPS];
     int n = 0;

@@ -1,7 +1,6 @@
 /* guard/canary.c: the FP32 canary.
  *
- * Entry points (internal): guard_canary_init/_free/_run,
- * guard_copy_params_fp32.
+ * Entry points (internal): guard_canary_init/_free/_run.
  *
  * Every K steps the guard computes the loss of one fixed probe batch twice
  * from the same parameters: in the working precision (the model itself,
@@ -13,7 +12,8 @@
  * re-enable criterion). Forward-only passes take no site, so the monitor
  * and armed faults never see them, and the FP8 amax history is untouched.
  * Cost: one forward in each precision on the probe, plus a copy of the
- * parameters, every K steps.
+ * parameters (mxp_model_copy_params: backend memory to backend memory, no
+ * host transfer), every K steps.
  *
  * The divergence is relative to the FP32 loss, but never to less than a
  * floor: guard.canary.loss_floor (1e-3) times the loss of the best
@@ -31,19 +31,6 @@
 
 #include <math.h>
 #include <string.h>
-
-void guard_copy_params_fp32(const mxp_model *m, mxp_model *dst) {
-    const size_t n = mxp_model_num_params(m);
-    float *d = mxp_model_master(dst);
-    const float *src = mxp_model_master((mxp_model *)m);
-    if (src) {
-        memcpy(d, src, n * sizeof(float));
-    } else {
-        mxp_dtype wt;
-        const void *work = mxp_model_work((mxp_model *)m, &wt);
-        mxp_convert(MXP_DTYPE_F32, d, wt, work, n);
-    }
-}
 
 void guard_canary_free(guard_canary *c) {
     mxp_model_destroy(c->fp32);
@@ -128,8 +115,9 @@ mxp_status guard_canary_init(guard_canary *c, const mxp_model *m, const mxp_batc
 
 mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *lw,
                             double *l32, mxp_error *err) {
-    guard_copy_params_fp32(m, c->fp32);
-    mxp_status s = mxp_model_step(c->fp32, &c->probe, false, 1.0f, l32, NULL, err);
+    mxp_status s = mxp_model_copy_params(c->fp32, m, err);
+    if (s != MXP_OK) return s;
+    s = mxp_model_step(c->fp32, &c->probe, false, 1.0f, l32, NULL, err);
     if (s != MXP_OK) return s;
     s = mxp_model_step(m, &c->probe, false, 1.0f, lw, NULL, err);
     if (s != MXP_OK) return s;

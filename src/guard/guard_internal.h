@@ -81,9 +81,6 @@ void guard_canary_free(guard_canary *c);
  * finite); floor = loss_floor x the probe's best constant-prediction loss. */
 mxp_status guard_canary_run(guard_canary *c, mxp_model *m, double *div, double *lw,
                             double *l32, mxp_error *err);
-/* Copy m's parameters (master, else widened work) into dst, an FP32 model
- * of the same spec. */
-void guard_copy_params_fp32(const mxp_model *m, mxp_model *dst);
 
 /* training.precision=auto by measurement (advisor_time.c): the mode and
  * FP16-accumulate interval chosen, and what was measured. */

@@ -14,7 +14,9 @@
  * (master + recast, or RNE into the 16-bit weights), restores the scaler
  * and FP8 state only when the mode is the same, and keeps the trainer's
  * training_steps / skipped_steps counters: they count work done, and a
- * rollback never hides that steps were skipped.
+ * rollback never hides that steps were skipped. Parameters and moments
+ * move by named-tensor copies, one get (save) or set (restore) per slab
+ * (docs/design.md "Who owns memory").
  */
 #include "guard/guard_internal.h"
 
@@ -48,22 +50,21 @@ mxp_status guard_snapshot_save(void *user, mxp_trainer *t, const mxp_data_positi
                                int64_t attempt, mxp_error *err) {
     guard_snapshot *s = user;
     mxp_model *model = mxp_trainer_model(t);
-    float *m = NULL, *v = NULL;
-    size_t n = 0;
-    int64_t tcount = 0;
-    mxp_trainer_optim_state(t, &m, &v, &n, &tcount);
-    mxp_status st = snapshot_alloc(s, n, v != NULL, err);
+    const size_t n = mxp_model_num_params(model);
+    const bool has_v = mxp_trainer_tensor_bytes(t, MXP_TENSOR_OPTIM_V) > 0;
+    mxp_status st = snapshot_alloc(s, n, has_v, err);
     if (st != MXP_OK) return st;
-    const float *master = mxp_model_master(model);
-    if (master) {
-        memcpy(s->params, master, n * sizeof(float));
-    } else {
-        mxp_dtype wt;
-        const void *work = mxp_model_work(model, &wt);
-        mxp_convert(MXP_DTYPE_F32, s->params, wt, work, n);
+    /* one get per slab: the parameters widened to FP32, the moments */
+    const size_t nb = n * sizeof(float);
+    st = mxp_trainer_tensor_get(t, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, s->params, nb, err);
+    if (st == MXP_OK)
+        st = mxp_trainer_tensor_get(t, MXP_TENSOR_OPTIM_M, NULL, MXP_DTYPE_F32, s->m, nb, err);
+    if (st == MXP_OK && has_v)
+        st = mxp_trainer_tensor_get(t, MXP_TENSOR_OPTIM_V, NULL, MXP_DTYPE_F32, s->v, nb, err);
+    if (st != MXP_OK) {
+        s->valid = false;
+        return st;
     }
-    memcpy(s->m, m, n * sizeof(float));
-    if (v) memcpy(s->v, v, n * sizeof(float));
     mxp_trainer_get_state(t, &s->tstate);
     s->mode = mxp_model_policy(model)->mode;
     mxp_scaler_get_state(mxp_trainer_scaler(t), &s->scaler);
@@ -93,10 +94,7 @@ mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_data_position 
     guard_snapshot *s = user;
     if (!s->valid) return mxp_error_set(err, MXP_ERR_STATE, "no healthy snapshot to roll back to");
     mxp_model *model = mxp_trainer_model(t);
-    float *m = NULL, *v = NULL;
-    size_t n = 0;
-    int64_t tcount = 0;
-    mxp_trainer_optim_state(t, &m, &v, &n, &tcount);
+    const size_t n = mxp_model_num_params(model);
     if (n != s->n)
         return mxp_error_set(err, MXP_ERR_STATE, "snapshot holds %zu parameters, model %zu",
                              s->n, n);
@@ -106,18 +104,18 @@ mxp_status guard_snapshot_restore(void *user, mxp_trainer *t, mxp_data_position 
     ts.skipped_steps = now.skipped_steps;
     mxp_status st = mxp_trainer_set_state(t, &ts, err);
     if (st != MXP_OK) return st;
-    float *master = mxp_model_master(model);
-    if (master) {
-        memcpy(master, s->params, n * sizeof(float));
-        mxp_model_sync_work(model);
-    } else {
-        mxp_dtype wt;
-        void *work = mxp_model_work(model, &wt);
-        mxp_convert(wt, work, MXP_DTYPE_F32, s->params, n);
-    }
-    memcpy(m, s->m, n * sizeof(float));
-    if (v && s->v) memcpy(v, s->v, n * sizeof(float));
-    if (v && !s->v) memset(v, 0, n * sizeof(float));
+    /* one set per slab: the parameters into whatever mode runs now (the
+     * master and its recast, or RNE into 16-bit weights), the moments; a
+     * second moment the snapshot lacks (taken under SGD) starts at zero */
+    const size_t nb = n * sizeof(float);
+    st = mxp_trainer_tensor_set(t, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, s->params, nb, err);
+    if (st == MXP_OK)
+        st = mxp_trainer_tensor_set(t, MXP_TENSOR_OPTIM_M, NULL, MXP_DTYPE_F32, s->m, nb, err);
+    if (st == MXP_OK && mxp_trainer_tensor_bytes(t, MXP_TENSOR_OPTIM_V))
+        st = s->v ? mxp_trainer_tensor_set(t, MXP_TENSOR_OPTIM_V, NULL, MXP_DTYPE_F32, s->v, nb,
+                                           err)
+                  : mxp_trainer_tensor_zero(t, MXP_TENSOR_OPTIM_V, NULL, err);
+    if (st != MXP_OK) return st;
     mxp_model_zero_grads(model);
     if (mxp_model_policy(model)->mode == s->mode) {
         st = mxp_scaler_set_state(mxp_trainer_scaler(t), &s->scaler, err);

@@ -357,9 +357,10 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
     size_t P = mxp_model_num_params(p->model);
     float *w = mxp_calloc(P ? P : 1, sizeof(float));
     if (!w) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "export: %zu weights", P);
-    for (size_t i = 0; i < P; i++) w[i] = mxp_model_param(p->model, i);
+    mxp_status s = mxp_model_tensor_get(p->model, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, w,
+                                        P * sizeof(float), err);
     mxp_st_writer *wr = NULL;
-    mxp_status s = mxp_st_writer_create(&wr, err);
+    if (s == MXP_OK) s = mxp_st_writer_create(&wr, err);
     for (int i = 0; s == MXP_OK && i < mxp_model_num_tensors(p->model); i++) {
         const mxp_tensor_info *ti = mxp_model_tensor(p->model, i);
         s = mxp_st_writer_add_tensor(wr, ti->name, MXP_DTYPE_F32, ti->ndim, ti->shape,

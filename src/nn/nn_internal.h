@@ -186,6 +186,7 @@ struct mxp_model {
                                   offsets point into its block); -1 outside */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
+    mxp_transfer_stats xfer;   /* host <-> backend copies of named tensors (model_tensors.c) */
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */

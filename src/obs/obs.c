@@ -245,11 +245,8 @@ static void update_precision_metrics(mxp_obs *o, mxp_precision p) {
     mxp_model *m = mxp_trainer_model(o->trainer);
     mxp_model_memory mm;
     mxp_model_memory_usage(m, &mm);
-    float *mom, *vel;
-    size_t n;
-    int64_t t;
-    mxp_trainer_optim_state(o->trainer, &mom, &vel, &n, &t);
-    double opt = (double)n * sizeof(float) * (vel ? 2.0 : 1.0);
+    double opt = (double)(mxp_trainer_tensor_bytes(o->trainer, MXP_TENSOR_OPTIM_M) +
+                          mxp_trainer_tensor_bytes(o->trainer, MXP_TENSOR_OPTIM_V));
     mxp_metric_set(o->m_mem[MXP_MEM_PARAMS], (double)mm.params);
     mxp_metric_set(o->m_mem[MXP_MEM_GRADS], (double)mm.grads);
     mxp_metric_set(o->m_mem[MXP_MEM_MASTER], (double)mm.master);

@@ -45,11 +45,8 @@ static void put_num(jw *w, const char *key, double v) {
 
 /* Optimizer state bytes: AdamW m and v (8 per parameter), SGD momentum (4). */
 static size_t optimizer_bytes(mxp_trainer *tr) {
-    float *m = NULL, *v = NULL;
-    size_t n = 0;
-    int64_t t = 0;
-    mxp_trainer_optim_state(tr, &m, &v, &n, &t);
-    return ((m ? n : 0) + (v ? n : 0)) * sizeof(float);
+    return mxp_trainer_tensor_bytes(tr, MXP_TENSOR_OPTIM_M) +
+           mxp_trainer_tensor_bytes(tr, MXP_TENSOR_OPTIM_V);
 }
 
 /* `"memory_bytes":{...},"fp32_layers":"..","fp32_layers_kept":[..],

@@ -48,6 +48,7 @@ struct mxp_trainer {
     bool dist_verified;    /* replicas compared since mxp_trainer_set_comm */
     double time_s[4];      /* wall seconds per phase: forward, backward, safety, optimizer */
     step_ctl ctl;          /* the step controller: phases and precision switches (step_ctl.c) */
+    mxp_transfer_stats xfer; /* get/set of the optimizer state (trainer_tensors.c) */
 };
 
 /* trainer.c: (re)create the loss scaler for the model's current policy
