@@ -9,6 +9,8 @@
 #  2d. when nvcc exists: the device kit (scripts/gpu-kit.sh) and its dry
 #      run (scripts/gpu-check.sh --dry-run must exit 77: the kit is sound);
 #  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
+#  3b. the suite on the mock device (MIXPREC_MOCK_DEVICE=1, docs/design.md
+#      "The mock device"), less the tests labelled cpu_view;
 #  4. an ASan + UBSan build and its suite;
 #  5. `cmake --install` into a staging prefix and build examples/ against it
 #     through pkg-config.
@@ -49,6 +51,10 @@ fi
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
 MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== tests on the mock device (MIXPREC_MOCK_DEVICE=1: tensors unreadable outside backend calls)"
+MIXPREC_MOCK_DEVICE=1 MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs" \
+  -LE 'cpu_view|gpu|cuda'
 
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DMIXPREC_SANITIZE=ON >/dev/null

@@ -97,14 +97,15 @@ static void capture(mxp_world_model *wm, run *r) {
     for (size_t i = 0; i < n; i++) r->loss[i] = h[i].loss;
     r->first_step = n ? h[0].step : 0;
     mxp_model *m = mxp_world_model_model(wm);
-    mxp_dtype dt;
-    const void *src =
-        mxp_model_master(m) ? (const void *)mxp_model_master(m) : mxp_model_work(m, &dt);
-    dt = mxp_model_master(m) ? MXP_DTYPE_F32 : dt;
+    mxp_error err = {0};
+    /* the parameter slab as stored (FP32 master, or the pure modes' 16-bit
+     * weights), one copy out of backend memory: runs on the mock device */
+    mxp_dtype dt = MXP_DTYPE_F32;
+    CHECK_OK(mxp_model_tensor_dtype(m, MXP_TENSOR_PARAM, &dt, &err), &err);
     r->wbytes = mxp_model_num_params(m) * mxp_dtype_info(dt)->size;
     r->weights = malloc(r->wbytes);
-    memcpy(r->weights, src, r->wbytes);
-    mxp_error err = {0};
+    CHECK_OK(mxp_model_tensor_get(m, MXP_TENSOR_PARAM, NULL, dt, r->weights, r->wbytes, &err),
+             &err);
     CHECK_OK(mxp_world_model_validation_loss(wm, &r->val, &err), &err);
 }
 

@@ -9,6 +9,7 @@
  * k->adamw / k->sgd with t = opt_steps), so results are bit-identical.
  */
 #include "backend/backend.h"
+#include "backend/devmem.h"
 
 #include <math.h>
 
@@ -76,6 +77,7 @@ static mxp_status cpu_sgd(mxp_backend *b, const mxp_backend_weights *w, float *g
 
 static mxp_status cpu_report(mxp_backend *b, mxp_step_ctl *out, mxp_error *err) {
     b->d2h_reports++;
+    mxp_dev_count(true, sizeof b->ctl); /* the step report (a device's one copy) */
     if (out && out != &b->ctl) *out = b->ctl;
     return MXP_OK;
 }

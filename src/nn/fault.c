@@ -13,6 +13,7 @@
  * predict and the FP32 canary never are. The guard arms and disarms the
  * fault per step; scale_weights is a one-off edit of the weights.
  */
+#include "backend/devmem.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -70,7 +71,7 @@ void nn_fault_apply(const mxp_model *m, bool backward, int layer, float *v, size
     for (size_t i = 0; i < k; i++) v[i * stride] = val;
 }
 
-mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
+static mxp_status mxp_model_scale_layer_weights_dev(mxp_model *m, int layer, float factor,
                                          mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
     if (layer < 0 || layer >= m->n_layers || m->layers[layer].n_params == 0)
@@ -93,4 +94,13 @@ mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
         }
     }
     return MXP_OK;
+}
+
+/* mxp_model_scale_layer_weights inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
+                                         mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_scale_layer_weights_dev(m, layer, factor, err);
+    mxp_dev_leave();
+    return r_;
 }

@@ -14,6 +14,7 @@
  * (mxp_model_zero_grads) or discarded (mxp_model_discard_grads: the next
  * backward writes them, model_step.c; nn_grad_beta in nn_internal.h).
  */
+#include "backend/devmem.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -380,6 +381,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
                              "out is NULL; accepted: a pointer to mxp_model*");
     *out = NULL;
     mxp_status s;
+    if ((s = mxp_dev_init(err))) return s; /* MIXPREC_MOCK_DEVICE */
     if ((s = validate_spec(spec, err))) return s;
     if ((s = validate_policy(policy, err))) return s;
 
@@ -397,7 +399,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
     if ((s = nn_fp8_make(m, policy, &m->fp8, err))) goto fail;
     m->inference = inference;
     if (!inference) {
-        m->grads = mxp_calloc(m->n_params, sizeof(float));
+        m->grads = mxp_dev_calloc(m->n_params, sizeof(float));
         if (!m->grads) {
             s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY,
                               "out of memory allocating %zu gradient floats",
@@ -428,15 +430,34 @@ fail:
     return s;
 }
 
-mxp_status mxp_model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
+static mxp_status mxp_model_create_dev(const mxp_model_spec *spec, const mxp_precision_policy *policy,
                             uint64_t seed, mxp_model **out, mxp_error *err) {
     return model_create(spec, policy, seed, false, out, err);
 }
 
-mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
+/* mxp_model_create inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_create(const mxp_model_spec *spec, const mxp_precision_policy *policy,
+                            uint64_t seed, mxp_model **out, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_create_dev(spec, policy, seed, out, err);
+    mxp_dev_leave();
+    return r_;
+}
+
+static mxp_status mxp_model_create_inference_dev(const mxp_model_spec *spec,
                                       const mxp_precision_policy *policy, uint64_t seed,
                                       mxp_model **out, mxp_error *err) {
     return model_create(spec, policy, seed, true, out, err);
+}
+
+/* mxp_model_create_inference inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_create_inference(const mxp_model_spec *spec,
+                                      const mxp_precision_policy *policy, uint64_t seed,
+                                      mxp_model **out, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_create_inference_dev(spec, policy, seed, out, err);
+    mxp_dev_leave();
+    return r_;
 }
 
 mxp_status mxp_model_spec_num_params(const mxp_model_spec *spec, size_t *n, mxp_error *err) {
@@ -459,7 +480,7 @@ void mxp_model_destroy(mxp_model *m) {
     if (!m) return;
     nn_free_bufs(&m->b);
     mxp_fp8_scaling_destroy(m->fp8);
-    mxp_free(m->grads);
+    mxp_dev_free(m->grads);
     mxp_free(m);
 }
 
@@ -468,7 +489,7 @@ static mxp_status check_fp32_mode(uint64_t mask, const mxp_precision_policy *p,
 
 /* Re-plan for a new policy. Weights come from master (or work widened);
  * nothing changes on failure; grads are zeroed on success. */
-mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
+static mxp_status mxp_model_set_policy_dev(mxp_model *m, const mxp_precision_policy *policy,
                                 mxp_error *err) {
     if (!m)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
@@ -505,6 +526,15 @@ mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy
     m->policy = *policy;
     mxp_model_zero_grads(m);
     return MXP_OK;
+}
+
+/* mxp_model_set_policy inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
+                                mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_set_policy_dev(m, policy, err);
+    mxp_dev_leave();
+    return r_;
 }
 
 /* Resolve sel against m's layers into a mask (bit l: linear layer l). */
@@ -555,7 +585,7 @@ static mxp_status check_fp32_mode(uint64_t mask, const mxp_precision_policy *p,
                          mxp_precision_name(p->mode));
 }
 
-mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel,
+static mxp_status mxp_model_set_fp32_layers_dev(mxp_model *m, const mxp_fp32_layers *sel,
                                      mxp_error *err) {
     if (!m || !sel)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -574,6 +604,15 @@ mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel,
         m->fp32_mask = keep_mask;
     }
     return s;
+}
+
+/* mxp_model_set_fp32_layers inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_set_fp32_layers(mxp_model *m, const mxp_fp32_layers *sel,
+                                     mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_set_fp32_layers_dev(m, sel, err);
+    mxp_dev_leave();
+    return r_;
 }
 
 uint64_t mxp_model_fp32_layers(const mxp_model *m) {
@@ -656,24 +695,54 @@ void *mxp_model_work(mxp_model *m, mxp_dtype *type) {
     return m->b.work;
 }
 
-void mxp_model_sync_work(mxp_model *m) {
+static void mxp_model_sync_work_dev(mxp_model *m) {
     if (!m->b.master || m->b.work_is_master) return;
     m->k->convert(m->policy.weight, m->b.work, MXP_DTYPE_F32, m->b.master,
                   m->n_params);
 }
 
-float mxp_model_param(const mxp_model *m, size_t i) {
+/* mxp_model_sync_work inside one backend bracket (backend/devmem.h) */
+void mxp_model_sync_work(mxp_model *m) {
+    mxp_dev_enter();
+    mxp_model_sync_work_dev(m);
+    mxp_dev_leave();
+}
+
+static float mxp_model_param_dev(const mxp_model *m, size_t i) {
     if (m->b.master) return m->b.master[i];
     return mxp_load_f32(m->policy.weight, m->b.work, i);
 }
 
-void mxp_model_zero_grads(mxp_model *m) {
+/* mxp_model_param inside one backend bracket (backend/devmem.h) */
+float mxp_model_param(const mxp_model *m, size_t i) {
+    mxp_dev_enter();
+    float r_ = mxp_model_param_dev(m, i);
+    mxp_dev_count(true, sizeof r_); /* one value read by the host */
+    mxp_dev_leave();
+    return r_;
+}
+
+static void mxp_model_zero_grads_dev(mxp_model *m) {
     if (m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
     m->grads_stale = false;
 }
 
-void mxp_model_discard_grads(mxp_model *m) {
+/* mxp_model_zero_grads inside one backend bracket (backend/devmem.h) */
+void mxp_model_zero_grads(mxp_model *m) {
+    mxp_dev_enter();
+    mxp_model_zero_grads_dev(m);
+    mxp_dev_leave();
+}
+
+static void mxp_model_discard_grads_dev(mxp_model *m) {
     if (m->grads) m->grads_stale = true;
+}
+
+/* mxp_model_discard_grads inside one backend bracket (backend/devmem.h) */
+void mxp_model_discard_grads(mxp_model *m) {
+    mxp_dev_enter();
+    mxp_model_discard_grads_dev(m);
+    mxp_dev_leave();
 }
 
 void nn_grad_zero(mxp_model *m, size_t off, size_t n) {

@@ -12,6 +12,8 @@
  */
 #include "nn/nn_internal.h"
 
+#include "backend/devmem.h"
+
 #include <string.h>
 
 /* ---- buffer planning ------------------------------------------------------ */
@@ -31,9 +33,9 @@ static bool plan_take(size_t *off, size_t n, size_t elem, size_t *at) {
 }
 
 void nn_free_bufs(nn_bufs *b) {
-    if (!b->work_is_master) mxp_free(b->work);
-    mxp_free(b->master);
-    mxp_free(b->arena);
+    if (!b->work_is_master) mxp_dev_free(b->work);
+    mxp_dev_free(b->master);
+    mxp_dev_free(b->arena);
     memset(b, 0, sizeof *b);
 }
 
@@ -208,17 +210,17 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
     if (!mxp_size_mul(P, sizeof(float), &tmp) || !mxp_size_mul(P, wsize, &tmp))
         goto overflow;
     if (p->has_master) {
-        b->master = mxp_calloc(P, sizeof(float));
+        b->master = mxp_dev_calloc(P, sizeof(float));
         if (!b->master) goto oom;
     }
     if (p->has_master && p->weight == MXP_DTYPE_F32) {
         b->work = b->master;
         b->work_is_master = true;
     } else {
-        b->work = mxp_calloc(P, wsize);
+        b->work = mxp_dev_calloc(P, wsize);
         if (!b->work) goto oom;
     }
-    b->arena = mxp_calloc(off, 1);
+    b->arena = mxp_dev_calloc(off, 1);
     if (!b->arena) goto oom;
     b->arena_bytes = off;
     b->slots = (nn_slots *)(void *)(b->arena + at_slots);

@@ -21,6 +21,7 @@
  * input batch, each layer's weights before its forward, and weight and
  * bias gradients separately.
  */
+#include "backend/devmem.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -482,7 +483,7 @@ static mxp_status check_batch(const mxp_model *m, const mxp_batch *b,
     return MXP_OK;
 }
 
-mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
+static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
@@ -529,12 +530,22 @@ mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
     return MXP_OK;
 }
 
+/* mxp_model_step inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
+                          float loss_scale, double *loss,
+                          mxp_nonfinite_site *site, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_step_dev(m, b, backward, loss_scale, loss, site, err);
+    mxp_dev_leave();
+    return r_;
+}
+
 void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s) {
     if (forward_s) *forward_s = m ? m->time_forward_s : 0.0;
     if (backward_s) *backward_s = m ? m->time_backward_s : 0.0;
 }
 
-mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
+static mxp_status mxp_model_predict_dev(mxp_model *m, const float *x, int64_t B,
                              float *pred, mxp_error *err) {
     if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
     if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
@@ -558,4 +569,13 @@ mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
         m->k->convert(MXP_DTYPE_F32, pred, m->b.act_type[L], m->b.acts[L], n);
     if (m->spec.loss == MXP_LOSS_GAUSSIAN) nn_gauss_bound_pred(m, pred, B);
     return MXP_OK;
+}
+
+/* mxp_model_predict inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
+                             float *pred, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_model_predict_dev(m, x, B, pred, err);
+    mxp_dev_leave();
+    return r_;
 }

@@ -16,6 +16,7 @@
  * a set of the master uses the kernel table's convert, as
  * mxp_model_sync_work does, so the bits are those of a whole-slab sync.
  */
+#include "backend/devmem.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -156,7 +157,10 @@ mxp_status mxp_model_tensor_get(mxp_model *m, mxp_tensor_role r, const char *nam
     if (s != MXP_OK) return s;
     if (r == MXP_TENSOR_GRAD && m->grads_stale) mxp_model_zero_grads(m);
     const size_t esz = mxp_dtype_info(sr.dt)->size;
+    mxp_dev_enter(); /* one device-to-host copy (converting on the way) */
     mxp_convert(dtype, buf, sr.dt, (const unsigned char *)sr.base + off * esz, count);
+    mxp_dev_count(true, nbytes);
+    mxp_dev_leave();
     m->xfer.d2h_calls++;
     m->xfer.d2h_bytes += nbytes;
     return MXP_OK;
@@ -176,11 +180,14 @@ mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *nam
                              fn, mxp_precision_name(m->policy.mode));
     if (r == MXP_TENSOR_GRAD && m->grads_stale) mxp_model_zero_grads(m);
     const size_t esz = mxp_dtype_info(sr.dt)->size;
+    mxp_dev_enter(); /* one host-to-device copy, then the working copy on the device */
     mxp_convert(sr.dt, (unsigned char *)sr.base + off * esz, dtype, buf, count);
+    mxp_dev_count(false, nbytes);
     if ((r == MXP_TENSOR_PARAM || r == MXP_TENSOR_MASTER) && m->b.master && !m->b.work_is_master)
         m->k->convert(m->policy.weight, (unsigned char *)m->b.work +
                                             off * mxp_dtype_info(m->policy.weight)->size,
                       MXP_DTYPE_F32, m->b.master + off, count);
+    mxp_dev_leave();
     m->xfer.h2d_calls++;
     m->xfer.h2d_bytes += nbytes;
     return MXP_OK;
@@ -206,7 +213,9 @@ mxp_status mxp_model_copy_params(mxp_model *dst, const mxp_model *src, mxp_error
     mxp_status s = role_slab(src, MXP_TENSOR_PARAM, fn, &s_ref, err);
     if (s == MXP_OK) s = role_slab(dst, MXP_TENSOR_PARAM, fn, &d_ref, err);
     if (s != MXP_OK) return s;
+    mxp_dev_enter(); /* device to device: no transfer */
     mxp_convert(d_ref.dt, d_ref.base, s_ref.dt, s_ref.base, src->n_params);
+    mxp_dev_leave();
     mxp_model_sync_work(dst);
     return MXP_OK;
 }

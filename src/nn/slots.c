@@ -17,6 +17,8 @@
  */
 #include "nn/nn_internal.h"
 
+#include "backend/devmem.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -114,6 +116,8 @@ static void record_all(mxp_model *m) {
 }
 
 void nn_pass_finish(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss) {
+    /* the slot block's copy to the host (counted for the mock device) */
+    mxp_dev_count(true, sizeof(nn_slots) + (size_t)m->b.n_slots * sizeof(nn_scan));
     const double lv = m->b.slots->loss;
     if (loss) *loss = lv;
     if (!site) return;

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/devmem.h"
 #include "backend/backend.h"
 #include "train/trainer_dist.h"
 #include "kernels/kernels.h"
@@ -79,7 +80,7 @@ mxp_status trainer_make_scaler(mxp_trainer *t, mxp_error *err) {
     return trainer_ls_create(t, &sc, err); /* per-layer scaling (layer_scale.c) */
 }
 
-mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
+static mxp_status mxp_trainer_create_dev(mxp_model *model, const mxp_trainer_config *cfg,
                               mxp_trainer **out, mxp_error *err) {
     if (!model || !cfg || !out)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_create: NULL argument");
@@ -91,8 +92,8 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
     t->model = model;
     t->cfg = *cfg;
     t->n_params = mxp_model_num_params(model);
-    t->m = mxp_calloc(t->n_params, sizeof(float));
-    if (cfg->optim.kind == MXP_OPTIM_ADAMW) t->v = mxp_calloc(t->n_params, sizeof(float));
+    t->m = mxp_dev_calloc(t->n_params, sizeof(float));
+    if (cfg->optim.kind == MXP_OPTIM_ADAMW) t->v = mxp_dev_calloc(t->n_params, sizeof(float));
     t->hist_cap = HISTORY_INITIAL_CAP;
     t->hist = mxp_calloc(t->hist_cap, sizeof *t->hist);
     if (!t->m || (cfg->optim.kind == MXP_OPTIM_ADAMW && !t->v) || !t->hist) {
@@ -111,14 +112,23 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
     return MXP_OK;
 }
 
+/* mxp_trainer_create inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
+                              mxp_trainer **out, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_create_dev(model, cfg, out, err);
+    mxp_dev_leave();
+    return r_;
+}
+
 void mxp_trainer_destroy(mxp_trainer *t) {
     if (!t) return;
     step_ctl_free(&t->ctl);
     trainer_ls_destroy(t);
     mxp_backend_destroy(t->be);
     mxp_scaler_destroy(t->scaler);
-    mxp_free(t->m);
-    mxp_free(t->v);
+    mxp_dev_free(t->m);
+    mxp_dev_free(t->v);
     mxp_free(t->hist);
     mxp_free(t);
 }
@@ -311,7 +321,7 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
 
 /* The step between the controller's phases; without a run or guard to
  * reach the boundary (train/step_ctl.h), the step's end is the boundary. */
-mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+static mxp_status mxp_trainer_step_dev(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                             mxp_step_result *res, mxp_error *err) {
     if (!t || !res) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_step: NULL");
     mxp_status s = step_ctl_begin(t, err);
@@ -323,14 +333,39 @@ mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     return s;
 }
 
-mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+/* mxp_trainer_step inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_step(mxp_trainer *t, const mxp_batch *micro, int n_micro,
+                            mxp_step_result *res, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_step_dev(t, micro, n_micro, res, err);
+    mxp_dev_leave();
+    return r_;
+}
+
+static mxp_status mxp_trainer_set_precision_dev(mxp_trainer *t, mxp_precision p, mxp_error *err) {
     if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_set_precision: NULL");
     return step_ctl_apply_now(t, p, STEP_SRC_DIRECT, "mxp_trainer_set_precision", err);
 }
 
-mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+/* mxp_trainer_set_precision inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_set_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_set_precision_dev(t, p, err);
+    mxp_dev_leave();
+    return r_;
+}
+
+static mxp_status mxp_trainer_switch_precision_dev(mxp_trainer *t, mxp_precision p, mxp_error *err) {
     if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_switch_precision: NULL");
     return step_ctl_apply_now(t, p, STEP_SRC_DIRECT, "mxp_trainer_switch_precision", err);
+}
+
+/* mxp_trainer_switch_precision inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_switch_precision_dev(t, p, err);
+    mxp_dev_leave();
+    return r_;
 }
 
 void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out) {

@@ -14,6 +14,7 @@
  */
 #include <mixprec/dist.h>
 
+#include "backend/devmem.h"
 #include "train/trainer_dist.h"
 #include "train/trainer_internal.h"
 
@@ -86,7 +87,7 @@ mxp_status mxp_trainer_dist_verify(mxp_trainer *t, mxp_error *err) {
     return MXP_OK;
 }
 
-mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err) {
+static mxp_status mxp_trainer_sync_precision_dev(mxp_trainer *t, mxp_error *err) {
     if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_sync_precision: NULL");
     if (!t->comm || t->comm->size == 1) return MXP_OK;
     /* {rank 0's mode, max mode, -min mode} in one MAX all-reduce */
@@ -107,4 +108,12 @@ mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err) {
     if (bs != MXP_OK) return bs;
     if (t->comm->rank != 0) return mxp_scaler_set_state(t->scaler, &st, err);
     return MXP_OK;
+}
+
+/* mxp_trainer_sync_precision inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_sync_precision(mxp_trainer *t, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_sync_precision_dev(t, err);
+    mxp_dev_leave();
+    return r_;
 }

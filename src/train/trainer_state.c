@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/devmem.h"
 #include "train/trainer_internal.h"
 
 void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out) {
@@ -21,7 +22,7 @@ void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out) {
     out->lr = t->cfg.optim.lr;
 }
 
-mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err) {
+static mxp_status mxp_trainer_set_state_dev(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err) {
     if (!t || !s) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_set_state: NULL");
     if (s->training_steps < 0 || s->optimizer_steps < 0 || s->skipped_steps < 0 || s->epoch < 0)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -45,6 +46,14 @@ mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp
     t->sr_counter = s->sr_counter;
     t->cfg.optim.lr = s->lr;
     return MXP_OK;
+}
+
+/* mxp_trainer_set_state inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_set_state(mxp_trainer *t, const mxp_trainer_state *s, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_set_state_dev(t, s, err);
+    mxp_dev_leave();
+    return r_;
 }
 
 const mxp_trainer_config *mxp_trainer_get_config(const mxp_trainer *t) {
@@ -81,7 +90,7 @@ static const char *tensor_of(const mxp_model *m, size_t i, size_t *local) {
     return "?";
 }
 
-mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
+static mxp_status mxp_trainer_check_state_dev(mxp_trainer *t, mxp_error *err) {
     if (!t) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_trainer_check_state: NULL");
     mxp_model *m = t->model;
     const size_t n = t->n_params;
@@ -116,4 +125,12 @@ mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
                          what, bad, second ? "non-finite or negative" : "non-finite",
                          bad == 1 ? "" : "s", n, name, local, (double)x,
                          second ? " and >= 0" : "");
+}
+
+/* mxp_trainer_check_state inside one backend bracket (backend/devmem.h) */
+mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
+    mxp_dev_enter();
+    mxp_status r_ = mxp_trainer_check_state_dev(t, err);
+    mxp_dev_leave();
+    return r_;
 }

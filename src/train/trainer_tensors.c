@@ -12,6 +12,7 @@
  * (ckpt/ckpt_io.c writes exactly these names): the parameters of record,
  * then optim.m.<name>, then optim.v.<name>.
  */
+#include "backend/devmem.h"
 #include "train/trainer_internal.h"
 
 #include <stdio.h>
@@ -139,7 +140,7 @@ mxp_status mxp_trainer_tensor_get(mxp_trainer *t, mxp_tensor_role r, const char 
     size_t off = 0, count = 0;
     mxp_status s = optim_range(t, r, name, dtype, buf, nbytes, fn, &slab, &off, &count, err);
     if (s != MXP_OK) return s;
-    if (count) memcpy(buf, slab + off, nbytes);
+    if (count) mxp_dev_download(buf, slab + off, nbytes);
     t->xfer.d2h_calls++;
     t->xfer.d2h_bytes += nbytes;
     return MXP_OK;
@@ -155,7 +156,7 @@ mxp_status mxp_trainer_tensor_set(mxp_trainer *t, mxp_tensor_role r, const char 
     size_t off = 0, count = 0;
     mxp_status s = optim_range(t, r, name, dtype, buf, nbytes, fn, &slab, &off, &count, err);
     if (s != MXP_OK) return s;
-    if (count) memcpy(slab + off, buf, nbytes);
+    if (count) mxp_dev_upload(slab + off, buf, nbytes);
     t->xfer.h2d_calls++;
     t->xfer.h2d_bytes += nbytes;
     return MXP_OK;
@@ -174,7 +175,9 @@ mxp_status mxp_trainer_tensor_zero(mxp_trainer *t, mxp_tensor_role r, const char
     char shape[64];
     mxp_status s = optim_resolve(t, r, name, fn, &slab, &off, &count, shape, sizeof shape, err);
     if (s != MXP_OK) return s;
+    mxp_dev_enter();
     memset(slab + off, 0, count * sizeof(float));
+    mxp_dev_leave();
     return MXP_OK;
 }
 
