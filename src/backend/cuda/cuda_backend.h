@@ -13,7 +13,12 @@
  *            CPU): mxp_cudab_ctl_set, mxp_cudab_grad_pass,
  *            mxp_cudab_decide, mxp_cudab_adamw, mxp_cudab_sgd,
  *            mxp_cudab_report (the single device-to-host copy of a step;
- *            mxp_cudab_d2h_count counts them).
+ *            mxp_cudab_d2h_count counts them);
+ *   MLP kernels (mlp_kernels.cu; bodies in backend/numerics/mlp.h and
+ *            mlp_rows.h, host-tested by tests/test_mlp_emu.c):
+ *            mxp_cudab_bias_add/_grad, mxp_cudab_act_fwd/_bwd,
+ *            mxp_cudab_layernorm_fwd/_bwd, mxp_cudab_mse,
+ *            mxp_cudab_softmax_xent, mxp_cudab_store_scan.
  * Every function returns 0 on success, else nonzero with the CUDA error
  * text in why[n]. Nothing here prints, exits or synchronises implicitly
  * except mxp_cudab_sync and mxp_cudab_report.
@@ -25,6 +30,7 @@
 #define MIXPREC_BACKEND_CUDA_BACKEND_H
 
 #include <mixprec/device.h>
+#include <mixprec/num.h>
 
 #include "backend/step_ctl.h"
 
@@ -73,6 +79,55 @@ int mxp_cudab_sgd(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf1
 int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why, size_t n);
 /* Device-to-host copies issued through this context so far. */
 int64_t mxp_cudab_d2h_count(const mxp_cudab_ctx *c);
+
+/* ---- MLP kernels (mlp_kernels.cu) ----
+ * Async on the context's stream; every pointer is device memory (result
+ * slots included); the contracts are those of the same-named slots of
+ * kernels/kernels.h (mxp_kernels), with the exactness written in
+ * backend/numerics/mlp.h and mlp_rows.h: bias add/grad, ReLU, tanh bwd,
+ * dpred, dgamma/dbeta, stored bits, amax and counts are the CPU's bits;
+ * layernorm statistics, GELU, tanh fwd, softmax and the loss totals are
+ * close (other sum order, CUDA libm). A shape with B or C < 0, B*C past
+ * size_t, an unknown act or dtype is refused with the reason in why. The
+ * loss kernels and store_scan use the context's block partials: calls on
+ * one context must stay on its stream (they do). */
+/* y[b, c] += bias[c] (bias NULL: no-op). */
+int mxp_cudab_bias_add(mxp_cudab_ctx *c, float *y, const float *bias, int64_t B, int64_t C,
+                       char *why, size_t n);
+/* dbias[c] += sum_b dy[b, c] (b in order, as the CPU). */
+int mxp_cudab_bias_grad(mxp_cudab_ctx *c, float *dbias, const float *dy, int64_t B, int64_t C,
+                        char *why, size_t n);
+/* act: 1 relu, 2 gelu (exact erf form), 3 tanh (the values of mxp_act);
+ * y may alias x. */
+int mxp_cudab_act_fwd(mxp_cudab_ctx *c, int act, float *y, const float *x, size_t count,
+                      char *why, size_t n);
+/* s: the activation's input (relu, gelu) or output (tanh); dx may alias dy. */
+int mxp_cudab_act_bwd(mxp_cudab_ctx *c, int act, float *dx, const float *dy, const float *s,
+                      size_t count, char *why, size_t n);
+/* Per row of [B, C]: y = (x - mean) * rstd [* gamma] [+ beta]; mean/rstd [B]
+ * (may be NULL); eps finite >= 0. */
+int mxp_cudab_layernorm_fwd(mxp_cudab_ctx *c, float *y, float *mean, float *rstd,
+                            const float *x, const float *gamma, const float *beta, int64_t B,
+                            int64_t C, float eps, char *why, size_t n);
+/* dx "=", dgamma/dbeta "+=" (either NULL: not accumulated); dx may alias dy. */
+int mxp_cudab_layernorm_bwd(mxp_cudab_ctx *c, float *dx, float *dgamma, float *dbeta,
+                            const float *dy, const float *x, const float *mean,
+                            const float *rstd, const float *gamma, int64_t B, int64_t C,
+                            char *why, size_t n);
+/* *loss (device slot) = mean (pred - target)^2; dpred = grad_scale * 2 d / (B*C)
+ * (may be NULL). */
+int mxp_cudab_mse(mxp_cudab_ctx *c, float *dpred, const float *pred, const float *target,
+                  int64_t B, int64_t C, float grad_scale, double *loss, char *why, size_t n);
+/* *loss (device slot) = mean over rows of logsumexp - x[label] (NaN row for
+ * a label outside [0, C)); dlogits = grad_scale (softmax - onehot) / B (may
+ * be NULL, may alias logits). */
+int mxp_cudab_softmax_xent(mxp_cudab_ctx *c, float *dlogits, const float *logits,
+                           const int32_t *labels, int64_t B, int64_t C, float grad_scale,
+                           double *loss, char *why, size_t n);
+/* out = src stored in t (F32, BF16, F16; RNE); *amax / *nonfinite (device
+ * slots, either NULL) = the scan of src (largest finite |v|, NaN/Inf count). */
+int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, const float *src,
+                         size_t count, float *amax, int64_t *nonfinite, char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,9 @@ enum {
     MXP_CUDAB_THREADS = 256,        /* threads per block of the element kernels */
     MXP_CUDAB_REDUCE_BLOCKS = 1024, /* grad-pass partials (fixed: deterministic merge) */
 };
+/* Block partials of the MLP reductions: MXP_MK_REDUCE_BLOCKS (1024) of at
+ * most 16 bytes (double, mxp_mk_scan). */
+#define MXP_CUDAB_MK_PARTIAL_BYTES ((size_t)1024 * 16)
 #define MXP_CUDAB_LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace, 32 MiB */
 
 struct mxp_cudab_ctx {
@@ -27,6 +30,8 @@ struct mxp_cudab_ctx {
     size_t lt_workspace_bytes;
     mxp_step_ctl *ctl;          /* device: the step control block */
     mxp_gradpass_acc *partials; /* device: [MXP_CUDAB_REDUCE_BLOCKS] */
+    void *mk_partials;          /* device: the MLP kernels' block partials
+                                 * (mlp_kernels.cu), MXP_CUDAB_MK_PARTIAL_BYTES */
     int64_t d2h_copies;
 };
 

@@ -108,7 +108,8 @@ extern "C" int mxp_cudab_ctx_create(int device, mxp_cudab_ctx **out, char *why, 
     if ((e = cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes)) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->ctl, sizeof(mxp_step_ctl))) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->partials,
-                        MXP_CUDAB_REDUCE_BLOCKS * sizeof(mxp_gradpass_acc))) != cudaSuccess) {
+                        MXP_CUDAB_REDUCE_BLOCKS * sizeof(mxp_gradpass_acc))) != cudaSuccess ||
+        (e = cudaMalloc(&c->mk_partials, MXP_CUDAB_MK_PARTIAL_BYTES)) != cudaSuccess) {
         mxp_cudab_fail(e, "cudaMalloc (context buffers)", why, n);
         goto fail;
     }
@@ -128,6 +129,7 @@ fail:
 extern "C" void mxp_cudab_ctx_destroy(mxp_cudab_ctx *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cudaFree(c->mk_partials);
     cudaFree(c->partials);
     cudaFree(c->ctl);
     cudaFree(c->lt_workspace);
