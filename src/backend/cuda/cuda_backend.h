@@ -18,7 +18,10 @@
  *            mlp_rows.h, host-tested by tests/test_mlp_emu.c):
  *            mxp_cudab_bias_add/_grad, mxp_cudab_act_fwd/_bwd,
  *            mxp_cudab_layernorm_fwd/_bwd, mxp_cudab_mse,
- *            mxp_cudab_softmax_xent, mxp_cudab_store_scan.
+ *            mxp_cudab_softmax_xent, mxp_cudab_store_scan;
+ *   linear-layer GEMMs (lt_gemm.cu; descriptions from lt_map.h):
+ *            mxp_cudab_lt_plan_create/_destroy, mxp_cudab_lt_run,
+ *            mxp_cudab_lt_desc_check.
  * Every function returns 0 on success, else nonzero with the CUDA error
  * text in why[n]. Nothing here prints, exits or synchronises implicitly
  * except mxp_cudab_sync and mxp_cudab_report.
@@ -32,6 +35,7 @@
 #include <mixprec/device.h>
 #include <mixprec/num.h>
 
+#include "backend/cuda/lt_map.h"
 #include "backend/step_ctl.h"
 
 #ifdef __cplusplus
@@ -128,6 +132,27 @@ int mxp_cudab_softmax_xent(mxp_cudab_ctx *c, float *dlogits, const float *logits
  * slots, either NULL) = the scan of src (largest finite |v|, NaN/Inf count). */
 int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, const float *src,
                          size_t count, float *amax, int64_t *nonfinite, char *why, size_t n);
+
+/* ---- linear-layer GEMMs on cuBLASLt (lt_gemm.cu) ----
+ * A plan: the matmul descriptor and layouts of description d (mxp_lt_linear
+ * or mxp_lt_from_rowmajor), A/B of dtype ab (F32, BF16, F16), C/D FP32,
+ * CUBLAS_COMPUTE_32F (no TF32), and the algorithm cuBLASLt's heuristic
+ * picks for it within the context's workspace: made once per shape. */
+typedef struct mxp_cudab_lt_plan mxp_cudab_lt_plan;
+int mxp_cudab_lt_plan_create(mxp_cudab_ctx *c, const mxp_lt_desc *d, mxp_dtype ab,
+                             mxp_cudab_lt_plan **out, char *why, size_t n);
+void mxp_cudab_lt_plan_destroy(mxp_cudab_lt_plan *p); /* NULL: no-op */
+/* D = alpha op(A) op(B) + beta D (+ bias when the plan has the epilogue;
+ * then bias must not be NULL), async on the context's stream. A and B are
+ * the buffers named by d->a_op / d->b_op for a linear-layer plan. */
+int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const void *A, const void *B,
+                     float *D, const float *bias, char *why, size_t n);
+/* Build d's descriptors with libcublasLt (no device, no context) and read
+ * every attribute back: 0 when they say what d says, 1 with the difference
+ * in why (also for a dtype other than F32, BF16, F16), 77 when libcublasLt
+ * cannot be loaded or the objects cannot be created (why says which). For
+ * tests. */
+int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_t n);
 
 #ifdef __cplusplus
 }

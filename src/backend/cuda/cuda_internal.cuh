@@ -19,6 +19,26 @@ enum {
 #define MXP_CUDAB_MK_PARTIAL_BYTES ((size_t)1024 * 16)
 #define MXP_CUDAB_LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace, 32 MiB */
 
+/* The cuBLASLt calls of lt_gemm.cu, resolved with dlsym from the library
+ * lt_open loaded (mxp_cudab_lt_fns_resolve). */
+typedef struct mxp_cudab_lt_fns {
+    decltype(&cublasLtMatmulDescCreate) desc_create;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+    decltype(&cublasLtMatmulDescGetAttribute) desc_get;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+    decltype(&cublasLtMatrixLayoutGetAttribute) layout_get;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+    decltype(&cublasLtMatmul) matmul;
+} mxp_cudab_lt_fns;
+
+/* Fill f from an open libcublasLt handle; 1 with the missing symbol in why. */
+int mxp_cudab_lt_fns_resolve(void *lib, mxp_cudab_lt_fns *f, char *why, size_t n);
+
 struct mxp_cudab_ctx {
     int device;
     cudaStream_t stream;
@@ -26,6 +46,7 @@ struct mxp_cudab_ctx {
     cublasStatus_t (*lt_create)(cublasLtHandle_t *);
     cublasStatus_t (*lt_destroy)(cublasLtHandle_t);
     cublasLtHandle_t lt;
+    mxp_cudab_lt_fns lt_fns;
     void *lt_workspace;
     size_t lt_workspace_bytes;
     mxp_step_ctl *ctl;          /* device: the step control block */

@@ -34,6 +34,7 @@ static int lt_open(mxp_cudab_ctx *c, char *why, size_t n) {
         if (why && n) snprintf(why, n, "%s lacks cublasLtCreate/cublasLtDestroy", MXP_CUBLASLT_SONAME);
         return 1;
     }
+    if (mxp_cudab_lt_fns_resolve(c->lt_lib, &c->lt_fns, why, n)) return 1;
     if (c->lt_create(&c->lt) != CUBLAS_STATUS_SUCCESS) {
         c->lt = NULL;
         if (why && n) snprintf(why, n, "cublasLtCreate failed");
