@@ -161,7 +161,8 @@ extern "C" int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const vo
     if (p->d.bias) {
         if (!bias) return lt_fail(why, n, "cuBLASLt GEMM: the plan has a bias epilogue but bias is NULL");
         cublasStatus_t s = p->f->desc_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-        if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(why, n, "cuBLASLt set BIAS_POINTER failed (status %d)", (int)s);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return lt_fail(why, n, "cuBLASLt set BIAS_POINTER failed (status %d)", (int)s);
     }
     float alpha = p->d.alpha, beta = p->d.beta;
     cublasStatus_t s = p->f->matmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->c, D,
@@ -205,7 +206,9 @@ extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char 
     if (ta != (d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N) || tb != (d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N) ||
         ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F ||
         epi != (uint32_t)(d->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT))
-        rc = lt_fail(why, n, "matmul descriptor reads back transa %d transb %d compute %d scale %d epilogue %u",
+        rc = lt_fail(why, n,
+                     "matmul descriptor reads back transa %d transb %d compute %d scale %d "
+                     "epilogue %u",
                      ta, tb, ct, st, epi);
     const cublasLtMatrixLayout_t lay[3] = {p.a, p.b, p.c};
     const int64_t want[3][3] = {{d->a_rows, d->a_cols, d->lda},
@@ -221,7 +224,9 @@ extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char 
         f.layout_get(lay[i], CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld, &w);
         f.layout_get(lay[i], CUBLASLT_MATRIX_LAYOUT_TYPE, &t, sizeof t, &w);
         if ((int64_t)rows != want[i][0] || (int64_t)cols != want[i][1] || ld != want[i][2] || t != want_t[i])
-            rc = lt_fail(why, n, "layout %c reads back %llux%llu ld %lld type %u, described %lldx%lld ld %lld type %u",
+            rc = lt_fail(why, n,
+                         "layout %c reads back %llux%llu ld %lld type %u, described "
+                         "%lldx%lld ld %lld type %u",
                          "ABC"[i], (unsigned long long)rows, (unsigned long long)cols, (long long)ld, t,
                          (long long)want[i][0], (long long)want[i][1], (long long)want[i][2], want_t[i]);
     }
