@@ -153,6 +153,8 @@ int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const void *A, cons
  * cannot be loaded or the objects cannot be created (why says which). For
  * tests. */
 int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_t n);
+/* The soname this build opens ("libcublasLt.so.<major>"). */
+const char *mxp_cudab_lt_soname(void);
 
 #ifdef __cplusplus
 }

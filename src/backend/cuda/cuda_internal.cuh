@@ -21,19 +21,31 @@ enum {
 
 /* The cuBLASLt calls of lt_gemm.cu, resolved with dlsym from the library
  * lt_open loaded (mxp_cudab_lt_fns_resolve). */
-typedef struct mxp_cudab_lt_fns {
-    decltype(&cublasLtMatmulDescCreate) desc_create;
-    decltype(&cublasLtMatmulDescDestroy) desc_destroy;
-    decltype(&cublasLtMatmulDescSetAttribute) desc_set;
-    decltype(&cublasLtMatmulDescGetAttribute) desc_get;
-    decltype(&cublasLtMatrixLayoutCreate) layout_create;
-    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
-    decltype(&cublasLtMatrixLayoutGetAttribute) layout_get;
-    decltype(&cublasLtMatmulPreferenceCreate) pref_create;
-    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
-    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
-    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
-    decltype(&cublasLtMatmul) matmul;
+typedef struct mxp_cudab_lt_fns { /* plain C: bench/bench_cuda_step.c includes this */
+    cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t *, cublasComputeType_t, cudaDataType_t);
+    cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t);
+    cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
+                               const void *, size_t);
+    cublasStatus_t (*desc_get)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, void *,
+                               size_t, size_t *);
+    cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t,
+                                    int64_t);
+    cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t);
+    cublasStatus_t (*layout_get)(cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, void *,
+                                 size_t, size_t *);
+    cublasStatus_t (*pref_create)(cublasLtMatmulPreference_t *);
+    cublasStatus_t (*pref_destroy)(cublasLtMatmulPreference_t);
+    cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                               const void *, size_t);
+    cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+                                cublasLtMatmulHeuristicResult_t *, int *);
+    cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
+                             cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t,
+                             const void *, const void *, cublasLtMatrixLayout_t, void *,
+                             cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *,
+                             size_t, cudaStream_t);
 } mxp_cudab_lt_fns;
 
 /* Fill f from an open libcublasLt handle; 1 with the missing symbol in why. */

@@ -18,6 +18,8 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+
+#include <type_traits>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,8 +44,10 @@ static int lt_fail(char *why, size_t n, const char *fmt, ...) {
 
 int mxp_cudab_lt_fns_resolve(void *lib, mxp_cudab_lt_fns *f, char *why, size_t n) {
 #define LT_SYM(field, name)                                                                 \
-    if (!(f->field = (decltype(f->field))dlsym(lib, #name)))                                \
-        return lt_fail(why, n, "libcublasLt lacks " #name);
+    f->field = (decltype(f->field))dlsym(lib, #name);                                      \
+    if (!f->field) return lt_fail(why, n, "libcublasLt lacks " #name);                      \
+    static_assert(std::is_same<decltype(f->field), decltype(&name)>::value,                 \
+                  "mxp_cudab_lt_fns." #field " does not match cublasLt.h's " #name);
     LT_SYM(desc_create, cublasLtMatmulDescCreate)
     LT_SYM(desc_destroy, cublasLtMatmulDescDestroy)
     LT_SYM(desc_set, cublasLtMatmulDescSetAttribute)
@@ -176,10 +180,14 @@ extern "C" int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const vo
 #define MXP_STR2(x) #x
 #define MXP_STR(x) MXP_STR2(x)
 
+extern "C" const char *mxp_cudab_lt_soname(void) {
+    return "libcublasLt.so." MXP_STR(CUBLAS_VER_MAJOR);
+}
+
 extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_t n) {
     if (lt_ab_type(ab) < 0)
         return lt_fail(why, n, "cuBLASLt GEMM: operand dtype %d: accepted F32, BF16, F16", (int)ab);
-    const char *so = "libcublasLt.so." MXP_STR(CUBLAS_VER_MAJOR);
+    const char *so = mxp_cudab_lt_soname();
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         lt_fail(why, n, "cannot load %s: %s", so, dlerror());
