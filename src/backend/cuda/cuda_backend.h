@@ -26,8 +26,12 @@
  * text in why[n]. Nothing here prints, exits or synchronises implicitly
  * except mxp_cudab_sync and mxp_cudab_report.
  * Verified: compiles with nvcc 13.0 for sm_90 (--fmad=false); the element
- * rules are host-tested (tests/test_numerics.c); the kernels themselves have
- * NOT run on a GPU yet (tests/test_cuda_backend.c skips without one).
+ * rules are host-tested (tests/test_numerics.c), the MLP kernel bodies
+ * through the host launch emulator (tests/test_mlp_emu.c), the cuBLASLt
+ * mapping by a naive executor (tests/test_lt_map.c) and its descriptors
+ * without a device (tests/test_cuda_lt_desc.c); the kernels and GEMMs
+ * themselves have NOT run on a GPU yet (tests/test_cuda_backend.c and
+ * test_cuda_mlp.c skip without one).
  */
 #ifndef MIXPREC_BACKEND_CUDA_BACKEND_H
 #define MIXPREC_BACKEND_CUDA_BACKEND_H
