@@ -62,8 +62,11 @@ int main(void) {
                   "%s: the description differs from the hand derivation",
                   mxp_lt_gemm_name(h->which));
     }
-    /* hold the library open for the whole test: each check's own dlopen /
-     * dlclose then costs a reference count, not a 500 MB load (NULL is
+    /* hold the library open for the whole test, never closed: each check's
+     * own dlopen / dlclose then costs a reference count, not a 500 MB load,
+     * and libcublasLt's own one-time allocations (its static libstdc++'s
+     * 72 KiB exception pool) stay reachable from its loaded globals instead
+     * of showing as a leak under LeakSanitizer once it is unloaded (NULL is
      * fine: the check reports the failure itself) */
     void *hold = dlopen(mxp_cudab_lt_soname(), RTLD_NOW | RTLD_LOCAL);
     const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {37, 19, 23}, {256, 512, 512}};
@@ -80,7 +83,6 @@ int main(void) {
                 }
                 int rc = mxp_cudab_lt_desc_check(&d, dts[t], why, sizeof why);
                 if (rc == 77) {
-                    if (hold) dlclose(hold);
                     if (test_failures == 0) {
                         printf("test_cuda_lt_desc: SKIP (%s)\n", why);
                         return 77;
@@ -99,7 +101,7 @@ int main(void) {
           strstr(why, "accepted F32, BF16, F16"));
     printf("test_cuda_lt_desc: %d descriptor sets created and read back without a device\n",
            checked);
-    if (hold) dlclose(hold);
+    (void)hold;
     return test_finish("test_cuda_lt_desc");
 }
 #endif
