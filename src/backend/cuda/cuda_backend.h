@@ -13,19 +13,33 @@
  *            CPU): mxp_cudab_ctl_set, mxp_cudab_grad_pass,
  *            mxp_cudab_decide, mxp_cudab_adamw, mxp_cudab_sgd,
  *            mxp_cudab_report (the single device-to-host copy of a step;
- *            mxp_cudab_d2h_count counts them).
+ *            mxp_cudab_d2h_count counts them);
+ *   MLP kernels (mlp_kernels.cu; bodies in backend/numerics/mlp.h and
+ *            mlp_rows.h, host-tested by tests/test_mlp_emu.c):
+ *            mxp_cudab_bias_add/_grad, mxp_cudab_act_fwd/_bwd,
+ *            mxp_cudab_layernorm_fwd/_bwd, mxp_cudab_mse,
+ *            mxp_cudab_softmax_xent, mxp_cudab_store_scan;
+ *   linear-layer GEMMs (lt_gemm.cu; descriptions from lt_map.h):
+ *            mxp_cudab_lt_plan_create/_destroy, mxp_cudab_lt_run,
+ *            mxp_cudab_lt_desc_check.
  * Every function returns 0 on success, else nonzero with the CUDA error
  * text in why[n]. Nothing here prints, exits or synchronises implicitly
  * except mxp_cudab_sync and mxp_cudab_report.
  * Verified: compiles with nvcc 13.0 for sm_90 (--fmad=false); the element
- * rules are host-tested (tests/test_numerics.c); the kernels themselves have
- * NOT run on a GPU yet (tests/test_cuda_backend.c skips without one).
+ * rules are host-tested (tests/test_numerics.c), the MLP kernel bodies
+ * through the host launch emulator (tests/test_mlp_emu.c), the cuBLASLt
+ * mapping by a naive executor (tests/test_lt_map.c) and its descriptors
+ * without a device (tests/test_cuda_lt_desc.c); the kernels and GEMMs
+ * themselves have NOT run on a GPU yet (tests/test_cuda_backend.c and
+ * test_cuda_mlp.c skip without one).
  */
 #ifndef MIXPREC_BACKEND_CUDA_BACKEND_H
 #define MIXPREC_BACKEND_CUDA_BACKEND_H
 
 #include <mixprec/device.h>
+#include <mixprec/num.h>
 
+#include "backend/cuda/lt_map.h"
 #include "backend/step_ctl.h"
 
 #ifdef __cplusplus
@@ -73,6 +87,78 @@ int mxp_cudab_sgd(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf1
 int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why, size_t n);
 /* Device-to-host copies issued through this context so far. */
 int64_t mxp_cudab_d2h_count(const mxp_cudab_ctx *c);
+
+/* ---- MLP kernels (mlp_kernels.cu) ----
+ * Async on the context's stream; every pointer is device memory (result
+ * slots included); the contracts are those of the same-named slots of
+ * kernels/kernels.h (mxp_kernels), with the exactness written in
+ * backend/numerics/mlp.h and mlp_rows.h: bias add/grad, ReLU, tanh bwd,
+ * dpred, dgamma/dbeta, stored bits, amax and counts are the CPU's bits;
+ * layernorm statistics, GELU, tanh fwd, softmax and the loss totals are
+ * close (other sum order, CUDA libm). A shape with B or C < 0, B*C past
+ * size_t, an unknown act or dtype is refused with the reason in why. The
+ * loss kernels and store_scan use the context's block partials: calls on
+ * one context must stay on its stream (they do). */
+/* y[b, c] += bias[c] (bias NULL: no-op). */
+int mxp_cudab_bias_add(mxp_cudab_ctx *c, float *y, const float *bias, int64_t B, int64_t C,
+                       char *why, size_t n);
+/* dbias[c] += sum_b dy[b, c] (b in order, as the CPU). */
+int mxp_cudab_bias_grad(mxp_cudab_ctx *c, float *dbias, const float *dy, int64_t B, int64_t C,
+                        char *why, size_t n);
+/* act: 1 relu, 2 gelu (exact erf form), 3 tanh (the values of mxp_act);
+ * y may alias x. */
+int mxp_cudab_act_fwd(mxp_cudab_ctx *c, int act, float *y, const float *x, size_t count,
+                      char *why, size_t n);
+/* s: the activation's input (relu, gelu) or output (tanh); dx may alias dy. */
+int mxp_cudab_act_bwd(mxp_cudab_ctx *c, int act, float *dx, const float *dy, const float *s,
+                      size_t count, char *why, size_t n);
+/* Per row of [B, C]: y = (x - mean) * rstd [* gamma] [+ beta]; mean/rstd [B]
+ * (may be NULL); eps finite >= 0. */
+int mxp_cudab_layernorm_fwd(mxp_cudab_ctx *c, float *y, float *mean, float *rstd,
+                            const float *x, const float *gamma, const float *beta, int64_t B,
+                            int64_t C, float eps, char *why, size_t n);
+/* dx "=", dgamma/dbeta "+=" (either NULL: not accumulated); dx may alias dy. */
+int mxp_cudab_layernorm_bwd(mxp_cudab_ctx *c, float *dx, float *dgamma, float *dbeta,
+                            const float *dy, const float *x, const float *mean,
+                            const float *rstd, const float *gamma, int64_t B, int64_t C,
+                            char *why, size_t n);
+/* *loss (device slot) = mean (pred - target)^2; dpred = grad_scale * 2 d / (B*C)
+ * (may be NULL). */
+int mxp_cudab_mse(mxp_cudab_ctx *c, float *dpred, const float *pred, const float *target,
+                  int64_t B, int64_t C, float grad_scale, double *loss, char *why, size_t n);
+/* *loss (device slot) = mean over rows of logsumexp - x[label] (NaN row for
+ * a label outside [0, C)); dlogits = grad_scale (softmax - onehot) / B (may
+ * be NULL, may alias logits). */
+int mxp_cudab_softmax_xent(mxp_cudab_ctx *c, float *dlogits, const float *logits,
+                           const int32_t *labels, int64_t B, int64_t C, float grad_scale,
+                           double *loss, char *why, size_t n);
+/* out = src stored in t (F32, BF16, F16; RNE); *amax / *nonfinite (device
+ * slots, either NULL) = the scan of src (largest finite |v|, NaN/Inf count). */
+int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, const float *src,
+                         size_t count, float *amax, int64_t *nonfinite, char *why, size_t n);
+
+/* ---- linear-layer GEMMs on cuBLASLt (lt_gemm.cu) ----
+ * A plan: the matmul descriptor and layouts of description d (mxp_lt_linear
+ * or mxp_lt_from_rowmajor), A/B of dtype ab (F32, BF16, F16), C/D FP32,
+ * CUBLAS_COMPUTE_32F (no TF32), and the algorithm cuBLASLt's heuristic
+ * picks for it within the context's workspace: made once per shape. */
+typedef struct mxp_cudab_lt_plan mxp_cudab_lt_plan;
+int mxp_cudab_lt_plan_create(mxp_cudab_ctx *c, const mxp_lt_desc *d, mxp_dtype ab,
+                             mxp_cudab_lt_plan **out, char *why, size_t n);
+void mxp_cudab_lt_plan_destroy(mxp_cudab_lt_plan *p); /* NULL: no-op */
+/* D = alpha op(A) op(B) + beta D (+ bias when the plan has the epilogue;
+ * then bias must not be NULL), async on the context's stream. A and B are
+ * the buffers named by d->a_op / d->b_op for a linear-layer plan. */
+int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const void *A, const void *B,
+                     float *D, const float *bias, char *why, size_t n);
+/* Build d's descriptors with libcublasLt (no device, no context) and read
+ * every attribute back: 0 when they say what d says, 1 with the difference
+ * in why (also for a dtype other than F32, BF16, F16), 77 when libcublasLt
+ * cannot be loaded or the objects cannot be created (why says which). For
+ * tests. */
+int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_t n);
+/* The soname this build opens ("libcublasLt.so.<major>"). */
+const char *mxp_cudab_lt_soname(void);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,7 @@ static int lt_open(mxp_cudab_ctx *c, char *why, size_t n) {
         if (why && n) snprintf(why, n, "%s lacks cublasLtCreate/cublasLtDestroy", MXP_CUBLASLT_SONAME);
         return 1;
     }
+    if (mxp_cudab_lt_fns_resolve(c->lt_lib, &c->lt_fns, why, n)) return 1;
     if (c->lt_create(&c->lt) != CUBLAS_STATUS_SUCCESS) {
         c->lt = NULL;
         if (why && n) snprintf(why, n, "cublasLtCreate failed");
@@ -108,7 +109,8 @@ extern "C" int mxp_cudab_ctx_create(int device, mxp_cudab_ctx **out, char *why, 
     if ((e = cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes)) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->ctl, sizeof(mxp_step_ctl))) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->partials,
-                        MXP_CUDAB_REDUCE_BLOCKS * sizeof(mxp_gradpass_acc))) != cudaSuccess) {
+                        MXP_CUDAB_REDUCE_BLOCKS * sizeof(mxp_gradpass_acc))) != cudaSuccess ||
+        (e = cudaMalloc(&c->mk_partials, MXP_CUDAB_MK_PARTIAL_BYTES)) != cudaSuccess) {
         mxp_cudab_fail(e, "cudaMalloc (context buffers)", why, n);
         goto fail;
     }
@@ -128,6 +130,7 @@ fail:
 extern "C" void mxp_cudab_ctx_destroy(mxp_cudab_ctx *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cudaFree(c->mk_partials);
     cudaFree(c->partials);
     cudaFree(c->ctl);
     cudaFree(c->lt_workspace);
