@@ -15,6 +15,7 @@
  * host-tested (tests/test_cuda_lt_desc.c) where libcublasLt loads.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/lt_map.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -32,20 +33,10 @@ struct mxp_cudab_lt_plan {
     size_t workspace; /* what the chosen algorithm needs */
 };
 
-static int lt_fail(char *why, size_t n, const char *fmt, ...) {
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return 1;
-}
-
 int mxp_cudab_lt_fns_resolve(void *lib, mxp_cudab_lt_fns *f, char *why, size_t n) {
 #define LT_SYM(field, name)                                                                 \
     f->field = (decltype(f->field))dlsym(lib, #name);                                      \
-    if (!f->field) return lt_fail(why, n, "libcublasLt lacks " #name);                      \
+    if (!f->field) return mxp_cudab_why(why, n, "libcublasLt lacks " #name);                      \
     static_assert(std::is_same<decltype(f->field), decltype(&name)>::value,                 \
                   "mxp_cudab_lt_fns." #field " does not match cublasLt.h's " #name);
     LT_SYM(desc_create, cublasLtMatmulDescCreate)
@@ -88,16 +79,16 @@ static int lt_objs_make(mxp_cudab_lt_plan *p, const mxp_lt_desc *d, mxp_dtype ab
                         size_t n) {
     const mxp_cudab_lt_fns *f = p->f;
     int abt = lt_ab_type(ab);
-    if (abt < 0) return lt_fail(why, n, "cuBLASLt GEMM: operand dtype %d: accepted F32, BF16, F16", (int)ab);
+    if (abt < 0) return mxp_cudab_why(why, n, "cuBLASLt GEMM: operand dtype %d: accepted F32, BF16, F16", (int)ab);
     if (d->m < 1 || d->n < 1 || d->k < 1)
-        return lt_fail(why, n, "cuBLASLt GEMM: m=%lld n=%lld k=%lld: each must be >= 1",
+        return mxp_cudab_why(why, n, "cuBLASLt GEMM: m=%lld n=%lld k=%lld: each must be >= 1",
                        (long long)d->m, (long long)d->n, (long long)d->k);
     p->d = *d;
     cublasStatus_t s;
 #define LT_TRY(call, what)                                                                  \
     if ((s = (call)) != CUBLAS_STATUS_SUCCESS) {                                            \
         lt_objs_free(p);                                                                    \
-        return lt_fail(why, n, "cuBLASLt %s failed (status %d)", what, (int)s);             \
+        return mxp_cudab_why(why, n, "cuBLASLt %s failed (status %d)", what, (int)s);             \
     }
     LT_TRY(f->desc_create(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")
     int32_t ta = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -124,7 +115,7 @@ extern "C" int mxp_cudab_lt_plan_create(mxp_cudab_ctx *c, const mxp_lt_desc *d, 
                                         mxp_cudab_lt_plan **out, char *why, size_t n) {
     *out = NULL;
     mxp_cudab_lt_plan *p = (mxp_cudab_lt_plan *)calloc(1, sizeof *p);
-    if (!p) return lt_fail(why, n, "out of host memory for a cuBLASLt plan");
+    if (!p) return mxp_cudab_why(why, n, "out of host memory for a cuBLASLt plan");
     p->f = &c->lt_fns;
     if (lt_objs_make(p, d, ab, why, n)) {
         free(p);
@@ -143,7 +134,7 @@ extern "C" int mxp_cudab_lt_plan_create(mxp_cudab_ctx *c, const mxp_lt_desc *d, 
     if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
         lt_objs_free(p);
         free(p);
-        return lt_fail(why, n,
+        return mxp_cudab_why(why, n,
                        "cuBLASLt found no algorithm for m=%lld n=%lld k=%lld (status %d, %d results)",
                        (long long)d->m, (long long)d->n, (long long)d->k, (int)s, found);
     }
@@ -163,15 +154,15 @@ extern "C" int mxp_cudab_lt_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const vo
                                 const void *B, float *D, const float *bias, char *why,
                                 size_t n) {
     if (p->d.bias) {
-        if (!bias) return lt_fail(why, n, "cuBLASLt GEMM: the plan has a bias epilogue but bias is NULL");
+        if (!bias) return mxp_cudab_why(why, n, "cuBLASLt GEMM: the plan has a bias epilogue but bias is NULL");
         cublasStatus_t s = p->f->desc_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
         if (s != CUBLAS_STATUS_SUCCESS)
-            return lt_fail(why, n, "cuBLASLt set BIAS_POINTER failed (status %d)", (int)s);
+            return mxp_cudab_why(why, n, "cuBLASLt set BIAS_POINTER failed (status %d)", (int)s);
     }
     float alpha = p->d.alpha, beta = p->d.beta;
     cublasStatus_t s = p->f->matmul(c->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->c, D,
                                     p->c, &p->algo, c->lt_workspace, p->workspace, c->stream);
-    if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(why, n, "cublasLtMatmul failed (status %d)", (int)s);
+    if (s != CUBLAS_STATUS_SUCCESS) return mxp_cudab_why(why, n, "cublasLtMatmul failed (status %d)", (int)s);
     return 0;
 }
 
@@ -186,11 +177,11 @@ extern "C" const char *mxp_cudab_lt_soname(void) {
 
 extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_t n) {
     if (lt_ab_type(ab) < 0)
-        return lt_fail(why, n, "cuBLASLt GEMM: operand dtype %d: accepted F32, BF16, F16", (int)ab);
+        return mxp_cudab_why(why, n, "cuBLASLt GEMM: operand dtype %d: accepted F32, BF16, F16", (int)ab);
     const char *so = mxp_cudab_lt_soname();
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        lt_fail(why, n, "cannot load %s: %s", so, dlerror());
+        mxp_cudab_why(why, n, "cannot load %s: %s", so, dlerror());
         return 77;
     }
     mxp_cudab_lt_fns f;
@@ -214,7 +205,7 @@ extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char 
     if (ta != (d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N) || tb != (d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N) ||
         ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F ||
         epi != (uint32_t)(d->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT))
-        rc = lt_fail(why, n,
+        rc = mxp_cudab_why(why, n,
                      "matmul descriptor reads back transa %d transb %d compute %d scale %d "
                      "epilogue %u",
                      ta, tb, ct, st, epi);
@@ -232,7 +223,7 @@ extern "C" int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char 
         f.layout_get(lay[i], CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld, &w);
         f.layout_get(lay[i], CUBLASLT_MATRIX_LAYOUT_TYPE, &t, sizeof t, &w);
         if ((int64_t)rows != want[i][0] || (int64_t)cols != want[i][1] || ld != want[i][2] || t != want_t[i])
-            rc = lt_fail(why, n,
+            rc = mxp_cudab_why(why, n,
                          "layout %c reads back %llux%llu ld %lld type %u, described "
                          "%lldx%lld ld %lld type %u",
                          "ABC"[i], (unsigned long long)rows, (unsigned long long)cols, (long long)ld, t,

@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static int lt_bad(char *why, size_t n, const char *fmt, ...) {
+int mxp_cudab_why(char *why, size_t n, const char *fmt, ...) {
     if (why && n) {
         va_list ap;
         va_start(ap, fmt);
@@ -19,18 +19,18 @@ static int lt_bad(char *why, size_t n, const char *fmt, ...) {
 
 int mxp_lt_from_rowmajor(const mxp_rm_gemm *g, mxp_lt_desc *d, char *why, size_t n) {
     if (g->M < 1 || g->N < 1)
-        return lt_bad(why, n, "GEMM shape M=%lld N=%lld: both must be >= 1", (long long)g->M,
+        return mxp_cudab_why(why, n, "GEMM shape M=%lld N=%lld: both must be >= 1", (long long)g->M,
                       (long long)g->N);
-    if (g->K < 1) return lt_bad(why, n, "GEMM shape K=%lld: must be >= 1", (long long)g->K);
+    if (g->K < 1) return mxp_cudab_why(why, n, "GEMM shape K=%lld: must be >= 1", (long long)g->K);
     int64_t a_row = g->trans_a ? g->M : g->K, b_row = g->trans_b ? g->K : g->N;
     if (g->lda < a_row)
-        return lt_bad(why, n, "GEMM lda=%lld shorter than A's row length %lld",
+        return mxp_cudab_why(why, n, "GEMM lda=%lld shorter than A's row length %lld",
                       (long long)g->lda, (long long)a_row);
     if (g->ldb < b_row)
-        return lt_bad(why, n, "GEMM ldb=%lld shorter than B's row length %lld",
+        return mxp_cudab_why(why, n, "GEMM ldb=%lld shorter than B's row length %lld",
                       (long long)g->ldb, (long long)b_row);
     if (g->ldc < g->N)
-        return lt_bad(why, n, "GEMM ldc=%lld shorter than C's row length N=%lld",
+        return mxp_cudab_why(why, n, "GEMM ldc=%lld shorter than C's row length N=%lld",
                       (long long)g->ldc, (long long)g->N);
     mxp_lt_desc r = {0};
     /* C^T = op(B)^T op(A)^T: the caller's B first. A row-major matrix read
@@ -60,7 +60,7 @@ int mxp_lt_from_rowmajor(const mxp_rm_gemm *g, mxp_lt_desc *d, char *why, size_t
 int mxp_lt_linear(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool bias,
                   bool accumulate, mxp_lt_desc *d, char *why, size_t n) {
     if (B < 1 || I < 1 || O < 1)
-        return lt_bad(why, n, "linear layer B=%lld I=%lld O=%lld: each must be >= 1",
+        return mxp_cudab_why(why, n, "linear layer B=%lld I=%lld O=%lld: each must be >= 1",
                       (long long)B, (long long)I, (long long)O);
     mxp_rm_gemm g;
     mxp_lt_operand rm_a, rm_b; /* the row-major A and B buffers */
@@ -78,7 +78,7 @@ int mxp_lt_linear(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool bias,
         rm_a = MXP_LT_DY, rm_b = MXP_LT_X;
         break;
     default:
-        return lt_bad(why, n, "linear GEMM %d: accepted %d (FWD), %d (DX), %d (DW)",
+        return mxp_cudab_why(why, n, "linear GEMM %d: accepted %d (FWD), %d (DX), %d (DW)",
                       (int)which, (int)MXP_LT_FWD, (int)MXP_LT_DX, (int)MXP_LT_DW);
     }
     if (mxp_lt_from_rowmajor(&g, d, why, n)) return 1;

@@ -76,6 +76,13 @@ typedef struct mxp_lt_desc {
  * false). 0, or 1 with what was wrong in why (dimensions < 1, leading
  * dimensions shorter than their rows). */
 int mxp_lt_from_rowmajor(const mxp_rm_gemm *g, mxp_lt_desc *d, char *why, size_t n);
+/* The CUDA side's error convention in one place: format into why[n] (when
+ * given) and return 1 (used by lt_map.c, lt_gemm.cu, mlp_kernels.cu). */
+int mxp_cudab_why(char *why, size_t n, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* GEMM `which` of the linear layer of batch B, I inputs, O outputs (row-major
  * contiguous tensors). bias: FWD adds b through the epilogue (ignored by

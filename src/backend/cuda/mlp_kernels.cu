@@ -21,6 +21,7 @@
  * Built with --fmad=false. NOT yet run on a GPU (docs/gpu.md).
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/lt_map.h"
 #include "backend/numerics/mlp_rows.h"
 
 #include <stdarg.h>
@@ -184,16 +185,6 @@ __global__ void k_mk_scan_merge(const mxp_mk_scan *partials, unsigned nblocks, f
 
 /* ---- C entry points --------------------------------------------------------- */
 
-static int mk_bad(char *why, size_t n, const char *fmt, ...) {
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return 1;
-}
-
 static int mk_launched(const char *what, char *why, size_t n) {
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : mxp_cudab_fail(e, what, why, n);
@@ -202,10 +193,10 @@ static int mk_launched(const char *what, char *why, size_t n) {
 /* B, C >= 0 and B * C fits size_t; *count = B * C. */
 static int mk_shape(const char *what, int64_t B, int64_t C, size_t *count, char *why, size_t n) {
     if (B < 0 || C < 0)
-        return mk_bad(why, n, "%s: shape B=%lld C=%lld: both must be >= 0", what, (long long)B,
+        return mxp_cudab_why(why, n, "%s: shape B=%lld C=%lld: both must be >= 0", what, (long long)B,
                       (long long)C);
     if (C != 0 && (uint64_t)B > (uint64_t)SIZE_MAX / (uint64_t)C)
-        return mk_bad(why, n, "%s: B*C = %lld*%lld overflows size_t", what, (long long)B,
+        return mxp_cudab_why(why, n, "%s: B*C = %lld*%lld overflows size_t", what, (long long)B,
                       (long long)C);
     *count = (size_t)B * (size_t)C;
     return 0;
@@ -235,7 +226,7 @@ extern "C" int mxp_cudab_bias_grad(mxp_cudab_ctx *c, float *dbias, const float *
 extern "C" int mxp_cudab_act_fwd(mxp_cudab_ctx *c, int act, float *y, const float *x,
                                  size_t count, char *why, size_t n) {
     if (act < MXP_MK_ACT_RELU || act > MXP_MK_ACT_TANH)
-        return mk_bad(why, n, "activation forward: act %d: accepted 1 (relu), 2 (gelu), 3 (tanh)",
+        return mxp_cudab_why(why, n, "activation forward: act %d: accepted 1 (relu), 2 (gelu), 3 (tanh)",
                       act);
     if (count == 0) return 0;
     unsigned g = MK_GRID(count);
@@ -251,7 +242,7 @@ extern "C" int mxp_cudab_act_fwd(mxp_cudab_ctx *c, int act, float *y, const floa
 extern "C" int mxp_cudab_act_bwd(mxp_cudab_ctx *c, int act, float *dx, const float *dy,
                                  const float *s, size_t count, char *why, size_t n) {
     if (act < MXP_MK_ACT_RELU || act > MXP_MK_ACT_TANH)
-        return mk_bad(why, n,
+        return mxp_cudab_why(why, n,
                       "activation backward: act %d: accepted 1 (relu), 2 (gelu), 3 (tanh)", act);
     if (count == 0) return 0;
     unsigned g = MK_GRID(count);
@@ -270,7 +261,7 @@ extern "C" int mxp_cudab_layernorm_fwd(mxp_cudab_ctx *c, float *y, float *mean, 
     size_t count = 0;
     if (mk_shape("layernorm forward", B, C, &count, why, n)) return 1;
     if (!(eps >= 0.0f) || eps == INFINITY)
-        return mk_bad(why, n, "layernorm forward: eps %g: accepted a finite value >= 0",
+        return mxp_cudab_why(why, n, "layernorm forward: eps %g: accepted a finite value >= 0",
                       (double)eps);
     if (count == 0) return 0;
     k_mk_ln_fwd<<<mxp_mk_grid((size_t)B, 1, MXP_MK_GRID_CAP), MXP_MK_THREADS, 0, c->stream>>>(
@@ -330,7 +321,7 @@ extern "C" int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, co
               : t == MXP_DTYPE_F16  ? MXP_MK_STORE_FP16
                                     : -1;
     if (fmt < 0)
-        return mk_bad(why, n, "store + scan: dtype %d: accepted F32, BF16, F16", (int)t);
+        return mxp_cudab_why(why, n, "store + scan: dtype %d: accepted F32, BF16, F16", (int)t);
     mxp_mk_scan *partials = (mxp_mk_scan *)c->mk_partials;
     unsigned g = count ? MXP_MK_REDUCE_BLOCKS : 0;
     if (count)
