@@ -31,6 +31,7 @@
 #include <mixprec/mixprec.h>
 
 #include "testutil.h"
+#include "xy_cases.h"
 
 enum { E = 3, B = 8, IN = 3, K = 2 };
 
@@ -154,31 +155,6 @@ static void test_layout(void) {
           strstr(err.msg, "ensemble"));
 }
 
-static bool make_config(const char *const *kv, int n, mxp_config *cfg, mxp_error *err) {
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (int i = 0; s == MXP_OK && i < n; i++) s = mxp_config_apply_override(b, kv[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s == MXP_OK;
-}
-
-/* x ~ U(-1, 1)^2, y0 = 0.8 x0 + 0.5 n0, y1 = -x1 + 0.1 n1 (fixed LCG). */
-static void noisy_data(int64_t n, float *x, float *y) {
-    uint64_t s = 777;
-#define U01() ((double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * \
-               (1.0 / 9007199254740992.0))
-    for (int64_t i = 0; i < n; i++) {
-        x[i * 2] = (float)(2.0 * U01() - 1.0);
-        x[i * 2 + 1] = (float)(2.0 * U01() - 1.0);
-        const double u1 = U01() + 1e-12, u2 = U01();
-        const double r = sqrt(-2.0 * log(u1));
-        y[i * 2] = (float)(0.8 * x[i * 2] + 0.5 * r * cos(6.283185307179586 * u2));
-        y[i * 2 + 1] = (float)(-x[i * 2 + 1] + 0.1 * r * sin(6.283185307179586 * u2));
-    }
-#undef U01
-}
-
 /* Aleatoric and epistemic variance, averaged over rows and per target,
  * of the ensemble m (5 members, Gaussian) on x [n, 2]. */
 static void uncertainty(mxp_model *m, const float *x, int n, double alea[2], double epi[2]) {
@@ -206,7 +182,7 @@ static void uncertainty(mxp_model *m, const float *x, int n, double alea[2], dou
 static void test_train(void) {
     const int64_t N = 4096;
     float *x = calloc((size_t)N * 2, sizeof(float)), *y = calloc((size_t)N * 2, sizeof(float));
-    noisy_data(N, x, y);
+    noisy_data(777, N, x, y);
     float far[64 * 2];
     for (int i = 0; i < 64; i++) { /* |x| = 4: outside the data */
         far[i * 2] = (i & 1) ? 4.0f : -4.0f;
@@ -227,17 +203,8 @@ static void test_train(void) {
             CHECK_MSG(false, "%s: config: %s", modes[k], err.msg);
             continue;
         }
-        mxp_dataset *d = NULL;
-        const int64_t sh[2] = {N, 2};
-        CHECK_OK(mxp_dataset_create(&d, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, sh, x, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_F32, 2, sh, y, &err), &err);
-        mxp_run_options o = mxp_run_options_default();
-        o.data = d;
-        o.checkpoints = false;
         mxp_run *run = NULL;
-        CHECK_OK(mxp_run_create(&cfg, &o, &run, &err), &err);
-        mxp_dataset_destroy(d);
+        CHECK_OK(xy_run_create(&cfg, x, y, N, &run, &err), &err);
         if (!run) continue;
         CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
         mxp_run_eval ev;
@@ -288,21 +255,12 @@ static void test_config(void) {
             CHECK_MSG(false, "config: %s", err.msg);
             continue;
         }
-        mxp_dataset *d = NULL;
-        const int64_t sh[2] = {64, 2};
-        CHECK_OK(mxp_dataset_create(&d, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, sh, x, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_F32, 2, sh, y, &err), &err);
-        mxp_run_options o = mxp_run_options_default();
-        o.data = d;
-        o.checkpoints = false;
         mxp_run *run = NULL;
-        mxp_status s = mxp_run_create(&cfg, &o, &run, &err);
+        mxp_status s = xy_run_create(&cfg, x, y, 64, &run, &err);
         if (s == MXP_OK) s = mxp_run_train(run, 0, 0, &err);
         CHECK_MSG(s != MXP_OK && strstr(err.msg, "ensembles"), "%s with an ensemble: %d %s",
                   refused[k], (int)s, err.msg);
         mxp_run_destroy(run);
-        mxp_dataset_destroy(d);
     }
 }
 

@@ -29,6 +29,7 @@
 #include <mixprec/mixprec.h>
 
 #include "testutil.h"
+#include "xy_cases.h"
 
 static char g_dir[] = "/tmp/mxp_gauss_XXXXXX";
 
@@ -190,15 +191,6 @@ static void test_finite_differences(void) {
     mxp_model_destroy(m);
 }
 
-static bool make_config(const char *const *kv, int n, mxp_config *cfg, mxp_error *err) {
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (int i = 0; s == MXP_OK && i < n; i++) s = mxp_config_apply_override(b, kv[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s == MXP_OK;
-}
-
 /* The head's refusals and the default. */
 static void test_config(void) {
     mxp_error err = {0};
@@ -230,28 +222,11 @@ static void test_config(void) {
     }
 }
 
-/* Data with known noise: x ~ U(-1, 1)^2, y0 = 0.8 x0 + 0.5 n0, y1 = -x1 +
- * 0.1 n1 (n standard normal, Box-Muller from a fixed LCG). */
-static void noisy_data(int64_t n, float *x, float *y) {
-    uint64_t s = 12345;
-#define U01() ((double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * \
-               (1.0 / 9007199254740992.0))
-    for (int64_t i = 0; i < n; i++) {
-        x[i * 2] = (float)(2.0 * U01() - 1.0);
-        x[i * 2 + 1] = (float)(2.0 * U01() - 1.0);
-        const double u1 = U01() + 1e-12, u2 = U01();
-        const double r = sqrt(-2.0 * log(u1));
-        y[i * 2] = (float)(0.8 * x[i * 2] + 0.5 * r * cos(6.283185307179586 * u2));
-        y[i * 2 + 1] = (float)(-x[i * 2 + 1] + 0.1 * r * sin(6.283185307179586 * u2));
-    }
-#undef U01
-}
-
 /* Training in every precision mode finds the noise. */
 static void test_train_modes(void) {
     const int64_t N = 4096;
     float *x = calloc((size_t)N * 2, sizeof(float)), *y = calloc((size_t)N * 2, sizeof(float));
-    noisy_data(N, x, y);
+    noisy_data(12345, N, x, y);
     const double var[2] = {0.25, 0.01};
     const double nll_opt = (2.0 + log(var[0]) + log(var[1])) / 2.0; /* -1.996 */
     const double mse_opt = (var[0] + var[1]) / 2.0;
@@ -282,17 +257,8 @@ static void test_train_modes(void) {
             CHECK_MSG(false, "%s: config: %s", modes[k].mode, err.msg);
             continue;
         }
-        mxp_dataset *d = NULL;
-        const int64_t sh[2] = {N, 2};
-        CHECK_OK(mxp_dataset_create(&d, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "x", MXP_ARRAY_F32, 2, sh, x, &err), &err);
-        CHECK_OK(mxp_dataset_add(d, "y", MXP_ARRAY_F32, 2, sh, y, &err), &err);
-        mxp_run_options o = mxp_run_options_default();
-        o.data = d;
-        o.checkpoints = false;
         mxp_run *run = NULL;
-        CHECK_OK(mxp_run_create(&cfg, &o, &run, &err), &err);
-        mxp_dataset_destroy(d);
+        CHECK_OK(xy_run_create(&cfg, x, y, N, &run, &err), &err);
         if (!run) continue;
         CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
         mxp_run_eval ev;
