@@ -100,9 +100,12 @@ static mxp_status mxp_trainer_check_state_dev(mxp_trainer *t, mxp_error *err) {
     const float *master = mxp_model_master(m);
     if (master) {
         bad = count_bad(master, n, false, &first);
-    } else { /* pure bf16/fp16: the working weights are the only copy */
+    } else { /* pure bf16/fp16: the working weights are the only copy (read
+              * in place: this runs inside the backend bracket) */
+        mxp_dtype wt;
+        const void *work = mxp_model_work(m, &wt);
         for (size_t i = 0; i < n; i++)
-            if (!isfinite(mxp_model_param(m, i)) && bad++ == 0) first = i;
+            if (!isfinite(mxp_load_f32(wt, work, i)) && bad++ == 0) first = i;
     }
     if (!bad && t->m) {
         what = t->v ? "AdamW first moment" : "SGD momentum";
@@ -116,7 +119,9 @@ static mxp_status mxp_trainer_check_state_dev(mxp_trainer *t, mxp_error *err) {
     }
     if (!bad) return MXP_OK;
     const bool second = holder && holder == t->v;
-    float x = holder ? holder[first] : mxp_model_param(m, first);
+    mxp_dtype wt;
+    const void *work = mxp_model_work(m, &wt);
+    float x = holder ? holder[first] : master ? master[first] : mxp_load_f32(wt, work, first);
     size_t local;
     const char *name = tensor_of(m, first, &local);
     return mxp_error_set(err, MXP_ERR_NONFINITE,
