@@ -27,7 +27,12 @@
  *     runs K blocks outermost with B packed in L2-sized chunks
  *     (gemm_range_l2);
  *   - alpha == 1 (and beta == 1) stores skip the multiplications by 1 when
- *     MXCSR keeps subnormals (store_mode).
+ *     MXCSR keeps subnormals (store_mode);
+ *   - where tune.c enables it (Intel), an FP32 op(B) = B at ld 512 is read
+ *     in place for at most 256 rows of C (b_max_ld), and a last column
+ *     tile of 1-2 columns is computed by the column kernel, rows of C on
+ *     the lanes, each element with the same FMAs and store (gemm_block,
+ *     mxp_avx512_ukernel_f32_cols).
  *
  * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as

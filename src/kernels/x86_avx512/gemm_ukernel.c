@@ -2,7 +2,8 @@
  *
  * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16 (and their
  * _row forms), mxp_avx512_ukernel_f32_bt and mxp_avx512_ukernel_w16_bt (the
- * small-M kernels; contracts in gemm_internal.h).
+ * small-M kernels), mxp_avx512_ukernel_f32_cols (narrow column edges, rows
+ * of C on the lanes; contracts in gemm_internal.h).
  *
  * Tile: MR = 14 rows x NR = 32 columns of C held in 28 zmm accumulators; per
  * k step two zmm loads of the B micro-panel and 14 broadcasts of the A
@@ -305,7 +306,6 @@ void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, bool a_kc, co
     }
 }
 
-
 /* Prefetch distance of the small-M kernel, in k steps (each 14-28 FMAs). */
 enum { BT_PREFETCH_K = 16 };
 
@@ -383,8 +383,6 @@ uk_f32_cols(size_t kc, const float *a, size_t sa, size_t ta, const float *b, siz
                  nr, 1, alpha, beta, mode);
     }
 }
-
-
 
 void mxp_avx512_ukernel_f32_cols(size_t kc, const float *ap, size_t sa, size_t ta,
                                  const float *bp, size_t sb, float *c, size_t ldc, int rows,
@@ -607,7 +605,6 @@ void mxp_avx512_ukernel_f32_row(size_t kc, const float *ap, size_t sa, bool a_kc
     else if (b_in_place) UKF_ROW(true, false)
     else UKF_ROW(false, false)
 }
-
 #undef UKF_ROW
 
 /* ---- small M with a 16-bit op(B) ----------------------------------------- */

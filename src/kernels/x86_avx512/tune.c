@@ -59,7 +59,7 @@ static void detect(void) {
          *  - an edge of 1-2 columns of C past the last full 32-column
          *    micro-panel (N = 65) takes the column kernel (4 tiles' rows on
          *    the lanes, nr FMAs per k step instead of 14): 512x65x2048 NT
-         *    1.08-1.12x. */
+         *    1.08-1.14x. */
         tune.dpbf16_fast = false;
         tune.in_place_max_ld = 256;
         tune.in_place_b_max_ld = 512;
