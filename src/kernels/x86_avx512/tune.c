@@ -53,13 +53,13 @@ static void detect(void) {
          *    training GEMMs;
          *  - but an FP32 op(B) = B with ld 512 read in place when C has at
          *    most 256 rows (the dX of a 512-wide layer at batch 32-256, the
-         *    dW of the 65-output layer) was 1.08-1.28x faster than packed
+         *    dW of the 65-output layer) was 1.03-1.29x faster than packed
          *    (packing 1 MiB of weights for 32-256 rows); at 512 rows 0.93x
          *    (docs/results/issue31/gemm-tune-2026-11-28.txt);
          *  - an edge of 1-2 columns of C past the last full 32-column
          *    micro-panel (N = 65) takes the column kernel (4 tiles' rows on
          *    the lanes, nr FMAs per k step instead of 14): 512x65x2048 NT
-         *    1.08-1.14x. */
+         *    1.08-1.16x. */
         tune.dpbf16_fast = false;
         tune.in_place_max_ld = 256;
         tune.in_place_b_max_ld = 512;
