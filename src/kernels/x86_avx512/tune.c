@@ -53,8 +53,9 @@ static void detect(void) {
          *    training GEMMs;
          *  - but an FP32 op(B) = B with ld 512 read in place when C has at
          *    most 256 rows (the dX of a 512-wide layer at batch 32-256, the
-         *    dW of the 65-output layer) was 1.03-1.29x faster than packed
-         *    (packing 1 MiB of weights for 32-256 rows); at 512 rows 0.93x
+         *    dW of the 65-output layer) ran 1.03-1.25x as fast as packed (medians
+         *    of five runs under load; single runs 0.83-1.29x): packing 1 MiB
+         *    of weights for 32-256 rows costs more; at 512 rows 0.93x (one run)
          *    (docs/results/issue31/gemm-tune-2026-11-28.txt);
          *  - an edge of 1-2 columns of C past the last full 32-column
          *    micro-panel (N = 65) takes the column kernel (4 tiles' rows on
