@@ -111,7 +111,8 @@ static void test_small_m_w16(void) {
 }
 
 /* The F32 path's FMA sequence (f32_path_oracle) bit for bit, whatever the
- * kernel's tile order (row or column sweeps of a block, small-M path),
+ * kernel's tile order (row or column sweeps of a block, small-M path,
+ * column-edge kernel),
  * thread split (1, 2 and 3 threads: row ranges that start inside a
  * micro-tile's span), and whether it leaves out multiplications by 1
  * (alpha == 1, beta == 1). */
@@ -120,6 +121,12 @@ static void test_f32_sequence(void) {
         {29, 67, 32}, {256, 70, 32}, {45, 1030, 24}, {3, 100, 1}, {70, 33, 129},
         {31, 200, 40}, {17, 45, 700}, {50, 40, 1100}, {32, 64, 96}, {16, 640, 520},
         {35, 272, 512}, {40, 300, 1030},
+        /* N = 32 q + 1 or 2: the column-edge kernel where tune.c enables it
+         * (gemm_ukernel.c uk_f32_cols: groups of 4 tiles, the last partial;
+         * op(A) packed or in place along the rows of C, op(B) packed or in
+         * place; a last NC block of 1 column) */
+        {75, 66, 530}, {130, 97, 40}, {300, 34, 64}, {100, 65, 50}, {120, 513, 40},
+        {60, 545, 80},
     };
     static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 1.0f}, {1.0f, 0.75f},
                                   {-1.25f, 0.0f}};

@@ -27,7 +27,12 @@
  *     runs K blocks outermost with B packed in L2-sized chunks
  *     (gemm_range_l2);
  *   - alpha == 1 (and beta == 1) stores skip the multiplications by 1 when
- *     MXCSR keeps subnormals (store_mode).
+ *     MXCSR keeps subnormals (store_mode);
+ *   - where tune.c enables it (Intel), an FP32 op(B) = B at ld 512 is read
+ *     in place for at most 256 rows of C (b_max_ld), and a last column
+ *     tile of 1-2 columns is computed by the column kernel, rows of C on
+ *     the lanes, each element with the same FMAs and store (gemm_block,
+ *     mxp_avx512_ukernel_f32_cols).
  *
  * Path: DPBF16 (vdpbf16ps on BF16 pairs) when both operands are BF16 or FP8,
  * else F32 (widen while packing, FP32 FMA). On this CPU vdpbf16ps retires as
@@ -238,6 +243,23 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
     for (size_t q = 0; p->dp && any && q < n_jr; q++) b_flagged |= sub_b[q] != 0;
     mxp_gemm_fallback fb = {&p->a, &p->b, pc, kc, p->ldc, p->alpha, p->beta,
                             s->ap1,  s->bp1, SIZE_MAX, SIZE_MAX, 0};
+    const mxp_avx512_tune *tn = mxp_avx512_tune_get();
+    /* F32: a narrow last column tile (tune.c cols_max_nr) of every row of
+     * tiles, first, with the rows of C on the lanes (gemm_ukernel.c
+     * uk_f32_cols: the same bits as the tiles it replaces) */
+    const int nr_last = (int)(nc - (n_jr - 1) * MXP_GEMM_NR);
+    const bool cols = !p->dp && nr_last <= tn->cols_max_nr && !(a_in && p->a_kc);
+    if (cols) {
+        const size_t jr = (n_jr - 1) * MXP_GEMM_NR, g = MXP_GEMM_COLS_TILES;
+        for (size_t o = 0; o < n_ir; o += g) {
+            const size_t ir = o * MXP_GEMM_MR;
+            mxp_avx512_ukernel_f32_cols(
+                kc, a_in ? a_in + ir * a_step : s->ap + ir * kc, a_in ? p->a.ld : MXP_GEMM_MR,
+                a_in ? MXP_GEMM_MR * a_step : MXP_GEMM_MR * kc, b_in ? b_in + jr : s->bp + jr * kc,
+                b_in ? p->b.ld : MXP_GEMM_NR, p->C + (ic + ir) * p->ldc + jc + jr, p->ldc,
+                (int)min_sz(g * MXP_GEMM_MR, mc - ir), nr_last, p->alpha, p->beta, mode);
+        }
+    }
     for (size_t o = 0; o < n_ir; o++) {
         size_t q0 = 0, ir = o * MXP_GEMM_MR;
         /* DPBF16: op(A)'s rows in place (a_bf) or its packed micro-panel */
@@ -270,6 +292,8 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
             const float *cn = q + 1 < n_jr ? c + MXP_GEMM_NR
                               : o + 1 < n_ir ? p->C + (ic + ir + MXP_GEMM_MR) * p->ldc + jc
                                              : NULL;
+            if (cols && q == n_jr - 1)
+                continue; /* computed above */
             if (!p->dp)
                 mxp_avx512_ukernel_f32(
                     kc, a_in ? a_in + ir * a_step : s->ap + ir * kc,
@@ -298,11 +322,19 @@ static void gemm_block(const gemm_plan *p, const gemm_scratch *s, size_t ic, siz
  * X(r0, k0), or NULL when the operand must be packed. Reading in place
  * gives the same values as packing (FP32 packs by copying), so the same
  * bits. */
-static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0) {
-    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig ||
-        x->ld > mxp_avx512_tune_get()->in_place_max_ld)
+static const float *in_place(const mxp_gemm_src *x, bool dp, size_t r0, size_t k0,
+                             size_t max_ld) {
+    if (dp || x->type != MXP_DTYPE_F32 || x->k_contig || x->ld > max_ld)
         return NULL;
     return (const float *)x->base + k0 * x->ld + r0;
+}
+
+/* The most ld at which gemm_range reads an FP32 op(B) in place (tune.c:
+ * in_place_b_max_ld for at most in_place_b_max_m rows of C, else
+ * in_place_max_ld). */
+static size_t b_max_ld(const gemm_plan *p) {
+    const mxp_avx512_tune *t = mxp_avx512_tune_get();
+    return p->M <= t->in_place_b_max_m ? t->in_place_b_max_ld : t->in_place_max_ld;
 }
 
 /* Whether a k-contiguous op(A) with rows ld elements of es bytes apart is
@@ -325,7 +357,7 @@ static bool a_kc_ok(size_t ld, size_t es) {
 static const float *in_place_a(const gemm_plan *p, size_t r0, size_t k0) {
     if (p->dp) return NULL;
     if (p->a_kc) return (const float *)p->a.base + r0 * p->a.ld + k0;
-    return in_place(&p->a, p->dp, r0, k0);
+    return in_place(&p->a, p->dp, r0, k0, mxp_avx512_tune_get()->in_place_max_ld);
 }
 
 /* On the DPBF16 path, a BF16 op(A) = A (a_kc) as the microkernel reads it
@@ -408,7 +440,7 @@ static void gemm_range(const gemm_plan *p, size_t m0, size_t m1, size_t n0, size
         for (size_t pc = 0; pc < p->K; pc += p->kb) {
             size_t kc = min_sz(p->kb, p->K - pc);
             mxp_gemm_store mode = store_mode(p, pc, unit);
-            const float *b_in = in_place(&p->b, p->dp, jc, pc);
+            const float *b_in = in_place(&p->b, p->dp, jc, pc, b_max_ld(p));
             bool any_b = false;
             if (p->dp)
                 any_b = mxp_avx512_pack_bf16(&p->b, jc, nc, pc, kc, MXP_GEMM_NR,
@@ -598,7 +630,7 @@ static bool small_b(const mxp_gemm_src *b) {
  * 1024x1024 0.94 (larger);
  * 8x256x256 2.5, 16x256x256 1.22, 24x256x256 1.45. */
 static bool small_packed_better(const gemm_plan *p) {
-    return p->a_kc && in_place(&p->b, p->dp, 0, 0) &&
+    return p->a_kc && in_place(&p->b, p->dp, 0, 0, b_max_ld(p)) &&
            p->kb * p->N * sizeof(float) <= SMALL_PACKED_B_BYTES;
 }
 

@@ -67,9 +67,13 @@ static_assert(MXP_GEMM_MC % MXP_GEMM_MR == 0 && MXP_GEMM_NC % MXP_GEMM_NR == 0 &
 typedef struct mxp_avx512_tune {
     bool dpbf16_fast;       /* AUTO sends BF16/FP8 pairs to the DPBF16 path (vdpbf16ps
                              * at least as fast per product as FP32 FMA), else F32 */
-    size_t in_place_max_ld; /* FP32 operands are read in place up to this ld (gemm.c
+    size_t in_place_max_ld; /* an FP32 op(A) is read in place up to this ld (gemm.c
                              * in_place) */
+    size_t in_place_b_max_ld; /* and an FP32 op(B) up to this one when C has at most */
+    size_t in_place_b_max_m;  /* this many rows (else up to in_place_max_ld) */
     size_t nc;              /* columns of op(B) per packed block, <= MXP_GEMM_NC */
+    int cols_max_nr;        /* F32 edge tiles of at most this many columns take
+                             * mxp_avx512_ukernel_f32_cols (0: none) */
     size_t l2_bytes;        /* per core, from cpuid; 0 when not reported */
 } mxp_avx512_tune;
 const mxp_avx512_tune *mxp_avx512_tune_get(void);
@@ -230,6 +234,21 @@ void mxp_avx512_ukernel_f32(size_t kc, const float *ap, size_t sa, bool a_kc, co
                             size_t sb, bool b_in_place, float *c, size_t ldc, int mr, int nr,
                             float alpha, float beta, mxp_gemm_store mode, bool pfc,
                             const float *cn);
+/* The most columns and MR-row tiles mxp_avx512_ukernel_f32_cols takes. */
+enum { MXP_GEMM_COLS_MAX = 2, MXP_GEMM_COLS_TILES = 4 };
+/* The F32 tiles C[0 .. rows)[0 .. nr) of a narrow column edge (1 <= nr <=
+ * MXP_GEMM_COLS_MAX; 1 <= rows <= MXP_GEMM_COLS_TILES * MR, cut into
+ * MR-row tiles) with the rows of C on the vector lanes: A(t*MR + r, k) =
+ * ap[t*ta + r + k*sa] (tile t's packed MR-wide micro-panel: sa = MR, ta =
+ * MR*kc; or op(A) in place along the rows of C: sa = lda, ta = MR; not
+ * a_kc) and B(k, j) = bp[j + k*sb] (packed, sb = NR, or in place). Per
+ * element the same FMAs in the same order (operands as
+ * mxp_avx512_ukernel_f32's) and the same store arithmetic, so the same
+ * bits as mxp_avx512_ukernel_f32 on those tiles, at nr FMAs per k step and
+ * tile instead of MR. */
+void mxp_avx512_ukernel_f32_cols(size_t kc, const float *ap, size_t sa, size_t ta,
+                                 const float *bp, size_t sb, float *c, size_t ldc, int rows,
+                                 int nr, float alpha, float beta, mxp_gemm_store mode);
 /* The small-M microkernel, C^T's tile computed as in mxp_avx512_ukernel_f32
  * with the operands' roles swapped: C[0 .. m)[0 .. nr) (row stride ldc) op=
  * alpha * sum_k Ap[k][i] * B(j, k), where Ap is an NR-wide FP32 micro-panel

@@ -2,7 +2,8 @@
  *
  * Entry points: mxp_avx512_ukernel_f32, mxp_avx512_ukernel_bf16 (and their
  * _row forms), mxp_avx512_ukernel_f32_bt and mxp_avx512_ukernel_w16_bt (the
- * small-M kernels; contracts in gemm_internal.h).
+ * small-M kernels), mxp_avx512_ukernel_f32_cols (narrow column edges, rows
+ * of C on the lanes; contracts in gemm_internal.h).
  *
  * Tile: MR = 14 rows x NR = 32 columns of C held in 28 zmm accumulators; per
  * k step two zmm loads of the B micro-panel and 14 broadcasts of the A
@@ -327,6 +328,73 @@ store_bt(__m512 acc[MXP_GEMM_MR][MXP_GEMM_NV], float *c, size_t ldc, const int m
             _mm512_mask_storeu_ps(p, cm, store_value(t[l], p, cm, va, vb, mode));
         }
     }
+}
+
+/* The column-edge kernel (contract in gemm_internal.h): acc[t][j] lane r
+ * is C[t*MR + r][j]; per k step one masked load of each of the G tiles' A
+ * micro-panels (A(t*MR + r, k) = a[t*ta + r + k*sa]) and nr broadcasts of
+ * B(k, j) = b[j + k*sb], feeding G*nr FMAs with uk_f32's operand order
+ * (A, B, acc): each element gets uk_f32's FMA sequence. G tiles at once
+ * so that at least 8 independent FMA chains hide the FMA latency (one
+ * element's chain cannot be split without changing its bits); tiles past
+ * `rows` get a zero mask (nothing read or written). Each tile is stored
+ * by store_bt (transposed in registers; store_tile's arithmetic). */
+static inline __attribute__((always_inline)) void
+uk_f32_cols(size_t kc, const float *a, size_t sa, size_t ta, const float *b, size_t sb,
+            float *c, size_t ldc, int rows, const int nr, const int G, float alpha, float beta,
+            mxp_gemm_store mode) {
+    __mmask16 rm[MXP_GEMM_COLS_TILES];
+    const float *at[MXP_GEMM_COLS_TILES];
+    const int tiles = (rows + MXP_GEMM_MR - 1) / MXP_GEMM_MR;
+#pragma GCC unroll 4
+    for (int t = 0; t < G; t++) {
+        const int r = rows - t * MXP_GEMM_MR;
+        rm[t] = r >= MXP_GEMM_MR ? (__mmask16)((1u << MXP_GEMM_MR) - 1u)
+                : r > 0          ? (__mmask16)((1u << r) - 1u)
+                                 : (__mmask16)0;
+        at[t] = a + (size_t)(t < tiles ? t : tiles - 1) * ta; /* a tile's own, or masked */
+    }
+    __m512 acc[MXP_GEMM_COLS_TILES][MXP_GEMM_COLS_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < G; t++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nr; j++) acc[t][j] = _mm512_setzero_ps();
+    for (size_t k = 0; k < kc; k++) {
+        __m512 av[MXP_GEMM_COLS_TILES];
+#pragma GCC unroll 4
+        for (int t = 0; t < G; t++) {
+            av[t] = _mm512_maskz_loadu_ps(rm[t], at[t]);
+            at[t] += sa;
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < nr; j++) {
+            const __m512 bj = _mm512_set1_ps(b[j]);
+#pragma GCC unroll 4
+            for (int t = 0; t < G; t++) acc[t][j] = _mm512_fmadd_ps(av[t], bj, acc[t][j]);
+        }
+        b += sb;
+    }
+    for (int t = 0; t < tiles && t < G; t++) {
+        __m512 tile[MXP_GEMM_MR][MXP_GEMM_NV];
+#pragma GCC unroll 2
+        for (int j = 0; j < nr; j++) tile[j][0] = acc[t][j];
+        const int r = rows - t * MXP_GEMM_MR;
+        store_bt(tile, c + (size_t)t * MXP_GEMM_MR * ldc, ldc, r < MXP_GEMM_MR ? r : MXP_GEMM_MR,
+                 nr, 1, alpha, beta, mode);
+    }
+}
+
+void mxp_avx512_ukernel_f32_cols(size_t kc, const float *ap, size_t sa, size_t ta,
+                                 const float *bp, size_t sb, float *c, size_t ldc, int rows,
+                                 int nr, float alpha, float beta, mxp_gemm_store mode) {
+    static_assert(MXP_GEMM_COLS_MAX == 2 && MXP_GEMM_COLS_TILES == 4,
+                  "nr = 1 or 2, 4 tiles: 4 or 8 FMA chains");
+    if (nr == 1)
+        uk_f32_cols(kc, ap, sa, ta, bp, sb, c, ldc, rows, 1, MXP_GEMM_COLS_TILES, alpha, beta,
+                    mode);
+    else if (nr == 2)
+        uk_f32_cols(kc, ap, sa, ta, bp, sb, c, ldc, rows, 2, MXP_GEMM_COLS_TILES, alpha, beta,
+                    mode);
 }
 
 /* The small-M kernel (contract in gemm_internal.h): acc[r][v] lane l is
