@@ -31,7 +31,9 @@ tests/fuzz/run_fuzz.sh 20 build data
 
 echo "== CUDA OFF build: no CUDA symbols, gpu tests skip"
 cmake -S . -B build-nocuda -DCMAKE_BUILD_TYPE=Release -DMIXPREC_WERROR=ON -DMIXPREC_CUDA=OFF >/dev/null
-cmake --build build-nocuda -j"$jobs" --target mixprec mixprec_cli test_cuda_backend
+cuda_tests=$(for f in tests/test_cuda_*.c; do basename "$f" .c; done)
+# shellcheck disable=SC2086 # one target per word
+cmake --build build-nocuda -j"$jobs" --target mixprec mixprec_cli $cuda_tests
 ctest --test-dir build-nocuda -R '^test_cuda_' --output-on-failure
 
 echo "== device kit and its dry run (docs/gpu.md)"
