@@ -28,8 +28,9 @@
  *     (gemm_range_l2);
  *   - alpha == 1 (and beta == 1) stores skip the multiplications by 1 when
  *     MXCSR keeps subnormals (store_mode);
- *   - where tune.c enables it (Intel), an FP32 op(B) = B at ld 512 is read
- *     in place for at most 256 rows of C (b_max_ld), and a last column
+ *   - where tune.c enables it (no CPU today), an FP32 op(B) = B at a larger
+ *     ld than op(A)'s limit is read in place for few rows of C (b_max_ld);
+ *     on Intel a last column
  *     tile of 1-2 columns is computed by the column kernel, rows of C on
  *     the lanes, each element with the same FMAs and store (gemm_block,
  *     mxp_avx512_ukernel_f32_cols).

@@ -51,19 +51,19 @@ static void detect(void) {
          *  - a packed op(B) block of KC x NC FP32 sized to half of L2 (NC
          *    512 here, not 1024) read 1.09-1.18x faster on the 2048-wide
          *    training GEMMs;
-         *  - but an FP32 op(B) = B with ld 512 read in place when C has at
-         *    most 256 rows (the dX of a 512-wide layer at batch 32-256, the
-         *    dW of the 65-output layer) ran 1.03-1.25x as fast as packed (medians
-         *    of five runs under load; single runs 0.83-1.29x): packing 1 MiB
-         *    of weights for 32-256 rows costs more; at 512 rows 0.93x (one run)
-         *    (docs/results/issue31/gemm-tune-2026-11-28.txt);
+         *  - an FP32 op(B) = B with ld 512 read in place when C has at most
+         *    256 rows ran 1.03-1.25x as fast as packed in the one-thread GEMM
+         *    harness under load (docs/results/issue31/gemm-tune-2026-11-28.txt),
+         *    but the 512x3 batch-256 fp32 training step (2 threads, quiet)
+         *    took 6.23 ms with it against 5.94 ms without (medians of 7,
+         *    alternating): off (in_place_b_max_ld = in_place_max_ld);
          *  - an edge of 1-2 columns of C past the last full 32-column
          *    micro-panel (N = 65) takes the column kernel (4 tiles' rows on
          *    the lanes, nr FMAs per k step instead of 14): 512x65x2048 NT
          *    1.08-1.16x. */
         tune.dpbf16_fast = false;
         tune.in_place_max_ld = 256;
-        tune.in_place_b_max_ld = 512;
+        tune.in_place_b_max_ld = 256; /* 512 measured slower in the step, above */
         tune.in_place_b_max_m = 256;
         tune.cols_max_nr = MXP_GEMM_COLS_MAX;
         if (tune.l2_bytes) {
