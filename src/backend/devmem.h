@@ -9,7 +9,7 @@
  * host read or write from anywhere else faults at once (SIGSEGV) instead
  * of working by accident; copies in and out (mxp_dev_download/_upload) are
  * counted. Without it (the default) the regions are ordinary host memory
- * and enter/leave cost one atomic add each.
+ * and enter/leave cost one uncontended mutex lock each.
  *
  * The protection is process-wide: while one thread is inside, every region
  * is accessible to every thread (the kernel thread pool works inside its
