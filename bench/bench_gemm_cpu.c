@@ -30,7 +30,9 @@
  *
  * --base LIB loads another build of libmixprec (RTLD_DEEPBIND, so its GEMM
  * calls its own packers) and calls its mxp_avx512_gemm_ex: "before" and
- * "after" in the same process.
+ * "after" in the same process. The library hides internal functions, so
+ * such a build is configured with -DMIXPREC_BENCH_EXPORTS=ON (library
+ * target only: `cmake --build B --target mixprec`).
  * --ours LIB loads "ours" the same way instead of calling the linked
  * library: identical code measured once linked and once loaded read up to
  * 3-8% apart on some shapes, so before/after comparisons load both. Before
