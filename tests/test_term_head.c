@@ -8,7 +8,8 @@
  *    parameter gradient, and five AdamW steps (losses and parameters).
  *  - central finite differences of the model's own forward loss over every
  *    parameter, among them a model whose only weighted column is the flag
- *    (the pure BCE gradient).
+ *    (the pure BCE gradient); the kernel's BCE on logits up to +-100 (no
+ *    overflow) against the formula in double, generic == active table.
  *  - hand-built flat transitions: the flags each transition gets
  *    (terminals; dones and timeouts; without next_obs) and the refusals
  *    (dones alone, timeouts alone, the episode layout).
@@ -32,6 +33,7 @@
 #include <mixprec/mixprec.h>
 
 #include "data/transitions.h"
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 /* cfg from the n overrides kv (false: err says why); as xy_cases.h. */
@@ -321,6 +323,36 @@ static void test_default_bits(void) {
     }
 }
 
+/* The kernel on extreme logits: the overflow-free BCE (|z| = 100 gives a
+ * loss of 100 when wrong and ~e^-100 when right, never Inf or NaN), its
+ * gradient sigmoid(z) - t, and the generic and active tables agreeing bit
+ * for bit. Oracle: the formula in double (log1p(exp(-|z|)) is exact to
+ * double rounding here). One row per logit, K = 1 regression column of
+ * weight 0 so the loss is the flag's alone: loss = w_K mean BCE / C. */
+static void test_kernel_extremes(void) {
+    enum { R = 8 };
+    const float z[R] = {100.0f, -100.0f, 30.0f, -30.0f, 0.0f, 1e-3f, -17.5f, 88.0f};
+    const float t[R] = {0.0f, 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f};
+    float pred[R * 2], tgt[R * 2], dg[R * 2], da[R * 2];
+    for (int r = 0; r < R; r++) pred[2 * r] = 0.0f, pred[2 * r + 1] = z[r], tgt[2 * r] = 0.0f,
+                                tgt[2 * r + 1] = t[r];
+    const float w[2] = {0.0f, 3.0f};
+    double lg = 0, la = 0, want = 0;
+    mxp_kernels_generic()->head_loss(dg, NULL, pred, tgt, NULL, w, R, 1, 1, 1.0f, &lg);
+    mxp_kernels_get()->head_loss(da, NULL, pred, tgt, NULL, w, R, 1, 1, 1.0f, &la);
+    for (int r = 0; r < R; r++) {
+        const double zz = z[r], l = fmax(zz, 0.0) - zz * t[r] + log1p(exp(-fabs(zz)));
+        want += 3.0 * l / (2.0 * R);
+        const double s = 1.0 / (1.0 + exp(-zz));
+        CHECK_MSG(test_close(dg[2 * r + 1], 3.0 * (s - t[r]) / (2.0 * R), 1e-9, 1e-6),
+                  "z=%g t=%g: dz %.9g, want %.9g", (double)z[r], (double)t[r],
+                  (double)dg[2 * r + 1], 3.0 * (s - t[r]) / (2.0 * R));
+        CHECK(dg[2 * r] == 0.0f); /* weight 0: no regression gradient */
+    }
+    CHECK_MSG(isfinite(lg) && test_close(lg, want, 1e-9, 1e-6), "loss %.12g, want %.12g", lg, want);
+    CHECK(lg == la && memcmp(dg, da, sizeof dg) == 0);
+}
+
 /* ---- flat transitions: the flags each transition gets ---------------------------- */
 
 static mxp_dataset *flat(int n, bool next, const float *term, const float *done,
@@ -591,6 +623,7 @@ int main(void) {
         printf("test_term_head: PyTorch comparison skipped (no /usr/bin/python3)\n");
     }
     test_finite_differences();
+    test_kernel_extremes();
     test_default_bits();
     test_flags();
     test_errors();
