@@ -124,6 +124,10 @@ typedef struct mxp_config {
     mxp_loss_kind head;             /* model.head deterministic (MXP_LOSS_MSE) | gaussian
                                        (MXP_LOSS_GAUSSIAN): the regression head
                                        (docs/world_models.md) (deterministic) */
+    bool termination;               /* model.termination: a termination-flag output (BCE),
+                                       world_model on flat data with terminals (false) */
+    char target_weights[MXP_CONFIG_STR_MAX]; /* model.target_weights: per-target loss
+                                       weights (mxp_model_target_weights_parse) ("none") */
     int64_t ensemble;               /* model.ensemble: members 1..64 of a world_model or
                                        regressor ensemble, each on its own bootstrap
                                        (docs/world_models.md) (1) */

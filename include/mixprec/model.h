@@ -92,6 +92,23 @@ typedef struct mxp_model_spec {
      * mbrl-lib trains its ensembles). Predict runs every member on the same
      * x: pred [E, B, out_dim]. 0 or 1: one model. */
     int ensemble;
+    /* Regression heads (loss mse or gaussian; nn/loss_head.c,
+     * docs/world_models.md "Termination head" and "Per-target loss
+     * weights"). termination 1: the last target column is a 0/1 flag
+     * (the episode's true termination) and the last output column its
+     * logit, trained with binary cross-entropy on the logit (PyTorch's
+     * BCEWithLogitsLoss, no variance): the last layer has K + 1 units
+     * (mse) or 2K + 1 (gaussian: mean [K], raw log-variance [K], logit),
+     * for K regression targets; y has K + 1 columns. 0: none.
+     * target_weights: NULL (every weight 1), or the loss weight of each of
+     * the target_dim target columns (regression columns, then the flag):
+     * finite, >= 0, not all 0; copied at create. With either set the loss is
+     *   (1 / (B C)) sum_b sum_c w_c l_bc  (+ the Gaussian bound penalty)
+     * over the C = target_dim columns, l the squared error, the Gaussian
+     * NLL term or the BCE; without, the losses above bit for bit (a list
+     * of ones without termination counts as none). */
+    int termination;
+    const float *target_weights;
 } mxp_model_spec;
 
 /* An MLP spec: depth x (linear(hidden) -> [layernorm] -> act), then
@@ -161,8 +178,22 @@ MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
 /* Members of an ensemble (spec.ensemble), 1 for one model. */
 MXP_API int mxp_model_ensemble(const mxp_model *m);
 /* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
- * (MXP_LOSS_GAUSSIAN: mean and log-variance per target). */
+ * (MXP_LOSS_GAUSSIAN: mean and log-variance per target); with
+ * spec.termination the flag column counts too (K + 1). */
 MXP_API int64_t mxp_model_target_dim(const mxp_model *m);
+/* The loss weight of target column c (1 without spec.target_weights);
+ * NaN for c out of 0..target_dim-1. */
+MXP_API float mxp_model_target_weight(const mxp_model *m, int64_t c);
+/* Parse a per-target weight list (config key model.target_weights):
+ * "[w0, w1, ...]" (brackets optional, YAML sequences arrive joined by
+ * commas) of finite numbers >= 0, not all 0. n > 0: exactly n numbers,
+ * written to out [n] (may be NULL); n == 0: any count (syntax only).
+ * *count (may be NULL) gets the count. MXP_ERR_CONFIG naming
+ * model.target_weights, the item and the accepted form; what_n (may be
+ * NULL) says in the length error what the n columns are. */
+MXP_API mxp_status mxp_model_target_weights_parse(const char *text, int64_t n, float *out,
+                                                  int64_t *count, const char *what_n,
+                                                  mxp_error *err);
 /* Host pointers into the slabs (master, work, grads) and single-element
  * reads: valid on the CPU backend only, for the train module's step and
  * for tests. Other code copies through the named tensors below
@@ -286,8 +317,9 @@ MXP_API int mxp_model_layer_param_group(const mxp_model *m, int l);
  * (the default) switches it off. */
 MXP_API void mxp_model_set_grad_scales(mxp_model *m, const float *scales);
 
-/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, out_dim] (MSE), FP32
- * [B, out_dim / 2] (GAUSSIAN) or labels: int32 [B] in [0, out_dim) (XENT). */
+/* One batch. x: FP32 [B, in_dim]; y: FP32 [B, target_dim] (MSE: out_dim;
+ * GAUSSIAN: out_dim / 2; with spec.termination the last column the 0/1
+ * flag) or labels: int32 [B] in [0, out_dim) (XENT). */
 typedef struct mxp_batch {
     const float *x;
     const float *y;
@@ -317,7 +349,8 @@ MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backwar
 MXP_API void mxp_model_phase_times(const mxp_model *m, double *forward_s, double *backward_s);
 
 /* Forward only; pred gets FP32 [B, out_dim] outputs (logits for XENT; for
- * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]); an
+ * GAUSSIAN per row the mean [D] then the BOUNDED log-variance [D]; with
+ * spec.termination the last column is the termination LOGIT); an
  * ensemble writes [E, B, out_dim], member-major (spec.ensemble). */
 MXP_API mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B, float *pred,
                                      mxp_error *err);

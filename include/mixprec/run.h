@@ -73,7 +73,8 @@ MXP_API int mxp_open_loop_horizon(int i);
 typedef struct mxp_run_eval {
     char name[16];        /* "val" or "test": the split evaluated */
     double loss;          /* mean loss on the held-out split */
-    double accuracy;      /* top-1 in [0, 1] (classifiers), else NaN */
+    double accuracy;      /* top-1 in [0, 1] (classifiers); a world model's termination
+                             accuracy (model.termination, below); else NaN */
     double bits_per_char; /* loss / ln 2 (language models), else NaN */
     double mse;           /* regression (world model, regressor): MSE of the predicted
                              mean on the targets as trained (the loss itself for
@@ -84,6 +85,11 @@ typedef struct mxp_run_eval {
      * standard deviation, over every start on the held-out episodes that
      * holds that many steps; NaN otherwise */
     double open_loop[MXP_OPEN_LOOP_N];
+    /* world models with model.termination: the mean binary cross-entropy
+     * of the termination logit (mean over ensemble members), NaN otherwise;
+     * `accuracy` is then the termination accuracy (the mean predicted
+     * probability > 0.5 against the flag; docs/world_models.md) */
+    double bce;
 } mxp_run_eval;
 
 typedef struct mxp_workload_provider {

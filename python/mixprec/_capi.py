@@ -75,7 +75,7 @@ OPEN_LOOP_HORIZONS = (1, 5, 10)  # mxp_open_loop_horizon(i), MXP_OPEN_LOOP_N
 class RunEval(Structure):
     _fields_ = [("name", c_char * 16), ("loss", c_double), ("accuracy", c_double),
                 ("bits_per_char", c_double), ("mse", c_double),
-                ("open_loop", c_double * len(OPEN_LOOP_HORIZONS))]
+                ("open_loop", c_double * len(OPEN_LOOP_HORIZONS)), ("bce", c_double)]
 
     def open_loop_dict(self):
         """{k: error after k steps} for world models, else None."""
@@ -110,7 +110,8 @@ class ModelSpec(Structure):
     _fields_ = [("in_dim", c_int64), ("max_batch", c_int64), ("n_layers", c_int),
                 ("layers", LayerSpec * MODEL_MAX_LAYERS), ("loss", c_int),
                 ("layernorm_eps", c_float), ("seq_len", c_int64), ("vocab_size", c_int64),
-                ("n_heads", c_int), ("embed_scale", c_float), ("ensemble", c_int)]
+                ("n_heads", c_int), ("embed_scale", c_float), ("ensemble", c_int),
+                ("termination", c_int), ("target_weights", POINTER(c_float))]
 
 
 class TensorInfo(Structure):

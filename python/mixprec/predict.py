@@ -129,7 +129,8 @@ class Predictor(_lib.Handle):
                 ds.close()
         from .run import _nan_to_none
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
-                "accuracy": _nan_to_none(ev.accuracy), "open_loop": ev.open_loop_dict()}
+                "accuracy": _nan_to_none(ev.accuracy), "bce": _nan_to_none(ev.bce),
+                "open_loop": ev.open_loop_dict()}
 
     def export_torch(self, path):
         """A safetensors file for PyTorch (layers.<i>.weight/.bias, and the

@@ -433,7 +433,9 @@ class Run(_lib.Handle):
         "mse", "open_loop"} (None where the workload has no such number;
         "mse": the MSE of a regression model's mean, beside a Gaussian head's
         NLL "loss"; "open_loop", world models: {1: e1, 5: e5, 10: e10}, the
-        open-loop state error after k steps, docs/run.md "Open-loop error")."""
+        open-loop state error after k steps, docs/run.md "Open-loop error";
+        "bce", a world model with model.termination: the flag's BCE, and
+        "accuracy" then its termination accuracy)."""
         ev = _capi.RunEval()
         err = _lib.CError()
         with self._using("evaluate"):
@@ -442,7 +444,8 @@ class Run(_lib.Handle):
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy),
                 "bits_per_char": _nan_to_none(ev.bits_per_char),
-                "mse": _nan_to_none(ev.mse), "open_loop": ev.open_loop_dict()}
+                "mse": _nan_to_none(ev.mse), "bce": _nan_to_none(ev.bce),
+                "open_loop": ev.open_loop_dict()}
 
     def summary(self):
         """The run's summary, the object of the CLI's summary.json (schema

@@ -15,7 +15,10 @@ forward returns the variances too, in the data's units, as `mixprec predict`:
 An ensemble (metadata ensemble=E) holds its members as `members.<e>.layers`
 (and `.max_logvar`, `.min_logvar`), and forward returns the dict of arrays
 `mixprec predict` writes: the ensemble mean, the total variance, and its
-aleatoric (Gaussian heads) and epistemic parts.
+aleatoric (Gaussian heads) and epistemic parts. A world model with a
+termination head (metadata termination=true: the last Linear's last output
+is the flag's logit) returns that dict too, with "terminal_prob" (the
+sigmoid, averaged over members), as `mixprec predict`.
 
 The module's state_dict holds `layers.<i>.weight/.bias` (an nn.Sequential
 named `layers`, as the export) and, for the world model, the buffers
@@ -174,37 +177,44 @@ def _module_class():
             self.metadata = dict(metadata)
             self.layers = layers
 
-        @staticmethod
-        def _member(owner, z):
-            """One MLP; a Gaussian head's mean and bounded log-variance."""
+        def _member(self, owner, z):
+            """One MLP; a Gaussian head's mean and bounded log-variance; a
+            termination head's logit (the last output column), else None."""
             out = owner.layers(z)
+            logit = None
+            if self.metadata.get("termination") == "true":
+                out, logit = out[..., :-1], out[..., -1]
             if not hasattr(owner, "max_logvar"):
-                return out, None
+                return out, None, logit
             k = owner.max_logvar.shape[1]
             F = torch.nn.functional
             lv = owner.max_logvar - F.softplus(owner.max_logvar - out[..., k:])
             lv = owner.min_logvar + F.softplus(lv - owner.min_logvar)
-            return out[..., :k], lv
+            return out[..., :k], lv, logit
 
         def _head(self, z):
             """The mean; the variance (None for one deterministic model);
-            for an ensemble also its aleatoric and epistemic parts."""
+            for an ensemble also its aleatoric and epistemic parts; the
+            termination probability (mean of the members' sigmoids) or None."""
             if not hasattr(self, "members"):
-                y, lv = self._member(self, z)
-                return y, (None if lv is None else torch.exp(lv)), None
+                y, lv, logit = self._member(self, z)
+                prob = None if logit is None else torch.sigmoid(logit)
+                return y, (None if lv is None else torch.exp(lv)), None, prob
             outs = [self._member(m, z) for m in self.members]
             means = torch.stack([o[0] for o in outs])
             mean = means.mean(0)
             epi = ((means - mean) ** 2).mean(0)
             alea = None if outs[0][1] is None else torch.exp(torch.stack([o[1] for o in outs])).mean(0)
-            return mean, epi if alea is None else alea + epi, (alea, epi)
+            prob = None if outs[0][2] is None else \
+                torch.sigmoid(torch.stack([o[2] for o in outs])).mean(0)
+            return mean, epi if alea is None else alea + epi, (alea, epi), prob
 
         def forward(self, *args):
             if self.kind != "world_model":
                 if len(args) != 1:
                     raise TypeError("a %s takes forward(x); got %d arguments" %
                                     (self.kind, len(args)))
-                y, var, parts = self._head(torch.as_tensor(args[0], dtype=torch.float32))
+                y, var, parts, _ = self._head(torch.as_tensor(args[0], dtype=torch.float32))
                 if parts is not None:
                     out = {"y": y, "y_var": var, "y_epistemic": parts[1]}
                     if parts[0] is not None:
@@ -224,17 +234,21 @@ def _module_class():
                                  (tuple(obs.shape), tuple(actions.shape), s,
                                   self.x_mean.shape[0] - s))
             z = (torch.cat([obs, actions], 1) - self.x_mean) / self.x_std
-            y, var, parts = self._head(z)
+            y, var, parts, prob = self._head(z)
             y = y * self.y_std + self.y_mean
-            if var is None:
+            if var is None and prob is None:
                 return obs + y[:, :s], y[:, s]
+            if prob is not None and var is None:  # termination head: the dict of predict
+                return {"next_obs": obs + y[:, :s], "reward": y[:, s], "terminal_prob": prob}
             s2 = self.y_std ** 2
             var = var * s2
-            if parts is None:
+            if parts is None and prob is None:
                 return obs + y[:, :s], y[:, s], var[:, :s], var[:, s]
             out = {"next_obs": obs + y[:, :s], "reward": y[:, s], "next_obs_var": var[:, :s],
                    "reward_var": var[:, s]}
-            for name, v in zip(("aleatoric", "epistemic"), parts):
+            if prob is not None:
+                out["terminal_prob"] = prob
+            for name, v in zip(("aleatoric", "epistemic"), parts or ()):
                 if v is not None:
                     out["next_obs_" + name] = (v * s2)[:, :s]
                     out["reward_" + name] = (v * s2)[:, s]

@@ -147,8 +147,12 @@ class WorldModel:
     def get_stats(self):
         return self._fp16_stats
 
-    def predict(self, x):
-        return self.run.predict(x)
+    def predict(self, x=None, **arrays):
+        """Run.predict: x [B, D] straight through the model (a termination
+        head's logit in the last column), or obs=, actions= -> the dict of
+        `mixprec predict` in the data's units (next_obs, reward, and with
+        model.termination terminal_prob; docs/world_models.md)."""
+        return self.run.predict(x, **arrays)
 
     def state_dict(self):
         return self.run.state_dict()

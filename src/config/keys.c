@@ -421,6 +421,16 @@ static const mxp_config_key kKeys[] = {
              "regression head of world_model and regressor: deterministic (mean, MSE loss) | "
              "gaussian (mean and log-variance with learned soft bounds, Gaussian NLL loss; "
              "docs/world_models.md) (deterministic)"),
+    KEY_BOOL("model.termination", MXP_STORE_BOOL, OFF(termination), false,
+             "world_model: one more output predicting the episode's true termination (a "
+             "logit trained with binary cross-entropy beside the state delta and reward); "
+             "needs terminal flags in data.path (terminals, or dones with timeouts; "
+             "docs/world_models.md) (false)"),
+    KEY_STR("model.target_weights", target_weights, "none",
+            "loss weight per target column of world_model and regressor: a list of "
+            "non-negative finite numbers, not all 0, one per column (world model: S state "
+            "deltas, the reward, with model.termination the flag), e.g. [1, 1, 0.5]; none = "
+            "all 1 (docs/world_models.md) (none)"),
     KEY_INT("model.ensemble", MXP_STORE_I64, ensemble, 1, 1, MXP_MODEL_MAX_ENSEMBLE,
             "members of a world_model or regressor ensemble, 1..64, each trained on its own "
             "bootstrap of the data; predict gives the ensemble mean and the aleatoric and "

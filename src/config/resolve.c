@@ -16,6 +16,16 @@
 #include <float.h>
 #include <math.h>
 
+/* A workload's config name (model.workload). */
+static const char *wl_text(mxp_workload w) {
+    switch (w) {
+    case MXP_WORKLOAD_WORLD_MODEL: return "world_model";
+    case MXP_WORKLOAD_CLASSIFIER: return "classifier";
+    case MXP_WORKLOAD_GPT: return "gpt";
+    default: return "regressor";
+    }
+}
+
 static const mxp_key_value *val(const mxp_config_builder *b, const char *name) {
     return &b->vals[mxp_config_key_find(name)];
 }
@@ -199,6 +209,24 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
                              "model.head=deterministic with model.workload=%s, gaussian with "
                              "world_model or regressor",
                              l, c->workload == MXP_WORKLOAD_GPT ? "gpt" : "classifier");
+    }
+    if (c->termination && c->workload != MXP_WORKLOAD_WORLD_MODEL) {
+        describe(b, "model.termination", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: a termination flag is predicted by world models only; "
+                             "accepted: model.termination=false with model.workload=%s",
+                             l, wl_text(c->workload));
+    }
+    if (strcmp(c->target_weights, "none") != 0) {
+        describe(b, "model.target_weights", l, sizeof l);
+        if (c->workload != MXP_WORKLOAD_WORLD_MODEL && c->workload != MXP_WORKLOAD_REGRESSOR)
+            return mxp_error_set(err, MXP_ERR_CONFIG,
+                                 "%s: per-target loss weights are for regression; accepted: "
+                                 "model.target_weights=none with model.workload=%s",
+                                 l, wl_text(c->workload));
+        mxp_status ws = mxp_model_target_weights_parse(c->target_weights, 0, NULL, NULL, NULL,
+                                                       err); /* the length: at model build */
+        if (ws != MXP_OK) return ws;
     }
     if (c->ensemble > 1 && c->workload != MXP_WORKLOAD_WORLD_MODEL &&
         c->workload != MXP_WORKLOAD_REGRESSOR) {

@@ -1,7 +1,8 @@
 /* data/transitions.c: world-model data as episodes of transitions, from the
  * episode layout or from flat transitions (transitions.h, docs/data.md).
  *
- * Entry points: wm_episodes_open / _close, wm_episode_len, wm_episode_rows
+ * Entry points: wm_episodes_open / _close, wm_episode_len, wm_episode_rows,
+ * wm_episodes_check_terminals, wm_episode_terminals
  * (internal). The episode layout's checks are dataset_check.c's
  * (ds_check_episodes); this file chooses the layout, checks the flat one and
  * indexes its episodes. Flat transitions are what replay buffers hold
@@ -189,7 +190,8 @@ static mxp_status open_flat(const mxp_dataset *d, const mxp_array **a, wm_episod
                              L);
     *w = (wm_episodes){.flat = true, .obs = a[R_OBS], .act = a[R_ACT], .rew = a[R_REW],
                        .next = a[R_NEXT], .S = row_width(a[R_OBS]), .A = row_width(a[R_ACT]),
-                       .rows = N};
+                       .rows = N, .term = a[R_TERM], .timeout = a[R_TIMEOUT],
+                       .done = a[R_DONE]};
     int64_t ends = 0;
     for (int64_t i = 0; i < N; i++) ends += row_ends(w, flags, i, N);
     w->start = mxp_calloc((size_t)ends, sizeof *w->start);
@@ -294,6 +296,41 @@ void wm_episode_rows(const wm_episodes *w, int64_t e0, int64_t e1, float *x, flo
             }
             for (int64_t j = 0; j < A; j++) xr[S + j] = (float)mxp_array_get_f64(w->act, oa + j);
             yr[S] = (float)mxp_array_get_f64(w->rew, orw);
+        }
+    }
+}
+
+mxp_status wm_episodes_check_terminals(const wm_episodes *w, const char *label, mxp_error *err) {
+    if (w->flat && (w->term || (w->done && w->timeout))) return MXP_OK;
+    const char *what = !w->flat   ? "the episode layout (obs [E, T+1, S]) records no terminal flags"
+                       : w->done  ? "it has dones without timeouts, and a done may be a time limit"
+                       : w->timeout ? "it has timeouts (time limits) but no terminals"
+                                    : "it has no terminals, dones or timeouts";
+    return mxp_error_set(err, MXP_ERR_FORMAT,
+                         "%s: model.termination=true needs each transition's true termination "
+                         "flag, and %s; accepted: flat transitions with terminals (or "
+                         "terminations), or with dones and timeouts (terminal = done and not "
+                         "timeout) (docs/world_models.md)",
+                         label, what);
+}
+
+/* Flat row i's true-termination flag (wm_episodes_check_terminals' rule). */
+static float term_flag(const wm_episodes *w, int64_t i) {
+    if (w->term) return mxp_array_get_f64(w->term, i) != 0.0 ? 1.0f : 0.0f;
+    return mxp_array_get_f64(w->done, i) != 0.0 && mxp_array_get_f64(w->timeout, i) == 0.0
+               ? 1.0f
+               : 0.0f;
+}
+
+void wm_episode_terminals(const wm_episodes *w, int64_t e0, int64_t e1, float *t, int64_t ts) {
+    int64_t r = 0;
+    for (int64_t e = e0; e < e1; e++) {
+        const int64_t n = wm_episode_len(w, e);
+        for (int64_t k = 0; k < n; k++, r++) {
+            const int64_t i = w->start[e] + k;
+            /* without next_obs transition i leads to row i + 1, the final
+             * state when it is the episode's last transition */
+            t[r * ts] = w->next ? term_flag(w, i) : (k == n - 1 ? term_flag(w, i + 1) : 0.0f);
         }
     }
 }

@@ -38,6 +38,7 @@ typedef struct wm_episodes {
     int64_t dropped;                /* flat: episodes without a transition (dropped) */
     int64_t *start;                 /* flat: [E] first row of episode e */
     int64_t *count;                 /* flat: [E] transitions of episode e */
+    const mxp_array *term, *timeout, *done; /* flat: the flags given, or NULL */
 } wm_episodes;
 
 /* Find the layout of d, check it (names, ranks, dtypes, shapes, flag
@@ -56,5 +57,18 @@ int64_t wm_episode_len(const wm_episodes *w, int64_t e);
  * double, then rounded) - the same bits for the same numbers in either
  * layout. x and y must hold the sum of the episodes' lengths rows. */
 void wm_episode_rows(const wm_episodes *w, int64_t e0, int64_t e1, float *x, float *y);
+/* Can w give each transition its true-termination flag (model.termination)?
+ * Flat layout: terminals (or terminations) as given; else dones and
+ * timeouts together (terminal = done and not timeout). Dones alone (a
+ * timeout and a termination look alike), timeouts alone, next_obs only and
+ * the episode layout cannot: MXP_ERR_FORMAT naming d's label, what is
+ * missing and what is accepted. */
+mxp_status wm_episodes_check_terminals(const wm_episodes *w, const char *label, mxp_error *err);
+/* The flags of the transitions of episodes [e0, e1) (as wm_episode_rows
+ * orders them) into t with stride ts (t[r ts] = 0 or 1): with next_obs
+ * transition i's flag is row i's; without, the transition into an
+ * episode's last row (its final state) carries that row's flag and the
+ * others 0. w must pass wm_episodes_check_terminals. */
+void wm_episode_terminals(const wm_episodes *w, int64_t e0, int64_t e1, float *t, int64_t ts);
 
 #endif /* MIXPREC_DATA_TRANSITIONS_H */

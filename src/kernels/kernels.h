@@ -305,6 +305,21 @@ typedef struct mxp_kernels {
     void (*gauss_nll)(float *dpred, float *dbounds, const float *pred, const float *target,
                       const float *bounds, int64_t B, int64_t D, float grad_scale,
                       double *loss);
+    /* --- regression head loss with per-target weights and a termination
+     * flag (FP32; docs/world_models.md; generic/loss_head.c) ---
+     * K regression targets and T in {0, 1} flag columns (C = K + T);
+     * bounds NULL: deterministic head, pred [B, K + T]; else Gaussian,
+     * pred [B, 2K + T] (mean [K], raw log-variance [K]) and bounds [2K]
+     * as gauss_nll; the flag's logit is pred's last column. target
+     * [B, C], the flag in its last column (0 or 1); weights [C] (NULL:
+     * every weight 1). *loss = (1 / (B C)) sum_b sum_c w_c l_bc (+ the
+     * Gaussian bound penalty), l the squared error, the Gaussian NLL
+     * term, or for the flag BCE-with-logits max(z,0) - z t + log1p(e^-|z|).
+     * dpred = grad_scale * dloss/dpred ("=", may be NULL); dbounds +=
+     * (as gauss_nll). Per-element math FP32, sums in double. */
+    void (*head_loss)(float *dpred, float *dbounds, const float *pred, const float *target,
+                      const float *bounds, const float *weights, int64_t B, int64_t K,
+                      int64_t T, float grad_scale, double *loss);
 } mxp_kernels;
 
 /* The active kernel table (chosen once, thread-safe). */

@@ -167,7 +167,7 @@ static void gather_image(const mxp_image_split *sp, int64_t in_dim, int64_t i, f
 static mxp_status cl_spec(void *self, mxp_model_spec *out, mxp_error *err) {
     cl_data *d = self;
     return ud_model_spec(&d->cfg, d->in_dim, MXP_FMNIST_CLASSES, MXP_LOSS_XENT, d->max_batch,
-                         out, err);
+                         NULL, out, err);
 }
 
 static int64_t cl_num_train(void *self) { return mxp_fmnist_train(((cl_data *)self)->data).n; }

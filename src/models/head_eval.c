@@ -11,6 +11,9 @@
  * both summed in double from mxp_model_predict's FP32 outputs. An ensemble
  * reports the mean of its members' losses (NLL or MSE, from their
  * predictions) and the MSE of the ensemble's mean prediction.
+ * With a termination flag or per-target weights (ud_eval_head) every head
+ * reports the training loss's formula from the predictions, the flag's
+ * BCE and the termination accuracy.
  */
 #include "models/user_data.h"
 
@@ -88,5 +91,64 @@ mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int6
     }
     *loss = n ? total / (double)n : NAN;
     *mse = n ? (gauss ? se / (double)n : *loss) : NAN;
+    return MXP_OK;
+}
+
+/* BCE-with-logits of logit z against flag t, in double (PyTorch's form). */
+static double bce_logit(double z, double t) {
+    return fmax(z, 0.0) - z * t + log1p(exp(-fabs(z)));
+}
+
+mxp_status ud_eval_head(mxp_model *m, const float *x, const float *y, int64_t n, int64_t mb,
+                        float *pred, mxp_run_eval *out, mxp_error *err) {
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    const int E = mxp_model_ensemble(m);
+    const int64_t D = sp->in_dim, C = mxp_model_target_dim(m), O = mxp_model_out_dim(m);
+    const int64_t T = sp->termination ? 1 : 0, K = C - T;
+    const bool gauss = sp->loss == MXP_LOSS_GAUSSIAN;
+    if (mb > sp->max_batch) mb = sp->max_batch;
+    double total = 0.0, se = 0.0, bce = 0.0;
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i += mb) {
+        const int64_t B = n - i < mb ? n - i : mb;
+        mxp_status s = mxp_model_predict(m, x + i * D, B, pred, err);
+        if (s != MXP_OK) return s;
+        for (int64_t b = 0; b < B; b++) {
+            const float *t = y + (i + b) * C;
+            double row = 0.0, rse = 0.0, prob = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                const double w = (double)mxp_model_target_weight(m, j);
+                double mean = 0.0;
+                for (int e = 0; e < E; e++) {
+                    const float *o = pred + ((size_t)e * (size_t)B + (size_t)b) * (size_t)O;
+                    const double d = (double)o[j] - (double)t[j];
+                    row += w * (gauss ? d * d * exp(-(double)o[K + j]) + (double)o[K + j] : d * d);
+                    mean += (double)o[j];
+                }
+                const double d = mean / E - (double)t[j];
+                rse += d * d;
+            }
+            if (T) {
+                const double w = (double)mxp_model_target_weight(m, K);
+                for (int e = 0; e < E; e++) {
+                    const double z =
+                        (double)pred[((size_t)e * (size_t)B + (size_t)b) * (size_t)O + (size_t)O - 1];
+                    const double l = bce_logit(z, (double)t[K]);
+                    row += w * l;
+                    bce += l / E;
+                    prob += (z >= 0.0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z))) / E;
+                }
+                correct += (prob > 0.5) == (t[K] != 0.0f);
+            }
+            total += row / ((double)C * E);
+            se += rse / (double)K;
+        }
+    }
+    out->loss = n ? total / (double)n : NAN;
+    out->mse = n ? se / (double)n : NAN;
+    if (T) {
+        out->bce = n ? bce / (double)n : NAN;
+        out->accuracy = n ? (double)correct / (double)n : NAN;
+    }
     return MXP_OK;
 }

@@ -24,6 +24,7 @@ struct mxp_predictor {
     mxp_trainer *trainer;
     int saved_precision;
     char path[MXP_CKPT_PATH_MAX];
+    float *tw; /* [out_dim + 1] model.target_weights (ud_model_spec) */
 };
 
 static bool is_dir(const char *p) {
@@ -36,6 +37,7 @@ void mxp_predictor_destroy(mxp_predictor *p) {
     mxp_trainer_destroy(p->trainer);
     mxp_model_destroy(p->model);
     ud_meta_free(&p->meta);
+    mxp_free(p->tw);
     mxp_free(p);
 }
 
@@ -45,7 +47,7 @@ void mxp_predictor_destroy(mxp_predictor *p) {
  * claiming in_dim = 10^7 must not make us build that model).
  * MXP_ERR_UNSUPPORTED when f is not of a user-data run. */
 static mxp_status describe(const mxp_st_file *f, int64_t max_batch, mxp_config *cfg,
-                           ud_meta *meta, mxp_model_spec *spec, mxp_error *err) {
+                           ud_meta *meta, mxp_model_spec *spec, float **tw, mxp_error *err) {
     const char *L = mxp_st_file_label(f);
     memset(meta, 0, sizeof *meta);
     mxp_config_builder *b = NULL;
@@ -67,12 +69,19 @@ static mxp_status describe(const mxp_st_file *f, int64_t max_batch, mxp_config *
         s = mxp_error_set(err, MXP_ERR_FORMAT,
                           "%s: metadata 'workload_meta' describes a %s, the config a %s", L,
                           mxp_dataset_kind_name(meta->kind), mxp_dataset_kind_name(kind));
+    *tw = NULL;
+    if (s == MXP_OK && !(*tw = mxp_calloc((size_t)meta->out_dim + 1, sizeof(float))))
+        s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "target weights");
     if (s == MXP_OK)
         s = ud_model_spec(cfg, meta->in_dim, meta->out_dim,
                           kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE, max_batch,
-                          spec, err);
+                          *tw, spec, err);
     if (s == MXP_OK) s = mxp_ckpt_check_spec(f, spec, err);
-    if (s != MXP_OK) ud_meta_free(meta);
+    if (s != MXP_OK) {
+        ud_meta_free(meta);
+        mxp_free(*tw);
+        *tw = NULL;
+    }
     return s;
 }
 
@@ -83,8 +92,11 @@ mxp_status mxp_predictor_file_spec(const mxp_st_file *f, int64_t max_batch, mxp_
                              "mxp_predictor_file_spec: NULL argument or max_batch < 1");
     mxp_config cfg;
     ud_meta meta;
-    mxp_status s = describe(f, max_batch, &cfg, &meta, out, err);
+    float *tw = NULL;
+    mxp_status s = describe(f, max_batch, &cfg, &meta, out, &tw, err);
     ud_meta_free(&meta);
+    mxp_free(tw);
+    out->target_weights = NULL; /* the loss weights: not kept (the parameters do not depend on them) */
     return s;
 }
 
@@ -111,7 +123,7 @@ mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **o
     mxp_ckpt_info info;
     if (s == MXP_OK) s = mxp_st_file_read(p->path, &f, err);
     if (s == MXP_OK) {
-        s = describe(f, PRED_MAX_BATCH, &p->cfg, &p->meta, &spec, err);
+        s = describe(f, PRED_MAX_BATCH, &p->cfg, &p->meta, &spec, &p->tw, err);
         if (s == MXP_ERR_UNSUPPORTED && err) err->status = s = MXP_ERR_FORMAT;
     }
     if (s == MXP_OK && (s = mxp_ckpt_read_info(f, &info, err)) == MXP_OK)
@@ -234,6 +246,21 @@ static void combine(const float *yc, int E, int64_t B, int64_t KO, int64_t K, bo
         }
 }
 
+/* The termination probability of rows [0, B) of yc [E, B, KO] (logit in
+ * each row's last column) into p [B]: the mean over members of
+ * sigmoid(logit), in double (sigmoid in its overflow-free form). */
+static void term_prob(const float *yc, int E, int64_t B, int64_t KO, float *p) {
+    for (int64_t b = 0; b < B; b++) {
+        double acc = 0.0;
+        for (int e = 0; e < E; e++) {
+            const double z = (double)yc[((size_t)e * (size_t)B + (size_t)b) * (size_t)KO +
+                                        (size_t)KO - 1];
+            acc += z >= 0.0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+        }
+        p[b] = (float)(acc / E);
+    }
+}
+
 /* Variances of the world model's targets [N, S + 1] split into next_obs's
  * [N, S] (in place, packed) and reward's [N] (into r). */
 static void split_targets(float *v, float *r, int64_t N, int64_t S) {
@@ -265,7 +292,8 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     const bool gauss = mxp_model_get_spec(p->model)->loss == MXP_LOSS_GAUSSIAN;
     const int E = mxp_model_ensemble(p->model);
     const bool unc = gauss || E > 1; /* variances to report */
-    const int64_t KO = mxp_model_out_dim(p->model); /* K, or 2K for a Gaussian head */
+    const int64_t KO = mxp_model_out_dim(p->model); /* K, or 2K for a Gaussian head (+ 1) */
+    const bool term = mxp_model_get_spec(p->model)->termination != 0; /* logit last */
     const size_t NK = (size_t)N * (size_t)K;
     float *bx = mxp_calloc((size_t)(PRED_MAX_BATCH * D), sizeof(float));
     float *yc = mxp_calloc((size_t)E * PRED_MAX_BATCH * (size_t)KO, sizeof(float));
@@ -275,8 +303,9 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     float *alea = gauss ? mxp_calloc(NK, sizeof(float)) : NULL;
     float *epi = E > 1 ? mxp_calloc(NK, sizeof(float)) : NULL;
     float *var = unc ? mxp_calloc(NK, sizeof(float)) : NULL;
+    float *tp = term ? mxp_calloc((size_t)N + 1, sizeof(float)) : NULL;
     if (!bx || !yc || !y || (wm && (!rew || !next)) || (gauss && !alea) || (E > 1 && !epi) ||
-        (unc && !var))
+        (unc && !var) || (term && !tp))
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "predict: %lld rows", (long long)N);
     for (int64_t i = 0; s == MXP_OK && i < N; i += PRED_MAX_BATCH) {
         int64_t B = N - i < PRED_MAX_BATCH ? N - i : PRED_MAX_BATCH;
@@ -294,6 +323,7 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
         /* variances in the data's units: of a standardised target times its
          * std^2 (the world model's; the regressor trains on raw values) */
         if (s == MXP_OK) combine(yc, E, B, KO, K, gauss, wm ? m->y_std : NULL, i, y, alea, epi);
+        if (s == MXP_OK && term) term_prob(yc, E, B, KO, tp + i);
     }
     for (size_t i = 0; s == MXP_OK && unc && i < NK; i++) /* the total: their sum */
         var[i] = (alea ? alea[i] : 0.0f) + (epi ? epi[i] : 0.0f);
@@ -331,6 +361,7 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
     if (s == MXP_OK && wm) {
         s = put(o, "next_obs", 2, N, S, next, err);
         if (s == MXP_OK) s = put(o, "reward", 1, N, 0, rew, err);
+        if (s == MXP_OK && term) s = put(o, "terminal_prob", 1, N, 0, tp, err);
         for (int k = 0; k < 3 && s == MXP_OK; k++) {
             if (!vs[k]) continue;
             split_targets(vs[k], rew + N, N, S);
@@ -342,7 +373,7 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
         for (int k = 0; k < 3 && s == MXP_OK; k++)
             if (vs[k]) s = put(o, y_names[k], 2, N, K, vs[k], err);
     }
-    void *bufs[] = {bx, yc, y, rew, next, alea, epi, var};
+    void *bufs[] = {bx, yc, y, rew, next, alea, epi, var, tp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
     if (s != MXP_OK) {
         mxp_dataset_destroy(o);
@@ -393,6 +424,8 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
         s = mxp_st_writer_add_meta(wr, "head", sp->loss == MXP_LOSS_GAUSSIAN ? "gaussian"
                                                                              : "deterministic",
                                    err);
+    if (s == MXP_OK && sp->termination) /* the last linear's last output: the flag's logit */
+        s = mxp_st_writer_add_meta(wr, "termination", "true", err);
     char ens[16];
     snprintf(ens, sizeof ens, "%d", mxp_model_ensemble(p->model));
     if (s == MXP_OK && mxp_model_ensemble(p->model) > 1) /* tensors members.<e>.<name> */

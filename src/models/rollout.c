@@ -13,6 +13,8 @@
  * the columns and the starts. k = 1 is the one-step error in state units.
  * The prediction is the model's mean: a Gaussian head's mean columns, an
  * ensemble's average of its members' means (double sum, rounded to FP32).
+ * A termination head's output is ignored: the rollout runs on through
+ * a predicted termination (the recorded episodes end at their own).
  * States are kept in FP32 in the data's units, as a user's rollout would;
  * the sums are in double. The model runs in its current precision.
  */
@@ -32,7 +34,7 @@ typedef struct rollout_buf {
 /* The recorded state of row r's transition in data units (k == 0: its
  * state; k == 1: its next state, state + delta). */
 static float raw_state(const wm_rollout_src *src, int64_t r, int64_t j, bool next) {
-    const int64_t in = src->S + src->A, od = src->S + 1;
+    const int64_t in = src->S + src->A, od = src->y_cols ? src->y_cols : src->S + 1;
     float s = src->x[r * in + j] * src->x_std[j] + src->x_mean[j];
     if (next) s += src->y[r * od + j] * src->y_std[j] + src->y_mean[j];
     return s;
@@ -104,11 +106,12 @@ mxp_status wm_open_loop_error(mxp_model *m, const wm_rollout_src *src, int64_t m
     const int64_t B = max_batch < mb ? max_batch : mb;
     const int64_t S = src->S;
     const int64_t outs = (int64_t)mxp_model_ensemble(m) * mxp_model_out_dim(m);
-    if (mxp_model_target_dim(m) != S + 1)
+    const int64_t od = src->y_cols ? src->y_cols : S + 1;
+    if (mxp_model_target_dim(m) != od || od < S + 1 || od > S + 2)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "open-loop error: the model predicts %lld targets; accepted: state "
-                             "delta and reward, %lld", (long long)mxp_model_target_dim(m),
-                             (long long)(S + 1));
+                             "delta and reward (and a termination flag), %lld",
+                             (long long)mxp_model_target_dim(m), (long long)od);
     rollout_buf buf = {mxp_calloc((size_t)(B * S), sizeof(float)),
                        mxp_calloc((size_t)(B * (S + src->A) + 1), sizeof(float)),
                        mxp_calloc((size_t)(B * outs), sizeof(float)),

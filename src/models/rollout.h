@@ -19,6 +19,8 @@ typedef struct wm_rollout_src {
     int64_t T;          /* transitions per episode when len is NULL */
     const float *x_mean, *x_std; /* [S + A] */
     const float *y_mean, *y_std; /* [S + 1] */
+    int64_t y_cols;     /* columns of y: S + 1, or S + 2 with a termination flag last
+                           (model.termination; the rollout ignores it); 0: S + 1 */
 } wm_rollout_src;
 
 /* out[i] = the open-loop error after mxp_open_loop_horizon(i) steps

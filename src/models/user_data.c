@@ -42,6 +42,9 @@ typedef struct ud {
     int32_t *bl;       /* [accum, max_batch] */
     float *logits;     /* [E max_batch, 2 out_dim]: logits, or a regression model's outputs */
     int ens;           /* ensemble members E (model.ensemble, regression; else 1) */
+    int64_t yw;        /* columns of the target rows ytr/yva/by: out_dim, + 1 with the
+                          world model's termination flag (model.termination) */
+    float *tw;         /* [out_dim + 1] model.target_weights parsed (ud_model_spec) */
     uint32_t *boot;    /* [E, n_train] members' bootstrap rows (E > 1), else NULL */
     char *meta_json;
 } ud;
@@ -64,20 +67,40 @@ bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out) {
 }
 
 mxp_status ud_model_spec(const mxp_config *c, int64_t in_dim, int64_t out_dim, mxp_loss_kind loss,
-                         int64_t max_batch, mxp_model_spec *out, mxp_error *err) {
-    const int ens = loss == MXP_LOSS_MSE ? (int)c->ensemble : 1; /* regression only */
-    if (loss == MXP_LOSS_MSE && c->head == MXP_LOSS_GAUSSIAN) { /* mean, log-variance */
+                         int64_t max_batch, float *tw, mxp_model_spec *out, mxp_error *err) {
+    const bool reg = loss == MXP_LOSS_MSE;
+    const int ens = reg ? (int)c->ensemble : 1; /* regression only */
+    const int64_t T = reg && c->termination ? 1 : 0; /* the termination flag's logit */
+    const int64_t K = out_dim;                       /* regression targets */
+    if (reg && c->head == MXP_LOSS_GAUSSIAN) { /* mean, log-variance */
         loss = MXP_LOSS_GAUSSIAN;
         out_dim *= 2;
     }
-    if (strcmp(c->layers, "none") != 0) {
-        mxp_status s = mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
-        if (s == MXP_OK) out->ensemble = ens;
-        return s;
+    out_dim += T;
+    const bool weighted = reg && strcmp(c->target_weights, "none") != 0;
+    if (weighted) {
+        char what[160];
+        if (c->workload == MXP_WORKLOAD_WORLD_MODEL)
+            snprintf(what, sizeof what, "%lld state deltas, the reward%s", (long long)(K - 1),
+                     T ? ", the termination flag" : "");
+        else
+            snprintf(what, sizeof what, "the %lld columns of y", (long long)K);
+        if (!tw)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG, "ud_model_spec: no weight buffer");
+        mxp_status s = mxp_model_target_weights_parse(c->target_weights, K + T, tw, NULL, what,
+                                                      err);
+        if (s != MXP_OK) return s;
     }
-    *out = mxp_model_spec_mlp(in_dim, c->hidden, (int)c->depth, out_dim, c->activation,
-                              c->layernorm, loss, max_batch);
+    mxp_status s = MXP_OK;
+    if (strcmp(c->layers, "none") != 0)
+        s = mxp_model_spec_layers(c->layers, in_dim, out_dim, loss, max_batch, out, err);
+    else
+        *out = mxp_model_spec_mlp(in_dim, c->hidden, (int)c->depth, out_dim, c->activation,
+                                  c->layernorm, loss, max_batch);
+    if (s != MXP_OK) return s;
     out->ensemble = ens;
+    out->termination = (int)T;
+    out->target_weights = weighted ? tw : NULL;
     return MXP_OK;
 }
 
@@ -86,7 +109,7 @@ static void ud_destroy(void *self) {
     if (!d) return;
     ud_meta_free(&d->meta);
     void *bufs[] = {d->xtr, d->ytr, d->xva, d->yva, d->ltr, d->lva, d->bx, d->by, d->bl,
-                    d->logits, d->meta_json, d->val_len, d->boot};
+                    d->logits, d->meta_json, d->val_len, d->boot, d->tw};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mxp_free(bufs[i]);
     mxp_free(d);
 }
@@ -278,6 +301,20 @@ static float *falloc(int64_t rows, int64_t w) {
     return mxp_calloc(n ? n : 1, sizeof(float));
 }
 
+/* Rows *y [n, w] of episodes [e0, e1) widened to [n, w + 1], each row's
+ * last column its transition's termination flag (wm_episode_terminals). */
+static bool add_flags(float **y, const wm_episodes *w, int64_t e0, int64_t e1, int64_t n,
+                      int64_t cols) {
+    float *wide = falloc(n, cols + 1);
+    if (!wide) return false;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(wide + i * (cols + 1), *y + i * cols, (size_t)cols * sizeof(float));
+    wm_episode_terminals(w, e0, e1, wide + cols, cols + 1);
+    mxp_free(*y);
+    *y = wide;
+    return true;
+}
+
 /* Episodes of either layout (data/transitions.h), split by episode. */
 static mxp_status build_world(ud *d, const mxp_dataset *ds, const wm_episodes *w,
                               const ud_meta *fixed, bool eval_all, mxp_error *err) {
@@ -337,6 +374,11 @@ static mxp_status build_world(ud *d, const mxp_dataset *ds, const wm_episodes *w
     standardise(d->ytr, ntr, S + 1, d->meta.y_mean, d->meta.y_std);
     standardise(d->xva, d->n_val, S + A, d->meta.x_mean, d->meta.x_std);
     standardise(d->yva, d->n_val, S + 1, d->meta.y_mean, d->meta.y_std);
+    if (d->yw > S + 1) /* model.termination: the raw 0/1 flag after the standardised targets */
+        if (!add_flags(&d->ytr, w, 0, e_tr, ntr, S + 1) ||
+            !add_flags(&d->yva, w, e_tr, E, d->n_val, S + 1))
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "%s: termination flags",
+                                 mxp_dataset_label(ds));
     return MXP_OK;
 }
 
@@ -403,7 +445,7 @@ static mxp_status ud_spec(void *self, mxp_model_spec *out, mxp_error *err) {
     ud *d = self;
     return ud_model_spec(&d->cfg, d->meta.in_dim, d->meta.out_dim,
                          d->meta.kind == MXP_DATASET_CLASSIFIER ? MXP_LOSS_XENT : MXP_LOSS_MSE,
-                         d->max_batch, out, err);
+                         d->max_batch, d->tw, out, err);
 }
 
 static int64_t ud_num_train(void *self) { return ((ud *)self)->n_train; }
@@ -412,7 +454,7 @@ static mxp_status ud_fill(void *self, int slot, const uint32_t *idx, int64_t n, 
                           mxp_error *err) {
     (void)err;
     ud *d = self;
-    const int64_t D = d->meta.in_dim, K = d->meta.out_dim;
+    const int64_t D = d->meta.in_dim, K = d->yw;
     float *bx = d->bx + (size_t)slot * (size_t)d->max_batch * (size_t)D;
     float *by = d->by + (size_t)slot * (size_t)d->max_batch * (size_t)K;
     int32_t *bl = d->bl + (size_t)slot * (size_t)d->max_batch;
@@ -479,12 +521,16 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     snprintf(out->name, sizeof out->name, "val");
     out->loss = d->n_val ? total / (double)d->n_val : NAN;
     out->mse = NAN;
+    out->bce = NAN;
+    out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
     if (!d->lva) {
-        mxp_status s = ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, &out->loss,
-                                          &out->mse, err);
+        mxp_status s = sp->termination || sp->target_weights
+                           ? ud_eval_head(m, d->xva, d->yva, d->n_val, mb, d->logits, out, err)
+                           : ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits,
+                                                &out->loss, &out->mse, err);
         if (s != MXP_OK) return s;
     }
-    out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;
     out->bits_per_char = NAN;
     if (!d->val_len) return MXP_OK;
     const wm_rollout_src src = {.x = d->xva,
@@ -497,7 +543,8 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
                                 .x_mean = d->meta.x_mean,
                                 .x_std = d->meta.x_std,
                                 .y_mean = d->meta.y_mean,
-                                .y_std = d->meta.y_std};
+                                .y_std = d->meta.y_std,
+                                .y_cols = d->yw};
     return wm_open_loop_error(m, &src, mb, out->open_loop, err);
 }
 
@@ -570,12 +617,16 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
     if (kind == MXP_DATASET_WORLD_MODEL) {
         wm_episodes w;
         s = wm_episodes_open(ds, &w, err);
+        d->yw = lay.state_dim + 1 + (cfg->termination ? 1 : 0);
+        if (s == MXP_OK && cfg->termination)
+            s = wm_episodes_check_terminals(&w, mxp_dataset_label(ds), err);
         if (s == MXP_OK) s = build_world(d, ds, &w, fixed, eval_all, err);
         wm_episodes_close(&w);
     } else {
         d->meta.in_dim = lay.in_dim;
         /* a classifier's labels may use fewer classes than the model has */
         d->meta.out_dim = fixed ? fixed->out_dim : lay.out_dim;
+        d->yw = d->meta.out_dim;
         s = build_supervised(d, ds, &lay, eval_all, err);
     }
     if (s == MXP_OK && !eval_all && d->n_val < 1)
@@ -590,11 +641,12 @@ mxp_status ud_provider_create(const mxp_config *cfg, const mxp_dataset *ds, cons
     if (s == MXP_OK) {
         const int64_t acc = cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1;
         d->bx = falloc(acc * d->ens * d->max_batch, d->meta.in_dim);
-        d->by = falloc(acc * d->ens * d->max_batch, d->meta.out_dim);
+        d->by = falloc(acc * d->ens * d->max_batch, d->yw);
         d->bl = mxp_calloc((size_t)(acc * d->max_batch), sizeof(int32_t));
-        d->logits = falloc(d->ens * d->max_batch, 2 * d->meta.out_dim);
+        d->logits = falloc(d->ens * d->max_batch, 2 * d->meta.out_dim + 1);
+        d->tw = falloc(1, d->meta.out_dim + 1);
         d->meta_json = meta_to_json(&d->meta);
-        if (!d->bx || !d->by || !d->bl || !d->logits || !d->meta_json)
+        if (!d->bx || !d->by || !d->bl || !d->logits || !d->tw || !d->meta_json)
             s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "user data batch buffers");
     }
     if (s == MXP_OK && d->ens > 1 && d->n_train > 0 &&

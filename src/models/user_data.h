@@ -30,9 +30,14 @@ bool ud_kind_of(mxp_workload w, mxp_dataset_kind *out);
 /* The model spec of cfg (model.layers, else the hidden/depth shorthand);
  * with model.head=gaussian a loss of MXP_LOSS_MSE becomes MXP_LOSS_GAUSSIAN
  * and the last layer 2 * out_dim wide (mean and log-variance); a loss of
- * MXP_LOSS_MSE takes model.ensemble members (spec.ensemble). */
+ * MXP_LOSS_MSE takes model.ensemble members (spec.ensemble), with
+ * model.termination one more output (spec.termination: the flag's logit)
+ * and with model.target_weights the weights parsed into tw [out_dim + 1]
+ * (the caller's, alive while the spec is used; spec.target_weights points
+ * there; MXP_ERR_CONFIG naming the key for a bad list or length). out_dim
+ * counts the regression targets. */
 mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
-                         mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
+                         mxp_loss_kind loss, int64_t max_batch, float *tw, mxp_model_spec *out,
                          mxp_error *err);
 
 /* Held-out loss and MSE of the mean of a regression model over n rows x
@@ -44,6 +49,16 @@ mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
 mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
                               int64_t mb, float *pred, double *loss, double *mse,
                               mxp_error *err);
+/* As ud_eval_regression, and for a model with spec.termination or
+ * spec.target_weights (head_eval.c, docs/world_models.md "Evaluation"):
+ * *loss the training loss's formula (weighted, with the flag's BCE;
+ * Gaussian: no bound penalty; an ensemble: the mean over members), *mse
+ * the MSE of the (ensemble) mean over the regression columns, unweighted;
+ * with termination *bce the mean BCE (over members) and *acc the fraction
+ * of rows whose mean predicted probability is > 0.5 exactly when the flag
+ * is 1; else both untouched. pred: FP32 scratch [E mb, out_dim]. */
+mxp_status ud_eval_head(mxp_model *m, const float *x, const float *y, int64_t n, int64_t mb,
+                        float *pred, mxp_run_eval *out, mxp_error *err);
 
 /* Ensembles (ensemble_data.c): E bootstrap samples of n rows, member e's
  * n indices at [e n, (e+1) n), drawn with replacement from a stream of

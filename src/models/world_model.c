@@ -29,6 +29,7 @@ typedef struct wm_data {
     float *pred;    /* [E max_batch, 2 out_dim]: a Gaussian head's / ensemble's outputs */
     int ens;        /* ensemble members E (model.ensemble) */
     uint32_t *boot; /* [E, n_train] the members' bootstrap rows (E > 1), else NULL */
+    float *tw;      /* [out_dim + 1] model.target_weights parsed (ud_model_spec) */
 } wm_data;
 
 static void wm_destroy(void *self) {
@@ -39,12 +40,14 @@ static void wm_destroy(void *self) {
     mxp_free(d->by);
     mxp_free(d->pred);
     mxp_free(d->boot);
+    mxp_free(d->tw);
     mxp_free(d);
 }
 
 static mxp_status wm_spec(void *self, mxp_model_spec *out, mxp_error *err) {
     wm_data *d = self;
-    return ud_model_spec(&d->cfg, d->in_dim, d->out_dim, MXP_LOSS_MSE, d->max_batch, out, err);
+    return ud_model_spec(&d->cfg, d->in_dim, d->out_dim, MXP_LOSS_MSE, d->max_batch, d->tw, out,
+                         err);
 }
 
 static int64_t wm_num_train(void *self) {
@@ -104,8 +107,11 @@ static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     wm_data *d = self;
     mxp_replay_split v = mxp_replay_val(d->replay);
     snprintf(out->name, sizeof out->name, "val");
-    mxp_status s = ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss,
-                                      &out->mse, err);
+    const mxp_model_spec *sp = mxp_model_get_spec(m);
+    mxp_status s = sp->termination || sp->target_weights
+                       ? ud_eval_head(m, v.x, v.y, v.n, d->max_batch, d->pred, out, err)
+                       : ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss,
+                                            &out->mse, err);
     if (s != MXP_OK) return s;
     const mxp_replay_stats st = mxp_replay_stats_get(d->replay);
     const mxp_replay_config *rc = mxp_replay_config_get(d->replay);
@@ -148,6 +154,14 @@ mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *ou
                                 mxp_error *err) {
     mxp_status s = workload_check_mlp(cfg, err);
     if (s != MXP_OK) return s;
+    if (cfg->termination) /* the built-in environments run fixed-length episodes */
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "model.termination=true: data.env=%s records no terminations (the "
+                             "built-in environments run episodes of data.episode_length steps, "
+                             "ended by the time limit only); accepted: model.termination=false, "
+                             "or data.path with terminal flags (terminals, or dones with "
+                             "timeouts)",
+                             mxp_env_info_get(cfg->data.env)->name);
     wm_data *d = mxp_calloc(1, sizeof *d);
     if (!d) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "world model");
     d->cfg = *cfg;
@@ -180,7 +194,8 @@ mxp_status world_model_provider(const mxp_config *cfg, mxp_workload_provider *ou
     d->pred = mxp_calloc((size_t)d->ens * (size_t)d->max_batch * 2 * (size_t)d->out_dim,
                          sizeof(float));
     if (d->ens > 1) d->boot = ud_bootstrap(d->ens, n_train, cfg->seed);
-    if (!d->bx || !d->by || !d->pred || (d->ens > 1 && !d->boot)) {
+    d->tw = mxp_calloc((size_t)d->out_dim + 1, sizeof(float));
+    if (!d->bx || !d->by || !d->pred || (d->ens > 1 && !d->boot) || !d->tw) {
         s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "batch buffers (%zu rows)", rows);
         goto fail;
     }

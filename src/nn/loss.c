@@ -9,6 +9,8 @@
  *   MSE:  mean over B*C of (pred - y)^2   (nn.MSELoss, reduction "mean")
  *   XENT: mean over B of -log softmax(logits)[label]  (nn.CrossEntropyLoss)
  *   GAUSSIAN: the Gaussian head's NLL with its bound penalty (loss_gauss.c)
+ *   with spec.termination or spec.target_weights: the weighted head loss
+ *   with its BCE column (loss_head.c)
  */
 #include "nn/nn_internal.h"
 
@@ -18,7 +20,9 @@ void nn_loss_forward(mxp_model *m, const mxp_batch *b, float *dpred32, float los
     const int64_t C = m->width[L];
     const float *pred = nn_view_f32(m, m->b.act_type[L], m->b.acts[L],
                                     (size_t)b->B * (size_t)C, m->b.sa);
-    if (m->spec.loss == MXP_LOSS_MSE)
+    if (nn_head_on(m)) /* termination flag or per-target weights (loss_head.c) */
+        nn_head_loss(m, pred, b->y, b->B, dpred32, loss_scale, loss);
+    else if (m->spec.loss == MXP_LOSS_MSE)
         m->k->mse(dpred32, pred, b->y, b->B, C, loss_scale, loss);
     else if (m->spec.loss == MXP_LOSS_GAUSSIAN)
         nn_gauss_loss(m, pred, b->y, b->B, dpred32, loss_scale, loss);

@@ -188,12 +188,14 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
                              "spec: loss xent needs out_dim (last layer units) "
                              "in [2, %d]; got %lld",
                              INT32_MAX, (long long)last->units);
-    if (s->loss == MXP_LOSS_GAUSSIAN &&
+    if (s->loss == MXP_LOSS_GAUSSIAN && !s->termination &&
         (last->kind != MXP_LAYER_LINEAR || last->units < 2 || last->units % 2 != 0))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec: loss gaussian needs a last linear layer of 2D units (mean "
                              "and log-variance of D targets); got %s with %lld units",
                              mxp_layer_kind_name(last->kind), (long long)last->units);
+    mxp_status hs = nn_head_validate(s, err); /* termination, target weights */
+    if (hs != MXP_OK) return hs;
     if (has_ln && !(s->layernorm_eps > 0.0f && isfinite(s->layernorm_eps)))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "spec.layernorm_eps=%g; accepted: finite and > 0 "
@@ -395,6 +397,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
     m->fuse = fusion_default();
     m->fp8_cfg = mxp_fp8_config_default();
     if ((s = build_structure(m, err))) goto fail;
+    if ((s = nn_head_install(m, err))) goto fail;
     if ((s = nn_plan_bufs(m, policy, &m->b, err))) goto fail;
     if ((s = nn_fp8_make(m, policy, &m->fp8, err))) goto fail;
     m->inference = inference;
@@ -481,6 +484,7 @@ void mxp_model_destroy(mxp_model *m) {
     nn_free_bufs(&m->b);
     mxp_fp8_scaling_destroy(m->fp8);
     mxp_dev_free(m->grads);
+    nn_head_free(m);
     mxp_free(m);
 }
 
@@ -679,7 +683,8 @@ int64_t mxp_model_out_dim(const mxp_model *m) { return m->width[m->n_layers]; }
 int mxp_model_ensemble(const mxp_model *m) { return m->ens; }
 int64_t mxp_model_target_dim(const mxp_model *m) {
     const int64_t o = m->width[m->n_layers];
-    return m->spec.loss == MXP_LOSS_GAUSSIAN ? o / 2 : o;
+    if (m->spec.loss == MXP_LOSS_GAUSSIAN) return m->spec.termination ? (o - 1) / 2 + 1 : o / 2;
+    return o;
 }
 float *mxp_model_master(mxp_model *m) { return m->b.master; }
 /* Discarded gradients read before the backward that would write them are

@@ -187,6 +187,9 @@ struct mxp_model {
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
     mxp_transfer_stats xfer;   /* host <-> backend copies of named tensors (model_tensors.c) */
+    float *tw;                 /* per-target loss weights [target_dim], backend memory;
+                                  NULL: all 1 (loss_head.c) */
+    float *tw_host;            /* their host copy (spec.target_weights points here) */
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */
@@ -261,8 +264,32 @@ void nn_gauss_init_bounds(const mxp_model *m, float *dst);
  * discarded, else added). Bounds read from the master when there is one. */
 void nn_gauss_loss(mxp_model *m, const float *pred, const float *y, int64_t B,
                    float *dpred32, float loss_scale, double *loss);
-/* pred [B, 2D] raw outputs -> mean and bounded log-variance, in place. */
+/* pred [B, 2D (+1)] raw outputs -> mean and bounded log-variance, in
+ * place (a termination logit in the last column is left as it is). */
 void nn_gauss_bound_pred(const mxp_model *m, float *pred, int64_t B);
+/* D: the Gaussian head's regression targets ((out - termination) / 2). */
+int64_t nn_gauss_dim(const mxp_model *m);
+/* The bounds [2D] as FP32 (the master, or the working weights widened
+ * into p0 in pure modes). */
+const float *nn_gauss_bounds_f32(const mxp_model *m);
+
+/* ---- per-target weights and the termination flag (loss_head.c) -------------
+ * spec.termination and spec.target_weights (model.h). m->tw: the weights
+ * [target_dim] in backend memory, NULL when every weight is 1; m->tw_host
+ * their host copy (what spec.target_weights points to). */
+
+/* Validate spec's termination and target_weights (create, spec_num_params). */
+mxp_status nn_head_validate(const mxp_model_spec *s, mxp_error *err);
+/* Copy spec.target_weights into m->tw / m->tw_host (NULL both when they
+ * are all 1 without termination); repoints m->spec.target_weights. */
+mxp_status nn_head_install(mxp_model *m, mxp_error *err);
+void nn_head_free(mxp_model *m);
+/* True when the loss is the head kernel's (termination or weights). */
+bool nn_head_on(const mxp_model *m);
+/* The head kernel's loss of pred [B, out_dim] against y [B, target_dim]
+ * (as nn_gauss_loss for the bounds' gradients). */
+void nn_head_loss(mxp_model *m, const float *pred, const float *y, int64_t B, float *dpred32,
+                  float loss_scale, double *loss);
 
 /* ---- ensembles (ensemble.c) -------------------------------------------------
  * Member e's parameters are the single model's, shifted by e * ens_p1 in

@@ -378,7 +378,7 @@ void mxp_run_request_precision(mxp_run *r, mxp_precision to, const char *reason)
 mxp_status mxp_run_evaluate(mxp_run *r, mxp_run_eval *out, mxp_error *err) {
     if (!r || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_evaluate: NULL");
     memset(out, 0, sizeof *out);
-    out->loss = out->accuracy = out->bits_per_char = out->mse = NAN;
+    out->loss = out->accuracy = out->bits_per_char = out->mse = out->bce = NAN;
     for (int i = 0; i < MXP_OPEN_LOOP_N; i++) out->open_loop[i] = NAN;
     if (!r->wl.evaluate)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,

@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <string.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -127,7 +128,11 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
         snprintf(key, sizeof key, "%s_bits_per_char", eval->name);
         if (!isnan(eval->bits_per_char)) put_num(&w, key, eval->bits_per_char);
         snprintf(key, sizeof key, "%s_mse", eval->name);
-        if (!isnan(eval->mse) && cfg->head == MXP_LOSS_GAUSSIAN) put_num(&w, key, eval->mse);
+        if (!isnan(eval->mse) && (cfg->head == MXP_LOSS_GAUSSIAN || !isnan(eval->bce) ||
+                                  strcmp(cfg->target_weights, "none") != 0))
+            put_num(&w, key, eval->mse);
+        snprintf(key, sizeof key, "%s_bce", eval->name); /* model.termination */
+        if (!isnan(eval->bce)) put_num(&w, key, eval->bce);
         for (int i = 0; i < MXP_OPEN_LOOP_N; i++) { /* world models */
             snprintf(key, sizeof key, "%s_open_loop_k%d", eval->name, mxp_open_loop_horizon(i));
             if (!isnan(eval->open_loop[i])) put_num(&w, key, eval->open_loop[i]);

@@ -97,6 +97,10 @@ int cmd_eval(int argc, char **argv) {
             cli_json_number(stdout, "mse", ev[0].mse);
             cli_json_number(stdout, "fp32_mse", ev[1].mse);
             printf("\"head\":\"%s\",", gauss ? "gaussian" : "deterministic");
+            if (isfinite(ev[0].bce)) { /* model.termination: accuracy is the flag's */
+                cli_json_number(stdout, "bce", ev[0].bce);
+                cli_json_number(stdout, "fp32_bce", ev[1].bce);
+            }
             for (int k = 0; k < 2; k++)
                 for (int i = 0; i < MXP_OPEN_LOOP_N; i++) { /* world models */
                     char key[40];
@@ -133,6 +137,9 @@ int cmd_eval(int argc, char **argv) {
                 else
                     printf("-\n");
             }
+            for (int k = 0; k < 2 && isfinite(ev[0].bce); k++) /* model.termination */
+                printf("%-10s  termination bce %.9g, accuracy %.4f\n", k ? "fp32" : prec,
+                       ev[k].bce, ev[k].accuracy);
         }
     }
     mxp_predictor_destroy(p[0]);

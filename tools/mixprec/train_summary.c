@@ -71,7 +71,11 @@ void train_summary_print(FILE *f, const train_summary *s) {
     fprintf(f, "final train loss %.6f\n", s->train_loss);
     fprintf(f, "%-16s %.6f\n", strcmp(s->eval.name, "test") == 0 ? "test loss" : "validation loss",
             s->eval.loss);
-    if (!isnan(s->eval.accuracy)) fprintf(f, "test accuracy    %.2f%%\n", 100.0 * s->eval.accuracy);
+    if (!isnan(s->eval.bce)) /* model.termination: the flag's BCE and accuracy */
+        fprintf(f, "termination      bce %.6f, accuracy %.2f%%\n", s->eval.bce,
+                100.0 * s->eval.accuracy);
+    else if (!isnan(s->eval.accuracy))
+        fprintf(f, "test accuracy    %.2f%%\n", 100.0 * s->eval.accuracy);
     if (!isnan(s->eval.bits_per_char)) fprintf(f, "bits per char    %.4f\n", s->eval.bits_per_char);
     if (!isnan(s->eval.mse) && s->eval.mse != s->eval.loss) /* a Gaussian head: loss is its NLL */
         fprintf(f, "%-16s %.6f\n", strcmp(s->eval.name, "test") == 0 ? "test mse" : "validation mse",

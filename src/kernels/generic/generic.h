@@ -51,6 +51,11 @@ void mxp_generic_gauss_nll(float *dpred, float *dbounds, const float *pred, cons
                            const float *bounds, int64_t B, int64_t D, float grad_scale,
                            double *loss);
 
+/* loss_head.c */
+void mxp_generic_head_loss(float *dpred, float *dbounds, const float *pred, const float *target,
+                           const float *bounds, const float *weights, int64_t B, int64_t K,
+                           int64_t T, float grad_scale, double *loss);
+
 /* reduce.c */
 void mxp_generic_sum(const float *x, size_t n, double *out);
 void mxp_generic_sumsq(const float *x, size_t n, double *out);

@@ -60,6 +60,7 @@ static const mxp_kernels generic_table = {
     .adamw = mxp_generic_adamw,
     .sgd = mxp_generic_sgd,
     .gauss_nll = mxp_generic_gauss_nll,
+    .head_loss = mxp_generic_head_loss,
 };
 
 const mxp_kernels *mxp_kernels_generic(void) { return &generic_table; }
