@@ -120,6 +120,11 @@ mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_d
             *ls = (mxp_layer_spec){MXP_LAYER_LAYERNORM, 0, 0.0};
         } else if (strncmp(item, "residual:", 9) == 0) {
             long long n;
+            if (idx == 0)
+                return mxp_error_set(err, MXP_ERR_CONFIG,
+                                     "%s: item 0 '%s' has no items before it to wrap; accepted: "
+                                     "residual:N after the N items of its block",
+                                     K, item);
             if (!parse_count(item + 9, 1, idx, &n))
                 return mxp_error_set(err, MXP_ERR_CONFIG,
                                      "%s: item %d '%s': N (the items before it that form the "
