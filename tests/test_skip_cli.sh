@@ -5,6 +5,9 @@
 #  - every precision mode (fp32, mixed_bf16, mixed_fp16, bf16, fp16, fp8)
 #    trains a world model with a residual block and dropout to a finite
 #    validation MSE below 0.5 (standardised targets: 1 is the mean's);
+#  - training.precision_fp32_layers counts items (2,4: the block's linear
+#    layers, kept FP32 in mixed_bf16); 5 (the residual) is refused, listing
+#    the linear layers 0,2,4,8;
 #  - resume is bit-exact with dropout on, with 2 micro-batches per step and
 #    with an ensemble of 3: 1 epoch + --resume to 2 gives history.csv and
 #    the final checkpoint of a 2-epoch run byte for byte (the masks are keyed
@@ -58,6 +61,20 @@ t = json.load(open('p_$p.json'))
 sys.exit(0 if math.isfinite(t['val_loss']) and 0 < t['val_loss'] < 0.5 else 1)" ||
     fail "$p: $(cat p_$p.json)"
 done
+
+# ---- precision_fp32_layers counts items: the block's linears 2 and 4 kept FP32 ----------
+"$bin" train "${common[@]}" training.epochs=1 training.precision=mixed_bf16 \
+  training.precision_fp32_layers=2,4 checkpoint.enabled=false --json --quiet >k.json 2>k.err ||
+  fail "fp32 layers 2,4: $(cat k.err)"
+/usr/bin/python3 -c "
+import json, math, sys
+t = json.load(open('k.json'))
+sys.exit(0 if t['fp32_layers_kept'] == [2, 4] and math.isfinite(t['val_loss']) else 1)" ||
+  fail "fp32 layers 2,4: $(cat k.json)"
+"$bin" train "${common[@]}" training.epochs=1 training.precision=mixed_bf16 \
+  training.precision_fp32_layers=5 checkpoint.enabled=false --quiet >/dev/null 2>k5.err &&
+  fail "layer 5 (residual) accepted as an FP32 layer"
+grep -q "linear layers (0,2,4,8)" k5.err || fail "fp32 layer 5: $(cat k5.err)"
 
 # ---- bit-exact resume with dropout on ------------------------------------------------
 resume_case() { # name, extra keys...
