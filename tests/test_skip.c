@@ -23,7 +23,8 @@
  *    bit for bit what the same model without the dropout layer predicts
  *    (same seed: dropout draws no parameters), and forward-only losses agree.
  *  - masks: the same (step, pass) gives the same training loss, another
- *    step or pass another; two ensemble members with equal weights and
+ *    step or pass another; the trainer's step of two equal micro-batches
+ *    has the mean loss of passes (1, 0) and (1, 1); two ensemble members with equal weights and
  *    rows get different gradients (their own masks).
  *  - per-layer loss scaling: with power-of-two gradient scales every
  *    parameter gradient is the unscaled one times its layer's scale,
@@ -332,6 +333,41 @@ static void test_masks(void) {
     mxp_model_destroy(e);
 }
 
+/* The trainer keys each micro-batch's pass: a step of 2 equal
+ * micro-batches has the loss (l(1, 0) + l(1, 1)) / 2 of passes 0 and 1 of
+ * step 1, drawn by hand on a twin model (the same for both micro-batches
+ * would give l(1, 0)); the next step draws step 2's masks. */
+static void test_trainer_passes(void) {
+    mxp_error err = {0};
+    mxp_model *m = make(LAYERS, MXP_PRECISION_FP32, 1, 6);
+    mxp_model *twin = make(LAYERS, MXP_PRECISION_FP32, 1, 6);
+    if (!m || !twin) return;
+    float x[B * IN], y[B * K];
+    fill_case(x, y, B);
+    mxp_batch b = {.x = x, .y = y, .labels = NULL, .B = B};
+    double l10 = 0, l11 = 0;
+    mxp_model_set_dropout_pass(twin, 1, 0);
+    CHECK_OK(mxp_model_step(twin, &b, false, 1.0f, &l10, NULL, &err), &err); /* eval */
+    const double l_eval = l10;
+    CHECK_OK(mxp_model_step(twin, &b, true, 1.0f, &l10, NULL, &err), &err);
+    mxp_model_set_dropout_pass(twin, 1, 1);
+    CHECK_OK(mxp_model_step(twin, &b, true, 1.0f, &l11, NULL, &err), &err);
+    CHECK(l10 != l11 && l10 != l_eval);
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.grad_accum_steps = 2;
+    mxp_trainer *t = NULL;
+    CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
+    if (!t) return;
+    mxp_batch micro[2] = {b, b};
+    mxp_step_result r;
+    CHECK_OK(mxp_trainer_step(t, micro, 2, &r, &err), &err);
+    CHECK_MSG(r.loss == l10 * 0.5 + l11 * 0.5, "step loss %.9g, passes (1,0) %.9g (1,1) %.9g",
+              r.loss, l10, l11);
+    mxp_trainer_destroy(t);
+    mxp_model_destroy(m);
+    mxp_model_destroy(twin);
+}
+
 /* Per-layer loss scaling: gradients scale by their layer's scale exactly. */
 static void test_grad_scales(void) {
     mxp_error err = {0};
@@ -474,6 +510,7 @@ int main(void) {
     test_kernel();
     test_eval_identity();
     test_masks();
+    test_trainer_passes();
     test_grad_scales();
     test_provenance();
     test_finite_differences();
