@@ -32,7 +32,8 @@
  *    start).
  *  - provenance and statistics: a NaN planted in a block's layer is named
  *    by that layer; the residual layer's output and dX are scanned into
- *    the monitor.
+ *    the monitor; in mixed_bf16 the add's and dropout's outputs and the
+ *    kept skip gradient are stored as BF16.
  *  - spec rules: malformed layer lists and specs are refused by name
  *    (counts, rates, nesting, widths naming both).
  * Skips the PyTorch part (only) without /usr/bin/python3 + torch.
@@ -420,6 +421,11 @@ static void test_provenance(void) {
     const mxp_layer_stats *rs = mxp_monitor_layer(mon, 5);
     CHECK(rs && rs->t[MXP_MON_OUT].n == B * H && rs->t[MXP_MON_DX].n == B * H);
     CHECK(rs && rs->t[MXP_MON_OUT].absmax > 0.0f);
+    /* kept in the mode's stored formats: the add's and dropout's outputs as
+     * BF16 activations, the kept skip gradient as BF16 */
+    CHECK(m->b.act_type[6] == MXP_DTYPE_BF16 && m->b.act_type[7] == MXP_DTYPE_BF16);
+    CHECK(rs && rs->out_type == MXP_DTYPE_BF16);
+    CHECK(m->b.gs != NULL && m->b.gs_type == MXP_DTYPE_BF16);
     mxp_fault_config f = mxp_fault_config_default();
     f.kind = MXP_FAULT_NAN;
     f.pass = MXP_FAULT_FORWARD;
