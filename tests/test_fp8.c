@@ -291,7 +291,7 @@ static void test_linear_oracle(void) {
     spec.in_dim = LI;
     spec.max_batch = LB;
     spec.n_layers = 1;
-    spec.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, LO};
+    spec.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, LO, 0.0};
     spec.loss = MXP_LOSS_MSE;
     spec.layernorm_eps = 1e-5f;
     mxp_precision_policy pol;

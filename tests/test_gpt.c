@@ -228,7 +228,7 @@ static void test_spec_errors(void) {
     CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "vocab_size=1") != NULL);
     s = mxp_model_spec_gpt(V, TT, 8, 2, 1, 2);
-    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, 8};
+    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, 8, 0.0};
     CHECK(mxp_model_create(&s, &pol, 1, &m, &err) == MXP_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "starts with an embedding") != NULL);
     s = mxp_model_spec_gpt(V, TT, 8, 2, 1, 2);

@@ -33,8 +33,8 @@ static mxp_model *make_model(mxp_precision p) {
     s.in_dim = IN;
     s.max_batch = 16;
     s.n_layers = 2;
-    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN};
-    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN};
+    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN, 0.0};
+    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN, 0.0};
     s.loss = MXP_LOSS_MSE;
     s.layernorm_eps = 1e-5f;
     mxp_precision_policy pol;

@@ -36,8 +36,8 @@ static mxp_model_spec spec_3_4_2(void) {
     s.in_dim = 3;
     s.max_batch = 4;
     s.n_layers = 2;
-    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, 4};
-    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, 2};
+    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, 4, 0.0};
+    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, 2, 0.0};
     s.loss = MXP_LOSS_MSE;
     s.layernorm_eps = 1e-5f;
     return s;

@@ -40,8 +40,8 @@ static mxp_model_spec two_linear(void) {
     s.in_dim = IN;
     s.max_batch = 32;
     s.n_layers = 2;
-    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN};
-    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN};
+    s.layers[0] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN, 0.0};
+    s.layers[1] = (mxp_layer_spec){MXP_LAYER_LINEAR, IN, 0.0};
     s.loss = MXP_LOSS_MSE;
     s.layernorm_eps = 1e-5f;
     return s;

@@ -35,6 +35,15 @@ typedef enum mxp_layer_kind {
     MXP_LAYER_BLOCK,     /* pre-LN transformer block (GPT-2): x + attn(ln_1(x)), then
                             + mlp(ln_2(.)); causal, n_heads heads, MLP 4C with GELU */
     MXP_LAYER_LM_HEAD,   /* logits = x wte^T, tied to the embedding (no bias); last */
+    /* MLP extras (src/nn/layer_skip.c; docs/world_models.md "Residual blocks
+     * and dropout"): */
+    MXP_LAYER_RESIDUAL,  /* residual:N, units = N >= 1: y = x + f(x), where f is the N
+                            layers before it and x their input (the output of layer
+                            l - N - 1, or the model input); the widths of x and f(x)
+                            must match; no block inside another */
+    MXP_LAYER_DROPOUT,   /* dropout:P, rate = P in [0, 1): inverted dropout (PyTorch
+                            nn.Dropout) in training passes (mxp_model_step with
+                            backward), the identity otherwise */
     MXP_LAYER_KIND_COUNT
 } mxp_layer_kind;
 
@@ -63,7 +72,9 @@ MXP_API const char *mxp_loss_kind_name(mxp_loss_kind k);
 
 typedef struct mxp_layer_spec {
     mxp_layer_kind kind;
-    int64_t units; /* linear: output features; others: ignored */
+    int64_t units; /* linear: output features; residual: the layers it wraps;
+                      others: ignored */
+    double rate;   /* dropout: the drop probability P in [0, 1); others: ignored */
 } mxp_layer_spec;
 
 typedef struct mxp_model_spec {
@@ -119,12 +130,15 @@ MXP_API mxp_model_spec mxp_model_spec_mlp(int64_t in_dim, int64_t hidden, int de
 
 /* An MLP spec from a layer list (config key model.layers), e.g.
  * "[linear:512, gelu, layernorm, linear:512, gelu, linear]": items
- * linear:WIDTH, relu, gelu, tanh, layernorm, brackets optional; it must end
+ * linear:WIDTH, relu, gelu, tanh, layernorm, residual:N (the N items before
+ * it become a residual block), dropout:P, brackets optional; it must end
  * with a bare 'linear' whose width is out_dim (out_dim 0: syntax check
  * only). MXP_ERR_CONFIG naming model.layers, the item and what is accepted
- * for an empty list, an unknown item, a bad width, a width-less linear
- * before the end, a list not ending in linear, more than 64 layers. *out
- * is set only on success. */
+ * for an empty list, an unknown item, a bad width, count or rate, a
+ * width-less linear before the end, a residual block wrapping another or
+ * more items than precede it or whose input and output widths differ (the
+ * error names both), a list not ending in linear, more than 64 layers.
+ * *out is set only on success. */
 MXP_API mxp_status mxp_model_spec_layers(const char *list, int64_t in_dim, int64_t out_dim,
                                          mxp_loss_kind loss, int64_t max_batch, mxp_model_spec *out,
                                          mxp_error *err);
@@ -342,6 +356,19 @@ typedef struct mxp_nonfinite_site {
  * site (may be NULL) reports the first layer output found non-finite. */
 MXP_API mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
                                   double *loss, mxp_nonfinite_site *site, mxp_error *err);
+
+/* The dropout masks of the coming training passes (mxp_model_step with
+ * backward) are drawn for (step, pass): element i of dropout layer l of
+ * ensemble member e (0 for one model) is dropped iff
+ *   mxp_rng_at(key, (e * 64 + l) * 2^40 + i) < round(P * 2^32)
+ * with key the first two words (low first) of Philox4x32-10 with counter
+ * (step low, step high, pass, 0x44524F50) and key (seed low, seed high),
+ * seed the model's creation seed. The trainer sets (its step number, the
+ * micro-batch index plus rank times micro-batches) before each micro-batch,
+ * so forward and backward of a pass share one mask, micro-batches, ranks,
+ * members and layers draw their own, and a resumed run draws the same.
+ * Default (0, 0). */
+MXP_API void mxp_model_set_dropout_pass(mxp_model *m, int64_t step, int pass);
 
 /* Wall seconds spent in mxp_model_step since the model was created:
  * forward (layers and loss) and backward, summed over all calls.

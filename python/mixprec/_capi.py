@@ -103,7 +103,7 @@ class RunInfo(Structure):
 
 
 class LayerSpec(Structure):
-    _fields_ = [("kind", c_int), ("units", c_int64)]
+    _fields_ = [("kind", c_int), ("units", c_int64), ("rate", c_double)]
 
 
 class ModelSpec(Structure):

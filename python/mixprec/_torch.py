@@ -1,8 +1,43 @@
 """mixprec._torch: a run's MLP as a torch.nn.Sequential (imported only when
-torch is; see Run.to_torch)."""
+torch is; see Run.to_torch), and the two modules of model.layers' residual
+blocks and dropout (docs/world_models.md "Residual blocks and dropout"):
+Residual(n), the item residual:N, and Layers, the nn.Sequential that runs it.
+"""
 import torch
 
 _LINEAR, _RELU, _GELU, _TANH, _LAYERNORM = 0, 1, 2, 3, 4
+_RESIDUAL, _DROPOUT = 8, 9  # mxp_layer_kind (model.h)
+
+
+class Residual(torch.nn.Module):
+    """residual:N of model.layers: adds the input of the N layers before it
+    to their output, y = x + f(x). No parameters; Layers runs it."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = int(n)
+
+    def extra_repr(self):
+        return "n=%d" % self.n
+
+
+class Layers(torch.nn.Sequential):
+    """nn.Sequential whose Residual(n) items add the input of the n modules
+    before them (state_dict names layers.<i>.weight as mixprec's)."""
+
+    def forward(self, x):
+        ins = []
+        for m in self:
+            ins.append(x)
+            x = ins[-1 - m.n] + x if isinstance(m, Residual) else m(x)
+        return x
+
+
+def sequential(mods):
+    """Layers(*mods) when mods hold a Residual, else nn.Sequential(*mods)."""
+    if any(isinstance(m, Residual) for m in mods):
+        return Layers(*mods)
+    return torch.nn.Sequential(*mods)
 
 
 def to_sequential(spec, state_dict):
@@ -22,9 +57,13 @@ def to_sequential(spec, state_dict):
             mods.append(torch.nn.Tanh())
         elif k == _LAYERNORM:
             mods.append(torch.nn.LayerNorm(width, eps=spec.layernorm_eps))
+        elif k == _RESIDUAL:
+            mods.append(Residual(spec.layers[i].units))
+        elif k == _DROPOUT:
+            mods.append(torch.nn.Dropout(spec.layers[i].rate))
         else:
             raise NotImplementedError("to_torch: layer %d of kind %d has no nn.Sequential "
                                       "equivalent (MLPs only)" % (i, k))
-    seq = torch.nn.Sequential(*mods)
+    seq = sequential(mods)
     seq.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()})
     return seq

@@ -21,7 +21,9 @@ is the flag's logit) returns that dict too, with "terminal_prob" (the
 sigmoid, averaged over members), as `mixprec predict`.
 
 The module's state_dict holds `layers.<i>.weight/.bias` (an nn.Sequential
-named `layers`, as the export) and, for the world model, the buffers
+named `layers`, as the export; with residual blocks the Layers subclass of
+mixprec._torch, whose Residual(n) items add their block's input, and
+dropout:P as nn.Dropout(P), the identity in eval mode) and, for the world model, the buffers
 `x_mean`, `x_std`, `y_mean`, `y_std`: forward standardises [obs, actions]
 with the training split's statistics, runs the MLP and maps the output back
 to the data's units (`next_obs = obs + delta * y_std + y_mean`), exactly as
@@ -82,6 +84,22 @@ def _parse_layers(path, text):
     return items
 
 
+def _skip_module(path, i, item):
+    """Residual(N) for residual:N, nn.Dropout(P) for dropout:P (_torch)."""
+    import torch
+    from ._torch import Residual
+    name, _, arg = item.partition(":")
+    try:
+        if name == "residual" and 1 <= int(arg) <= i:
+            return Residual(int(arg))
+        if name == "dropout" and 0.0 <= float(arg) < 1.0:
+            return torch.nn.Dropout(float(arg))
+    except ValueError:
+        pass
+    raise _lib.Error("%s: layer %d is %r; accepted: residual:N (1 <= N <= %d), dropout:P "
+                     "(0 <= P < 1)" % (path, i, item, i), "format_error")
+
+
 def _from_export(path):
     import torch
 
@@ -118,15 +136,18 @@ def _from_export(path):
             mods.append(torch.nn.LayerNorm(int(n), eps=eps))
         elif item in acts:
             mods.append(acts[item]())
+        elif item.startswith("residual:") or item.startswith("dropout:"):
+            mods.append(_skip_module(path, i, item))
         else:
             raise _lib.Error("%s: layer %d is %r; accepted: linear:N, relu, gelu, tanh, "
-                             "layernorm" % (path, i, item), "unsupported")
+                             "layernorm, residual:N, dropout:P" % (path, i, item), "unsupported")
     gauss = meta.get("head", "deterministic")
     if gauss not in ("deterministic", "gaussian") or (gauss == "gaussian" and kind == "classifier"):
         raise _lib.Error("%s: metadata head=%r; accepted: deterministic, or gaussian for a "
                          "world_model or regressor" % (path, gauss), "format_error")
     gauss = gauss == "gaussian"
-    module = _module(kind, torch.nn.Sequential(*mods), meta)
+    from ._torch import sequential
+    module = _module(kind, sequential(mods), meta)
     if n_members > 1:  # members.<e>.layers / .max_logvar / .min_logvar, as the export
         import copy
         members = torch.nn.ModuleList()

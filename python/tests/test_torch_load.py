@@ -106,6 +106,48 @@ class TorchLoadTest(TmpDirCase):
                                        err_msg=name)
         self.assertTrue((want["next_obs_epistemic"] > 0).all())
 
+    def test_residual_blocks_and_dropout(self):
+        """model.layers with residual:N and dropout:P (docs/world_models.md
+        "Residual blocks and dropout"): the export rebuilds Residual(N)
+        items in a Layers sequential and dropout as nn.Dropout(P); in eval
+        mode the module gives predict's arrays (a Gaussian ensemble), and
+        Run.to_torch builds the same layers."""
+        data = world_arrays()
+        layers = ["linear:16", "tanh", "linear:32", "gelu", "linear:16", "residual:3",
+                  "dropout:0.25", "tanh", "linear"]
+        run = mixprec.Run(mixprec.Config(model={"workload": "world_model"},
+                                         training={"epochs": 1, "batch_size": 16},
+                                         output={"dir": self.path("one")}),
+                          data=data, model=layers)
+        run.train()
+        seq = run.to_torch()  # one deterministic model: Run.to_torch's scope
+        run.close()
+        cfg = mixprec.Config(model={"workload": "world_model", "head": "gaussian",
+                                    "ensemble": 2},
+                             training={"epochs": 2, "batch_size": 16},
+                             output={"dir": self.path("skip")})
+        run = mixprec.Run(cfg, data=data, model=layers)
+        run.train()
+        run.close()
+        from mixprec._torch import Layers, Residual
+        self.assertIsInstance(seq, Layers)
+        self.assertEqual([type(m).__name__ for m in seq][5:7], ["Residual", "Dropout"])
+        self.assertEqual((seq[5].n, seq[6].p), (3, 0.25))
+        obs, act = data["obs"][:, 3] + 0.5, data["actions"][:, 3]
+        with mixprec.Predictor(self.path("skip"), precision="fp32") as p:
+            want = p.predict(obs=obs, actions=act)
+            module = p.to_torch()
+        member = module.members[1].layers
+        self.assertIsInstance(member, Layers)
+        self.assertIsInstance(member[5], Residual)
+        self.assertIsInstance(member[6], torch.nn.Dropout)
+        self.assertFalse(module.training)
+        with torch.no_grad():
+            got = module(torch.from_numpy(obs), torch.from_numpy(act))
+        for name in want:
+            np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5, atol=1e-7,
+                                       err_msg=name)
+
     def test_export_file_and_cli_predict(self):
         need_cli(self)
         data = world_arrays()

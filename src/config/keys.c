@@ -415,8 +415,9 @@ static const mxp_config_key kKeys[] = {
     KEY_STR("model.layers", layers, "none",
             "layer list replacing model.hidden/depth/activation/layernorm, e.g. "
             "[linear:512, gelu, layernorm, linear:512, gelu, linear]: linear:WIDTH, relu, gelu, "
-            "tanh, layernorm, ending with a bare linear (the target width); a YAML sequence "
-            "works too; none = the shorthand (none)"),
+            "tanh, layernorm, residual:N (the N items before it become a block y = x + f(x)), "
+            "dropout:P (0 <= P < 1), ending with a bare linear (the target width); a YAML "
+            "sequence works too; none = the shorthand (none)"),
     KEY_ENUM("model.head", head, MXP_LOSS_MSE, kHeadChoices,
              "regression head of world_model and regressor: deterministic (mean, MSE loss) | "
              "gaussian (mean and log-variance with learned soft bounds, Gaussian NLL loss; "

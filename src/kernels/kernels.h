@@ -221,6 +221,13 @@ typedef struct mxp_kernels {
     void (*axpy)(float *y, float a, const float *x, size_t n);
     /* x[i] *= a */
     void (*scale)(float *x, float a, size_t n);
+    /* Inverted dropout (PyTorch's x * mask / (1 - p)): y[i] = x[i] * (r_i <
+     * drop_below ? 0 : scale), r_i = mxp_rng_at(key, counter + i) (the
+     * Philox stream of include/mixprec/base.h), so a dropped NaN stays NaN
+     * as in PyTorch. The same call with dy for x is the backward. y may
+     * alias x. Every table gives the same bits. */
+    void (*dropout)(float *y, const float *x, size_t n, uint64_t key, uint64_t counter,
+                    uint32_t drop_below, float scale);
 
     /* --- row-wise ops on [B, C] --- */
     /* y[b, c] += bias[c]  (bias may be NULL: no-op) */

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -410,10 +411,16 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
     const mxp_model_spec *sp = mxp_model_get_spec(p->model);
     for (int l = 0; l < sp->n_layers; l++) {
         size_t k = strlen(list);
-        if (sp->layers[l].kind == MXP_LAYER_LINEAR)
-            snprintf(list + k, sizeof list - k, "%slinear:%lld", l ? ", " : "",
-                     (long long)sp->layers[l].units);
-        else
+        if (sp->layers[l].kind == MXP_LAYER_LINEAR || sp->layers[l].kind == MXP_LAYER_RESIDUAL)
+            snprintf(list + k, sizeof list - k, "%s%s:%lld", l ? ", " : "",
+                     mxp_layer_kind_name(sp->layers[l].kind), (long long)sp->layers[l].units);
+        else if (sp->layers[l].kind == MXP_LAYER_DROPOUT) { /* P, read back exactly */
+            const double rate = sp->layers[l].rate;
+            char t[32];
+            snprintf(t, sizeof t, "%.15g", rate);
+            if (strtod(t, NULL) != rate) snprintf(t, sizeof t, "%.17g", rate);
+            snprintf(list + k, sizeof list - k, "%sdropout:%s", l ? ", " : "", t);
+        } else
             snprintf(list + k, sizeof list - k, "%s%s", l ? ", " : "",
                      mxp_layer_kind_name(sp->layers[l].kind));
     }

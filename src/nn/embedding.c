@@ -45,10 +45,10 @@ mxp_model_spec mxp_model_spec_gpt(int64_t vocab, int64_t context, int64_t embd, 
         return s;
     }
     int n = 0;
-    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_EMBEDDING, embd};
-    for (int i = 0; i < n_layer; i++) s.layers[n++] = (mxp_layer_spec){MXP_LAYER_BLOCK, 0};
-    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_LAYERNORM, 0};
-    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_LM_HEAD, 0};
+    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_EMBEDDING, embd, 0.0};
+    for (int i = 0; i < n_layer; i++) s.layers[n++] = (mxp_layer_spec){MXP_LAYER_BLOCK, 0, 0.0};
+    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_LAYERNORM, 0, 0.0};
+    s.layers[n++] = (mxp_layer_spec){MXP_LAYER_LM_HEAD, 0, 0.0};
     s.n_layers = n;
     return s;
 }

@@ -26,6 +26,7 @@
 
 static const char *const layer_kind_names[] = {
     "linear", "relu", "gelu", "tanh", "layernorm", "embedding", "block", "lm_head",
+    "residual", "dropout",
 };
 static_assert(sizeof layer_kind_names / sizeof layer_kind_names[0] ==
                   MXP_LAYER_KIND_COUNT,
@@ -151,7 +152,7 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                                  "spec.layers[%d].kind=%d unknown; accepted: "
                                  "linear, relu, gelu, tanh, layernorm, embedding, "
-                                 "block, lm_head (0..%d)",
+                                 "block, lm_head, residual, dropout (0..%d)",
                                  i, (int)ls->kind, MXP_LAYER_KIND_COUNT - 1);
         if (ls->kind == MXP_LAYER_LINEAR && ls->units < 1)
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -176,7 +177,8 @@ static mxp_status validate_spec(const mxp_model_spec *s, mxp_error *err) {
         if (nn_kind_is_ext(s->layers[i].kind))
             return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                                  "spec.ensemble=%d with a %s layer; accepted: ensembles of MLP "
-                                 "layers (linear, relu, gelu, tanh, layernorm)",
+                                 "layers (linear, relu, gelu, tanh, layernorm, residual, "
+                                 "dropout)",
                                  s->ensemble, mxp_layer_kind_name(s->layers[i].kind));
     if ((unsigned)s->loss >= MXP_LOSS_KIND_COUNT)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -277,6 +279,8 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
         m->width[i + 1] = w;
         if (w > m->max_width) m->max_width = w;
     }
+    mxp_status ss = nn_skip_validate(s, m->width, err); /* residual widths, dropout rates */
+    if (ss != MXP_OK) return ss;
     m->ens = s->ensemble > 1 ? s->ensemble : 1;
     m->ens_p1 = P;
     m->ens_member = -1;
@@ -393,6 +397,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
                              "out of memory allocating the model");
     m->spec = *spec;
     m->policy = *policy;
+    m->seed = seed; /* keys the dropout masks (layer_skip.c) */
     m->k = mxp_kernels_get();
     m->fuse = fusion_default();
     m->fp8_cfg = mxp_fp8_config_default();

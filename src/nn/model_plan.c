@@ -2,7 +2,8 @@
  * (and again at a precision switch or a new block chunk size) for
  * max_batch rows: stored activations in their dtypes, the activation
  * gradient ping-pong, the driver's FP32 staging and scratch buffers, layer
- * scratch, and the slabs (FP32 master, working weights). Buffers whose
+ * scratch, the skip gradient of residual blocks, and the slabs (FP32
+ * master, working weights). Buffers whose
  * lifetimes never overlap share bytes (plan_alias_sb, the fused head's
  * logit chunk in sa); a buffer nothing uses is not planned (sy in an
  * all-FP32 model), and the pass's result slots (slots.c), one per (tensor
@@ -156,6 +157,10 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
     const bool lc_alias = fused && lc_n <= rowin;
     for (int i = 0; i < 2; i++)
         if (!plan_take(&off, i == 0 ? rowmax : rowin, gsize, &at_g[i])) goto overflow;
+    /* residual blocks: the skip gradient a residual layer keeps (layer_skip.c) */
+    size_t at_gs = 0;
+    const bool need_gs = nn_has_residual(m);
+    if (need_gs && !plan_take(&off, rowmax, gsize, &at_gs)) goto overflow;
     /* sy stages the FP32 output of a layer stored in a narrower dtype and
      * the FP32 dX of a gradient stored in one; a block or layernorm that is
      * the first layer also writes its unused dX there. A model whose
@@ -231,6 +236,8 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
     b->lc = fused ? (float *)(void *)(b->arena + at_lc) : NULL;
     b->lc_rows = fused ? lc_rows : 0;
     for (int i = 0; i < 2; i++) b->g[i] = b->arena + at_g[i];
+    b->gs = need_gs ? b->arena + at_gs : NULL;
+    b->gs_type = b->grad_type;
     b->sy = need_sy ? (float *)(void *)(b->arena + at_s[0]) : NULL;
     b->sa = (float *)(void *)(b->arena + at_s[1]);
     b->sb = (float *)(void *)(b->arena + at_s[2]);

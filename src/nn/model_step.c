@@ -44,6 +44,10 @@ static const nn_layer_vtable vtables[] = {
     [MXP_LAYER_BLOCK] = {"block", MXP_OP_ELEMENTWISE, nn_block_forward, nn_block_backward},
     [MXP_LAYER_LM_HEAD] = {"lm_head", MXP_OP_MATMUL, nn_lm_head_forward,
                            nn_lm_head_backward},
+    [MXP_LAYER_RESIDUAL] = {"residual", MXP_OP_ELEMENTWISE, nn_residual_forward,
+                            nn_residual_backward},
+    [MXP_LAYER_DROPOUT] = {"dropout", MXP_OP_ELEMENTWISE, nn_dropout_forward,
+                           nn_dropout_backward},
 };
 static_assert(sizeof vtables / sizeof vtables[0] == MXP_LAYER_KIND_COUNT,
               "layer vtable out of sync with mxp_layer_kind");
@@ -341,6 +345,7 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
                                mxp_dtype gt, bool scan) {
     const mxp_act a = act_kind(m->layers[l].kind);
     if (!m->fuse || a == MXP_ACT_NONE || m->grad_scales) return false;
+    if (nn_residual_closing(m, l) >= 0) return false; /* dX takes a skip gradient */
     if (scan && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
         return false;
     const nn_bufs *b = &m->b;
@@ -368,6 +373,7 @@ static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, m
     if (!m->fuse || L->kind != MXP_LAYER_LINEAR || (m->fp8 && !nn_layer_fp32(m, l))) return false;
     if (m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l]) return false;
     if (scan && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
+    if (nn_residual_closing(m, l) >= 0) return false; /* dX takes a skip gradient */
     nn_bufs *b = &m->b;
     nn_scan *slot = nn_slot(m, NN_SLOT_DX, l);
     mxp_epilogue e = {.y = dx32, .B = B, .C = L->in, .y_type = gt, .y_out = b->g[cur ^ 1],
@@ -404,6 +410,7 @@ static void backward_layers(mxp_model *m, int64_t B, bool scan) {
             continue;
         }
         vt->backward(m, l, B, b->g[cur], dx32);
+        if (need_dx) nn_residual_skip_add(m, l, B, dx32); /* a block's first layer */
         if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
             m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],
                         (size_t)B * (size_t)L->in); /* per-layer loss scaling */
@@ -499,6 +506,7 @@ static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool back
     const bool scan = site != NULL; /* a training pass: scans, monitor, faults */
     if (scan) nn_slots_begin(m);
     m->fp8_observe = backward && m->fp8; /* FP8 amax: training steps only */
+    m->drop_train = backward;            /* dropout: training passes only */
     const double t0 = mxp_time_now();
     nn_forward(m, b->x, b->B, scan);
 
@@ -525,6 +533,7 @@ static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool back
     }
     if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);
     m->fp8_observe = false;
+    m->drop_train = false;
     /* the pass is over: its one read of the result slots (site, monitor, loss) */
     nn_pass_finish(m, backward, site, loss);
     return MXP_OK;

@@ -137,6 +137,11 @@ typedef struct nn_bufs {
     int64_t slot_n[NN_SLOTS_MAX]; /* host record of the pass: elements scanned
                              into each scan slot (0: not scanned) */
     bool slot_full[NN_SLOTS_MAX]; /* and whether it was a full monitor scan */
+    void *gs;             /* residual blocks only (else NULL): the grad dtype (FP32
+                             when any gradient is) [max_batch, max_width], the
+                             skip gradient a residual layer keeps for its block's
+                             first layer (layer_skip.c) */
+    mxp_dtype gs_type;    /*   the dtype it holds now */
 } nn_bufs;
 
 #define NN_MAX_TENSORS (12 * MXP_MODEL_MAX_LAYERS) /* a GPT block has 12 */
@@ -190,6 +195,12 @@ struct mxp_model {
     float *tw;                 /* per-target loss weights [target_dim], backend memory;
                                   NULL: all 1 (loss_head.c) */
     float *tw_host;            /* their host copy (spec.target_weights points here) */
+    /* residual blocks and dropout (layer_skip.c) */
+    uint64_t seed;             /* the creation seed: keys the dropout masks */
+    bool drop_train;           /* inside a training pass (mxp_model_step with backward):
+                                  dropout layers drop; else they are the identity */
+    int64_t drop_step;         /* mxp_model_set_dropout_pass: the (step, pass) */
+    int drop_pass;             /*   the coming training passes draw their masks for */
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */
@@ -238,6 +249,35 @@ void nn_tanh_backward(mxp_model *m, int l, int64_t B, const void *dy,
 void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
                            float *dx32);
+
+/* ---- residual blocks and dropout (layer_skip.c) ---------------------------
+ * A residual layer c (residual:N) closes the block of layers s = c - N ..
+ * c - 1: forward y = acts[s] + acts[c] in FP32 (the block's input plus
+ * f's output, each widened from its stored dtype). Backward passes dY to
+ * f unchanged (dX = dY) and keeps the stored dY in b.gs; the driver adds
+ * it (times grad_scales[s] / grad_scales[c] under per-layer loss scaling)
+ * to the FP32 dX of layer s before storing it (nn_residual_skip_add), so
+ * layer s's dX is the sum of both paths, rounded once. Dropout layers
+ * (dropout:P) multiply by the mask times 1/(1-P) in training passes
+ * (m->drop_train) and copy otherwise; backward applies the same mask,
+ * redrawn from its counter (mxp_model_set_dropout_pass). */
+void nn_residual_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_residual_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32);
+void nn_dropout_forward(mxp_model *m, int l, int64_t B, float *y32);
+void nn_dropout_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32);
+/* The residual layer whose block starts at layer l (its skip gradient
+ * goes into l's dX), or -1. */
+int nn_residual_closing(const mxp_model *m, int l);
+/* dx32 [B, width[l]] += the kept skip gradient of the block starting at
+ * layer l (nn_residual_closing(m, l) >= 0), widened, times the per-layer
+ * scale ratio. */
+void nn_residual_skip_add(mxp_model *m, int l, int64_t B, float *dx32);
+/* The model has a residual layer (model_plan.c plans b.gs then). */
+bool nn_has_residual(const mxp_model *m);
+/* Spec rules of the residual and dropout layers at index i (count, rate,
+ * nesting, widths given the input width of each layer in_w[0..n]):
+ * MXP_ERR_INVALID_ARG naming spec.layers[i] and what is accepted. */
+mxp_status nn_skip_validate(const mxp_model_spec *s, const int64_t *in_w, mxp_error *err);
 
 /* Loss over the stored last activation acts[L], in FP32, into the result
  * slot *loss. When dpred32 is not NULL it receives loss_scale *

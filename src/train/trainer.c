@@ -224,6 +224,9 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
         double loss = 0;
         mxp_nonfinite_site site = {0};
         float micro_scale = (float)((double)scale * (double)micro[i].B / (double)total_b);
+        /* dropout masks: this step's, one per micro-batch and rank (model.h) */
+        const int rank = t->comm ? mxp_comm_rank(t->comm) : 0;
+        mxp_model_set_dropout_pass(m, t->training_steps + 1, rank * n_micro + i);
         s = mxp_model_step(m, &micro[i], true, micro_scale, &loss, &site, err);
         if (s != MXP_OK) return s;
         if (site.found && !res->site.found) res->site = site;

@@ -1,13 +1,16 @@
 /* kernels/generic/eltwise.c: reference element-wise kernels on FP32:
- * ReLU, exact (erf) GELU and tanh, forward and backward; axpy and scale.
+ * ReLU, exact (erf) GELU and tanh, forward and backward; axpy, scale and
+ * inverted dropout (Philox mask).
  *
  * Entry points: mxp_generic_{relu,gelu,tanh}_{fwd,bwd}, mxp_generic_axpy,
- * mxp_generic_scale (contracts in kernels/kernels.h). Every loop reads
+ * mxp_generic_scale, mxp_generic_dropout (contracts in kernels/kernels.h). Every loop reads
  * element i before writing element i, so y may alias x and dx may alias dy.
  * Reference: Hendrycks & Gimpel, "Gaussian Error Linear Units" (2016);
  * PyTorch nn.GELU(approximate='none').
  */
 #include "kernels/generic/generic.h"
+
+#include "backend/numerics/philox.h"
 
 #include <math.h>
 
@@ -61,4 +64,22 @@ void mxp_generic_axpy(float *y, float a, const float *x, size_t n) {
 
 void mxp_generic_scale(float *x, float a, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+/* Inverted dropout (kernels.h): word counter + i of stream key decides
+ * element i; one Philox block per 4 consecutive words. */
+void mxp_generic_dropout(float *y, const float *x, size_t n, uint64_t key, uint64_t counter,
+                         uint32_t drop_below, float scale) {
+    uint32_t w[4];
+    uint64_t have = 0;
+    bool valid = false;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t c = counter + i;
+        if (!valid || c >> 2 != have) {
+            have = c >> 2;
+            mxp_philox_block(key, have, w);
+            valid = true;
+        }
+        y[i] = x[i] * (w[c & 3] < drop_below ? 0.0f : scale);
+    }
 }

@@ -25,6 +25,8 @@ void mxp_generic_tanh_fwd(float *y, const float *x, size_t n);
 void mxp_generic_tanh_bwd(float *dx, const float *dy, const float *y, size_t n);
 void mxp_generic_axpy(float *y, float a, const float *x, size_t n);
 void mxp_generic_scale(float *x, float a, size_t n);
+void mxp_generic_dropout(float *y, const float *x, size_t n, uint64_t key, uint64_t counter,
+                         uint32_t drop_below, float scale);
 
 /* rowwise.c */
 void mxp_generic_add_bias(float *y, const float *bias, int64_t B, int64_t C);

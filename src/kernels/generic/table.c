@@ -43,6 +43,7 @@ static const mxp_kernels generic_table = {
     .tanh_bwd = mxp_generic_tanh_bwd,
     .axpy = mxp_generic_axpy,
     .scale = mxp_generic_scale,
+    .dropout = mxp_generic_dropout,
     .add_bias = mxp_generic_add_bias,
     .bias_grad = mxp_generic_bias_grad,
     .layernorm_fwd = mxp_generic_layernorm_fwd,

@@ -4,7 +4,7 @@
  * except gemm gets its AVX-512 version; what each loop guarantees relative
  * to the generic reference (bit-exact or a stated bound) is written at the
  * top of its file: loops_convert.c, loops_eltwise.c, loops_rows.c,
- * loops_grad.c, loops_optim.c, loops_fp8.c (FP8 conversions, reached
+ * loops_grad.c, loops_optim.c, loops_dropout.c, loops_fp8.c (FP8 conversions, reached
  * through convert, and the FP8 quantise).
  */
 #include "kernels/x86_avx512/loops.h"
@@ -22,6 +22,7 @@ void mxp_avx512_fill_loops(mxp_kernels *t) {
     t->tanh_bwd = mxp_avx512_tanh_bwd;
     t->axpy = mxp_avx512_axpy;
     t->scale = mxp_avx512_scale;
+    t->dropout = mxp_avx512_dropout;
     t->add_bias = mxp_avx512_add_bias;
     t->bias_grad = mxp_avx512_bias_grad;
     t->layernorm_fwd = mxp_avx512_layernorm_fwd;

@@ -59,6 +59,9 @@ void mxp_avx512_tanh_fwd(float *y, const float *x, size_t n);
 void mxp_avx512_tanh_bwd(float *dx, const float *dy, const float *y, size_t n);
 void mxp_avx512_axpy(float *y, float a, const float *x, size_t n);
 void mxp_avx512_scale(float *x, float a, size_t n);
+/* kernels.h dropout (loops_dropout.c) */
+void mxp_avx512_dropout(float *y, const float *x, size_t n, uint64_t key, uint64_t counter,
+                        uint32_t drop_below, float scale);
 /* y[i] = erf(x[i]) and y[i] = exp(x[i]) with v_erf / v_exp of loops_simd.h (for tests and
  * benchmarks of the vector math; y may alias x). */
 void mxp_avx512_erf(float *y, const float *x, size_t n);
