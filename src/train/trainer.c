@@ -15,7 +15,13 @@
  * weights and optimizer state untouched. The scaler update closes the step.
  * The pass, the skip/clip decision and the update go through the backend
  * seam (backend/backend.h; the CPU backend today), bit for bit what the
- * trainer computed itself before.
+ * trainer computed itself before. The host writes the control block only
+ * at the step's start (stage_ctl, begin); the passes read the loss scale
+ * there and leave their result slots in the backend's report area
+ * (nn/step_pass.h); the step's one report brings the block and the slots
+ * back, after the update (one process) or before decide (ranks agree on
+ * overflow first). The optimizer step and SR counters are the control
+ * block's (be->ctl as of the report): the trainer keeps no copy.
  * References: torch.cuda.amp.GradScaler, torch.nn.utils.clip_grad_norm_,
  * llm.c train_gpt2.c (gpt2_update).
  */
