@@ -7,15 +7,24 @@
  *   faults (SIGSEGV in a child), while the same value comes back through
  *   mxp_model_tensor_get (one device-to-host transfer counted);
  * - device-to-host transfers per training step, counted by the mock:
- *   exactly one slot-block copy per forward/backward pass plus the one
- *   step report, on applied and on skipped steps alike (a NaN fault makes
- *   the skip), in fp32 and mixed_fp16, with one and two micro-batches:
+ *   exactly ONE (the step's report: the control block with every pass's
+ *   result-slot block), on applied and on skipped steps alike (a NaN fault
+ *   makes the skip), in fp32 and mixed_fp16, with one and two
+ *   micro-batches, with per-layer loss scaling (its unscale and group
+ *   rules run on the host inside the step's bracket: no copy) and for an
+ *   ensemble (a slot block per member and micro-batch, same one copy):
  *   the figure docs/design.md states, pinned so that any new host read
- *   inside a step fails here;
- * - nothing is uploaded during a step.
+ *   inside a step fails here (a second mxp_dev_count in nn_step_pass, or
+ *   nn_pass_finish's copy per pass as before, makes it 2 or 3);
+ * - exactly one upload per step: the host half of the control block at the
+ *   step boundary (begin), nothing mid-step;
+ * - the optimizer step counter the trainer reports (from the report's
+ *   control block) counts the applied steps, and the state it exports
+ *   matches; set_state writes it back into the control block.
  */
 #include <mixprec/mixprec.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,16 +39,6 @@
 #define FAULTED 42
 
 static float g_x[2][B * IN], g_y[2][B * IN];
-
-static mxp_model *make_model(mxp_precision p) {
-    mxp_model_spec s = mxp_model_spec_mlp(IN, 32, 2, IN, MXP_LAYER_GELU, true, MXP_LOSS_MSE, B);
-    mxp_precision_policy pol;
-    mxp_precision_policy_default(p, &pol);
-    mxp_model *m = NULL;
-    mxp_error err = {0};
-    CHECK_OK(mxp_model_create(&s, &pol, 5, &m, &err), &err);
-    return m;
-}
 
 static void on_segv(int sig) {
     (void)sig;
@@ -76,14 +75,32 @@ static int64_t h2d_calls(void) {
     return st.h2d_calls;
 }
 
-static void steps(mxp_precision p, int n_micro) {
-    mxp_model *m = make_model(p);
-    mxp_trainer_config tc = mxp_trainer_config_default();
-    tc.grad_accum_steps = n_micro;
-    mxp_trainer *t = NULL;
+typedef struct variant {
+    mxp_precision p;
+    int n_micro;
+    bool per_layer; /* per-layer loss scaling (mixed_fp16 only) */
+    int ensemble;   /* members (1: one model) */
+} variant;
+
+static void steps(variant v) {
+    mxp_model_spec s = mxp_model_spec_mlp(IN, 32, 2, IN, MXP_LAYER_GELU, true, MXP_LOSS_MSE, B);
+    s.ensemble = v.ensemble;
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(v.p, &pol);
+    mxp_model *m = NULL;
     mxp_error err = {0};
+    CHECK_OK(mxp_model_create(&s, &pol, 5, &m, &err), &err);
+    if (!m) return;
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.grad_accum_steps = v.n_micro;
+    tc.scaler.per_layer = v.per_layer;
+    mxp_trainer *t = NULL;
     CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
-    if (!t) return;
+    if (!t) {
+        mxp_model_destroy(m);
+        return;
+    }
+    CHECK(!v.per_layer || mxp_trainer_scaler_groups(t) != NULL);
     mxp_batch mb[2] = {{g_x[0], g_y[0], NULL, B}, {g_x[1], g_y[1], NULL, B}};
     mxp_fault_config f = mxp_fault_config_default();
     f.kind = MXP_FAULT_NAN;
@@ -91,32 +108,55 @@ static void steps(mxp_precision p, int n_micro) {
     f.step = 4; /* attempt 4 gets a NaN: a skipped step */
     f.count = 1;
     mxp_model_set_fault(m, &f);
-    int skipped = 0;
+    int skipped = 0, applied = 0;
+    const char *name = mxp_precision_name(v.p);
     for (int i = 0; i < 6; i++) {
         const int64_t d0 = d2h_calls(), u0 = h2d_calls();
         mxp_step_result r;
-        CHECK_OK(mxp_trainer_step(t, mb, n_micro, &r, &err), &err);
+        CHECK_OK(mxp_trainer_step(t, mb, v.n_micro, &r, &err), &err);
         skipped += r.skipped;
-        CHECK_MSG(d2h_calls() - d0 == n_micro + 1,
-                  "%s, %d micro-batches, step %d (%s): %lld device-to-host transfers, "
-                  "expected %d",
-                  mxp_precision_name(p), n_micro, i + 1, r.skipped ? "skipped" : "applied",
-                  (long long)(d2h_calls() - d0), n_micro + 1);
-        CHECK(h2d_calls() == u0);
+        applied += !r.skipped;
+        CHECK_MSG(d2h_calls() - d0 == 1,
+                  "%s%s, ensemble %d, %d micro-batches, step %d (%s): %lld device-to-host "
+                  "transfers, expected 1",
+                  name, v.per_layer ? " per-layer" : "", v.ensemble, v.n_micro, i + 1,
+                  r.skipped ? "skipped" : "applied", (long long)(d2h_calls() - d0));
+        CHECK_MSG(h2d_calls() - u0 == 1, "%s: %lld uploads in a step, expected 1", name,
+                  (long long)(h2d_calls() - u0));
+        CHECK_MSG(r.skipped || isfinite(r.loss), "%s: step %d loss %g", name, i + 1, r.loss);
     }
-    CHECK_MSG(skipped >= 1, "%s: the NaN fault skipped no step", mxp_precision_name(p));
-    /* outside a step the weights are out of the host's reach; a get works */
-    CHECK_MSG(read_master_outside(m) == FAULTED, "a host read of the master did not fault");
-    const mxp_tensor_info *ti = mxp_model_tensor(m, 0);
-    float *w = test_xmalloc(ti->count * sizeof(float));
-    const int64_t d0 = d2h_calls();
-    CHECK_OK(mxp_model_tensor_get(m, MXP_TENSOR_MASTER, ti->name, MXP_DTYPE_F32, w,
-                                  ti->count * sizeof(float), &err),
-             &err);
-    CHECK(d2h_calls() - d0 == 1);
-    CHECK(w[0] == mxp_model_param(m, ti->offset)); /* a counted single-value read */
-    CHECK(d2h_calls() - d0 == 2);
-    free(w);
+    CHECK_MSG(skipped >= 1, "%s: the NaN fault skipped no step", name);
+    mxp_train_stats ts;
+    mxp_trainer_stats(t, &ts);
+    mxp_trainer_state st;
+    mxp_trainer_get_state(t, &st);
+    CHECK_MSG(ts.optimizer_steps == applied && st.optimizer_steps == applied &&
+                  ts.skipped_steps == skipped,
+              "%s: optimizer steps %lld (state %lld), applied %d", name,
+              (long long)ts.optimizer_steps, (long long)st.optimizer_steps, applied);
+    CHECK(st.sr_counter == (uint64_t)applied * mxp_model_num_params(m));
+    /* resume: the counters go into the control block (one upload) */
+    st.optimizer_steps = 3;
+    st.sr_counter = 12345;
+    const int64_t u0 = h2d_calls();
+    CHECK_OK(mxp_trainer_set_state(t, &st, &err), &err);
+    CHECK(h2d_calls() - u0 == 1);
+    mxp_trainer_get_state(t, &st);
+    CHECK(st.optimizer_steps == 3 && st.sr_counter == 12345);
+    if (v.ensemble == 1 && !v.per_layer) {
+        /* outside a step the weights are out of the host's reach; a get works */
+        CHECK_MSG(read_master_outside(m) == FAULTED, "a host read of the master did not fault");
+        const mxp_tensor_info *ti = mxp_model_tensor(m, 0);
+        float *w = test_xmalloc(ti->count * sizeof(float));
+        const int64_t d0 = d2h_calls();
+        CHECK_OK(mxp_model_tensor_get(m, MXP_TENSOR_MASTER, ti->name, MXP_DTYPE_F32, w,
+                                      ti->count * sizeof(float), &err),
+                 &err);
+        CHECK(d2h_calls() - d0 == 1);
+        CHECK(w[0] == mxp_model_param(m, ti->offset)); /* a counted single-value read */
+        CHECK(d2h_calls() - d0 == 2);
+        free(w);
+    }
     mxp_trainer_destroy(t);
     mxp_model_destroy(m);
 }
@@ -134,8 +174,10 @@ int main(void) {
             g_y[k][i] = mxp_rng_normal(&r);
         }
     for (int n_micro = 1; n_micro <= 2; n_micro++) {
-        steps(MXP_PRECISION_FP32, n_micro);
-        steps(MXP_PRECISION_MIXED_FP16, n_micro);
+        steps((variant){MXP_PRECISION_FP32, n_micro, false, 1});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 1});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 2});
     }
     mxp_dev_stats st;
     mxp_dev_stats_get(&st);

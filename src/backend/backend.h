@@ -10,11 +10,17 @@
  *   - device-resident: the buffers passed in are the backend's own (host
  *     memory for the CPU, device memory for CUDA); no op returns a host
  *     scalar;
- *   - per-step scalars in one small control block (mxp_step_ctl): scale and
- *     1/scale, clip threshold and coefficient, skip flag, optimizer step and
- *     SR counter, the optimizer's constants, the loss-scaler rule and state,
- *     the grad-pass statistics. The host fills it between steps
- *     (mxp_backend_ctl, then mxp_backend_begin uploads it); the ops write it.
+ *   - per-step scalars in one small control block (mxp_step_ctl, in backend
+ *     memory): scale and 1/scale, clip threshold and coefficient, skip
+ *     flag, optimizer step and SR counter, the optimizer's constants, the
+ *     loss-scaler rule and state, the grad-pass statistics. The host stages
+ *     its half (step_ctl.h, MXP_STEP_CTL_HOST_BYTES) in b->ctl and begin
+ *     uploads it at the step boundary; the ops write the other half; the
+ *     counters live there between steps (set_counters writes them once, at
+ *     resume);
+ *   - one report per step: the control block and the aux area (the passes'
+ *     result slots, reserve) in one device-to-host copy, into b->ctl and
+ *     b->aux_host. After report b->ctl is the device block as it stood.
  *
  * Implementations: backend_cpu.c (the kernel table; what the trainer uses
  * today); the CUDA side (backend/cuda/, the same control block and element
@@ -45,11 +51,24 @@ typedef struct mxp_backend mxp_backend;
 
 typedef struct mxp_backend_ops {
     const char *name;
-    /* Upload the host's control block (CPU: nothing to do). */
+    /* The report area: the control block followed by `bytes` of aux memory
+     * (b->aux, 64-byte aligned; a step's result-slot blocks), all of it
+     * copied by the next report. Reallocates only to grow (the control
+     * block's contents carry over); between steps only. */
+    mxp_status (*reserve)(mxp_backend *b, size_t bytes, mxp_error *err);
+    /* The step boundary: upload the host-written half of b->ctl (one
+     * host-to-device copy). */
     mxp_status (*begin)(mxp_backend *b, mxp_error *err);
+    /* Resume: the device's opt_steps and sr_counter (and b->ctl's). */
+    mxp_status (*set_counters)(mxp_backend *b, int64_t opt_steps, uint64_t sr_counter,
+                               mxp_error *err);
     /* g[i] = mxp_gradpass_elem(g[i], ctl.inv_scale, near_at); ctl.stats =
      * the pass's statistics. */
     mxp_status (*grad_pass)(mxp_backend *b, float *g, size_t n, float near_at, mxp_error *err);
+    /* ctl.loss_nonfinite = whether any of the n doubles at loss, loss +
+     * stride bytes, ... (the passes' loss slots, backend memory) is NaN/Inf. */
+    mxp_status (*check_loss)(mxp_backend *b, const double *loss, size_t stride, int n,
+                             mxp_error *err);
     /* ctl.skip = stats.nonfinite > 0 || loss_nonfinite || extra_inf (e.g.
      * another rank's overflow); clip_coef from sqrt(stats.sumsq); when
      * !skip: opt_steps++, sr_counter += n_params; the scaler rule when
@@ -63,17 +82,28 @@ typedef struct mxp_backend_ops {
                         float *v, size_t n, mxp_error *err);
     mxp_status (*sgd)(mxp_backend *b, const mxp_backend_weights *w, float *g, float *buf,
                       size_t n, mxp_error *err);
-    /* The step report: the control block as it stands, into *out (CUDA:
-     * the one device-to-host copy of the step, then a sync). */
+    /* The step report: the control block as it stands and the aux area's
+     * reserved bytes, in one device-to-host copy (then a sync on a device),
+     * into b->ctl, b->aux_host and *out (may be NULL). */
     mxp_status (*report)(mxp_backend *b, mxp_step_ctl *out, mxp_error *err);
     void (*destroy)(mxp_backend *b);
 } mxp_backend_ops;
 
 struct mxp_backend {
     const mxp_backend_ops *ops;
-    mxp_step_ctl ctl;    /* host copy: filled before begin, refreshed by report */
+    mxp_step_ctl ctl;    /* host image: its host half staged for begin; the
+                            whole block as of the last report */
     int64_t d2h_reports; /* step reports taken (one per step) */
+    mxp_step_ctl *dev;   /* the control block in backend memory */
+    void *aux;           /* backend memory: aux_bytes after the control block */
+    size_t aux_bytes;
+    const void *aux_host; /* the aux area as of the last report (host memory) */
 };
+
+/* decide's rule on a control block (the CPU backend's decide runs it on its
+ * block; a host that agreed on extra_inf with other ranks after the report
+ * runs it on its image, so b->ctl stays the device block without a copy). */
+void mxp_backend_decide_rule(mxp_step_ctl *c, bool extra_inf, uint64_t n_params);
 
 /* The CPU backend over the active kernel table (kernels.h). */
 mxp_status mxp_backend_cpu_create(mxp_backend **out, mxp_error *err);

@@ -1,33 +1,103 @@
 /* backend/backend_cpu.c: the CPU implementation of the step seam
  * (backend/backend.h) over the kernel table (kernels/kernels.h).
  *
- * Entry points: mxp_backend_cpu_create, mxp_backend_destroy.
- * "Device" memory is host memory and the control block is the backend's
- * own ctl, so begin and report copy nothing; each op runs synchronously.
- * The arithmetic is the trainer's before the seam existed, operation for
- * operation (unscale_stats, clip by k->scale with PyTorch's coefficient,
- * k->adamw / k->sgd with t = opt_steps), so results are bit-identical.
+ * Entry points: mxp_backend_cpu_create, mxp_backend_destroy,
+ * mxp_backend_decide_rule.
+ * The control block and the aux area (a step's result slots) are one
+ * region of backend memory (backend/devmem.h: unreadable by the host
+ * outside backend calls on the mock device); begin uploads the host-written
+ * half of b->ctl into it, the ops read and write it there (they run inside
+ * the caller's backend bracket, synchronously), report downloads the block
+ * and the aux area in one counted copy. The arithmetic is the trainer's
+ * before the seam existed, operation for operation (unscale_stats, clip by
+ * k->scale with PyTorch's coefficient, k->adamw / k->sgd with t =
+ * opt_steps), so results are bit-identical.
  */
 #include "backend/backend.h"
 #include "backend/devmem.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
-static mxp_status cpu_begin(mxp_backend *b, mxp_error *err) { return MXP_OK; }
+/* The CPU backend: the public part, then its host staging of the report. */
+typedef struct cpu_backend {
+    mxp_backend b;
+    unsigned char *stage; /* host: AUX_OFF + aux_bytes, the report's copy */
+    size_t cap;           /* aux bytes the region and stage hold */
+} cpu_backend;
+
+/* The aux area's offset after the control block (64-byte aligned). */
+#define AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+
+static mxp_status cpu_reserve(mxp_backend *b, size_t bytes, mxp_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    if (bytes <= c->cap) {
+        b->aux_bytes = bytes;
+        return MXP_OK;
+    }
+    size_t total;
+    if (!mxp_size_add(bytes, AUX_OFF, &total))
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "backend report area: %zu bytes", bytes);
+    unsigned char *dev = mxp_dev_alloc(total), *stage = mxp_calloc(total, 1);
+    if (!dev || !stage) {
+        mxp_dev_free(dev);
+        mxp_free(stage);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "backend report area: %zu bytes",
+                             total);
+    }
+    mxp_dev_enter(); /* device to device: the control block carries over */
+    if (b->dev) memcpy(dev, b->dev, sizeof(mxp_step_ctl));
+    mxp_dev_leave();
+    mxp_dev_free(b->dev);
+    mxp_free(c->stage);
+    b->dev = (mxp_step_ctl *)(void *)dev;
+    b->aux = dev + AUX_OFF;
+    c->stage = stage;
+    c->cap = bytes;
+    b->aux_bytes = bytes;
+    return MXP_OK;
+}
+
+static mxp_status cpu_begin(mxp_backend *b, mxp_error *err) {
+    mxp_dev_upload(b->dev, &b->ctl, MXP_STEP_CTL_HOST_BYTES);
+    return MXP_OK;
+}
+
+static mxp_status cpu_set_counters(mxp_backend *b, int64_t opt_steps, uint64_t sr_counter,
+                                   mxp_error *err) {
+    b->ctl.opt_steps = opt_steps;
+    b->ctl.sr_counter = sr_counter;
+    mxp_dev_enter();
+    b->dev->opt_steps = opt_steps;
+    b->dev->sr_counter = sr_counter;
+    mxp_dev_count(false, sizeof opt_steps + sizeof sr_counter);
+    mxp_dev_leave();
+    return MXP_OK;
+}
 
 static mxp_status cpu_grad_pass(mxp_backend *b, float *g, size_t n, float near_at,
                                 mxp_error *err) {
     mxp_grad_stats gs;
-    mxp_kernels_get()->unscale_stats(g, n, b->ctl.inv_scale, near_at, &gs);
-    b->ctl.stats = (mxp_gradpass_acc){gs.n, gs.nonfinite, gs.zeros, gs.near_overflow, gs.sumsq,
-                                      gs.absmax};
+    mxp_kernels_get()->unscale_stats(g, n, b->dev->inv_scale, near_at, &gs);
+    b->dev->stats = (mxp_gradpass_acc){gs.n, gs.nonfinite, gs.zeros, gs.near_overflow,
+                                       gs.sumsq, gs.absmax};
     return MXP_OK;
 }
 
-static mxp_status cpu_decide(mxp_backend *b, bool extra_inf, uint64_t n_params, mxp_error *err) {
-    mxp_step_ctl *c = &b->ctl;
+static mxp_status cpu_check_loss(mxp_backend *b, const double *loss, size_t stride, int n,
+                                 mxp_error *err) {
+    int32_t bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(*(const double *)(const void *)((const unsigned char *)loss +
+                                                      (size_t)i * stride)))
+            bad = 1;
+    b->dev->loss_nonfinite = bad;
+    return MXP_OK;
+}
+
+void mxp_backend_decide_rule(mxp_step_ctl *c, bool extra_inf, uint64_t n_params) {
     bool found_inf = c->stats.nonfinite > 0 || c->loss_nonfinite || extra_inf;
     c->skip = found_inf;
     double norm = sqrt(c->stats.sumsq);
@@ -39,26 +109,29 @@ static mxp_status cpu_decide(mxp_backend *b, bool extra_inf, uint64_t n_params, 
         c->sr_counter += n_params;
     }
     if (c->run_scaler_rule) c->event = mxp_scaler_rule_step(&c->rule, &c->scaler, found_inf);
+}
+
+static mxp_status cpu_decide(mxp_backend *b, bool extra_inf, uint64_t n_params, mxp_error *err) {
+    mxp_backend_decide_rule(b->dev, extra_inf, n_params);
     return MXP_OK;
 }
 
-/* kernels.h weights for this step's update (SR stream from ctl). */
-static mxp_weights kweights(const mxp_backend *b, const mxp_backend_weights *w, size_t n) {
-    mxp_weights k = {w->master, w->work, w->work_type, w->sr, b->ctl.seed,
-                     b->ctl.sr_counter - n};
+/* kernels.h weights for this step's update (SR stream from the block). */
+static mxp_weights kweights(const mxp_step_ctl *c, const mxp_backend_weights *w, size_t n) {
+    mxp_weights k = {w->master, w->work, w->work_type, w->sr, c->seed, c->sr_counter - n};
     return k;
 }
 
-static void clip(const mxp_backend *b, float *g, size_t n) {
-    if (b->ctl.clip_coef != 1.0f) mxp_kernels_get()->scale(g, b->ctl.clip_coef, n);
+static void clip(const mxp_step_ctl *c, float *g, size_t n) {
+    if (c->clip_coef != 1.0f) mxp_kernels_get()->scale(g, c->clip_coef, n);
 }
 
 static mxp_status cpu_adamw(mxp_backend *b, const mxp_backend_weights *w, float *g, float *m,
                             float *v, size_t n, mxp_error *err) {
-    const mxp_step_ctl *c = &b->ctl;
+    const mxp_step_ctl *c = b->dev;
     if (c->skip) return MXP_OK;
-    clip(b, g, n);
-    mxp_weights k = kweights(b, w, n);
+    clip(c, g, n);
+    mxp_weights k = kweights(c, w, n);
     mxp_adamw_hparams h = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
     mxp_kernels_get()->adamw(&k, g, m, v, n, &h, c->opt_steps);
     return MXP_OK;
@@ -66,33 +139,66 @@ static mxp_status cpu_adamw(mxp_backend *b, const mxp_backend_weights *w, float 
 
 static mxp_status cpu_sgd(mxp_backend *b, const mxp_backend_weights *w, float *g, float *buf,
                           size_t n, mxp_error *err) {
-    const mxp_step_ctl *c = &b->ctl;
+    const mxp_step_ctl *c = b->dev;
     if (c->skip) return MXP_OK;
-    clip(b, g, n);
-    mxp_weights k = kweights(b, w, n);
+    clip(c, g, n);
+    mxp_weights k = kweights(c, w, n);
     mxp_sgd_hparams h = {c->lr, c->momentum, c->weight_decay, c->nesterov};
     mxp_kernels_get()->sgd(&k, g, buf, n, &h, c->opt_steps);
     return MXP_OK;
 }
 
 static mxp_status cpu_report(mxp_backend *b, mxp_step_ctl *out, mxp_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
     b->d2h_reports++;
-    mxp_dev_count(true, sizeof b->ctl); /* the step report (a device's one copy) */
-    if (out && out != &b->ctl) *out = b->ctl;
+    /* the step's one device-to-host copy: control block and aux area */
+    mxp_dev_download(c->stage, b->dev, AUX_OFF + b->aux_bytes);
+    memcpy(&b->ctl, c->stage, sizeof b->ctl);
+    b->aux_host = c->stage + AUX_OFF;
+    if (out) *out = b->ctl;
     return MXP_OK;
 }
 
-static void cpu_destroy(mxp_backend *b) { mxp_free(b); }
+static void cpu_destroy(mxp_backend *b) {
+    cpu_backend *c = (cpu_backend *)b;
+    mxp_dev_free(b->dev);
+    mxp_free(c->stage);
+    mxp_free(c);
+}
 
-static const mxp_backend_ops cpu_ops = {"cpu",   cpu_begin, cpu_grad_pass, cpu_decide,
-                                        cpu_adamw, cpu_sgd,  cpu_report,   cpu_destroy};
+static const mxp_backend_ops cpu_ops = {
+    .name = "cpu",
+    .reserve = cpu_reserve,
+    .begin = cpu_begin,
+    .set_counters = cpu_set_counters,
+    .grad_pass = cpu_grad_pass,
+    .check_loss = cpu_check_loss,
+    .decide = cpu_decide,
+    .adamw = cpu_adamw,
+    .sgd = cpu_sgd,
+    .report = cpu_report,
+    .destroy = cpu_destroy,
+};
 
 mxp_status mxp_backend_cpu_create(mxp_backend **out, mxp_error *err) {
     if (!out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_backend_cpu_create: NULL");
-    mxp_backend *b = mxp_calloc(1, sizeof *b);
-    if (!b) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "CPU backend");
-    b->ops = &cpu_ops;
-    *out = b;
+    *out = NULL;
+    cpu_backend *c = mxp_calloc(1, sizeof *c);
+    if (!c) return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "CPU backend");
+    c->b.ops = &cpu_ops;
+    c->cap = 0;
+    /* the control block with an empty aux area (zero: no steps yet) */
+    unsigned char *dev = mxp_dev_alloc(AUX_OFF), *stage = mxp_calloc(AUX_OFF, 1);
+    if (!dev || !stage) {
+        mxp_dev_free(dev);
+        mxp_free(stage);
+        mxp_free(c);
+        return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "CPU backend control block");
+    }
+    c->b.dev = (mxp_step_ctl *)(void *)dev;
+    c->b.aux = dev + AUX_OFF;
+    c->stage = stage;
+    *out = &c->b;
     return MXP_OK;
 }
 

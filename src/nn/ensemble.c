@@ -1,7 +1,7 @@
 /* nn/ensemble.c: ensembles of E MLPs in one model (spec.ensemble, model.h).
  *
- * Entry points (nn_internal.h): nn_ens_view, nn_ens_tensors, nn_ens_step,
- * nn_ens_predict. Member e's parameters are a copy of the single model's
+ * Entry points (nn_internal.h): nn_ens_view, nn_ens_tensors, nn_ens_each,
+ * nn_ens_step, nn_ens_predict. Member e's parameters are a copy of the single model's
  * layout at element offset e * P1 of every slab (master, work, grads), so
  * one optimizer step, one loss-scaler update, one guard check and one
  * checkpoint cover all members. What is NOT batched: the members' passes.
@@ -60,8 +60,8 @@ static void merge_site(mxp_nonfinite_site *site, const mxp_nonfinite_site *ms) {
     if (site && !site->found && ms->found) *site = *ms;
 }
 
-mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
-                       double *loss, mxp_nonfinite_site *site, mxp_error *err) {
+mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *ctx,
+                       mxp_error *err) {
     if (!b)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "batch is NULL; accepted: an mxp_batch");
     const int E = m->ens;
@@ -71,13 +71,8 @@ mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float lo
                              "(member e's B rows at [e B, (e+1) B)), B in 1..%lld "
                              "(spec.max_batch)",
                              (long long)b->B, E, E, (long long)m->spec.max_batch);
-    if (site) {
-        memset(site, 0, sizeof *site);
-        site->op = "";
-    }
     const int64_t B = b->B / E, D = m->spec.in_dim, K = mxp_model_target_dim(m);
     const bool stale = m->grads_stale;
-    double total = 0.0;
     mxp_status s = MXP_OK;
     int cur = 0;
     for (int e = 0; e < E && s == MXP_OK; e++) {
@@ -86,20 +81,44 @@ mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float lo
                         .y = b->y ? b->y + e * B * K : NULL,
                         .labels = b->labels ? b->labels + e * B : NULL,
                         .B = B};
-        mxp_nonfinite_site ms;
-        double l = 0.0;
         m->grads_stale = stale; /* each member writes its own block, or adds to it */
-        s = mxp_model_step(m, &mb, backward, loss_scale, &l, site ? &ms : NULL, err);
-        if (s == MXP_OK && site) merge_site(site, &ms);
-        total += l;
+        s = fn(m, e, &mb, ctx, err);
     }
     nn_ens_view(m, cur, 0);
     m->ens_member = -1;
-    if (s != MXP_OK) {
-        m->grads_stale = stale;
-        return s;
+    if (s != MXP_OK) m->grads_stale = stale;
+    return s;
+}
+
+typedef struct ens_step_ctx {
+    bool backward;
+    float loss_scale;
+    mxp_nonfinite_site *site;
+    double total;
+} ens_step_ctx;
+
+static mxp_status member_step(mxp_model *m, int e, const mxp_batch *mb, void *ctx,
+                              mxp_error *err) {
+    ens_step_ctx *c = ctx;
+    mxp_nonfinite_site ms;
+    double l = 0.0;
+    mxp_status s = mxp_model_step(m, mb, c->backward, c->loss_scale, &l, c->site ? &ms : NULL,
+                                  err);
+    if (s == MXP_OK && c->site) merge_site(c->site, &ms);
+    c->total += l;
+    return s;
+}
+
+mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       double *loss, mxp_nonfinite_site *site, mxp_error *err) {
+    if (site && b) {
+        memset(site, 0, sizeof *site);
+        site->op = "";
     }
-    if (loss) *loss = total / (double)E;
+    ens_step_ctx c = {backward, loss_scale, site, 0.0};
+    mxp_status s = nn_ens_each(m, b, member_step, &c, err);
+    if (s != MXP_OK) return s;
+    if (loss) *loss = c.total / (double)m->ens;
     return MXP_OK;
 }
 

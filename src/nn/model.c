@@ -487,6 +487,7 @@ bool mxp_model_is_inference(const mxp_model *m) { return m && m->inference; }
 void mxp_model_destroy(mxp_model *m) {
     if (!m) return;
     nn_free_bufs(&m->b);
+    mxp_free(m->recs);
     mxp_fp8_scaling_destroy(m->fp8);
     mxp_dev_free(m->grads);
     nn_head_free(m);

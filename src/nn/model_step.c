@@ -1,6 +1,6 @@
 /* nn/model_step.c: the forward/backward driver.
  *
- * Entry points: mxp_model_step, mxp_model_predict, nn_forward,
+ * Entry points: mxp_model_step, mxp_model_predict, nn_pass_run, nn_forward,
  * nn_layer_vtable_get. The driver owns dtypes and provenance: each layer
  * writes its FP32 output (forward) or input gradient (backward), the driver
  * rounds it into the dtype the policy assigns (activation dtype of the op
@@ -215,7 +215,6 @@ static void forward_fused(mxp_model *m, int l, int span, int64_t B, bool scan) {
 void nn_forward(mxp_model *m, const float *x, int64_t B, bool scan) {
     nn_bufs *b = &m->b;
     const bool anomaly = scan && nn_mon_anomaly(m);
-    if (scan && m->mon) nn_mon_begin_pass(m);
     if (anomaly) { /* the input batch: slot (OUT, -1) */
         const size_t n = (size_t)B * (size_t)m->width[0];
         nn_scan *s = nn_slot(m, NN_SLOT_OUT, -1);
@@ -490,12 +489,8 @@ static mxp_status check_batch(const mxp_model *m, const mxp_batch *b,
     return MXP_OK;
 }
 
-static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool backward,
-                          float loss_scale, double *loss,
-                          mxp_nonfinite_site *site, mxp_error *err) {
-    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
-    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
-        return nn_ens_step(m, b, backward, loss_scale, loss, site, err);
+mxp_status nn_pass_run(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       bool scan, mxp_error *err) {
     if (backward && m->inference)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "mxp_model_step: backward=true on a model created with "
@@ -503,7 +498,6 @@ static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool back
                              "backward=false, or a model from mxp_model_create");
     mxp_status s = check_batch(m, b, backward, loss_scale, err);
     if (s) return s;
-    const bool scan = site != NULL; /* a training pass: scans, monitor, faults */
     if (scan) nn_slots_begin(m);
     m->fp8_observe = backward && m->fp8; /* FP8 amax: training steps only */
     m->drop_train = backward;            /* dropout: training passes only */
@@ -534,6 +528,18 @@ static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool back
     if (m->fp8_observe) mxp_fp8_scaling_update(m->fp8);
     m->fp8_observe = false;
     m->drop_train = false;
+    return MXP_OK;
+}
+
+static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool backward,
+                          float loss_scale, double *loss,
+                          mxp_nonfinite_site *site, mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "model is NULL");
+    if (m->ens > 1 && m->ens_member < 0) /* an ensemble: member by member */
+        return nn_ens_step(m, b, backward, loss_scale, loss, site, err);
+    /* a training pass (site): scans, monitor, faults */
+    mxp_status s = nn_pass_run(m, b, backward, loss_scale, site != NULL, err);
+    if (s) return s;
     /* the pass is over: its one read of the result slots (site, monitor, loss) */
     nn_pass_finish(m, backward, site, loss);
     return MXP_OK;

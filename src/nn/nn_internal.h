@@ -201,6 +201,10 @@ struct mxp_model {
                                   dropout layers drop; else they are the identity */
     int64_t drop_step;         /* mxp_model_set_dropout_pass: the (step, pass) */
     int drop_pass;             /*   the coming training passes draw their masks for */
+    unsigned char *step_blocks; /* a trainer step's slot blocks (backend memory, the
+                                  trainer's report area; step_pass.c), or NULL */
+    struct nn_pass_rec *recs;  /* host: one record per block of the step */
+    int n_recs, cap_recs;
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */
@@ -443,7 +447,7 @@ bool nn_mon_plain(const mxp_model *m);
  * forward culprit. No-op without a monitor. */
 void nn_mon_note_site(mxp_model *m, const mxp_nonfinite_site *site,
                       const char *what);
-/* Start of a monitored forward pass. */
+/* Start of a monitored pass, as its slots are read (nn_pass_read). */
 void nn_mon_begin_pass(mxp_model *m);
 /* Anomaly mode is on (monitor attached and anomaly set). */
 bool nn_mon_anomaly(const mxp_model *m);
@@ -555,6 +559,33 @@ void nn_scan_fold(nn_scan *s, const nn_scan *c);
  * recorded in the monitor when one is attached. *loss (may be NULL) gets
  * the loss slot. */
 void nn_pass_finish(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss);
+/* nn_pass_finish without the copy: m->b.slots and m->b.slot_n / slot_full
+ * already hold the pass's block and record in host memory (step_pass.c,
+ * after the trainer's report). The monitor's pass begins here (a site's
+ * pass index and its culprit's output absmax are this pass's). */
+void nn_pass_read(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss);
+
+/* A pass's host record: elements scanned into each slot (0: not
+ * scanned) and whether it was a full monitor scan (nn_bufs.slot_n,
+ * slot_full as one pass left them). */
+typedef struct nn_pass_rec {
+    int64_t n[NN_SLOTS_MAX];
+    bool full[NN_SLOTS_MAX];
+} nn_pass_rec;
+
+/* The forward, loss and (with backward) backward of batch b, results into
+ * m->b.slots (zeroed first when scan), nothing read back; the batch checks
+ * of mxp_model_step. Not for an ensemble's whole batch (one member's). */
+mxp_status nn_pass_run(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       bool scan, mxp_error *err);
+
+/* The ensemble's member loop (ensemble.c): for e = 0..E-1 the member's view
+ * and its rows of b as mb (the discard state of the step restored for each
+ * member), fn(m, e, &mb, ctx, err) until an error; the view restored. */
+typedef mxp_status (*nn_member_fn)(mxp_model *m, int e, const mxp_batch *mb, void *ctx,
+                                   mxp_error *err);
+mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *ctx,
+                       mxp_error *err);
 
 /* Cross-entropy of R rows of FP32 logits [R, V] (labels [R]), added row by
  * row to *total in the order the whole-batch kernel sums them; when dl is

@@ -1,14 +1,16 @@
 /* nn/slots.c: the result slots of a forward/backward pass.
  *
  * Entry points (nn_internal.h): nn_slot, nn_slots_begin, nn_slot_issued,
- * nn_scan_stored, nn_scan_fold, nn_pass_finish.
+ * nn_scan_stored, nn_scan_fold, nn_pass_finish, nn_pass_read.
  *
  * The driver (model_step.c) never reads a scalar a kernel produced while
  * the pass runs: the loss and every scan (absmax, non-finite count of the
  * FP32 values and of their stored copy) go into the model's result slots,
- * one per (tensor kind, layer), planned with the arena (model_plan.c).
- * After the pass nn_pass_finish reads them once, in one place: the point
- * where a device backend copies the slot block to the host. It decides the
+ * one per (tensor kind, layer), planned with the arena (model_plan.c), or
+ * in a block of the trainer's report area (step_pass.c). After the pass
+ * nn_pass_finish reads them once, in one place: the point where a device
+ * backend copies the slot block to the host (the trainer's passes are read
+ * by nn_pass_read after the step's one report instead). It decides the
  * first non-finite site in the order the pass met the tensors (forward
  * layer by layer, the loss, the loss gradient, backward layer by layer),
  * records every scan in an attached monitor and returns the loss: the same
@@ -118,12 +120,19 @@ static void record_all(mxp_model *m) {
 void nn_pass_finish(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss) {
     /* the slot block's copy to the host (counted for the mock device) */
     mxp_dev_count(true, sizeof(nn_slots) + (size_t)m->b.n_slots * sizeof(nn_scan));
+    nn_pass_read(m, backward, site, loss);
+}
+
+void nn_pass_read(mxp_model *m, bool backward, mxp_nonfinite_site *site, double *loss) {
     const double lv = m->b.slots->loss;
     if (loss) *loss = lv;
     if (!site) return;
     memset(site, 0, sizeof *site);
     site->op = "";
-    if (m->mon) record_all(m);
+    if (m->mon) { /* the pass as the monitor counts it, then its scans */
+        nn_mon_begin_pass(m);
+        record_all(m);
+    }
     const int L = m->n_layers;
     /* forward: the input batch (anomaly mode), then per layer its weight
      * and bias (anomaly mode) and its output */

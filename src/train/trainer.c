@@ -15,7 +15,13 @@
  * weights and optimizer state untouched. The scaler update closes the step.
  * The pass, the skip/clip decision and the update go through the backend
  * seam (backend/backend.h; the CPU backend today), bit for bit what the
- * trainer computed itself before.
+ * trainer computed itself before. The host writes the control block only
+ * at the step's start (stage_ctl, begin); the passes read the loss scale
+ * there and leave their result slots in the backend's report area
+ * (nn/step_pass.h); the step's one report brings the block and the slots
+ * back, after the update (one process) or before decide (ranks agree on
+ * overflow first). The optimizer step and SR counters are the control
+ * block's (be->ctl as of the report): the trainer keeps no copy.
  * References: torch.cuda.amp.GradScaler, torch.nn.utils.clip_grad_norm_,
  * llm.c train_gpt2.c (gpt2_update).
  */
@@ -26,8 +32,9 @@
 
 #include "backend/devmem.h"
 #include "backend/backend.h"
-#include "train/trainer_dist.h"
 #include "kernels/kernels.h"
+#include "nn/step_pass.h"
+#include "train/trainer_dist.h"
 #include "train/trainer_internal.h"
 
 
@@ -147,16 +154,17 @@ static mxp_status check_batches(const mxp_trainer *t, const mxp_batch *micro, in
     return MXP_OK;
 }
 
-/* The step's control block (backend/backend.h) from the trainer's state:
- * the update it would apply is number opt_steps + 1. */
-static void fill_ctl(const mxp_trainer *t, mxp_step_ctl *c, float inv_scale, double loss) {
+/* The host-written half of the step's control block (backend/step_ctl.h),
+ * staged in the backend's image for begin to upload at the step boundary:
+ * the loss scale, the clip threshold, the optimizer's constants for update
+ * number opt_steps + 1, opt_steps as the last report (or resume) left it. */
+static void stage_ctl(const mxp_trainer *t, mxp_step_ctl *c, float scale, float inv_scale) {
     const mxp_optim_config *o = &t->cfg.optim;
+    const int64_t next = c->opt_steps + 1;
+    c->scale = scale;
     c->inv_scale = inv_scale;
     c->clip_max = t->cfg.clip_grad_norm;
-    c->loss_nonfinite = !isfinite(loss);
-    c->opt_steps = t->opt_steps;
     c->seed = t->cfg.seed;
-    c->sr_counter = t->sr_counter;
     c->lr = o->lr;
     c->beta1 = o->beta1;
     c->beta2 = o->beta2;
@@ -164,10 +172,9 @@ static void fill_ctl(const mxp_trainer *t, mxp_step_ctl *c, float inv_scale, dou
     c->weight_decay = o->weight_decay;
     c->momentum = o->momentum;
     c->nesterov = o->nesterov;
-    c->adamw = mxp_adamw_consts_make(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
-                                     t->opt_steps + 1);
+    c->adamw = mxp_adamw_consts_make(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, next);
     c->sgd = (mxp_sgd_consts){c->lr, c->momentum, c->weight_decay, c->nesterov,
-                              c->momentum != 0.0f, t->opt_steps + 1 <= 1};
+                              c->momentum != 0.0f, next <= 1};
     c->run_scaler_rule = false; /* the CPU keeps mxp_scaler (same rule, plus policy and log) */
 }
 
@@ -201,6 +208,28 @@ static mxp_status push_history(mxp_trainer *t, const mxp_history_row *row) {
     return MXP_OK;
 }
 
+/* After the report: each micro-batch's site, monitor records and loss from
+ * the host copy of the slot blocks, in pass order (the first site wins;
+ * the loss weighted by B_i / B_total, summed in micro-batch order). */
+static void read_passes(mxp_trainer *t, const mxp_batch *micro, int n_micro, int64_t total_b,
+                        mxp_step_result *res) {
+    double loss_sum = 0;
+    for (int i = 0; i < n_micro; i++) {
+        double loss = 0;
+        mxp_nonfinite_site site;
+        nn_step_read(t->model, i, t->be->aux_host, &site, &loss);
+        if (site.found && !res->site.found) res->site = site;
+        loss_sum += loss * (double)micro[i].B / (double)total_b;
+    }
+    res->loss = loss_sum;
+}
+
+/* decide and the optimizer; extra_inf: the ranks' agreed overflow. */
+static mxp_status decide_update(mxp_trainer *t, bool extra_inf, mxp_error *err) {
+    mxp_status s = t->be->ops->decide(t->be, extra_inf, t->n_params, err);
+    return s != MXP_OK ? s : apply_update(t, err);
+}
+
 static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                             mxp_step_result *res, mxp_error *err) {
     mxp_status s = check_batches(t, micro, n_micro, err);
@@ -208,6 +237,8 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     memset(res, 0, sizeof *res);
     mxp_model *m = t->model;
     const mxp_precision_policy *pol = mxp_model_policy(m);
+    mxp_backend *be = t->be;
+    const bool ranks = t->comm && t->comm->size > 1;
 
     int64_t total_b = 0;
     for (int i = 0; i < n_micro; i++) total_b += micro[i].B;
@@ -215,26 +246,32 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     float scale = t->ls ? trainer_ls_begin(t) : mxp_scaler_scale(t->scaler);
     res->scale = t->ls ? mxp_scaler_groups_min_scale(t->ls->groups) : scale;
 
+    /* the step boundary: the report area (a slot block per pass after the
+     * control block) and the host's half of the control block, uploaded */
+    const size_t block = nn_step_block_bytes(m);
+    const int n_blocks = nn_step_blocks(m, n_micro);
+    stage_ctl(t, &be->ctl, scale, mxp_scaler_inv_scale(t->scaler));
+    if ((s = be->ops->reserve(be, block * (size_t)n_blocks, err)) != MXP_OK) return s;
+    if ((s = be->ops->begin(be, err)) != MXP_OK) return s;
+    if ((s = nn_step_begin(m, be->aux, n_micro, err)) != MXP_OK) return s;
+
     double f0, b0, f1, b1;
     const double t_start = mxp_time_now();
     mxp_model_phase_times(m, &f0, &b0);
     mxp_model_discard_grads(m); /* the first micro-batch's backward writes them */
-    double loss_sum = 0;
-    for (int i = 0; i < n_micro; i++) {
-        double loss = 0;
-        mxp_nonfinite_site site = {0};
-        float micro_scale = (float)((double)scale * (double)micro[i].B / (double)total_b);
+    for (int i = 0; i < n_micro; i++) { /* the loss scale read from the control block */
         /* dropout masks: this step's, one per micro-batch and rank (model.h) */
         const int rank = t->comm ? mxp_comm_rank(t->comm) : 0;
         mxp_model_set_dropout_pass(m, t->training_steps + 1, rank * n_micro + i);
-        s = mxp_model_step(m, &micro[i], true, micro_scale, &loss, &site, err);
-        if (s != MXP_OK) return s;
-        if (site.found && !res->site.found) res->site = site;
-        loss_sum += loss * (double)micro[i].B / (double)total_b;
+        s = nn_step_pass(m, i, &micro[i], &be->dev->scale, micro[i].B, total_b, err);
+        if (s != MXP_OK) {
+            nn_step_end(m);
+            return s;
+        }
     }
-    res->loss = loss_sum;
+    nn_step_end(m);
     if (t->hook) t->hook(t->hook_user, t->training_steps + 1, mxp_model_grads(m), t->n_params);
-    s = mxp_trainer_dist_reduce(t, &res->loss, err);
+    s = mxp_trainer_dist_reduce(t, err);
     if (s != MXP_OK) return s;
     mxp_model_phase_times(m, &f1, &b1);
     const double t_safety = mxp_time_now();
@@ -243,45 +280,46 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
 
     /* The safety-and-update half of the step goes through the backend seam
      * (backend/backend.h); per-layer loss scaling unscales by group on the
-     * host (not behind the seam yet). */
-    mxp_backend *be = t->be;
-    mxp_step_ctl *ctl = &be->ctl;
-    fill_ctl(t, ctl, mxp_scaler_inv_scale(t->scaler), res->loss);
-    if ((s = be->ops->begin(be, err)) != MXP_OK) return s;
-    mxp_grad_stats gs;
+     * host (not behind the seam: its statistics go into the block here). */
     float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
     if (t->ls) {
-        trainer_ls_unscale(t, near, &gs); /* each group by its own 1/scale */
-        ctl->stats = (mxp_gradpass_acc){gs.n, gs.nonfinite, gs.zeros, gs.near_overflow,
-                                        gs.sumsq, gs.absmax};
+        mxp_grad_stats q;
+        trainer_ls_unscale(t, near, &q); /* each group by its own 1/scale */
+        be->dev->stats = (mxp_gradpass_acc){q.n, q.nonfinite, q.zeros, q.near_overflow,
+                                            q.sumsq, q.absmax};
     } else if ((s = be->ops->grad_pass(be, mxp_model_grads(m), t->n_params, near, err)) !=
                MXP_OK) {
         return s;
     }
-    /* found_inf is agreed over ranks on the host, so the report is read
-     * after the grad pass (the step's one report). */
-    mxp_step_ctl rep;
-    if ((s = be->ops->report(be, &rep, err)) != MXP_OK) return s;
-    gs = (mxp_grad_stats){rep.stats.n, rep.stats.nonfinite, rep.stats.zeros,
-                          rep.stats.near_overflow, rep.stats.sumsq, rep.stats.absmax};
+    const double *loss_slot =
+        (const double *)(const void *)((const unsigned char *)be->aux + nn_step_loss_offset());
+    if ((s = be->ops->check_loss(be, loss_slot, block, n_blocks, err)) != MXP_OK) return s;
+    /* The step's one report: after the optimizer on one process; between
+     * the grad pass and decide with ranks, which agree on overflow first. */
+    double t_optim = mxp_time_now();
+    if (!ranks && (s = decide_update(t, false, err)) != MXP_OK) return s;
+    if ((s = be->ops->report(be, NULL, err)) != MXP_OK) return s;
+    read_passes(t, micro, n_micro, total_b, res);
+    const mxp_gradpass_acc gs = be->ctl.stats;
     res->nonfinite = gs.nonfinite;
     res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
     res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
     res->grad_norm = sqrt(gs.sumsq);
-    bool found_inf = gs.nonfinite > 0 || !isfinite(res->loss);
-    s = mxp_trainer_dist_agree(t, &found_inf, err);
-    if (s != MXP_OK) return s;
+    bool found_inf = be->ctl.skip != 0;
+    if (ranks) {
+        if ((s = mxp_trainer_dist_reduce_loss(t, &res->loss, err)) != MXP_OK) return s;
+        found_inf = gs.nonfinite > 0 || be->ctl.loss_nonfinite;
+        if ((s = mxp_trainer_dist_agree(t, &found_inf, err)) != MXP_OK) return s;
+        t_optim = mxp_time_now();
+        if ((s = decide_update(t, found_inf, err)) != MXP_OK) return s;
+        /* the image follows the decision the ranks agreed on (the same rule) */
+        mxp_backend_decide_rule(&be->ctl, found_inf, t->n_params);
+    }
 
     t->training_steps++;
-    const double t_optim = mxp_time_now();
-    if ((s = be->ops->decide(be, found_inf, t->n_params, err)) != MXP_OK) return s;
-    if ((s = apply_update(t, err)) != MXP_OK) return s;
     if (found_inf) { /* decide skipped the update: weights and moments untouched */
         res->skipped = true;
         t->skipped_steps++;
-    } else { /* the host mirror of what decide advanced in the control block */
-        t->opt_steps++;
-        t->sr_counter += t->n_params;
     }
 
     const double t_scaler = mxp_time_now();
@@ -374,7 +412,7 @@ mxp_status mxp_trainer_switch_precision(mxp_trainer *t, mxp_precision p, mxp_err
 void mxp_trainer_stats(const mxp_trainer *t, mxp_train_stats *out) {
     const mxp_precision_policy *pol = mxp_model_policy(t->model);
     out->training_steps = t->training_steps;
-    out->optimizer_steps = t->opt_steps;
+    out->optimizer_steps = t->be->ctl.opt_steps;
     out->skipped_steps = t->skipped_steps;
     out->overflow_rate =
         t->training_steps ? (double)t->skipped_steps / (double)t->training_steps : 0.0;
@@ -412,6 +450,6 @@ void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, in
     *m = t->m;
     *v = t->v;
     *n = t->n_params;
-    *t_out = t->opt_steps;
+    *t_out = t->be->ctl.opt_steps;
 }
 mxp_scaler *mxp_trainer_scaler(mxp_trainer *t) { return t->scaler; }

@@ -3,17 +3,19 @@
  *
  * Entry points: mxp_trainer_set_comm, mxp_trainer_comm,
  * mxp_trainer_sync_precision (train.h);
- * mxp_trainer_dist_reduce/agree/verify (train/trainer_dist.h), called by
- * mxp_trainer_step at the points docs/design.md "A training step" names:
- *   backward -> [reduce: grads averaged, loss averaged] -> fused unscale,
- *   finite check and stats on the (now identical) slab -> [agree: found_inf
- *   MAX] -> clip/update or skip -> scaler update -> [verify, sometimes].
+ * mxp_trainer_dist_reduce/_reduce_loss/agree/verify (train/trainer_dist.h),
+ * called by mxp_trainer_step at the points docs/design.md "A training step"
+ * names: backward -> [reduce: grads averaged] -> fused unscale, finite
+ * check and stats on the (now identical) slab -> the step's report ->
+ * [reduce_loss: the reported loss averaged; agree: found_inf MAX] ->
+ * clip/update or skip -> scaler update -> [verify, sometimes].
  * Because every rank runs the fused pass on bit-identical gradients, the
  * grad norm, the clip coefficient, the skip decision, the scaler update and
  * a fallback are one agreed value per step without further messages.
  */
 #include <mixprec/dist.h>
 
+#include "backend/backend.h"
 #include "backend/devmem.h"
 #include "train/trainer_dist.h"
 #include "train/trainer_internal.h"
@@ -36,11 +38,14 @@ mxp_status mxp_trainer_set_comm(mxp_trainer *t, mxp_comm *comm, const mxp_dist_c
 
 mxp_comm *mxp_trainer_comm(mxp_trainer *t) { return t ? t->comm : NULL; }
 
-mxp_status mxp_trainer_dist_reduce(mxp_trainer *t, double *loss, mxp_error *err) {
+mxp_status mxp_trainer_dist_reduce(mxp_trainer *t, mxp_error *err) {
     if (!t->comm || t->comm->size == 1) return MXP_OK;
-    mxp_status s = mxp_comm_allreduce_f32(t->comm, mxp_model_grads(t->model), t->n_params,
-                                          t->dist.allreduce_dtype, true, err);
-    if (s != MXP_OK) return s;
+    return mxp_comm_allreduce_f32(t->comm, mxp_model_grads(t->model), t->n_params,
+                                  t->dist.allreduce_dtype, true, err);
+}
+
+mxp_status mxp_trainer_dist_reduce_loss(mxp_trainer *t, double *loss, mxp_error *err) {
+    if (!t->comm || t->comm->size == 1) return MXP_OK;
     return mxp_comm_allreduce_f64(t->comm, loss, 1, true, err);
 }
 
@@ -68,7 +73,7 @@ mxp_status mxp_trainer_dist_verify(mxp_trainer *t, mxp_error *err) {
     if (t->m) h = mxp_dist_checksum(t->m, P * sizeof(float), h);
     if (t->v) h = mxp_dist_checksum(t->v, P * sizeof(float), h);
     float scale = mxp_scaler_scale(t->scaler);
-    int64_t counters[3] = {t->training_steps, t->opt_steps, t->skipped_steps};
+    int64_t counters[3] = {t->training_steps, t->be->ctl.opt_steps, t->skipped_steps};
     h = mxp_dist_checksum(&scale, sizeof scale, h);
     h = mxp_dist_checksum(counters, sizeof counters, h);
     bool same = false;

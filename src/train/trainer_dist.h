@@ -8,8 +8,10 @@
 
 /* After backward (and the grad hook), before the fused unscale pass:
  * average the scaled FP32 gradient slab over the ranks (dist.allreduce_dtype
- * on the wire) and *loss (FP64, rank order). */
-mxp_status mxp_trainer_dist_reduce(mxp_trainer *t, double *loss, mxp_error *err);
+ * on the wire). */
+mxp_status mxp_trainer_dist_reduce(mxp_trainer *t, mxp_error *err);
+/* After the step's report: average *loss (FP64, rank order). */
+mxp_status mxp_trainer_dist_reduce_loss(mxp_trainer *t, double *loss, mxp_error *err);
 
 /* *found_inf becomes true on every rank when it is on any (MAX). */
 mxp_status mxp_trainer_dist_agree(mxp_trainer *t, bool *found_inf, mxp_error *err);

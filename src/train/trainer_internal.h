@@ -34,11 +34,12 @@ struct mxp_trainer {
     size_t n_params;
     float *m; /* AdamW first moment, or SGD momentum buffer  FP32 [P] */
     float *v; /* AdamW second moment (NULL for SGD)          FP32 [P] */
-    int64_t opt_steps;     /* applied updates: the optimizer's t */
+    /* applied updates (the optimizer's t) and the stochastic-rounding stream
+     * position live in the backend's control block: be->ctl.opt_steps,
+     * be->ctl.sr_counter as of the last report (backend/backend.h) */
     int64_t training_steps;
     int64_t skipped_steps;
     int64_t epoch;
-    uint64_t sr_counter;   /* position in the stochastic-rounding stream */
     mxp_history_row *hist;
     size_t hist_n, hist_cap;
     mxp_grad_hook hook;

@@ -1,6 +1,9 @@
 /* train/trainer_state.c: export and import of the trainer's checkpointable
  * state (counters, stochastic-rounding position, learning rate).
  *
+ * The optimizer step and SR counters live in the backend's control block
+ * (backend/step_ctl.h): get reads them from the last report, set writes
+ * them there.
  * Entry points: mxp_trainer_get_state, mxp_trainer_set_state,
  * mxp_trainer_get_config, mxp_trainer_check_state. The optimizer moments are exposed as views by
  * mxp_trainer_optim_state (trainer.c) and the scaler by its own
@@ -9,16 +12,17 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/devmem.h"
 #include "train/trainer_internal.h"
 
 void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out) {
     if (!t || !out) return;
     out->training_steps = t->training_steps;
-    out->optimizer_steps = t->opt_steps;
+    out->optimizer_steps = t->be->ctl.opt_steps; /* the counters: the last report's */
     out->skipped_steps = t->skipped_steps;
     out->epoch = t->epoch;
-    out->sr_counter = t->sr_counter;
+    out->sr_counter = t->be->ctl.sr_counter;
     out->lr = t->cfg.optim.lr;
 }
 
@@ -39,11 +43,12 @@ static mxp_status mxp_trainer_set_state_dev(mxp_trainer *t, const mxp_trainer_st
     if (!(s->lr > 0) || !isfinite(s->lr))
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "trainer state lr=%g; accepted: finite > 0",
                              (double)s->lr);
+    /* the device counters live in the control block: written there */
+    mxp_status st = t->be->ops->set_counters(t->be, s->optimizer_steps, s->sr_counter, err);
+    if (st != MXP_OK) return st;
     t->training_steps = s->training_steps;
-    t->opt_steps = s->optimizer_steps;
     t->skipped_steps = s->skipped_steps;
     t->epoch = s->epoch;
-    t->sr_counter = s->sr_counter;
     t->cfg.optim.lr = s->lr;
     return MXP_OK;
 }
