@@ -165,6 +165,13 @@ extern "C" int mxp_cudab_download(mxp_cudab_ctx *c, void *dst, const void *src, 
     return 0;
 }
 
+extern "C" int mxp_cudab_zero(mxp_cudab_ctx *c, void *dst, size_t bytes, char *why, size_t n) {
+    cudaError_t e = cudaMemsetAsync(dst, 0, bytes, c->stream);
+    return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "cudaMemsetAsync (zero)", why, n);
+}
+
+extern "C" mxp_step_ctl *mxp_cudab_ctl_dev(mxp_cudab_ctx *c) { return c->ctl; }
+
 extern "C" int mxp_cudab_sync(mxp_cudab_ctx *c, char *why, size_t n) {
     cudaError_t e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "cudaStreamSynchronize", why, n);
