@@ -13,6 +13,9 @@
  * an order of its own, so the CUDA table agrees with this one to FP32
  * rounding of the GEMMs, not bit for bit.
  *
+ * Allocations are 256-byte aligned like cudaMalloc's, and a GEMM whose
+ * operand (A, B, D, bias) is not 256-byte aligned is refused: the
+ * algorithm a plan picks assumes that alignment.
  * Use: emu_dev d = {0}; mxp_ds_plan_create(&spec, &emu_ds_ops, &d, ...);
  * d.d2h counts the device-to-host copies (report and download), d.calls
  * every op call, d.fail_at makes call number fail_at fail (fault tests).
@@ -55,7 +58,10 @@ static int emu_fmt(mxp_dtype t) {
 
 static int emu_alloc(void *dev, size_t bytes, void **out, char *why, size_t n) {
     if (emu_enter(dev, "alloc", why, n)) return 1;
-    *out = calloc(1, bytes ? bytes : 1);
+    /* 256-byte aligned, as cudaMalloc's (emu_lt_run checks the operands) */
+    size_t sz = (bytes + 255) / 256 * 256;
+    *out = aligned_alloc(256, sz ? sz : 256);
+    if (*out) memset(*out, 0, sz ? sz : 256);
     if (!*out) return mxp_cudab_why(why, n, "emulated device: out of memory (%zu bytes)", bytes);
     EMU_D->live++;
     return 0;
@@ -115,6 +121,10 @@ static int emu_lt_run(void *dev, void *plan, const void *A, const void *B, float
     const emu_lt *p = plan;
     const mxp_lt_desc *d = &p->d;
     if (d->bias && !bias) return mxp_cudab_why(why, n, "emulated cuBLASLt: bias NULL");
+    /* the plan's algorithm assumes cuBLASLt's default 256-byte alignment of
+     * every operand (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES) */
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)D | (uintptr_t)(d->bias ? bias : NULL)) & 255u)
+        return mxp_cudab_why(why, n, "emulated cuBLASLt: an operand is not 256-byte aligned");
     for (int64_t j = 0; j < d->n; j++)
         for (int64_t i = 0; i < d->m; i++) {
             double s = 0;

@@ -67,6 +67,11 @@ int mxp_cudab_zero(mxp_cudab_ctx *c, void *dst, size_t bytes, char *why, size_t 
 /* The device address of the context's control block (for result slots that
  * kernels write into it, e.g. &ctl->loss; never dereferenced on the host). */
 mxp_step_ctl *mxp_cudab_ctl_dev(mxp_cudab_ctx *c);
+/* Timing for tests and benchmarks: mark records a new CUDA event on the
+ * context's stream into *ev; timer_ms waits for ev1 and gives the
+ * milliseconds from ev0 to ev1, destroying both. */
+int mxp_cudab_timer_mark(mxp_cudab_ctx *c, void **ev, char *why, size_t n);
+int mxp_cudab_timer_ms(void *ev0, void *ev1, float *ms, char *why, size_t n);
 
 /* Replace the device control block with *host (async; host must stay valid
  * until the next sync). */

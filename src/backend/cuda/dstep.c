@@ -26,9 +26,12 @@ struct mxp_ds_plan {
     void *dev;
     int L;
     int64_t width[MXP_DS_MAX_LAYERS + 1];
-    int64_t off_w[MXP_DS_MAX_LAYERS], off_b[MXP_DS_MAX_LAYERS]; /* -1: none */
+    int64_t off_w[MXP_DS_MAX_LAYERS], off_b[MXP_DS_MAX_LAYERS]; /* host slab; -1: none */
+    int64_t dev_w[MXP_DS_MAX_LAYERS], dev_b[MXP_DS_MAX_LAYERS]; /* device slabs (padded) */
+    int64_t cnt_w[MXP_DS_MAX_LAYERS], cnt_b[MXP_DS_MAX_LAYERS]; /* elements */
     mxp_dtype st[MXP_DS_MAX_LAYERS + 1]; /* storage of acts[l] */
-    size_t P;
+    size_t P;  /* parameters (the CPU slab) */
+    size_t PD; /* device slab elements: every tensor starts on a MXP_DS_ALIGN boundary */
     int64_t maxw;
     /* device buffers */
     float *master, *grads, *m, *v, *pw32; /* pw32: the work copy widened (= master in fp32) */
@@ -43,6 +46,15 @@ struct mxp_ds_plan {
     /* host state between steps (mirrors of the reported control block) */
     mxp_step_ctl ctl;
 };
+
+/* Device slab alignment in elements: 128 (256 bytes in BF16/FP16, 512 in
+ * FP32), so every weight, bias and gradient a cuBLASLt GEMM reads or
+ * writes starts where cudaMalloc's own buffers do: the algorithm chosen at
+ * plan time assumes the default 256-byte operand alignment
+ * (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES). The padding elements are
+ * zeros in every slab and stay zero (gradient 0, AdamW of zeros); the
+ * grad pass counts them among n and zeros, nothing else sees them. */
+#define MXP_DS_ALIGN 128
 
 static size_t dsize(mxp_dtype t) { return t == MXP_DTYPE_F32 ? 4 : 2; }
 
@@ -88,28 +100,30 @@ static int validate(const mxp_ds_spec *s, char *why, size_t n) {
  * (nn/model_plan.c for a model without FP32-kept layers). */
 static int layout(mxp_ds_plan *p, char *why, size_t n) {
     const mxp_ds_spec *s = &p->s;
-    size_t off = 0;
+    size_t off = 0, doff = 0;
     p->width[0] = s->in_dim;
     p->maxw = s->in_dim;
     p->st[0] = s->lowp;
     for (int l = 0; l < p->L; l++) {
         const int64_t in = p->width[l];
         mxp_ds_kind k = s->layers[l].kind;
-        p->off_w[l] = p->off_b[l] = -1;
+        p->off_w[l] = p->off_b[l] = p->dev_w[l] = p->dev_b[l] = -1;
+        p->cnt_w[l] = p->cnt_b[l] = 0;
+        p->width[l + 1] = k == MXP_DS_LINEAR ? s->layers[l].units : in;
         if (k == MXP_DS_LINEAR) {
-            p->width[l + 1] = s->layers[l].units;
+            p->cnt_w[l] = in * p->width[l + 1];
+            p->cnt_b[l] = p->width[l + 1];
+        } else if (k == MXP_DS_LAYERNORM) {
+            p->cnt_w[l] = p->cnt_b[l] = in;
+        }
+        if (p->cnt_w[l] > 0) {
             p->off_w[l] = (int64_t)off;
-            off += (size_t)(in * p->width[l + 1]);
-            p->off_b[l] = (int64_t)off;
-            off += (size_t)p->width[l + 1];
-        } else {
-            p->width[l + 1] = in;
-            if (k == MXP_DS_LAYERNORM) {
-                p->off_w[l] = (int64_t)off;
-                off += (size_t)in;
-                p->off_b[l] = (int64_t)off;
-                off += (size_t)in;
-            }
+            p->off_b[l] = (int64_t)off + p->cnt_w[l];
+            off += (size_t)(p->cnt_w[l] + p->cnt_b[l]);
+            p->dev_w[l] = (int64_t)doff;
+            doff += ((size_t)p->cnt_w[l] + MXP_DS_ALIGN - 1) / MXP_DS_ALIGN * MXP_DS_ALIGN;
+            p->dev_b[l] = (int64_t)doff;
+            doff += ((size_t)p->cnt_b[l] + MXP_DS_ALIGN - 1) / MXP_DS_ALIGN * MXP_DS_ALIGN;
         }
         if (p->width[l + 1] > p->maxw) p->maxw = p->width[l + 1];
         /* matmul and element-wise outputs: the activation dtype; norm: F32,
@@ -128,6 +142,7 @@ static int layout(mxp_ds_plan *p, char *why, size_t n) {
                                  "in a %s plan; the device step has no cast before a GEMM",
                                  l, s->lowp == MXP_DTYPE_BF16 ? "BF16" : "F16");
     p->P = off;
+    p->PD = doff;
     return 0;
 }
 
@@ -143,7 +158,7 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
     p->dev = dev;
     p->L = spec->n_layers;
     if (layout(p, why, n)) goto fail;
-    const size_t P = p->P, B = (size_t)spec->batch, rows = B * (size_t)p->maxw;
+    const size_t P = p->PD, B = (size_t)spec->batch, rows = B * (size_t)p->maxw;
     const mxp_dtype lo = spec->lowp;
     const bool f32 = lo == MXP_DTYPE_F32;
     if (dalloc(p, P * 4, (void **)&p->master, why, n) ||
@@ -226,12 +241,20 @@ int64_t mxp_ds_param_offset(const mxp_ds_plan *p, int l, int which) {
 
 int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n) {
     const mxp_ds_ops *o = p->ops;
-    const size_t P = p->P;
-    if (o->upload(p->dev, p->master, host, P * 4, why, n) ||
-        o->zero(p->dev, p->m, P * 4, why, n) || o->zero(p->dev, p->v, P * 4, why, n))
+    const size_t PD = p->PD;
+    if (!host) return mxp_cudab_why(why, n, "device step: NULL parameters");
+    if (o->zero(p->dev, p->master, PD * 4, why, n) || o->zero(p->dev, p->m, PD * 4, why, n) ||
+        o->zero(p->dev, p->v, PD * 4, why, n))
         return 1;
+    for (int l = 0; l < p->L; l++) /* tensor by tensor into the padded slab */
+        if (p->cnt_w[l] > 0 &&
+            (o->upload(p->dev, p->master + p->dev_w[l], host + p->off_w[l],
+                       (size_t)p->cnt_w[l] * 4, why, n) ||
+             o->upload(p->dev, p->master + p->dev_b[l], host + p->off_b[l],
+                       (size_t)p->cnt_b[l] * 4, why, n)))
+            return 1;
     if (p->work != (void *)p->master &&
-        o->store_scan(p->dev, p->s.lowp, p->work, p->master, P, NULL, NULL, why, n))
+        o->store_scan(p->dev, p->s.lowp, p->work, p->master, PD, NULL, NULL, why, n))
         return 1;
     memset(&p->ctl, 0, sizeof p->ctl);
     p->ctl.rule = p->s.rule;
@@ -278,14 +301,14 @@ static int forward(mxp_ds_plan *p, char *why, size_t n) {
         float *y = to == MXP_DTYPE_F32 ? (float *)p->acts[l + 1] : p->y32;
         const mxp_ds_kind k = p->s.layers[l].kind;
         if (k == MXP_DS_LINEAR) {
-            err = gemm(p, l, MXP_LT_FWD, p->acts[l], work_at(p, p->off_w[l]), NULL, y,
-                       p->pw32 + p->off_b[l], why, n);
+            err = gemm(p, l, MXP_LT_FWD, p->acts[l], work_at(p, p->dev_w[l]), NULL, y,
+                       p->pw32 + p->dev_b[l], why, n);
         } else {
             const float *x = view(p, p->st[l], p->acts[l], p->sa, cnt, &err, why, n);
             if (err) return 1;
             if (k == MXP_DS_LAYERNORM)
                 err = o->ln_fwd(p->dev, y, p->ln_mean[l], p->ln_rstd[l], x,
-                                p->pw32 + p->off_w[l], p->pw32 + p->off_b[l], B, p->width[l],
+                                p->pw32 + p->dev_w[l], p->pw32 + p->dev_b[l], B, p->width[l],
                                 p->s.ln_eps, why, n);
             else
                 err = o->act_fwd(p->dev, act_code(k), y, x, cnt, why, n);
@@ -324,21 +347,21 @@ static int backward(mxp_ds_plan *p, char *why, size_t n) {
         if (k == MXP_DS_LINEAR) {
             const float *dy32 = view(p, gt, dy, p->sa, n_out, &err, why, n);
             if (!err)
-                err = o->bias_grad(p->dev, p->grads + p->off_b[l], dy32, B, p->width[l + 1],
+                err = o->bias_grad(p->dev, p->grads + p->dev_b[l], dy32, B, p->width[l + 1],
                                    why, n);
             if (!err)
-                err = gemm(p, l, MXP_LT_DW, p->acts[l], NULL, dy, p->grads + p->off_w[l], NULL,
+                err = gemm(p, l, MXP_LT_DW, p->acts[l], NULL, dy, p->grads + p->dev_w[l], NULL,
                            why, n);
             if (!err && need_dx)
-                err = gemm(p, l, MXP_LT_DX, NULL, work_at(p, p->off_w[l]), dy, dx32, NULL, why,
+                err = gemm(p, l, MXP_LT_DX, NULL, work_at(p, p->dev_w[l]), dy, dx32, NULL, why,
                            n);
         } else if (k == MXP_DS_LAYERNORM) {
             const float *dy32 = view(p, gt, dy, p->sa, n_out, &err, why, n);
             const float *x32 = err ? NULL : view(p, p->st[l], p->acts[l], p->sb, n_in, &err, why, n);
             if (!err)
-                err = o->ln_bwd(p->dev, need_dx ? dx32 : p->y32, p->grads + p->off_w[l],
-                                p->grads + p->off_b[l], dy32, x32, p->ln_mean[l], p->ln_rstd[l],
-                                p->pw32 + p->off_w[l], B, p->width[l], why, n);
+                err = o->ln_bwd(p->dev, need_dx ? dx32 : p->y32, p->grads + p->dev_w[l],
+                                p->grads + p->dev_b[l], dy32, x32, p->ln_mean[l], p->ln_rstd[l],
+                                p->pw32 + p->dev_w[l], B, p->width[l], why, n);
         } else if (need_dx) {
             const int s = k == MXP_DS_TANH ? l + 1 : l; /* tanh: its output */
             const float *dy32 = view(p, gt, dy, p->sa, n_out, &err, why, n);
@@ -383,7 +406,7 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
                                      c->opt_steps + 1);
     c->run_scaler_rule = true;
     c->rule = s->rule;
-    const size_t P = p->P, nx = (size_t)B * (size_t)s->in_dim;
+    const size_t P = p->PD, nx = (size_t)B * (size_t)s->in_dim;
     const bool f32 = s->lowp == MXP_DTYPE_F32;
     float *x_dst = f32 ? (float *)p->acts[0] : p->x32;
     if (o->ctl_set(p->dev, c, why, n) || o->upload(p->dev, x_dst, x, nx * 4, why, n))
@@ -397,7 +420,9 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     if (o->zero(p->dev, p->grads, P * 4, why, n)) return 1;
     if (forward(p, why, n) || loss(p, scale, why, n) || backward(p, why, n)) return 1;
     const float near = s->near_overflow_frac * (float)mxp_dtype_info(s->lowp)->max;
-    if (o->grad_pass(p->dev, p->grads, P, near, why, n) || o->decide(p->dev, false, P, why, n) ||
+    /* decide advances the SR counter by the CPU's P (padding excluded) */
+    if (o->grad_pass(p->dev, p->grads, P, near, why, n) ||
+        o->decide(p->dev, false, p->P, why, n) ||
         o->adamw(p->dev, p->master, f32 ? NULL : (uint16_t *)p->work,
                  s->lowp == MXP_DTYPE_BF16, false, p->grads, p->m, p->v, P, why, n))
         return 1;
@@ -420,6 +445,17 @@ int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n) 
                                           : NULL;
     if (!src)
         return mxp_cudab_why(why, n, "device step: slab %d; accepted master, grad, m, v", (int)s);
-    if (p->ops->download(p->dev, host, src, p->P * 4, why, n)) return 1;
-    return p->ops->sync(p->dev, why, n);
+    if (!host) return mxp_cudab_why(why, n, "device step: NULL host buffer");
+    float *tmp = malloc(p->PD * 4 + 4);
+    if (!tmp) return mxp_cudab_why(why, n, "device step: out of host memory (%zu floats)", p->PD);
+    /* one copy of the padded slab, then the tensors gathered in CPU order */
+    int rc = p->ops->download(p->dev, tmp, src, p->PD * 4, why, n) ||
+             p->ops->sync(p->dev, why, n);
+    for (int l = 0; !rc && l < p->L; l++)
+        if (p->cnt_w[l] > 0) {
+            memcpy(host + p->off_w[l], tmp + p->dev_w[l], (size_t)p->cnt_w[l] * 4);
+            memcpy(host + p->off_b[l], tmp + p->dev_b[l], (size_t)p->cnt_b[l] * 4);
+        }
+    free(tmp);
+    return rc;
 }
