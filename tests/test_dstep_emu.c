@@ -12,7 +12,8 @@
  * identical; exactly one device-to-host copy (the report); the loss close
  * (tolerances below, with the reasons); after the last step the master,
  * AdamW m and v close to the CPU trainer's. Also: the parameter layout
- * equals the CPU model's named tensors; a plan refuses what it cannot run
+ * equals the CPU model's named tensors; the order in which emulated blocks
+ * run changes no bit; a plan refuses what it cannot run
  * (names it); an injected device failure is reported, not ignored.
  * Negative controls (the test can fail): a table whose bias grad does
  * nothing, and one whose dX GEMM reads a wrong operand, must be caught by
@@ -324,8 +325,53 @@ static void test_refusals(void) {
     CHECK_MSG(dev.live == 0, "%lld buffers leaked by a failed plan", (long long)dev.live);
 }
 
+/* Block scheduling does not change a bit: the world shape in mixed_fp16, 4
+ * steps, blocks run in order on one emulated device and in a permuted
+ * order (emu_order 2) on another; loss, scale and master identical. */
+static void test_block_order(void) {
+    char why[256];
+    mxp_model_spec ms = mxp_model_spec_mlp(4, 256, 3, 4, MXP_LAYER_GELU, true, MXP_LOSS_MSE, 32);
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    mxp_ds_spec s = ds_spec_of(&ms, &tc, MXP_PRECISION_MIXED_FP16, 32);
+    emu_dev d0, d1;
+    memset(&d0, 0, sizeof d0);
+    memset(&d1, 0, sizeof d1);
+    mxp_ds_plan *p0 = NULL, *p1 = NULL;
+    CHECK_MSG(mxp_ds_plan_create(&s, &emu_ds_ops, &d0, &p0, why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(mxp_ds_plan_create(&s, &emu_ds_ops, &d1, &p1, why, sizeof why) == 0, "%s", why);
+    const size_t P = mxp_ds_num_params(p0);
+    float *w = test_xmalloc(P * 4), *a = test_xmalloc(P * 4), *b = test_xmalloc(P * 4);
+    for (size_t i = 0; i < P; i++) w[i] = 0.1f * frand();
+    CHECK(mxp_ds_set_params(p0, w, why, sizeof why) == 0);
+    CHECK(mxp_ds_set_params(p1, w, why, sizeof why) == 0);
+    float x[32 * 4], y[32 * 4];
+    for (int st = 0; st < 4; st++) {
+        for (int i = 0; i < 32 * 4; i++) {
+            x[i] = frand();
+            y[i] = frand();
+        }
+        mxp_ds_result r0, r1;
+        emu_order = 0;
+        CHECK(mxp_ds_step(p0, x, y, NULL, &r0, why, sizeof why) == 0);
+        emu_order = 2;
+        CHECK(mxp_ds_step(p1, x, y, NULL, &r1, why, sizeof why) == 0);
+        emu_order = 0;
+        CHECK(memcmp(&r0.loss, &r1.loss, sizeof r0.loss) == 0 && r0.scale == r1.scale &&
+              r0.next_scale == r1.next_scale && r0.grad_norm == r1.grad_norm);
+    }
+    CHECK(mxp_ds_get(p0, MXP_DS_MASTER, a, why, sizeof why) == 0);
+    CHECK(mxp_ds_get(p1, MXP_DS_MASTER, b, why, sizeof why) == 0);
+    CHECK_MSG(memcmp(a, b, P * 4) == 0, "the master depends on the order blocks run in");
+    mxp_ds_plan_destroy(p0);
+    mxp_ds_plan_destroy(p1);
+    free(w);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     test_refusals();
+    test_block_order();
     const shape shapes[] = {
         {"world", 4, 256, 4, 32, 3, MXP_LAYER_GELU, true, MXP_LOSS_MSE},
         {"classifier", 12, 64, 10, 32, 2, MXP_LAYER_RELU, false, MXP_LOSS_XENT},
