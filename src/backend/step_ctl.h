@@ -41,6 +41,10 @@ typedef struct mxp_step_ctl {
     mxp_scaler_rule_state scaler;
     mxp_scaler_rule_event event; /* of the last decide when run_scaler_rule */
     mxp_gradpass_acc stats;      /* of the last grad pass */
+    /* Device steps (backend/cuda/dstep.c): the loss kernel's result slot,
+     * so the step's one report carries it; the device decide also skips
+     * when it is non-finite. 0 and unused on the CPU backend. */
+    double loss;
 } mxp_step_ctl;
 
 /* Bytes of the host-written half (begin's upload). */

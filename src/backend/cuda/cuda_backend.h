@@ -18,7 +18,7 @@
  *            mlp_rows.h, host-tested by tests/test_mlp_emu.c):
  *            mxp_cudab_bias_add/_grad, mxp_cudab_act_fwd/_bwd,
  *            mxp_cudab_layernorm_fwd/_bwd, mxp_cudab_mse,
- *            mxp_cudab_softmax_xent, mxp_cudab_store_scan;
+ *            mxp_cudab_softmax_xent, mxp_cudab_store_scan, mxp_cudab_widen;
  *   linear-layer GEMMs (lt_gemm.cu; descriptions from lt_map.h):
  *            mxp_cudab_lt_plan_create/_destroy, mxp_cudab_lt_run,
  *            mxp_cudab_lt_desc_check.
@@ -62,6 +62,16 @@ int mxp_cudab_upload(mxp_cudab_ctx *c, void *dst, const void *src, size_t bytes,
 int mxp_cudab_download(mxp_cudab_ctx *c, void *dst, const void *src, size_t bytes, char *why,
                        size_t n);
 int mxp_cudab_sync(mxp_cudab_ctx *c, char *why, size_t n);
+/* dst[0, bytes) = 0 (async). */
+int mxp_cudab_zero(mxp_cudab_ctx *c, void *dst, size_t bytes, char *why, size_t n);
+/* The device address of the context's control block (for result slots that
+ * kernels write into it, e.g. &ctl->loss; never dereferenced on the host). */
+mxp_step_ctl *mxp_cudab_ctl_dev(mxp_cudab_ctx *c);
+/* Timing for tests and benchmarks: mark records a new CUDA event on the
+ * context's stream into *ev; timer_ms waits for ev1 and gives the
+ * milliseconds from ev0 to ev1, destroying both. */
+int mxp_cudab_timer_mark(mxp_cudab_ctx *c, void **ev, char *why, size_t n);
+int mxp_cudab_timer_ms(void *ev0, void *ev1, float *ms, char *why, size_t n);
 
 /* Replace the device control block with *host (async; host must stay valid
  * until the next sync). */
@@ -73,7 +83,8 @@ int mxp_cudab_grad_pass(mxp_cudab_ctx *c, float *g, size_t count, float near_at,
                         size_t n);
 /* One thread, the contract of mxp_backend_ops.decide (backend/backend.h):
  * skip, clip_coef, opt_steps / sr_counter, the scaler rule when
- * ctl.run_scaler_rule. */
+ * ctl.run_scaler_rule; also skips on a non-finite ctl.loss (the device
+ * step's loss slot; mxp_sb_decide in step_bodies.h). */
 int mxp_cudab_decide(mxp_cudab_ctx *c, bool extra_inf, uint64_t n_params, char *why, size_t n);
 /* The optimizer over `count` elements, reading skip/clip/consts from ctl
  * (no-op when skip). master may be NULL (pure 16-bit path: work_bf16
@@ -136,6 +147,11 @@ int mxp_cudab_softmax_xent(mxp_cudab_ctx *c, float *dlogits, const float *logits
  * slots, either NULL) = the scan of src (largest finite |v|, NaN/Inf count). */
 int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, const float *src,
                          size_t count, float *amax, int64_t *nonfinite, char *why, size_t n);
+
+/* out = src (F32, BF16, F16) widened to FP32, exact (the CPU's
+ * nn_view_f32; body mxp_sb_widen_body in step_bodies.h). */
+int mxp_cudab_widen(mxp_cudab_ctx *c, mxp_dtype t, float *out, const void *src, size_t count,
+                    char *why, size_t n);
 
 /* ---- linear-layer GEMMs on cuBLASLt (lt_gemm.cu) ----
  * A plan: the matmul descriptor and layouts of description d (mxp_lt_linear

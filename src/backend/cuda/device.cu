@@ -165,6 +165,33 @@ extern "C" int mxp_cudab_download(mxp_cudab_ctx *c, void *dst, const void *src, 
     return 0;
 }
 
+extern "C" int mxp_cudab_zero(mxp_cudab_ctx *c, void *dst, size_t bytes, char *why, size_t n) {
+    cudaError_t e = cudaMemsetAsync(dst, 0, bytes, c->stream);
+    return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "cudaMemsetAsync (zero)", why, n);
+}
+
+extern "C" int mxp_cudab_timer_mark(mxp_cudab_ctx *c, void **ev, char *why, size_t n) {
+    cudaEvent_t e0;
+    cudaError_t e = cudaEventCreate(&e0);
+    if (e != cudaSuccess) return mxp_cudab_fail(e, "cudaEventCreate", why, n);
+    if ((e = cudaEventRecord(e0, c->stream)) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return mxp_cudab_fail(e, "cudaEventRecord", why, n);
+    }
+    *ev = (void *)e0;
+    return 0;
+}
+
+extern "C" int mxp_cudab_timer_ms(void *ev0, void *ev1, float *ms, char *why, size_t n) {
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)ev1);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(ms, (cudaEvent_t)ev0, (cudaEvent_t)ev1);
+    cudaEventDestroy((cudaEvent_t)ev0);
+    cudaEventDestroy((cudaEvent_t)ev1);
+    return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "cudaEventElapsedTime", why, n);
+}
+
+extern "C" mxp_step_ctl *mxp_cudab_ctl_dev(mxp_cudab_ctx *c) { return c->ctl; }
+
 extern "C" int mxp_cudab_sync(mxp_cudab_ctx *c, char *why, size_t n) {
     cudaError_t e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "cudaStreamSynchronize", why, n);

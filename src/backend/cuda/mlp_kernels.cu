@@ -7,7 +7,8 @@
  * Entry points (contracts in cuda_backend.h): mxp_cudab_bias_add,
  * mxp_cudab_bias_grad, mxp_cudab_act_fwd, mxp_cudab_act_bwd,
  * mxp_cudab_layernorm_fwd, mxp_cudab_layernorm_bwd, mxp_cudab_mse,
- * mxp_cudab_softmax_xent, mxp_cudab_store_scan.
+ * mxp_cudab_softmax_xent, mxp_cudab_store_scan, mxp_cudab_widen (body in
+ * step_bodies.h).
  * Geometry: MXP_MK_THREADS (256) threads a block; element kernels grid-stride
  * on mxp_mk_grid(n, 256, 65535) blocks; row kernels one block per row on
  * mxp_mk_grid(B, 1, cap) blocks (cap 65535, or 1024 for the loss with block
@@ -22,6 +23,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/lt_map.h"
+#include "backend/cuda/step_bodies.h"
 #include "backend/numerics/mlp_rows.h"
 
 #include <stdarg.h>
@@ -50,6 +52,11 @@ __global__ void k_mk_bias_add(float *y, const float *bias, size_t n, size_t C) {
 __global__ void k_mk_bias_grad(float *dbias, const float *dy, size_t B, size_t C) {
     MK_IX;
     mxp_mk_bias_grad_body(&ix, dbias, dy, B, C);
+}
+
+__global__ void k_mk_widen(int fmt, float *out, const void *src, size_t n) {
+    MK_IX;
+    mxp_sb_widen_body(&ix, fmt, out, src, n);
 }
 
 /* Exact kernels (ReLU) and libdevice ones (GELU, tanh) are separate entries
@@ -328,4 +335,16 @@ extern "C" int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, co
         k_mk_store_scan<<<g, MXP_MK_THREADS, 0, c->stream>>>(fmt, out, src, count, partials);
     k_mk_scan_merge<<<1, 1, 0, c->stream>>>(partials, g, amax, nonfinite);
     return mk_launched("store + scan launch", why, n);
+}
+
+extern "C" int mxp_cudab_widen(mxp_cudab_ctx *c, mxp_dtype t, float *out, const void *src,
+                               size_t count, char *why, size_t n) {
+    int fmt = t == MXP_DTYPE_F32    ? MXP_MK_STORE_F32
+              : t == MXP_DTYPE_BF16 ? MXP_MK_STORE_BF16
+              : t == MXP_DTYPE_F16  ? MXP_MK_STORE_FP16
+                                    : -1;
+    if (fmt < 0) return mxp_cudab_why(why, n, "widen: dtype %d: accepted F32, BF16, F16", (int)t);
+    if (count == 0) return 0;
+    k_mk_widen<<<MK_GRID(count), MXP_MK_THREADS, 0, c->stream>>>(fmt, out, src, count);
+    return mk_launched("widen launch", why, n);
 }

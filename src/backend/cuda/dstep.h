@@ -1,0 +1,176 @@
+/* backend/cuda/dstep.h: the device training step of an MLP, planned once and
+ * run as a fixed sequence of calls through an ops table (internal).
+ *
+ * Plain C, compiled in every build (like lt_map.c): the composition is the
+ * same whichever table runs it, so it is host-tested through an emulated
+ * device (tests/dstep_emu.h: the MXP_HD kernel bodies through the launch
+ * emulator, the cuBLASLt descriptions through a column-major executor)
+ * against the CPU trainer (tests/test_dstep_emu.c), and the CUDA table
+ * (dstep_cuda.c, CUDA builds only, over cuda_backend.h) is compared with the
+ * emulated one on a GPU (tests/test_cuda_dstep.c).
+ *
+ * Entry points: mxp_ds_plan_create/_destroy (every buffer and GEMM plan,
+ * once), mxp_ds_set_params (upload initial FP32 parameters, zero m/v),
+ * mxp_ds_step (one training step), mxp_ds_get (download a slab, outside
+ * steps), mxp_ds_ops_cuda (the CUDA table; NULL without CUDA).
+ *
+ * The model (the CPU's nn model, restricted): layers linear, relu, gelu,
+ * tanh, layernorm; loss MSE or softmax cross-entropy; precision by its
+ * low dtype: F32 (fp32), BF16 (mixed_bf16), F16 (mixed_fp16, with dynamic
+ * loss scaling through the scaler rule on the device); AdamW; one
+ * micro-batch of exactly `batch` rows per step. The parameter layout is the
+ * CPU model's slab order (per layer: linear W [out, in] then b [out];
+ * layernorm gamma then beta). Storage dtypes follow nn/model_plan.c: the
+ * input and every layer output in the low dtype, except a layernorm not
+ * read by a linear layer (F32) and the last layer's output (F32, the
+ * loss's input); activation gradients in the low dtype; FP32 grad slab,
+ * master, m, v; biases and layernorm parameters read as the work copy
+ * widened to FP32 (the CPU's nn_view_f32).
+ *
+ * A step: control block up, batch up, input rounded, work copy widened,
+ * grads zeroed, forward (cuBLASLt GEMM with bias epilogue, element and row
+ * kernels, stored-format rounding), loss into the control block's loss
+ * slot, backward (bias grad, dW and dX GEMMs, activation and layernorm
+ * backward), grad pass, decide (skip on non-finite gradients or loss, clip,
+ * scaler rule on the device), AdamW (master, then the work copy RNE), and
+ * the report: the step's ONE device-to-host copy, then a sync. Nothing else
+ * is read back during a step.
+ */
+#ifndef MIXPREC_BACKEND_CUDA_DSTEP_H
+#define MIXPREC_BACKEND_CUDA_DSTEP_H
+
+#include <mixprec/num.h>
+
+#include "backend/cuda/lt_map.h"
+#include "backend/step_ctl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MXP_DS_MAX_LAYERS 64
+
+typedef enum mxp_ds_kind {
+    MXP_DS_LINEAR,
+    MXP_DS_RELU,
+    MXP_DS_GELU,
+    MXP_DS_TANH,
+    MXP_DS_LAYERNORM,
+    MXP_DS_KIND_COUNT
+} mxp_ds_kind;
+
+typedef enum mxp_ds_loss { MXP_DS_MSE, MXP_DS_XENT } mxp_ds_loss;
+
+typedef struct mxp_ds_spec {
+    int64_t in_dim, batch; /* rows per step: exactly batch */
+    int n_layers;
+    struct {
+        mxp_ds_kind kind;
+        int64_t units; /* linear: outputs */
+    } layers[MXP_DS_MAX_LAYERS];
+    mxp_ds_loss loss;
+    float ln_eps;
+    mxp_dtype lowp; /* F32, BF16 or F16 */
+    /* AdamW and the step's safety settings (mxp_trainer_config's) */
+    float lr, beta1, beta2, eps, weight_decay;
+    float clip_max;           /* 0: off */
+    float near_overflow_frac; /* of the grad dtype's max */
+    uint64_t seed;
+    mxp_scaler_rule rule;            /* enabled: dynamic loss scaling */
+    mxp_scaler_rule_state scaler0;   /* initial state (scale, hysteresis_left, ...) */
+} mxp_ds_spec;
+
+/* What a device must offer (every pointer argument device memory unless
+ * named host; every call may be asynchronous except report, which also
+ * synchronises). `dev` is the table's own context. Each returns 0, or
+ * nonzero with the reason in why[n]. The contracts are those of the same
+ * names in cuda_backend.h. */
+typedef struct mxp_ds_ops {
+    const char *name;
+    int (*alloc)(void *dev, size_t bytes, void **out, char *why, size_t n);
+    void (*free)(void *dev, void *p);
+    int (*upload)(void *dev, void *dst, const void *host, size_t bytes, char *why, size_t n);
+    /* a counted device-to-host copy (asynchronous: valid after report/sync) */
+    int (*download)(void *dev, void *host, const void *src, size_t bytes, char *why, size_t n);
+    int (*sync)(void *dev, char *why, size_t n);
+    int (*zero)(void *dev, void *p, size_t bytes, char *why, size_t n);
+    int (*lt_create)(void *dev, const mxp_lt_desc *d, mxp_dtype ab, void **plan, char *why,
+                     size_t n);
+    void (*lt_destroy)(void *dev, void *plan);
+    int (*lt_run)(void *dev, void *plan, const void *A, const void *B, float *D,
+                  const float *bias, char *why, size_t n);
+    int (*bias_grad)(void *dev, float *dbias, const float *dy, int64_t B, int64_t C, char *why,
+                     size_t n);
+    int (*act_fwd)(void *dev, int act, float *y, const float *x, size_t count, char *why,
+                   size_t n);
+    int (*act_bwd)(void *dev, int act, float *dx, const float *dy, const float *s, size_t count,
+                   char *why, size_t n);
+    int (*ln_fwd)(void *dev, float *y, float *mean, float *rstd, const float *x,
+                  const float *gamma, const float *beta, int64_t B, int64_t C, float eps,
+                  char *why, size_t n);
+    int (*ln_bwd)(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
+                  const float *x, const float *mean, const float *rstd, const float *gamma,
+                  int64_t B, int64_t C, char *why, size_t n);
+    int (*mse)(void *dev, float *dpred, const float *pred, const float *target, int64_t B,
+               int64_t C, float grad_scale, double *loss, char *why, size_t n);
+    int (*xent)(void *dev, float *dlogits, const float *logits, const int32_t *labels,
+                int64_t B, int64_t C, float grad_scale, double *loss, char *why, size_t n);
+    int (*store_scan)(void *dev, mxp_dtype t, void *out, const float *src, size_t count,
+                      float *amax, int64_t *nonfinite, char *why, size_t n);
+    int (*widen)(void *dev, mxp_dtype t, float *out, const void *src, size_t count, char *why,
+                 size_t n);
+    int (*ctl_set)(void *dev, const mxp_step_ctl *host, char *why, size_t n);
+    mxp_step_ctl *(*ctl_dev)(void *dev); /* device address of the control block */
+    int (*grad_pass)(void *dev, float *g, size_t count, float near_at, char *why, size_t n);
+    int (*decide)(void *dev, bool extra_inf, uint64_t n_params, char *why, size_t n);
+    int (*adamw)(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                 const float *g, float *m, float *v, size_t count, char *why, size_t n);
+    /* the control block into *host (one counted copy), then a sync */
+    int (*report)(void *dev, mxp_step_ctl *host, char *why, size_t n);
+    int64_t (*d2h_count)(const void *dev); /* device-to-host copies so far */
+} mxp_ds_ops;
+
+typedef struct mxp_ds_plan mxp_ds_plan;
+
+/* One step's outcome (from the report). */
+typedef struct mxp_ds_result {
+    double loss;      /* the mean loss (unscaled) */
+    bool skipped;     /* no update (non-finite gradients or loss) */
+    float scale;      /* the loss scale this step used */
+    float next_scale; /* after the scaler rule */
+    double grad_norm; /* sqrt of the pass's sumsq */
+    int64_t nonfinite;
+    int64_t d2h; /* device-to-host copies during the step (1) */
+} mxp_ds_result;
+
+/* Plan every buffer and GEMM of spec on (ops, dev). 0, or 1 with what was
+ * wrong in why (a layer kind, a shape, a dtype other than F32/BF16/F16, a
+ * linear layer whose input is not stored in the low dtype, a device error).
+ * The plan borrows dev. */
+int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev,
+                       mxp_ds_plan **out, char *why, size_t n);
+void mxp_ds_plan_destroy(mxp_ds_plan *p); /* NULL: no-op */
+size_t mxp_ds_num_params(const mxp_ds_plan *p);
+/* Element offset of layer l's first (weight / gamma) and second (bias / beta)
+ * tensor in the slabs; -1 for a layer without parameters. */
+int64_t mxp_ds_param_offset(const mxp_ds_plan *p, int l, int which);
+/* Upload the FP32 parameters host[P] as the master (and its RNE work copy);
+ * zero m and v, the optimizer step count and the SR counter. */
+int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n);
+/* One step on x [batch, in_dim] (host FP32) and y [batch, out] (host FP32,
+ * MSE) or labels [batch] (host int32, XENT). */
+int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *labels,
+                mxp_ds_result *res, char *why, size_t n);
+
+typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
+/* Download slab s [P] FP32 into host (counted copies; then a sync). */
+int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n);
+
+/* The CUDA table (dev: an mxp_cudab_ctx *), NULL in a build without CUDA. */
+const mxp_ds_ops *mxp_ds_ops_cuda(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MIXPREC_BACKEND_CUDA_DSTEP_H */

@@ -1,0 +1,283 @@
+/* tests/test_cuda_dstep.c: the device MLP training step (backend/cuda/dstep.h)
+ * on the GPU (the CUDA ops table, dstep_cuda.c) against the same plan on
+ * the emulated device (tests/dstep_emu.h, itself held to the CPU trainer by
+ * tests/test_dstep_emu.c): same spec, initial weights and batches, N steps,
+ * in fp32, mixed_bf16 and mixed_fp16 (dynamic loss scale, growth every 3
+ * clean steps), on the world-model shape 4-256x3-4 (linear, layernorm,
+ * GELU; MSE; B 32), a classifier 12-64x2-10 (ReLU; softmax xent; B 32) and
+ * a tanh regressor 6-48x2-3 (MSE; B 16); step 5 has a NaN in its input.
+ * Checked per step: skip decision and loss-scale sequence identical, ONE
+ * device-to-host copy on the CUDA side (the report), loss close; after the
+ * last step master, m and v close.
+ * Tolerances: those of test_dstep_emu.c (first-step loss 1e-6 relative in
+ * fp32, 1e-4 in the mixed modes; later losses 2e-3; master 4 lr absolute;
+ * m, v 2% of their largest element), for the same reasons: cuBLASLt sums
+ * in FP32 in its own order (the emulator in double, rounded once), and the
+ * device's erff/expf/logf/tanhf are within 2 ulp of glibc's, which can
+ * flip the rounding of a stored BF16/FP16 activation.
+ * Then a timing line (not asserted): the 72-512x3-65 GELU MLP, batch 256,
+ * each mode, the median of CUDA-event step times (the whole step: uploads,
+ * kernels, the report's copy and sync) after warm-up.
+ * Exits 77 (skipped) in a build without CUDA or without a device.
+ * MIXPREC_TEST_QUICK (gpu-check.sh under compute-sanitizer): the world and
+ * classifier shapes only, 6 steps, a short timing run.
+ * NOT YET RUN on a GPU (docs/gpu.md).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mixprec/device.h>
+
+#include "backend/cuda/dstep.h"
+#include "testutil.h"
+
+#ifndef MIXPREC_HAVE_CUDA
+int main(void) {
+    printf("test_cuda_dstep: SKIP (built without CUDA)\n");
+    return 77;
+}
+#else
+
+#include "backend/cuda/cuda_backend.h"
+#include "dstep_emu.h"
+
+static char why[512];
+static mxp_cudab_ctx *ctx;
+/* The side under test: the CUDA table on ctx, or (MIXPREC_DSTEP_SELF=1 on a
+ * machine without a device: a check of this program itself) a second
+ * emulated device, which must agree exactly. */
+static const mxp_ds_ops *dut_ops;
+static void *dut_dev;
+
+#define CU(expr)                                                                         \
+    do {                                                                                 \
+        if ((expr) != 0) {                                                               \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, why); \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+enum { NAN_STEP = 5 };
+
+typedef struct shape {
+    const char *name;
+    int64_t in, hidden, out, batch;
+    int depth;
+    mxp_ds_kind act;
+    bool layernorm;
+    mxp_ds_loss loss;
+} shape;
+
+static uint32_t rs = 99u;
+static float frand(void) { /* [-1, 1) */
+    rs = rs * 1664525u + 1013904223u;
+    return (float)((double)(rs >> 8) / 8388608.0 - 1.0);
+}
+
+/* depth x (linear(hidden) [-> layernorm] -> act), linear(out); the
+ * trainer defaults (AdamW lr 1e-3, clip 1, scaler growth interval 3). */
+static mxp_ds_spec spec_of(const shape *sh, mxp_dtype lowp) {
+    mxp_ds_spec s;
+    memset(&s, 0, sizeof s);
+    s.in_dim = sh->in;
+    s.batch = sh->batch;
+    int l = 0;
+    for (int d = 0; d < sh->depth; d++) {
+        s.layers[l].kind = MXP_DS_LINEAR;
+        s.layers[l++].units = sh->hidden;
+        if (sh->layernorm) s.layers[l++].kind = MXP_DS_LAYERNORM;
+        s.layers[l++].kind = sh->act;
+    }
+    s.layers[l].kind = MXP_DS_LINEAR;
+    s.layers[l++].units = sh->out;
+    s.n_layers = l;
+    s.loss = sh->loss;
+    s.ln_eps = 1e-5f;
+    s.lowp = lowp;
+    s.lr = 1e-3f;
+    s.beta1 = 0.9f;
+    s.beta2 = 0.999f;
+    s.eps = 1e-8f;
+    s.clip_max = 1.0f;
+    s.near_overflow_frac = 0.125f;
+    s.seed = 1234;
+    bool on = lowp == MXP_DTYPE_F16;
+    s.rule = (mxp_scaler_rule){on, 2.0, 0.5, 3, 1, 1.17549435e-38f, INFINITY};
+    s.scaler0.scale = on ? 65536.0f : 1.0f;
+    s.scaler0.hysteresis_left = 1;
+    return s;
+}
+
+/* PyTorch-like initial weights: U(-1/sqrt(in), 1/sqrt(in)); LN 1 and 0. */
+static float *init_params(const mxp_ds_spec *s, const mxp_ds_plan *p) {
+    size_t P = mxp_ds_num_params(p);
+    float *w = test_xmalloc(P * sizeof(float));
+    int64_t width = s->in_dim;
+    for (int l = 0; l < s->n_layers; l++) {
+        int64_t o0 = mxp_ds_param_offset(p, l, 0), o1 = mxp_ds_param_offset(p, l, 1);
+        if (s->layers[l].kind == MXP_DS_LINEAR) {
+            float k = 1.0f / sqrtf((float)width);
+            for (int64_t i = o0; i < o1 + s->layers[l].units; i++) w[i] = k * frand();
+            width = s->layers[l].units;
+        } else if (s->layers[l].kind == MXP_DS_LAYERNORM) {
+            for (int64_t i = 0; i < width; i++) {
+                w[o0 + i] = 1.0f;
+                w[o1 + i] = 0.0f;
+            }
+        }
+    }
+    return w;
+}
+
+static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
+
+static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
+    const char *mode = lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16"
+                                                                               : "mixed_fp16";
+    mxp_ds_spec s = spec_of(sh, lowp);
+    emu_dev edev;
+    memset(&edev, 0, sizeof edev);
+    mxp_ds_plan *pe = NULL, *pc = NULL;
+    CU(mxp_ds_plan_create(&s, &emu_ds_ops, &edev, &pe, why, sizeof why));
+    CU(mxp_ds_plan_create(&s, dut_ops, dut_dev, &pc, why, sizeof why));
+    const size_t P = mxp_ds_num_params(pe);
+    float *w0 = init_params(&s, pe);
+    CU(mxp_ds_set_params(pe, w0, why, sizeof why));
+    CU(mxp_ds_set_params(pc, w0, why, sizeof why));
+    const int64_t B = sh->batch, ydim = sh->loss == MXP_DS_XENT ? 1 : sh->out;
+    float *x = test_xmalloc((size_t)(B * sh->in) * 4), *y = test_xmalloc((size_t)(B * ydim) * 4);
+    int32_t *lab = test_xmalloc((size_t)B * 4);
+    const double tol1 = lowp == MXP_DTYPE_F32 ? 1e-6 : 1e-4;
+    for (int st = 1; st <= nsteps; st++) {
+        for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
+        for (int64_t i = 0; i < B * ydim; i++) y[i] = 0.5f * frand();
+        for (int64_t i = 0; i < B; i++)
+            lab[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) % (int32_t)sh->out;
+        if (st == NAN_STEP) x[3] = NAN;
+        mxp_ds_result re, rc;
+        CU(mxp_ds_step(pe, x, y, lab, &re, why, sizeof why));
+        CU(mxp_ds_step(pc, x, y, lab, &rc, why, sizeof why));
+        double r = rel(rc.loss, re.loss);
+        printf("  %-10s %-10s step %d: loss emu %.9g cuda %.9g (rel %.2e) skip %d/%d scale "
+               "%g->%g / %g->%g d2h %lld\n",
+               sh->name, mode, st, re.loss, rc.loss, r, re.skipped, rc.skipped, re.scale,
+               re.next_scale, rc.scale, rc.next_scale, (long long)rc.d2h);
+        CHECK_MSG(rc.d2h == 1, "%s %s step %d: %lld device-to-host copies", sh->name, mode, st,
+                  (long long)rc.d2h);
+        CHECK_MSG(rc.skipped == re.skipped && rc.scale == re.scale &&
+                      rc.next_scale == re.next_scale,
+                  "%s %s step %d: skip or scale differs", sh->name, mode, st);
+        if (re.skipped)
+            CHECK(!isfinite(rc.loss) && st == NAN_STEP);
+        else
+            CHECK_MSG(r <= (st == 1 ? tol1 : 2e-3), "%s %s step %d: loss", sh->name, mode, st);
+    }
+    float *a = test_xmalloc(P * 4), *c = test_xmalloc(P * 4);
+    const mxp_ds_slab slabs[3] = {MXP_DS_MASTER, MXP_DS_M, MXP_DS_V};
+    const char *names[3] = {"master", "m", "v"};
+    for (int k = 0; k < 3; k++) {
+        CU(mxp_ds_get(pc, slabs[k], a, why, sizeof why));
+        CU(mxp_ds_get(pe, slabs[k], c, why, sizeof why));
+        double d = 0, cmax = 0;
+        for (size_t i = 0; i < P; i++) {
+            double e = fabs((double)a[i] - (double)c[i]);
+            if (!(e <= d)) d = e;
+            if (fabs((double)c[i]) > cmax) cmax = fabs((double)c[i]);
+        }
+        double tol = k == 0 ? 4.0 * s.lr : 0.02 * cmax;
+        printf("  %-10s %-10s %-6s max |cuda - emu| %.3e (largest %.3e, tolerance %.3e)\n",
+               sh->name, mode, names[k], d, cmax, tol);
+        CHECK_MSG(d <= tol, "%s %s: %s differs", sh->name, mode, names[k]);
+    }
+    mxp_ds_plan_destroy(pc);
+    mxp_ds_plan_destroy(pe);
+    free(a);
+    free(c);
+    free(x);
+    free(y);
+    free(lab);
+    free(w0);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The 72-512x3-65 GELU MLP, batch 256: median CUDA-event time of a whole
+ * step (printed, not asserted). */
+static void timing(mxp_dtype lowp, int warm, int steps) {
+    const shape sh = {"mlp512", 72, 512, 65, 256, 3, MXP_DS_GELU, false, MXP_DS_MSE};
+    mxp_ds_spec s = spec_of(&sh, lowp);
+    mxp_ds_plan *p = NULL;
+    CU(mxp_ds_plan_create(&s, mxp_ds_ops_cuda(), ctx, &p, why, sizeof why));
+    float *w0 = init_params(&s, p);
+    CU(mxp_ds_set_params(p, w0, why, sizeof why));
+    float *x = test_xmalloc(256 * 72 * 4), *y = test_xmalloc(256 * 65 * 4);
+    for (int i = 0; i < 256 * 72; i++) x[i] = frand();
+    for (int i = 0; i < 256 * 65; i++) y[i] = 0.5f * frand();
+    float *ms = test_xmalloc((size_t)steps * sizeof(float));
+    mxp_ds_result r;
+    int64_t d2h = 0;
+    for (int i = 0; i < warm + steps; i++) {
+        void *e0 = NULL, *e1 = NULL;
+        CU(mxp_cudab_timer_mark(ctx, &e0, why, sizeof why));
+        CU(mxp_ds_step(p, x, y, NULL, &r, why, sizeof why));
+        CU(mxp_cudab_timer_mark(ctx, &e1, why, sizeof why));
+        float t = 0;
+        CU(mxp_cudab_timer_ms(e0, e1, &t, why, sizeof why));
+        if (i >= warm) ms[i - warm] = t;
+        d2h += r.d2h;
+    }
+    qsort(ms, (size_t)steps, sizeof *ms, cmp_float);
+    printf("timing: mlp 72-512x3-65 GELU batch 256 %-10s %8.1f us/step (median of %d, CUDA "
+           "events, after %d warm-up; %lld d2h copies in %d steps; last loss %.6g)\n",
+           lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16" : "mixed_fp16",
+           1000.0 * ms[steps / 2], steps, warm, (long long)d2h, warm + steps, r.loss);
+    CHECK(d2h == warm + steps);
+    mxp_ds_plan_destroy(p);
+    free(ms);
+    free(x);
+    free(y);
+    free(w0);
+}
+
+int main(void) {
+    mxp_error err = {0};
+    int nd = 0;
+    const char *self = getenv("MIXPREC_DSTEP_SELF");
+    const bool self_check = self && strcmp(self, "1") == 0;
+    emu_dev self_dev;
+    memset(&self_dev, 0, sizeof self_dev);
+    if (mxp_cuda_device_count(&nd, &err) != MXP_OK) {
+        if (!self_check) {
+            printf("test_cuda_dstep: SKIP (%s)\n", err.msg);
+            return 77;
+        }
+        printf("test_cuda_dstep: no device; MIXPREC_DSTEP_SELF=1: emulated vs emulated\n");
+        dut_ops = &emu_ds_ops;
+        dut_dev = &self_dev;
+    } else {
+        CU(mxp_cudab_ctx_create(0, &ctx, why, sizeof why));
+        dut_ops = mxp_ds_ops_cuda();
+        dut_dev = ctx;
+    }
+    const bool quick = test_quick();
+    const shape shapes[] = {
+        {"world", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE},
+        {"classifier", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT},
+        {"tanh", 6, 48, 3, 16, 2, MXP_DS_TANH, false, MXP_DS_MSE},
+    };
+    const mxp_dtype modes[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16};
+    const size_t nshapes = quick ? 2 : 3;
+    for (size_t i = 0; i < nshapes; i++)
+        for (size_t j = 0; j < 3; j++) compare(&shapes[i], modes[j], quick ? 6 : 8);
+    if (ctx) {
+        for (size_t j = 0; j < 3; j++) timing(modes[j], quick ? 1 : 5, quick ? 3 : 50);
+        mxp_cudab_ctx_destroy(ctx);
+    }
+    return test_finish("test_cuda_dstep");
+}
+#endif
