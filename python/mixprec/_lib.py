@@ -35,7 +35,7 @@ from .errors import Error, LibraryNotFound, LibraryVersionError, error_from
 # ABI_VERSION must equal the loaded library's mxp_abi_version(), else the
 # struct mirrors of _capi.py and the declarations here do not fit it.
 VERSION = "0.1.0"
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIB_NAMES = ("libmixprec.so", "libmixprec.so.%d" % ABI_VERSION)
 ERROR_MSG_MAX = 512
 

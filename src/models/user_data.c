@@ -480,8 +480,7 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     out->loss = d->n_val ? total / (double)d->n_val : NAN;
     out->mse = NAN;
     if (!d->lva) {
-        mxp_status s = ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, &out->loss,
-                                          &out->mse, err);
+        mxp_status s = ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, out, err);
         if (s != MXP_OK) return s;
     }
     out->accuracy = d->lva && d->n_val ? (double)correct / (double)d->n_val : NAN;

@@ -39,11 +39,12 @@ mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
  * [n, in_dim], y [n, target_dim], in chunks of at most mb rows (head_eval.c):
  * deterministic head: *loss = *mse = the model's MSE; Gaussian head: *loss
  * = the NLL without the bound penalty, *mse of the mean; an ensemble: the
- * mean member loss and the MSE of the ensemble mean; pred: FP32 scratch
- * [E mb, out_dim] (Gaussian head, ensembles). NaN when n is 0. */
+ * mean loss of its elite members (mxp_model_elites), the MSE of their mean
+ * and members, elites, member_loss (every member); pred: FP32 scratch
+ * [E mb, out_dim] (Gaussian head, ensembles). Into out->loss, out->mse
+ * (NaN when n is 0) and the member fields. */
 mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
-                              int64_t mb, float *pred, double *loss, double *mse,
-                              mxp_error *err);
+                              int64_t mb, float *pred, mxp_run_eval *out, mxp_error *err);
 
 /* Ensembles (ensemble_data.c): E bootstrap samples of n rows, member e's
  * n indices at [e n, (e+1) n), drawn with replacement from a stream of

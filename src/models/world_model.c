@@ -104,8 +104,7 @@ static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     wm_data *d = self;
     mxp_replay_split v = mxp_replay_val(d->replay);
     snprintf(out->name, sizeof out->name, "val");
-    mxp_status s = ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss,
-                                      &out->mse, err);
+    mxp_status s = ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, out, err);
     if (s != MXP_OK) return s;
     const mxp_replay_stats st = mxp_replay_stats_get(d->replay);
     const mxp_replay_config *rc = mxp_replay_config_get(d->replay);
