@@ -144,6 +144,8 @@ mxp_status run_eval_restore(mxp_run *r, const char *text, const char *file, mxp_
     if (f) {
         fclose(f);
         snprintf(r->best_path, sizeof r->best_path, "%s", path);
+        mxp_status ls = run_members_load_best(r, path, err); /* an ensemble's kept members */
+        if (ls != MXP_OK) return ls;
     }
     return publish_state(r, err);
 }

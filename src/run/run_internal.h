@@ -126,5 +126,8 @@ mxp_status run_members_save_best(mxp_run *r, const char *path, mxp_error *err);
 double run_members_best_loss(const mxp_run *r);
 size_t run_members_json(const mxp_run *r, bool state, char *b, size_t n);
 mxp_status run_members_restore(mxp_run *r, json_t *o, const char *file, mxp_error *err);
+/* After a resume: the members' kept weights read back from the run's
+ * best.safetensors (a warning and a fresh start when it does not fit). */
+mxp_status run_members_load_best(mxp_run *r, const char *path, mxp_error *err);
 
 #endif

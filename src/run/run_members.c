@@ -26,7 +26,9 @@
  * the state at this validation; its run_state names as elites the K
  * members with the lowest best losses. The live weights go into the
  * trainer again after the write (tensor sets of the same bytes: the
- * training continues bit for bit as without keep-best).
+ * training continues bit for bit as without keep-best). A resumed run
+ * reads its copies back from OUTPUT_DIR/best.safetensors, so a run stopped
+ * and resumed writes the best file the uninterrupted one does.
  */
 #include "run/run_internal.h"
 
@@ -82,31 +84,21 @@ static uint64_t lowest(const double *v, int E, int K) {
     return pick;
 }
 
-/* Role i's whole slab into buf (allocated on first use; *valid false when
- * the role is absent). */
-static mxp_status get_slab(mxp_run *r, int i, void **buf, bool *present, mxp_error *err) {
+static bool alloc_role(mxp_run *r, int i, mxp_status *s, mxp_error *err);
+
+/* Role i's whole slab into the live buffer (allocated on first use, and
+ * again after a precision switch changed its storage: then the snapshot
+ * restarts); *present false when the role is absent. */
+static mxp_status get_slab(mxp_run *r, int i, bool *present, mxp_error *err) {
     run_members *m = &r->mem;
-    mxp_dtype dt;
-    mxp_error ignore;
-    *present = mxp_trainer_tensor_dtype(r->trainer, kRoles[i], &dt, &ignore) == MXP_OK &&
-               mxp_trainer_tensor_bytes(r->trainer, kRoles[i]) > 0;
-    if (!*present) return MXP_OK;
-    const size_t bytes = mxp_trainer_tensor_bytes(r->trainer, kRoles[i]);
-    if (m->bytes[i] != bytes || m->dtype[i] != dt) { /* first use, or a precision switch */
-        mxp_free(m->snap[i]);
-        mxp_free(m->live[i]);
-        m->snap[i] = mxp_calloc(bytes, 1);
-        m->live[i] = mxp_calloc(bytes, 1);
-        m->bytes[i] = bytes;
-        m->dtype[i] = dt;
-        m->snap_valid = false; /* snapshots of another layout: start over */
-        if (!m->snap[i] || !m->live[i]) {
-            m->bytes[i] = 0;
-            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "keep-best: %zu bytes", bytes);
-        }
-    }
-    *buf = m->live[i];
-    return mxp_trainer_tensor_get(r->trainer, kRoles[i], NULL, dt, *buf, bytes, err);
+    const size_t before = m->bytes[i];
+    const mxp_dtype dt_before = m->dtype[i];
+    mxp_status s;
+    *present = alloc_role(r, i, &s, err);
+    if (!*present) return s;
+    if (before != m->bytes[i] || dt_before != m->dtype[i]) m->snap_valid = false;
+    return mxp_trainer_tensor_get(r->trainer, kRoles[i], NULL, m->dtype[i], m->live[i],
+                                  m->bytes[i], err);
 }
 
 /* Copy the improved members' blocks of the live slabs into the snapshot
@@ -116,8 +108,7 @@ static mxp_status snapshot(mxp_run *r, uint64_t improved, mxp_error *err) {
     bool was_valid = m->snap_valid;
     bool present[RUN_MEM_ROLES];
     for (int i = 0; i < RUN_MEM_ROLES; i++) {
-        void *buf = NULL;
-        mxp_status s = get_slab(r, i, &buf, &present[i], err);
+        mxp_status s = get_slab(r, i, &present[i], err);
         if (s != MXP_OK) return s;
     }
     if (m->snap_valid != was_valid && was_valid)
@@ -304,4 +295,71 @@ mxp_status run_members_restore(mxp_run *r, json_t *o, const char *file, mxp_erro
     m->elites = el;
     m->best_elites = lowest(m->best, m->E, m->K);
     return mxp_model_set_elites(r->model, el, err);
+}
+
+/* Allocate role i's buffers for the trainer's current layout (no
+ * transfer); false when the role is absent. */
+static bool alloc_role(mxp_run *r, int i, mxp_status *s, mxp_error *err) {
+    run_members *m = &r->mem;
+    mxp_dtype dt;
+    mxp_error ignore;
+    const size_t bytes = mxp_trainer_tensor_bytes(r->trainer, kRoles[i]);
+    *s = MXP_OK;
+    if (mxp_trainer_tensor_dtype(r->trainer, kRoles[i], &dt, &ignore) != MXP_OK || !bytes)
+        return false;
+    if (m->bytes[i] == bytes && m->dtype[i] == dt) return true;
+    mxp_free(m->snap[i]);
+    mxp_free(m->live[i]);
+    m->snap[i] = mxp_calloc(bytes, 1);
+    m->live[i] = mxp_calloc(bytes, 1);
+    m->bytes[i] = bytes;
+    m->dtype[i] = dt;
+    if (!m->snap[i] || !m->live[i]) {
+        m->bytes[i] = 0;
+        *s = mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "keep-best: %zu bytes", bytes);
+        return false;
+    }
+    return true;
+}
+
+mxp_status run_members_load_best(mxp_run *r, const char *path, mxp_error *err) {
+    run_members *m = &r->mem;
+    m->snap_valid = false;
+    if (m->E < 2 || !r->cfg.keep_best) return MXP_OK;
+    mxp_st_file *f = NULL;
+    mxp_error e2;
+    if (mxp_st_file_read(path, &f, &e2) != MXP_OK) {
+        mxp_log(MXP_LOG_WARN, "keep-best: cannot read %s (%s); the members' kept weights "
+                              "restart from the next validation", path, e2.msg);
+        return MXP_OK;
+    }
+    mxp_status s = MXP_OK;
+    bool ok = true;
+    bool present[RUN_MEM_ROLES];
+    for (int i = 0; i < RUN_MEM_ROLES && s == MXP_OK; i++) present[i] = alloc_role(r, i, &s, err);
+    const int n = mxp_trainer_num_tensors(r->trainer);
+    for (int t = 0; s == MXP_OK && ok && t < n; t++) {
+        mxp_tensor_desc d;
+        if ((s = mxp_trainer_tensor_desc(r->trainer, t, &d, err)) != MXP_OK) break;
+        int i = 0;
+        while (i < RUN_MEM_ROLES && kRoles[i] != d.role) i++;
+        if (i == RUN_MEM_ROLES || !present[i]) continue;
+        const size_t es = mxp_dtype_info(m->dtype[i])->size;
+        const mxp_st_tensor *st = mxp_st_file_find(f, d.name);
+        ok = st && st->dtype == m->dtype[i] && st->nbytes == d.count * es &&
+             (d.offset + d.count) * es <= m->bytes[i];
+        if (ok) memcpy((char *)m->snap[i] + d.offset * es, st->data, st->nbytes);
+    }
+    mxp_st_file_destroy(f);
+    if (s != MXP_OK) return s;
+    if (!ok) {
+        mxp_log(MXP_LOG_WARN, "keep-best: %s does not hold this model's tensors in its current "
+                              "storage; the members' kept weights restart from the next "
+                              "validation", path);
+        return MXP_OK;
+    }
+    for (int e = 0; e < m->E; e++) m->snap_step[e] = m->best_step[e];
+    m->now_step = -1;
+    m->snap_valid = true;
+    return MXP_OK;
 }
