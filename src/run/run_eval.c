@@ -217,7 +217,9 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     const bool first = !isfinite(r->best_val);
     bool improved = isfinite(L) && (first || L < r->best_val - c->early_stop_min_delta);
     uint64_t imp = 0; /* an ensemble: the members that improved on their own best */
-    if (r->mem.E > 1) {
+    const bool members = r->mem.E > 1 && ev.members == r->mem.E; /* else: as one model (a
+                                                 custom provider reporting no member losses) */
+    if (members) {
         if ((s = run_members_after_eval(r, &ev, ts.training_steps, &imp, err)) != MXP_OK)
             return s;
         improved = imp != 0; /* any member improved (mbrl-lib's ModelTrainer) */
@@ -225,7 +227,7 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     r->evals++;
     r->last_val = L;
     if (improved) {
-        r->best_val = r->mem.E > 1 ? run_members_best_loss(r) : L;
+        r->best_val = members ? run_members_best_loss(r) : L;
         r->best_epoch = done;
         r->best_step = ts.training_steps;
         r->evals_since_best = 0;
@@ -234,7 +236,7 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     }
     mxp_run_val_row row = {ts.training_steps, done, L, improved, {0}, 0, 0, 0, {0}};
     memcpy(row.open_loop, ev.open_loop, sizeof row.open_loop);
-    if (r->mem.E > 1) {
+    if (members) {
         row.members = r->mem.E;
         row.improved = imp;
         row.elites = r->mem.elites;
@@ -248,7 +250,7 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
                  ev.open_loop[0], ev.open_loop[1], ev.open_loop[2], mxp_open_loop_horizon(0),
                  mxp_open_loop_horizon(1), mxp_open_loop_horizon(2));
     char mem[1600] = "";
-    if (r->mem.E > 1) member_text(r, imp, mem, sizeof mem);
+    if (members) member_text(r, imp, mem, sizeof mem);
     mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)%s%s",
             (long long)done, (long long)ts.training_steps, ev.name[0] ? ev.name : "val", L,
             r->best_val, (long long)r->best_step, improved ? ", new best" : "", ol, mem);
