@@ -23,7 +23,8 @@
  * 1 2 (the two lowest best losses 1.0, 1.0) and best_val_loss 1.0; the
  * live training unchanged by the best file's swap (final weights equal
  * to a run without checkpoints); a stop after epoch 3 and a resume end
- * with the same elites, stop and best file as the uninterrupted run.
+ * with the same elites, stop and best file as the uninterrupted run; the
+ * same in mixed_bf16 and bf16 (and mixed_fp16, fp16 outside the quick run).
  * Real evaluation: the member losses of an ensemble average to its
  * val_loss with all members elite; model.elites=3 (= E) trains, validates
  * and predicts bit for bit as the default; config errors name the key.
@@ -206,9 +207,9 @@ static bool same_block(const float *got, const float *want, size_t P, int e) {
 
 /* best.safetensors (through a run resumed from it) holds member 0 of
  * epoch 2, member 1 of epoch 4, member 2 of epoch 1, and elites 1 2. */
-static void check_best_file(const snaps *s, const char *best, const char *out) {
+static void check_best_file(const snaps *s, const char *best, const char *out, const char *prec) {
     mxp_config cr;
-    CFG(out, &cr, "training.epochs=20", "training.eval_every=1");
+    CFG(out, &cr, "training.epochs=20", "training.eval_every=1", prec);
     snaps none = {0};
     mxp_run_observer obs;
     mxp_run *r = open_run(&cr, NULL, &none, &obs, best, true);
@@ -294,7 +295,7 @@ static void test_injected(void) {
         CHECK(!same_block(s.w[1], s.w[3], s.P, e) && !same_block(s.w[0], s.w[1], s.P, e));
     char best[700];
     snprintf(best, sizeof best, "%s/inj/best.safetensors", g_dir);
-    if (s.n == NEVAL) check_best_file(&s, best, "from_best");
+    if (s.n == NEVAL) check_best_file(&s, best, "from_best", "training.precision=fp32");
 
     /* the swap for the best file leaves the training as it was: the final
      * weights equal those of a run without checkpoints (no best file) */
@@ -354,8 +355,44 @@ static void test_injected(void) {
     }
     mxp_run_destroy(r5);
     snprintf(best, sizeof best, "%s/stop/best.safetensors", g_dir);
-    if (s.n == NEVAL) check_best_file(&s, best, "from_best2");
+    if (s.n == NEVAL) check_best_file(&s, best, "from_best2", "training.precision=fp32");
     snaps_free(&s);
+}
+
+/* The same sequence in another precision mode (mixed: FP32 master; pure:
+ * the BF16/FP16 working weights are the parameters of record, with
+ * stochastic rounding): best.safetensors holds each member's own best
+ * weights and moments, and writing it leaves the training bit for bit as a
+ * run without checkpoints. */
+static void test_mode(const char *mode) {
+    mxp_error err = {0};
+    char prec[64], on[64], off[64], from[64];
+    snprintf(prec, sizeof prec, "training.precision=%s", mode);
+    snprintf(on, sizeof on, "mode_%s", mode);
+    snprintf(off, sizeof off, "mode_%s_nockpt", mode);
+    snprintf(from, sizeof from, "mode_%s_best", mode);
+    snaps s[2] = {{0}, {0}};
+    for (int k = 0; k < 2; k++) {
+        mxp_config cfg;
+        CFG(k ? off : on, &cfg, "model.elites=2", "training.epochs=20", "training.eval_every=1",
+            "training.early_stop.patience=2", "training.early_stop.min_delta=0.1", prec);
+        inj g;
+        inj_init(&g, &cfg, 0);
+        mxp_workload_provider p = inj_provider(&g);
+        mxp_run_observer obs;
+        mxp_run *run = open_run(&cfg, &p, &s[k], &obs, NULL, k == 0);
+        if (run) CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+        mxp_run_destroy(run);
+    }
+    CHECK_MSG(s[0].n == NEVAL && s[1].n == NEVAL &&
+                  memcmp(s[0].w[NEVAL - 1], s[1].w[NEVAL - 1], s[0].P * sizeof(float)) == 0 &&
+                  memcmp(s[0].m[NEVAL - 1], s[1].m[NEVAL - 1], s[0].P * sizeof(float)) == 0,
+              "%s: keep-best changed the training", mode);
+    char best[700];
+    snprintf(best, sizeof best, "%s/%s/best.safetensors", g_dir, on);
+    if (s[0].n == NEVAL) check_best_file(&s[0], best, from, prec);
+    snaps_free(&s[0]);
+    snaps_free(&s[1]);
 }
 
 /* ---- real evaluation --------------------------------------------------------- */
@@ -453,6 +490,12 @@ int main(void) {
     if (!mkdtemp(g_dir)) return 2;
     test_config_errors();
     test_injected();
+    test_mode("mixed_bf16");
+    test_mode("bf16");
+    if (!test_quick()) {
+        test_mode("mixed_fp16");
+        test_mode("fp16");
+    }
     test_real();
     test_rm_rf(g_dir);
     return test_finish("test_elites");
