@@ -236,6 +236,7 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     }
     mxp_run_val_row row = {ts.training_steps, done, L, improved, {0}, 0, 0, 0, {0}};
     memcpy(row.open_loop, ev.open_loop, sizeof row.open_loop);
+    for (int e = 0; e < MXP_MODEL_MAX_ENSEMBLE; e++) row.member_loss[e] = NAN;
     if (members) {
         row.members = r->mem.E;
         row.improved = imp;
