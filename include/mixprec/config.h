@@ -131,6 +131,8 @@ typedef struct mxp_config {
     int64_t ensemble;               /* model.ensemble: members 1..64 of a world_model or
                                        regressor ensemble, each on its own bootstrap
                                        (docs/world_models.md) (1) */
+    int64_t elites;                 /* model.elites: the K elite members of an ensemble,
+                                       1..ensemble; 0 = all members (0) */
     /* data.* */
     mxp_replay_config data;         /* data.env, data.trajectories, data.episode_length,
                                        data.val_fraction; seed = training.seed */

@@ -191,6 +191,15 @@ MXP_API size_t mxp_model_num_params(const mxp_model *m);
 MXP_API int64_t mxp_model_out_dim(const mxp_model *m);
 /* Members of an ensemble (spec.ensemble), 1 for one model. */
 MXP_API int mxp_model_ensemble(const mxp_model *m);
+/* An ensemble's elites (model.elites, docs/world_models.md "Elites"): the
+ * members whose predictions the evaluation, the open-loop error and
+ * predict combine (bit e set: member e), all E members at create. Every
+ * member still trains, and mxp_model_predict still writes all E members'
+ * outputs; the consumers average over the elites. set: a non-empty subset
+ * of the E members (MXP_ERR_INVALID_ARG naming the bits otherwise); host
+ * state only, no transfer. One model: the mask is 1. */
+MXP_API uint64_t mxp_model_elites(const mxp_model *m);
+MXP_API mxp_status mxp_model_set_elites(mxp_model *m, uint64_t mask, mxp_error *err);
 /* Columns of the targets y: out_dim, or out_dim / 2 for a Gaussian head
  * (MXP_LOSS_GAUSSIAN: mean and log-variance per target); with
  * spec.termination the flag column counts too (K + 1). */

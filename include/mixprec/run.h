@@ -90,6 +90,14 @@ typedef struct mxp_run_eval {
      * `accuracy` is then the termination accuracy (the mean predicted
      * probability > 0.5 against the flag; docs/world_models.md) */
     double bce;
+    /* ensembles (model.ensemble=E > 1; docs/world_models.md "Elites"):
+     * members = E (0: not an ensemble), member_loss[e] member e's loss
+     * (NLL without the penalty, or MSE; every member, elite or not; NaN
+     * for e >= E), elites the members the figures above average (bit e:
+     * member e; the model's mxp_model_elites when evaluated) */
+    int members;
+    uint64_t elites;
+    double member_loss[MXP_MODEL_MAX_ENSEMBLE];
 } mxp_run_eval;
 
 typedef struct mxp_workload_provider {
@@ -320,10 +328,21 @@ typedef struct mxp_run_val_row {
     double loss;   /* mean held-out loss (the provider's evaluate) */
     bool best;     /* a new best (the first, or better by > min_delta) */
     double open_loop[MXP_OPEN_LOOP_N]; /* mxp_run_eval's, NaN when not measured */
+    /* ensembles (docs/world_models.md "Elites"): members E (0: one model),
+     * each member's loss, the members that improved on their own best (by
+     * > min_delta; their weights went into best.safetensors) and the elites
+     * named after this validation (bit e: member e) */
+    int members;
+    uint64_t improved, elites;
+    double member_loss[MXP_MODEL_MAX_ENSEMBLE];
 } mxp_run_val_row;
 /* The validations of this process, oldest first (*n rows; NULL when none).
  * Valid until the next mxp_run_train or mxp_run_destroy. */
 MXP_API const mxp_run_val_row *mxp_run_val_history(const mxp_run *run, size_t *n);
+/* An ensemble's elites (model.elites; docs/world_models.md "Elites"): the
+ * members named by the last validation (bit e: member e), all members
+ * before the first; 1 for one model. */
+MXP_API uint64_t mxp_run_elites(const mxp_run *run);
 /* Write a checkpoint of the current state to path (atomically). */
 MXP_API mxp_status mxp_run_save(mxp_run *run, const char *path, mxp_error *err);
 

@@ -10,11 +10,12 @@ mxp_run_progress, mxp_run_observer), train.h (mxp_step_result), model.h
 """
 import ctypes
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_float, c_int,
-                    c_int64, c_size_t, c_uint, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint64, c_void_p)
 
 from . import _lib
 
 MODEL_MAX_LAYERS = 64
+MODEL_MAX_ENSEMBLE = 64  # MXP_MODEL_MAX_ENSEMBLE (model.h)
 CKPT_PATH_MAX = 1024
 PRECISIONS = ("fp32", "mixed_bf16", "mixed_fp16", "bf16", "fp16", "fp8")
 DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
@@ -75,7 +76,18 @@ OPEN_LOOP_HORIZONS = (1, 5, 10)  # mxp_open_loop_horizon(i), MXP_OPEN_LOOP_N
 class RunEval(Structure):
     _fields_ = [("name", c_char * 16), ("loss", c_double), ("accuracy", c_double),
                 ("bits_per_char", c_double), ("mse", c_double),
-                ("open_loop", c_double * len(OPEN_LOOP_HORIZONS)), ("bce", c_double)]
+                ("open_loop", c_double * len(OPEN_LOOP_HORIZONS)), ("bce", c_double),
+                ("members", c_int), ("elites", c_uint64),
+                ("member_loss", c_double * MODEL_MAX_ENSEMBLE)]
+
+    def member_fields(self):
+        """An ensemble's {"member_loss": [E losses], "elites": [indices]}
+        (docs/world_models.md "Elites"); {} for one model."""
+        if self.members < 2:
+            return {}
+        return {"member_loss": [None if x != x else float(x)
+                                for x in self.member_loss[:self.members]],
+                "elites": [e for e in range(self.members) if self.elites >> e & 1]}
 
     def open_loop_dict(self):
         """{k: error after k steps} for world models, else None."""
@@ -149,6 +161,7 @@ def declare():
     f(L, "mxp_run_stats_json", c_int, P, c_char_p, c_size_t)
     f(L, "mxp_run_summary_json", c_int, P, POINTER(RunEval), c_double, c_char_p, c_size_t)
     f(L, "mxp_run_model", P, P)
+    f(L, "mxp_run_elites", c_uint64, P)
     f(L, "mxp_run_config", P, P)
     f(L, "mxp_model_get_spec", POINTER(ModelSpec), P)
     f(L, "mxp_model_out_dim", c_int64, P)

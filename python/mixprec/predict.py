@@ -113,7 +113,8 @@ class Predictor(_lib.Handle):
         return res["y"] if set(arrays) == {"x"} and set(res) == {"y"} else res
 
     def evaluate(self, data=None):
-        """Loss (and accuracy; world models: "open_loop", as Run.evaluate)
+        """Loss (and accuracy; world models: "open_loop"; ensembles:
+        "member_loss", "elites", as Run.evaluate)
         as training reports it, on `data` (a dict of
         arrays as for training, or the path of a safetensors/.npz file, as
         `mixprec eval --data`), or on the run's held-out split when None
@@ -130,7 +131,7 @@ class Predictor(_lib.Handle):
         from .run import _nan_to_none
         return {"split": _capi.cstr(ev.name), "loss": _nan_to_none(ev.loss),
                 "accuracy": _nan_to_none(ev.accuracy), "bce": _nan_to_none(ev.bce),
-                "open_loop": ev.open_loop_dict()}
+                "open_loop": ev.open_loop_dict(), **ev.member_fields()}
 
     def export_torch(self, path):
         """A safetensors file for PyTorch (layers.<i>.weight/.bias, and the

@@ -435,7 +435,9 @@ class Run(_lib.Handle):
         NLL "loss"; "open_loop", world models: {1: e1, 5: e5, 10: e10}, the
         open-loop state error after k steps, docs/run.md "Open-loop error";
         "bce", a world model with model.termination: the flag's BCE, and
-        "accuracy" then its termination accuracy)."""
+        "accuracy" then its termination accuracy). An ensemble adds
+        "member_loss" (each member's loss) and "elites" (the members whose
+        mean the figures use; docs/world_models.md "Elites")."""
         ev = _capi.RunEval()
         err = _lib.CError()
         with self._using("evaluate"):
@@ -445,7 +447,17 @@ class Run(_lib.Handle):
                 "accuracy": _nan_to_none(ev.accuracy),
                 "bits_per_char": _nan_to_none(ev.bits_per_char),
                 "mse": _nan_to_none(ev.mse), "bce": _nan_to_none(ev.bce),
-                "open_loop": ev.open_loop_dict()}
+                "open_loop": ev.open_loop_dict(),
+                **ev.member_fields()}
+
+    @property
+    def elites(self):
+        """An ensemble's elites: the member indices named by the last
+        validation (model.elites; all members before the first), [0] for
+        one model."""
+        with self._handle_lock:
+            mask = _lib.lib().mxp_run_elites(self._live())
+        return [e for e in range(64) if mask >> e & 1]
 
     def summary(self):
         """The run's summary, the object of the CLI's summary.json (schema

@@ -14,11 +14,13 @@ forward returns the variances too, in the data's units, as `mixprec predict`:
     y, y_var = module(x)                               # regressor
 An ensemble (metadata ensemble=E) holds its members as `members.<e>.layers`
 (and `.max_logvar`, `.min_logvar`), and forward returns the dict of arrays
-`mixprec predict` writes: the ensemble mean, the total variance, and its
-aleatoric (Gaussian heads) and epistemic parts. A world model with a
-termination head (metadata termination=true: the last Linear's last output
-is the flag's logit) returns that dict too, with "terminal_prob" (the
-sigmoid, averaged over members), as `mixprec predict`.
+`mixprec predict` writes: the mean, the total variance, and its aleatoric
+(Gaussian heads) and epistemic parts over the elite members (metadata
+elites="0,2,4" when validation named a subset, `module.elites`; all
+members otherwise). A world model with a termination head (metadata
+termination=true: the last Linear's last output is the flag's logit)
+returns that dict too, with "terminal_prob" (the sigmoid, averaged over the
+elite members), as `mixprec predict`.
 
 The module's state_dict holds `layers.<i>.weight/.bias` (an nn.Sequential
 named `layers`, as the export; with residual blocks the Layers subclass of
@@ -157,6 +159,15 @@ def _from_export(path):
             members.append(member)
         del module.layers
         module.members = members
+        try:  # the elites validation named ("0,2,4"); all members when absent
+            elites = sorted({int(x) for x in meta.get("elites", "").split(",") if x.strip()})
+        except ValueError:
+            elites = None
+        if elites is None or any(not 0 <= e < n_members for e in elites):
+            raise _lib.Error("%s: metadata elites=%r; accepted: member indices 0..%d, comma-"
+                             "separated" % (path, meta.get("elites"), n_members - 1),
+                             "format_error")
+        module.elites = elites or list(range(n_members))
     owners = list(module.members) if n_members > 1 else [module]
     prefixes = ["members.%d." % e for e in range(n_members)] if n_members > 1 else [""]
     state = {k: torch.from_numpy(v) for k, v in tensors.items()
@@ -221,7 +232,7 @@ def _module_class():
                 y, lv, logit = self._member(self, z)
                 prob = None if logit is None else torch.sigmoid(logit)
                 return y, (None if lv is None else torch.exp(lv)), None, prob
-            outs = [self._member(m, z) for m in self.members]
+            outs = [self._member(self.members[e], z) for e in self.elites]
             means = torch.stack([o[0] for o in outs])
             mean = means.mean(0)
             epi = ((means - mean) ** 2).mean(0)

@@ -30,7 +30,8 @@ int main(void) {
     F(mxp_run_options, checkpoints); F(mxp_run_options, resume);
     S(mxp_run_eval); F(mxp_run_eval, loss); F(mxp_run_eval, bits_per_char);
     F(mxp_run_eval, open_loop);
-    F(mxp_run_eval, mse);
+    F(mxp_run_eval, mse); F(mxp_run_eval, members); F(mxp_run_eval, elites);
+    F(mxp_run_eval, member_loss);
     S(mxp_run_info); F(mxp_run_info, loss_scale); F(mxp_run_info, precision);
     F(mxp_run_info, emulated); F(mxp_run_info, last_loss); F(mxp_run_info, stopped);
     F(mxp_run_info, checkpoints_written); F(mxp_run_info, last_checkpoint);

@@ -436,6 +436,10 @@ static const mxp_config_key kKeys[] = {
             "members of a world_model or regressor ensemble, 1..64, each trained on its own "
             "bootstrap of the data; predict gives the ensemble mean and the aleatoric and "
             "epistemic variances (docs/world_models.md) (1)"),
+    KEY_INT("model.elites", MXP_STORE_I64, elites, 0, 0, MXP_MODEL_MAX_ENSEMBLE,
+            "elite members of a model.ensemble=E: after each validation the K members with "
+            "the lowest validation loss; evaluation, open-loop error and predict average over "
+            "them (docs/world_models.md), 1..E; 0 = all E members (0)"),
     KEY_STR("model.init_from", init_from, "none",
             "safetensors file of initial weights (F32, BF16 or F16) named as PyTorch "
             "nn.Sequential's state_dict, layers.<i>.weight [out, in] and layers.<i>.bias; every "

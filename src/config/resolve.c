@@ -238,6 +238,14 @@ static mxp_status cross_check(const mxp_config_builder *b, const mxp_config *c, 
                              l, c->workload == MXP_WORKLOAD_GPT ? "gpt" : "classifier",
                              MXP_MODEL_MAX_ENSEMBLE);
     }
+    if (c->elites > (c->ensemble > 1 ? c->ensemble : 1)) {
+        describe(b, "model.elites", l, sizeof l);
+        return mxp_error_set(err, MXP_ERR_CONFIG,
+                             "%s: more elites than the %lld members of model.ensemble; "
+                             "accepted: 1..%lld, or 0 (all members)",
+                             l, (long long)(c->ensemble > 1 ? c->ensemble : 1),
+                             (long long)(c->ensemble > 1 ? c->ensemble : 1));
+    }
     bool has_path = strcmp(c->wl.data_path, "none") != 0;
     if (has_path && c->workload == MXP_WORKLOAD_GPT) {
         describe(b, "data.path", l, sizeof l);

@@ -10,6 +10,7 @@
 
 #include "models/user_data.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,30 @@ mxp_status mxp_predictor_file_spec(const mxp_st_file *f, int64_t max_batch, mxp_
     return s;
 }
 
+/* An ensemble's elites from the checkpoint's run_state ("elites": member
+ * indices, named by validation during training; docs/world_models.md
+ * "Elites") into the model; all members when the file names none. */
+static mxp_status load_elites(const mxp_st_file *f, mxp_model *m, mxp_error *err) {
+    const char *text = mxp_st_file_meta(f, "run_state");
+    const int E = mxp_model_ensemble(m);
+    if (!text || E < 2) return MXP_OK;
+    json_t *o = json_loads(text, 0, NULL);
+    json_t *a = json_object_get(o, "elites");
+    uint64_t mask = 0;
+    bool ok = true;
+    for (size_t i = 0; json_is_array(a) && ok && i < json_array_size(a); i++) {
+        json_t *x = json_array_get(a, i);
+        ok = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) < E;
+        if (ok) mask |= 1ull << json_integer_value(x);
+    }
+    json_decref(o);
+    if (!ok)
+        return mxp_error_set(err, MXP_ERR_FORMAT,
+                             "%s: metadata run_state.elites is not a list of member indices "
+                             "0..%d", mxp_st_file_label(f), E - 1);
+    return mask ? mxp_model_set_elites(m, mask, err) : MXP_OK;
+}
+
 mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **out,
                               mxp_error *err) {
     if (!path || !out) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_predictor_load: NULL");
@@ -136,6 +161,7 @@ mxp_status mxp_predictor_load(const char *path, int precision, mxp_predictor **o
     if (s == MXP_OK) s = mxp_model_create(&spec, &pol, p->cfg.seed, &p->model, err);
     if (s == MXP_OK) s = mxp_trainer_create(p->model, &p->cfg.trainer, &p->trainer, err);
     if (s == MXP_OK) s = mxp_ckpt_load_file(f, p->trainer, NULL, err);
+    if (s == MXP_OK) s = load_elites(f, p->model, err);
     mxp_st_file_destroy(f);
     if (s != MXP_OK) {
         mxp_predictor_destroy(p);
@@ -172,6 +198,10 @@ mxp_status mxp_predictor_evaluate(mxp_predictor *p, const mxp_dataset *data, mxp
         data = own;
     }
     mxp_workload_provider wl;
+    memset(out, 0, sizeof *out);
+    out->loss = out->accuracy = out->bits_per_char = out->mse = NAN;
+    for (int i = 0; i < MXP_OPEN_LOOP_N; i++) out->open_loop[i] = NAN;
+    for (int e = 0; e < MXP_MODEL_MAX_ENSEMBLE; e++) out->member_loss[e] = NAN;
     s = ud_provider_create(&p->cfg, data, &p->meta, own == NULL, &wl, err);
     if (s == MXP_OK) {
         s = wl.evaluate(wl.self, p->model, out, err);
@@ -219,22 +249,28 @@ static mxp_status put(mxp_dataset *o, const char *name, int ndim, int64_t n, int
 }
 
 /* Rows [i, i + B) of the model's outputs yc [E, B, KO] combined per target
- * j < K: the (ensemble) mean into mean, the aleatoric variance (mean over
+ * j < K over the elite members el (bit e: member e): the (ensemble) mean
+ * into mean, the aleatoric variance (mean over
  * members of exp(log-variance); a Gaussian head) into alea and the
  * epistemic one (population variance of the member means; an ensemble)
  * into epi, variances times sd[j]^2 (the targets' std: data units). */
-static void combine(const float *yc, int E, int64_t B, int64_t KO, int64_t K, bool gauss,
-                    const float *sd, int64_t i, float *mean, float *alea, float *epi) {
+static void combine(const float *yc, int E, uint64_t el, int64_t B, int64_t KO, int64_t K,
+                    bool gauss, const float *sd, int64_t i, float *mean, float *alea,
+                    float *epi) {
+    int nE = 0; /* the elites (all E members unless model.elites says otherwise) */
+    for (int e = 0; e < E; e++) nE += (int)(el >> e & 1u);
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < K; j++) {
             double mu = 0.0, a = 0.0, v = 0.0;
             for (int e = 0; e < E; e++) {
+                if (!(el >> e & 1u)) continue;
                 const float *o = yc + ((size_t)e * (size_t)B + (size_t)b) * (size_t)KO;
                 mu += (double)o[j];
                 if (gauss) a += exp((double)o[K + j]);
             }
-            mu /= E;
+            mu /= nE;
             for (int e = 0; e < E; e++) {
+                if (!(el >> e & 1u)) continue;
                 const double d = (double)yc[((size_t)e * (size_t)B + (size_t)b) * (size_t)KO +
                                             (size_t)j] - mu;
                 v += d * d;
@@ -242,23 +278,27 @@ static void combine(const float *yc, int E, int64_t B, int64_t KO, int64_t K, bo
             const double s2 = sd ? (double)sd[j] * (double)sd[j] : 1.0;
             const size_t at = (size_t)(i + b) * (size_t)K + (size_t)j;
             mean[at] = (float)mu;
-            if (alea) alea[at] = (float)(a / E * s2);
-            if (epi) epi[at] = (float)(v / E * s2);
+            if (alea) alea[at] = (float)(a / nE * s2);
+            if (epi) epi[at] = (float)(v / nE * s2);
         }
 }
 
 /* The termination probability of rows [0, B) of yc [E, B, KO] (logit in
- * each row's last column) into p [B]: the mean over members of
- * sigmoid(logit), in double (sigmoid in its overflow-free form). */
-static void term_prob(const float *yc, int E, int64_t B, int64_t KO, float *p) {
+ * each row's last column) into p [B]: the mean over the elite members (bit
+ * e of el) of sigmoid(logit), in double (sigmoid in its overflow-free
+ * form). */
+static void term_prob(const float *yc, int E, uint64_t el, int64_t B, int64_t KO, float *p) {
+    int nE = 0;
+    for (int e = 0; e < E; e++) nE += (int)(el >> e & 1u);
     for (int64_t b = 0; b < B; b++) {
         double acc = 0.0;
         for (int e = 0; e < E; e++) {
+            if (!(el >> e & 1u)) continue;
             const double z = (double)yc[((size_t)e * (size_t)B + (size_t)b) * (size_t)KO +
                                         (size_t)KO - 1];
             acc += z >= 0.0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
         }
-        p[b] = (float)(acc / E);
+        p[b] = (float)(acc / nE);
     }
 }
 
@@ -323,8 +363,11 @@ mxp_status mxp_predictor_predict(mxp_predictor *p, const mxp_dataset *in, mxp_da
         s = mxp_model_predict(p->model, bx, B, yc, err);
         /* variances in the data's units: of a standardised target times its
          * std^2 (the world model's; the regressor trains on raw values) */
-        if (s == MXP_OK) combine(yc, E, B, KO, K, gauss, wm ? m->y_std : NULL, i, y, alea, epi);
-        if (s == MXP_OK && term) term_prob(yc, E, B, KO, tp + i);
+        if (s == MXP_OK)
+            combine(yc, E, mxp_model_elites(p->model), B, KO, K, gauss, wm ? m->y_std : NULL, i, y,
+                    alea, epi);
+        if (s == MXP_OK && term)
+            term_prob(yc, E, E > 1 ? mxp_model_elites(p->model) : 1u, B, KO, tp + i);
     }
     for (size_t i = 0; s == MXP_OK && unc && i < NK; i++) /* the total: their sum */
         var[i] = (alea ? alea[i] : 0.0f) + (epi ? epi[i] : 0.0f);
@@ -437,6 +480,16 @@ mxp_status mxp_predictor_export_torch(mxp_predictor *p, const char *path, mxp_er
     snprintf(ens, sizeof ens, "%d", mxp_model_ensemble(p->model));
     if (s == MXP_OK && mxp_model_ensemble(p->model) > 1) /* tensors members.<e>.<name> */
         s = mxp_st_writer_add_meta(wr, "ensemble", ens, err);
+    /* elites named by validation (a subset): "0,2,4", the members to average */
+    const int E = mxp_model_ensemble(p->model);
+    const uint64_t el = mxp_model_elites(p->model);
+    if (s == MXP_OK && E > 1 && el != (E >= 64 ? ~0ull : (1ull << E) - 1ull)) {
+        char txt[256] = "";
+        for (int e = 0; e < E; e++)
+            if (el >> e & 1u)
+                snprintf(txt + strlen(txt), sizeof txt - strlen(txt), "%s%d", txt[0] ? "," : "", e);
+        s = mxp_st_writer_add_meta(wr, "elites", txt, err);
+    }
     if (s == MXP_OK) s = mxp_st_writer_write(wr, path, err);
     mxp_st_writer_destroy(wr);
     mxp_free(w);

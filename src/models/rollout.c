@@ -12,7 +12,8 @@
  * column's standard deviation (the input standardisation), averaged over
  * the columns and the starts. k = 1 is the one-step error in state units.
  * The prediction is the model's mean: a Gaussian head's mean columns, an
- * ensemble's average of its members' means (double sum, rounded to FP32).
+ * ensemble's average of its elite members' means (mxp_model_elites: all
+ * members unless model.elites says otherwise; double sum, rounded to FP32).
  * A termination head's output is ignored: the rollout runs on through
  * a predicted termination (the recorded episodes end at their own).
  * States are kept in FP32 in the data's units, as a user's rollout would;
@@ -46,6 +47,9 @@ static mxp_status roll(mxp_model *m, const wm_rollout_src *src, rollout_buf *buf
                        double *se, int64_t *cnt, mxp_error *err) {
     const int64_t S = src->S, A = src->A, in = S + A;
     const int E = mxp_model_ensemble(m);
+    const uint64_t el = mxp_model_elites(m); /* the members averaged: the elites */
+    int nE = 0;
+    for (int e = 0; e < E; e++) nE += (int)(el >> e & 1u);
     const int64_t O = mxp_model_out_dim(m); /* the mean is columns [0, S] of each member */
     const int kmax = mxp_open_loop_horizon(MXP_OPEN_LOOP_N - 1);
     for (int64_t b = 0; b < n; b++)
@@ -69,8 +73,10 @@ static mxp_status roll(mxp_model *m, const wm_rollout_src *src, rollout_buf *buf
             for (int64_t j = 0; j < S; j++) {
                 double mu = 0.0;
                 for (int e = 0; e < E; e++)
-                    mu += buf->pred[((size_t)e * (size_t)na + (size_t)q) * (size_t)O + (size_t)j];
-                const float z = (float)(mu / (double)E); /* E == 1: the output itself */
+                    if (el >> e & 1u)
+                        mu += buf->pred[((size_t)e * (size_t)na + (size_t)q) * (size_t)O +
+                                        (size_t)j];
+                const float z = (float)(mu / (double)nE); /* one model: the output itself */
                 buf->s[b * S + j] += z * src->y_std[j] + src->y_mean[j];
             }
             q++;

@@ -527,8 +527,8 @@ static mxp_status ud_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     if (!d->lva) {
         mxp_status s = sp->termination || sp->target_weights
                            ? ud_eval_head(m, d->xva, d->yva, d->n_val, mb, d->logits, out, err)
-                           : ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits,
-                                                &out->loss, &out->mse, err);
+                           : ud_eval_regression(m, d->xva, d->yva, d->n_val, mb, d->logits, out,
+                                                err);
         if (s != MXP_OK) return s;
     }
     out->bits_per_char = NAN;

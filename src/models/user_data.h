@@ -44,15 +44,17 @@ mxp_status ud_model_spec(const mxp_config *cfg, int64_t in_dim, int64_t out_dim,
  * [n, in_dim], y [n, target_dim], in chunks of at most mb rows (head_eval.c):
  * deterministic head: *loss = *mse = the model's MSE; Gaussian head: *loss
  * = the NLL without the bound penalty, *mse of the mean; an ensemble: the
- * mean member loss and the MSE of the ensemble mean; pred: FP32 scratch
- * [E mb, out_dim] (Gaussian head, ensembles). NaN when n is 0. */
+ * mean loss of its elite members (mxp_model_elites), the MSE of their mean
+ * and members, elites, member_loss (every member); pred: FP32 scratch
+ * [E mb, out_dim] (Gaussian head, ensembles). Into out->loss, out->mse
+ * (NaN when n is 0) and the member fields. */
 mxp_status ud_eval_regression(mxp_model *m, const float *x, const float *y, int64_t n,
-                              int64_t mb, float *pred, double *loss, double *mse,
-                              mxp_error *err);
+                              int64_t mb, float *pred, mxp_run_eval *out, mxp_error *err);
 /* As ud_eval_regression, and for a model with spec.termination or
  * spec.target_weights (head_eval.c, docs/world_models.md "Evaluation"):
  * *loss the training loss's formula (weighted, with the flag's BCE;
- * Gaussian: no bound penalty; an ensemble: the mean over members), *mse
+ * Gaussian: no bound penalty; an ensemble: the mean over its elites, every
+ * member's own loss in out->member_loss), *mse
  * the MSE of the (ensemble) mean over the regression columns, unweighted;
  * with termination *bce the mean BCE (over members) and *acc the fraction
  * of rows whose mean predicted probability is > 0.5 exactly when the flag

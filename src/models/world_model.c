@@ -110,8 +110,7 @@ static mxp_status wm_evaluate(void *self, mxp_model *m, mxp_run_eval *out, mxp_e
     const mxp_model_spec *sp = mxp_model_get_spec(m);
     mxp_status s = sp->termination || sp->target_weights
                        ? ud_eval_head(m, v.x, v.y, v.n, d->max_batch, d->pred, out, err)
-                       : ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, &out->loss,
-                                            &out->mse, err);
+                       : ud_eval_regression(m, v.x, v.y, v.n, d->max_batch, d->pred, out, err);
     if (s != MXP_OK) return s;
     const mxp_replay_stats st = mxp_replay_stats_get(d->replay);
     const mxp_replay_config *rc = mxp_replay_config_get(d->replay);

@@ -1,7 +1,8 @@
 /* nn/ensemble.c: ensembles of E MLPs in one model (spec.ensemble, model.h).
  *
  * Entry points (nn_internal.h): nn_ens_view, nn_ens_tensors, nn_ens_each,
- * nn_ens_step, nn_ens_predict. Member e's parameters are a copy of the single model's
+ * nn_ens_step, nn_ens_predict; mxp_model_elites, mxp_model_set_elites
+ * (model.h). Member e's parameters are a copy of the single model's
  * layout at element offset e * P1 of every slab (master, work, grads), so
  * one optimizer step, one loss-scaler update, one guard check and one
  * checkpoint cover all members. What is NOT batched: the members' passes.
@@ -137,4 +138,19 @@ mxp_status nn_ens_predict(mxp_model *m, const float *x, int64_t B, float *pred, 
     nn_ens_view(m, cur, 0);
     m->ens_member = -1;
     return s;
+}
+
+uint64_t mxp_model_elites(const mxp_model *m) { return m ? m->ens_elites : 0; }
+
+mxp_status mxp_model_set_elites(mxp_model *m, uint64_t mask, mxp_error *err) {
+    if (!m) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_model_set_elites: NULL model");
+    const uint64_t all = nn_ens_all(m->ens);
+    if (mask == 0 || (mask & ~all))
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "elites mask 0x%llx for an ensemble of %d; accepted: a non-empty "
+                             "subset of its members, bits 0..%d (0x%llx: all)",
+                             (unsigned long long)mask, m->ens, m->ens - 1,
+                             (unsigned long long)all);
+    m->ens_elites = mask;
+    return MXP_OK;
 }

@@ -284,6 +284,7 @@ static mxp_status build_structure(mxp_model *m, mxp_error *err) {
     m->ens = s->ensemble > 1 ? s->ensemble : 1;
     m->ens_p1 = P;
     m->ens_member = -1;
+    m->ens_elites = nn_ens_all(m->ens);
     if (m->ens > 1) { /* members 1..E-1 follow member 0's block */
         if (!mxp_size_mul(P, (size_t)m->ens, &P)) goto overflow;
         if (!nn_ens_tensors(m))

@@ -189,6 +189,8 @@ struct mxp_model {
     size_t ens_p1;             /* parameters per member (P / E) */
     int ens_member;            /* inside a member's pass: its index (the layers'
                                   offsets point into its block); -1 outside */
+    uint64_t ens_elites;       /* the members that predict (bit e: member e; all E
+                                  at create): mxp_model_set_elites, ensemble.c */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
     double time_backward_s;    /*   and in its backward, summed over all calls */
     mxp_transfer_stats xfer;   /* host <-> backend copies of named tensors (model_tensors.c) */
@@ -352,6 +354,8 @@ bool nn_ens_tensors(mxp_model *m);
 mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
                        double *loss, mxp_nonfinite_site *site, mxp_error *err);
 mxp_status nn_ens_predict(mxp_model *m, const float *x, int64_t B, float *pred, mxp_error *err);
+/* The mask of all E members (bits 0..E-1). */
+static inline uint64_t nn_ens_all(int E) { return E >= 64 ? ~0ull : (1ull << E) - 1ull; }
 
 /* ---- helpers shared by the layer files ----------------------------------- */
 

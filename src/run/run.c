@@ -42,6 +42,7 @@ void mxp_run_destroy(mxp_run *r) {
     mxp_free(r->perm);
     mxp_free(r->micro);
     mxp_free(r->val);
+    run_members_free(r);
     mxp_free(r);
 }
 
@@ -160,6 +161,7 @@ mxp_status mxp_run_create(const mxp_config *cfg, const mxp_run_options *opt, mxp
         goto fail;
     }
     if ((s = model_create(r, err)) != MXP_OK) goto fail;
+    run_members_init(r);
     if ((s = guard_create(r, err)) != MXP_OK) goto fail;
     if (r->guard) mxp_guard_set_event_callback(r->guard, on_guard_event, r);
     if (o.comm && (s = mxp_run_set_comm(r, o.comm, &cfg->dist, err)) != MXP_OK) goto fail;
@@ -380,6 +382,7 @@ mxp_status mxp_run_evaluate(mxp_run *r, mxp_run_eval *out, mxp_error *err) {
     memset(out, 0, sizeof *out);
     out->loss = out->accuracy = out->bits_per_char = out->mse = out->bce = NAN;
     for (int i = 0; i < MXP_OPEN_LOOP_N; i++) out->open_loop[i] = NAN;
+    for (int e = 0; e < MXP_MODEL_MAX_ENSEMBLE; e++) out->member_loss[e] = NAN;
     if (!r->wl.evaluate)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "workload '%s' has no held-out evaluation", r->wl.name);
@@ -468,7 +471,18 @@ int mxp_run_stats_json(const mxp_run *r, char *buf, size_t cap) {
                      (long long)s.best_epoch, (long long)s.best_step, (long long)s.evaluations,
                      (long long)s.evals_since_best, s.early_stopped ? "true" : "false",
                      s.best_checkpoint);
-    return n < 0 || (size_t)n >= cap ? -1 : n;
+    if (n < 0 || (size_t)n >= cap) return -1;
+    if (r->mem.E > 1) { /* an ensemble: ,"elites":[..],"member_val_loss":[..],... before } */
+        char mem[RUN_STATE_MAX];
+        const size_t k = run_members_json(r, false, mem, sizeof mem);
+        if ((size_t)n + k + 2 >= cap) return -1;
+        buf[n - 1] = ',';
+        memcpy(buf + n, mem, k);
+        n += (int)k;
+        buf[n++] = '}';
+        buf[n] = '\0';
+    }
+    return n;
 }
 
 mxp_trainer *mxp_run_trainer(mxp_run *r) { return r->trainer; }

@@ -318,7 +318,7 @@ mxp_status mxp_run_resume(mxp_run *r, const char *path, mxp_error *err) {
 
 mxp_status mxp_run_save(mxp_run *r, const char *path, mxp_error *err) {
     if (!r || !path) return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_run_save: NULL");
-    char gs[8192], rs[512];
+    char gs[8192], rs[RUN_STATE_MAX];
     run_eval_state_json(r, rs, sizeof rs);
     mxp_ckpt_save_args a = {.trainer = r->trainer, .config = &r->cfg, .pos = &r->pos,
                             .healthy = true, .run_id = r->run_id[0] ? r->run_id : NULL,

@@ -15,6 +15,9 @@
  * the P-th validation in a row without an improvement. A non-finite L
  * never improves. Each improvement is saved as OUTPUT_DIR/best.safetensors
  * (training.keep_best, checkpoints on) by the atomic checkpoint writer.
+ * An ensemble is validated member by member (run_members.c): a validation
+ * improves when any member improved on its own best, the elites are
+ * named, and the best file holds each member's best weights.
  */
 #include "run/run_internal.h"
 
@@ -54,21 +57,23 @@ static void num(char *b, size_t n, double v) {
 }
 
 void run_eval_state_json(const mxp_run *r, char *buf, size_t n) {
-    char best[40], last[40];
+    char best[40], last[40], mem[RUN_STATE_MAX - 512];
     num(best, sizeof best, r->best_val);
     num(last, sizeof last, r->last_val);
+    run_members_json(r, true, mem, sizeof mem); /* ensembles: the members, else "" */
     snprintf(buf, n,
              "{\"evaluations\":%lld,\"last_val_loss\":%s,\"best_val_loss\":%s,"
              "\"best_epoch\":%lld,\"best_step\":%lld,\"evals_since_best\":%lld,"
-             "\"early_stopped\":%s}",
+             "\"early_stopped\":%s%s%s}",
              (long long)r->evals, last, best, (long long)r->best_epoch, (long long)r->best_step,
-             (long long)r->evals_since_best, r->early_stopped ? "true" : "false");
+             (long long)r->evals_since_best, r->early_stopped ? "true" : "false",
+             mem[0] ? "," : "", mem);
 }
 
 /* The run state into the checkpoints the manager writes next. */
 static mxp_status publish_state(mxp_run *r, mxp_error *err) {
     if (!r->ckpt) return MXP_OK;
-    char js[512];
+    char js[RUN_STATE_MAX];
     run_eval_state_json(r, js, sizeof js);
     return mxp_ckpt_manager_set_run_state(r->ckpt, js, err);
 }
@@ -121,6 +126,7 @@ mxp_status run_eval_restore(mxp_run *r, const char *text, const char *file, mxp_
         s = mxp_error_set(err, MXP_ERR_FORMAT,
                           "checkpoint '%s': metadata run_state.early_stopped is missing or not "
                           "true/false", file);
+    if (s == MXP_OK) s = run_members_restore(r, o, file, err);
     if (s == MXP_OK) {
         r->evals = evals;
         r->best_epoch = best_epoch;
@@ -138,6 +144,8 @@ mxp_status run_eval_restore(mxp_run *r, const char *text, const char *file, mxp_
     if (f) {
         fclose(f);
         snprintf(r->best_path, sizeof r->best_path, "%s", path);
+        mxp_status ls = run_members_load_best(r, path, err); /* an ensemble's kept members */
+        if (ls != MXP_OK) return ls;
     }
     return publish_state(r, err);
 }
@@ -170,9 +178,25 @@ static mxp_status save_best(mxp_run *r, mxp_error *err) {
     if (e != 0)
         return mxp_error_set(err, MXP_ERR_IO, "cannot create output.dir '%s': %s",
                              r->cfg.output_dir, strerror(e));
-    mxp_status s = mxp_run_save(r, path, err);
+    mxp_status s = r->mem.E > 1 ? run_members_save_best(r, path, err) : mxp_run_save(r, path, err);
     if (s == MXP_OK) snprintf(r->best_path, sizeof r->best_path, "%s", path);
     return s;
+}
+
+/* The log line's ensemble part: "; members 0.12 0.10* 0.31 (* improved);
+ * elites 1,0" (elites in order of their loss). */
+static void member_text(const mxp_run *r, uint64_t imp, char *b, size_t n) {
+    const run_members *m = &r->mem;
+    size_t at = (size_t)snprintf(b, n, "; members");
+    for (int e = 0; e < m->E && at < n; e++)
+        at += (size_t)snprintf(b + at, n - at, " %.4g%s", m->last[e], imp >> e & 1u ? "*" : "");
+    if (at < n) at += (size_t)snprintf(b + at, n - at, " (* improved); elites");
+    bool first = true;
+    for (int e = 0; e < m->E && at < n; e++)
+        if (m->elites >> e & 1u) {
+            at += (size_t)snprintf(b + at, n - at, "%s%d", first ? " " : ",", e);
+            first = false;
+        }
 }
 
 mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t steps_per_epoch,
@@ -191,19 +215,34 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
     mxp_trainer_stats(r->trainer, &ts);
     const double L = ev.loss;
     const bool first = !isfinite(r->best_val);
-    const bool improved = isfinite(L) && (first || L < r->best_val - c->early_stop_min_delta);
+    bool improved = isfinite(L) && (first || L < r->best_val - c->early_stop_min_delta);
+    uint64_t imp = 0; /* an ensemble: the members that improved on their own best */
+    const bool members = r->mem.E > 1 && ev.members == r->mem.E; /* else: as one model (a
+                                                 custom provider reporting no member losses) */
+    if (members) {
+        if ((s = run_members_after_eval(r, &ev, ts.training_steps, &imp, err)) != MXP_OK)
+            return s;
+        improved = imp != 0; /* any member improved (mbrl-lib's ModelTrainer) */
+    }
     r->evals++;
     r->last_val = L;
     if (improved) {
-        r->best_val = L;
+        r->best_val = members ? run_members_best_loss(r) : L;
         r->best_epoch = done;
         r->best_step = ts.training_steps;
         r->evals_since_best = 0;
     } else {
         r->evals_since_best++;
     }
-    mxp_run_val_row row = {ts.training_steps, done, L, improved, {0}};
+    mxp_run_val_row row = {ts.training_steps, done, L, improved, {0}, 0, 0, 0, {0}};
     memcpy(row.open_loop, ev.open_loop, sizeof row.open_loop);
+    for (int e = 0; e < MXP_MODEL_MAX_ENSEMBLE; e++) row.member_loss[e] = NAN;
+    if (members) {
+        row.members = r->mem.E;
+        row.improved = imp;
+        row.elites = r->mem.elites;
+        memcpy(row.member_loss, ev.member_loss, sizeof row.member_loss);
+    }
     if ((s = push_row(r, &row, err)) != MXP_OK) return s;
     _Static_assert(MXP_OPEN_LOOP_N == 3, "the log line names three horizons");
     char ol[96] = "";
@@ -211,9 +250,11 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
         snprintf(ol, sizeof ol, "; open-loop error %.4g / %.4g / %.4g at %d / %d / %d steps",
                  ev.open_loop[0], ev.open_loop[1], ev.open_loop[2], mxp_open_loop_horizon(0),
                  mxp_open_loop_horizon(1), mxp_open_loop_horizon(2));
-    mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)%s",
+    char mem[1600] = "";
+    if (members) member_text(r, imp, mem, sizeof mem);
+    mxp_log(MXP_LOG_INFO, "epoch %lld step %lld: %s_loss %.6g (best %.6g at step %lld%s)%s%s",
             (long long)done, (long long)ts.training_steps, ev.name[0] ? ev.name : "val", L,
-            r->best_val, (long long)r->best_step, improved ? ", new best" : "", ol);
+            r->best_val, (long long)r->best_step, improved ? ", new best" : "", ol, mem);
     if (c->early_stop_patience > 0 && r->evals_since_best >= c->early_stop_patience) {
         r->early_stopped = true;
         *stop = true;

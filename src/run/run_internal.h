@@ -5,12 +5,34 @@
 #define MIXPREC_RUN_INTERNAL_H
 
 #include <stdatomic.h>
+#include <jansson.h>
 #include <mixprec/run.h>
 
 #include <signal.h>
 
 #define RUN_ID_LEN 33  /* 32 hex digits + NUL */
 #define RUN_SIG_LEN 256
+#define RUN_STATE_MAX 8192 /* metadata run_state (an ensemble's members included) */
+
+/* An ensemble's per-member validation state (run_members.c). */
+#define RUN_MEM_ROLES 3 /* param, optim.m, optim.v */
+typedef struct run_members {
+    int E;                    /* members; 0: not an ensemble */
+    int K;                    /* elites to name (model.elites, 0 -> E) */
+    uint64_t elites;          /* named by the last validation (the model's) */
+    uint64_t best_elites;     /* the K lowest best losses: best.safetensors' elites */
+    double last[MXP_MODEL_MAX_ENSEMBLE], best[MXP_MODEL_MAX_ENSEMBLE]; /* NaN: none */
+    int64_t best_step[MXP_MODEL_MAX_ENSEMBLE]; /* trainer step of each member's best */
+    int64_t now_step;         /* the step of the last validation */
+    /* keep-best: host copies of the slabs (snap: each member's block at its
+     * best; live: scratch for the current state), per role */
+    void *snap[RUN_MEM_ROLES], *live[RUN_MEM_ROLES];
+    size_t bytes[RUN_MEM_ROLES]; /* 0: role absent / not fetched yet */
+    mxp_dtype dtype[RUN_MEM_ROLES];
+    int64_t snap_step[MXP_MODEL_MAX_ENSEMBLE]; /* the step each member's snapshot is from */
+    bool snap_valid;
+    bool writing_best;        /* run_state written for best.safetensors */
+} run_members;
 
 struct mxp_run {
     mxp_config cfg;
@@ -52,6 +74,7 @@ struct mxp_run {
     int64_t evals, evals_since_best;           /* over resumes (run_state) */
     bool early_stopped;
     char best_path[MXP_CKPT_PATH_MAX];         /* "": no best checkpoint written */
+    run_members mem;                           /* ensembles: per member (run_members.c) */
 };
 
 /* run_ckpt.c: open the run directory (checkpoints on): refuse a directory
@@ -84,5 +107,27 @@ mxp_status run_eval_after_step(mxp_run *r, int64_t epoch, bool ended, int64_t st
  * checkpoint's (NULL: none; MXP_ERR_FORMAT naming the bad field). */
 void run_eval_state_json(const mxp_run *r, char *buf, size_t n);
 mxp_status run_eval_restore(mxp_run *r, const char *json, const char *file, mxp_error *err);
+
+/* run_members.c: an ensemble's validation member by member (after the
+ * model exists; nothing for one model). after_eval: record each member's
+ * loss of ev at trainer step `step`, the members that improved on their
+ * own best (> min_delta) into *improved, name the elites (the model's
+ * too) and refresh the improved members' keep-best copies. save_best:
+ * best.safetensors with each member's best (mxp_run_save otherwise).
+ * best_loss: the mean best loss of the best file's elites. json: the
+ * fields "elites", "member_val_loss", "member_best_val_loss",
+ * "member_best_step" (and "members" for the run state) without braces,
+ * "" for one model; restore: them from a checkpoint's run_state object. */
+void run_members_init(mxp_run *r);
+void run_members_free(mxp_run *r);
+mxp_status run_members_after_eval(mxp_run *r, const mxp_run_eval *ev, int64_t step,
+                                  uint64_t *improved, mxp_error *err);
+mxp_status run_members_save_best(mxp_run *r, const char *path, mxp_error *err);
+double run_members_best_loss(const mxp_run *r);
+size_t run_members_json(const mxp_run *r, bool state, char *b, size_t n);
+mxp_status run_members_restore(mxp_run *r, json_t *o, const char *file, mxp_error *err);
+/* After a resume: the members' kept weights read back from the run's
+ * best.safetensors (a warning and a fresh start when it does not fit). */
+mxp_status run_members_load_best(mxp_run *r, const char *path, mxp_error *err);
 
 #endif

@@ -137,6 +137,19 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
             snprintf(key, sizeof key, "%s_open_loop_k%d", eval->name, mxp_open_loop_horizon(i));
             if (!isnan(eval->open_loop[i])) put_num(&w, key, eval->open_loop[i]);
         }
+        if (eval->members > 1) { /* an ensemble: each member's loss, the elites used */
+            put(&w, "\"%s_member_loss\":[", eval->name);
+            for (int e = 0; e < eval->members; e++) {
+                if (isfinite(eval->member_loss[e]))
+                    put(&w, "%s%.17g", e ? "," : "", eval->member_loss[e]);
+                else
+                    put(&w, "%snull", e ? "," : "");
+            }
+            put(&w, "],\"%s_elites\":[", eval->name);
+            for (int e = 0, f = 0; e < eval->members; e++)
+                if (eval->elites >> e & 1u) put(&w, "%s%d", f++ ? "," : "", e);
+            put(&w, "],");
+        }
     }
     /* validation during training (training.eval_every[_steps]): null when off */
     if (cfg->eval_every > 0 || cfg->eval_every_steps > 0) {
@@ -154,6 +167,11 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
             put(&w, "\"%s\",", info.best_checkpoint);
         else
             put(&w, "null,");
+        if (r->mem.E > 1) { /* an ensemble: elites and per-member losses */
+            char mem[RUN_STATE_MAX];
+            run_members_json(r, false, mem, sizeof mem);
+            put(&w, "%s,", mem);
+        }
         put(&w, "\"early_stopped\":%s,\"stop_reason\":", tf(info.early_stopped));
         if (info.early_stopped)
             put(&w, "\"early_stop: %lld validations without an improvement > %g "

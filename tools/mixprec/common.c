@@ -264,6 +264,10 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
                    : "step,epoch,loss,scale,grad_norm,skipped,precision", f);
     for (int k = 0; with_ol && k < MXP_OPEN_LOOP_N; k++)
         fprintf(f, ",val_open_loop_k%d", mxp_open_loop_horizon(k));
+    /* ensembles: each member's validation loss and the elites named after it */
+    const int E = with_val && cfg->ensemble > 1 ? (int)cfg->ensemble : 0;
+    for (int m = 0; m < E; m++) fprintf(f, ",val_loss_member%d", m);
+    if (E) fputs(",val_elites", f);
     fputc('\n', f);
     size_t v = 0; /* val rows are in step order, as the history */
     for (size_t i = 0; i < n; i++) {
@@ -275,8 +279,16 @@ int cli_write_run_outputs(const mxp_config *cfg, const mxp_trainer *tr,
             fprintf(f, ",%.9g", val[v].loss);
             for (int k = 0; with_ol && k < MXP_OPEN_LOOP_N; k++)
                 fprintf(f, ",%.9g", val[v].open_loop[k]);
+            for (int m = 0; m < E; m++) fprintf(f, ",%.9g", val[v].member_loss[m]);
+            if (E) fputc(',', f); /* the elites' indices, space-separated */
+            for (int m = 0, first = 1; m < E; m++)
+                if (val[v].elites >> m & 1u) {
+                    fprintf(f, first ? "%d" : " %d", m);
+                    first = 0;
+                }
         } else if (with_val) { /* empty val cells */
-            for (int k = 0; k <= (with_ol ? MXP_OPEN_LOOP_N : 0); k++) fputc(',', f);
+            for (int k = 0; k <= (with_ol ? MXP_OPEN_LOOP_N : 0) + (E ? E + 1 : 0); k++)
+                fputc(',', f);
         }
         fputc('\n', f);
     }

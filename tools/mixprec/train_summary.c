@@ -86,6 +86,12 @@ void train_summary_print(FILE *f, const train_summary *s) {
             fprintf(f, " %.4g (%d step%s)%s", s->eval.open_loop[i], mxp_open_loop_horizon(i),
                     mxp_open_loop_horizon(i) == 1 ? "" : "s", i + 1 < MXP_OPEN_LOOP_N ? "," : "\n");
     }
+    if (s->eval.members > 1) { /* an ensemble: each member's loss, * the elites used */
+        fprintf(f, "members          ");
+        for (int e = 0; e < s->eval.members; e++)
+            fprintf(f, "%.4g%s%s", s->eval.member_loss[e], s->eval.elites >> e & 1u ? "*" : "",
+                    e + 1 < s->eval.members ? " " : " (* elite)\n");
+    }
     if (s->info.evaluations > 0) /* validation during training */
         fprintf(f, "best val loss    %.6f (epoch %lld of %lld validations)%s%s%s\n",
                 s->info.best_val_loss, (long long)s->info.best_epoch,
