@@ -169,11 +169,12 @@ def initial_state(torch, name, shape, a):
         tensors, _ = ckpt_module().read_checked(path)
         sd = {}
         for k, v in ref.state_dict().items():
-            if k not in tensors or tuple(tensors[k].shape) != tuple(v.shape):
+            fk = "layers." + k  # the export's names
+            if fk not in tensors or tuple(tensors[fk].shape) != tuple(v.shape):
                 raise ValueError("%s: needs %s of shape %s (layers %s); has %s" % (
-                    path, k, list(v.shape), layers_spec(shape),
-                    list(tensors[k].shape) if k in tensors else "none"))
-            sd[k] = torch.from_numpy(tensors[k].astype("float32"))
+                    path, fk, list(v.shape), layers_spec(shape),
+                    list(tensors[fk].shape) if fk in tensors else "none"))
+            sd[k] = torch.from_numpy(tensors[fk].astype("float32"))
         x = torch.from_numpy(tensors["x"].astype("float32")) if "x" in tensors else None
         y = torch.from_numpy(tensors["y"].astype("float32")) if "y" in tensors else None
         src = "file " + path
@@ -192,7 +193,7 @@ def initial_state(torch, name, shape, a):
             path, list(x.shape), list(y.shape), b, i, b, o))
     if path and a.save_init and not os.path.exists(path):
         _ckpt = ckpt_module()
-        arrays = {k: v.numpy() for k, v in sd.items()}
+        arrays = {"layers." + k: v.numpy() for k, v in sd.items()}
         arrays.update(x=x.numpy(), y=y.numpy())
         os.makedirs(a.init_dir, exist_ok=True)
         _ckpt.write_safetensors(path, arrays, {"format": "mixprec-bench-init",
@@ -205,11 +206,12 @@ def initial_state(torch, name, shape, a):
 
 def init_sha256(sd, x, y):
     """SHA-256 over name, NUL, little-endian FP32 bytes of each tensor (the
-    state_dict's names sorted, then x, y); needs NumPy."""
+    file's names layers.<i>.weight/.bias sorted as strings, then x, y);
+    needs NumPy."""
     try:
         h = hashlib.sha256()
-        for k in sorted(sd) + ["x", "y"]:
-            t = x if k == "x" else y if k == "y" else sd[k]
+        for k in sorted("layers." + k for k in sd) + ["x", "y"]:
+            t = x if k == "x" else y if k == "y" else sd[k[len("layers."):]]
             h.update(k.encode() + b"\0")
             h.update(t.detach().contiguous().float().numpy().astype("<f4").tobytes())
         return h.hexdigest()
