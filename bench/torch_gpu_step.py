@@ -164,8 +164,8 @@ def initial_state(torch, name, shape, a):
     there when --save-init)."""
     path = os.path.join(a.init_dir, name + ".safetensors") if a.init_dir else None
     i, _, _, o, b = shape
-    ref = build_mlp(torch, shape)
     if path and os.path.exists(path):
+        ref = build_mlp(torch, shape)
         tensors, _ = ckpt_module().read_checked(path)
         sd = {}
         for k, v in ref.state_dict().items():
@@ -350,6 +350,9 @@ def run_case(torch, a, name, variant, precision, init):
 
     t_compile = None
     if variant == "compile":
+        dynamo = getattr(getattr(torch, "_dynamo", None), "reset", None)
+        if dynamo:  # a fresh cache: no recompile limit reached across cases
+            dynamo()
         fwd = torch.compile(fwd_loss)
         if os.environ.get("MXP_TORCH_FAKE_COMPILE"):
             rec["note"].append("torch.compile replaced by the identity (test hook "
@@ -496,7 +499,9 @@ def env_record(torch, a):
 
 
 def cases(a, variants):
-    return [(m, v, p) for m in a.models for v in variants for p in a.precisions]
+    """The cases of these variants, variant by variant (the graph captures,
+    the likeliest to upset the CUDA context, after every eager case)."""
+    return [(m, v, p) for v in variants for m in a.models for p in a.precisions]
 
 
 def run_cases(torch, a, todo, out, deadline):
@@ -517,7 +522,9 @@ def run_cases(torch, a, todo, out, deadline):
         except Unavailable as e:
             rec = dict(base, status="unavailable", reason=str(e))
         except Exception as e:  # recorded, the other cases go on
-            rec = dict(base, status="error", reason="%s: %s" % (type(e).__name__, e))
+            msg = " ".join(str(e).split())
+            rec = dict(base, status="error", reason="%s: %s" % (
+                type(e).__name__, msg if len(msg) < 600 else msg[:300] + " ... " + msg[-300:]))
         rec["case_s"] = time.perf_counter() - t0
         rec["note"] = "; ".join(rec.get("note") or [])
         emit(out, rec)
