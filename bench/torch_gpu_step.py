@@ -85,6 +85,7 @@ bad arguments.
 import argparse
 import gc
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -239,7 +240,6 @@ def set_fp32_flags(torch):
 def adamw(torch, params, fused=False, foreach=False, capturable=False):
     """torch.optim.AdamW with the benchmark's hyper-parameters; Unavailable
     when this torch's AdamW lacks the keyword."""
-    import inspect
     accepted = inspect.signature(torch.optim.AdamW.__init__).parameters
     kw = dict(ADAMW)
     for key, on in (("fused", fused), ("foreach", foreach), ("capturable", capturable)):
@@ -324,7 +324,7 @@ def run_case(torch, a, name, variant, precision, init):
     elif variant == "compile":
         opt, opt_name = adamw(torch, params, fused=cuda, foreach=not cuda)
     else:  # graph: capturable; fused where there is one (fp16's scaler needs it)
-        want_fused = cuda and "fused" in __import__("inspect").signature(
+        want_fused = cuda and "fused" in inspect.signature(
             torch.optim.AdamW.__init__).parameters
         if cuda and precision == "fp16" and not want_fused:
             raise Unavailable("GradScaler.step syncs the host (found_inf.item()) unless "
@@ -548,6 +548,11 @@ def compile_child(a, out, deadline):
         why = "the time budget is spent"
     else:
         p = subprocess.Popen(cmd, start_new_session=True)
+
+        def on_term(signum, _frame):  # gpu-check's timeout: the child goes too
+            os.killpg(p.pid, signal.SIGKILL)
+            sys.exit(128 + signum)
+        signal.signal(signal.SIGTERM, on_term)
         try:
             rc = p.wait(timeout=cap)
             if rc != 0:
