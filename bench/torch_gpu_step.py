@@ -598,29 +598,42 @@ def render(recs):
             "DRY RUN (tiny shapes, not a measurement)" if env.get("dry_run") else
             "warm-up %s + %s timed steps" % (env.get("warmup"), env.get("steps"))))
         lines.append("# TF32 state: %s" % json.dumps(env.get("tf32")))
-    lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %12s  %s" % (
+    lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
         "model", "variant", "prec", "status", "us/step", "us min", "samples/s", "peak MiB",
-        "syncs", "loss@N", "optimizer / reason"))
+        "syncs", "loss@N", "vs eager", "optimizer / reason"))
     order = {k: i for i, k in enumerate(list(MODELS) + list(VARIANTS) + list(PRECISIONS))}
     rows = sorted((r for r in recs if r.get("kind") == "case"),
                   key=lambda r: (order.get(r["model"], 99), order.get(r["variant"], 99),
                                  order.get(r["precision"], 99)))
+    good = [r for r in rows if r.get("status") in ("ok", "dry")]
+    eager = {(r["model"], r["precision"]): r["loss"] for r in good if r["variant"] == "eager"}
     for r in rows:
         ok = r.get("status") in ("ok", "dry")
+        ref = eager.get((r["model"], r["precision"])) if ok else None
+        dev = None if not ref else r["loss"] / ref - 1  # the same weights, batch and steps
         peak = r.get("peak_mem_bytes")
         tail = (r.get("optimizer") or "") + (" + " + r["scaler"] if r.get("scaler") else "")
         if r.get("compile_s") is not None:
             tail += ", compile %.1f s" % r["compile_s"]
         if r.get("note"):
             tail += " [%s]" % r["note"]
-        lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %12s  %s" % (
+        lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
             r["model"], r["variant"], r["precision"], r.get("status"),
             fmt(r.get("us_per_step"), ".1f"), fmt(r.get("us_min"), ".1f"),
             fmt(r.get("samples_per_s"), ".0f"),
             fmt(None if peak is None else peak / 2**20, ".1f"),
             fmt(r.get("syncs_per_step"), ".1f"),
             fmt(r.get("loss"), ".6g") + ("@%d" % r["loss_step"] if ok else ""),
-            tail if ok else r.get("reason", "")))
+            fmt(dev, "+.1e"), tail if ok else r.get("reason", "")))
+    lines.append("# vs eager: loss@N / the eager variant's loss@N - 1 (same weights, batch and "
+                 "step count: FP32 variants should agree to about 1e-5)")
+    for m in MODELS:
+        for prec in PRECISIONS:
+            cand = [r for r in good if r["model"] == m and r["precision"] == prec]
+            if cand:
+                best = min(cand, key=lambda r: r["us_per_step"])
+                lines.append("# fastest %s %s: %s, %.1f us/step, %.0f samples/s" % (
+                    m, prec, best["variant"], best["us_per_step"], best["samples_per_s"]))
     return "\n".join(lines) + "\n"
 
 
