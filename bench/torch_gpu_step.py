@@ -150,7 +150,9 @@ def build_mlp(torch, shape):
 def ckpt_module():
     """python/mixprec/_ckpt.py (the repository's safetensors reader and
     writer; NumPy needed), or raise Unavailable naming why not."""
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+    pkg = os.path.join(os.path.dirname(HERE), "python")
+    if pkg not in sys.path:
+        sys.path.insert(0, pkg)
     try:
         from mixprec import _ckpt
     except Exception as e:  # ImportError (NumPy) or the package's own checks
@@ -528,6 +530,9 @@ def run_cases(torch, a, todo, out, deadline):
         rec["case_s"] = time.perf_counter() - t0
         rec["note"] = "; ".join(rec.get("note") or [])
         emit(out, rec)
+        print("case %s %s %s: %s, %s (%.1f s)" % (
+            name, variant, precision, rec["status"], "%.1f us/step" % rec["us_per_step"]
+            if "us_per_step" in rec else rec.get("reason", ""), rec["case_s"]), flush=True)
         gc.collect()
 
 
