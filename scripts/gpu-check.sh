@@ -294,6 +294,23 @@ for r in "${TRAIN_RUNS[@]}"; do
     record "$name" $RC "$SEC" "$v"
 done
 
+# ---- the PyTorch baseline (issue 28 part 5, bench/torch_gpu_step.py): the
+# device's python3, no kit library; its JSON lines and table go into the
+# tarball (raw/torch-gpu-step/), the table into the log. TORCH_S caps it
+# (its own --budget-s ends it 20 s earlier, keeping what it measured). The
+# dry run only checks that the script starts (--help): its CPU paths are
+# tests/test_torch_gpu_step.sh's.
+TORCH_S=${TORCH_S:-200} left=$((START + BUDGET_S - $(date +%s)))
+[ "$left" -lt "$TORCH_S" ] && TORCH_S=$left
+if [ $DRY = 1 ]; then
+    step torch-gpu-step 30 python3 "$ROOT/bench/torch_gpu_step.py" --help
+else
+    step torch-gpu-step "$TORCH_S" env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_gpu_step.py" \
+        --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30))
+fi
+n=$(grep -o '"status": "[a-z-]*"' "$RAW/torch-gpu-step/torch_gpu_step.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
+record torch-gpu-step $RC "$SEC" "$(must_pass)${n:+ ($n)}"
+
 # ---- compute-sanitizer (device only)
 if [ $DRY = 0 ]; then
     SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
