@@ -21,7 +21,9 @@
 #                NOT-IMPL, not as a failure;
 #   memcheck-*   compute-sanitizer --tool memcheck on each GPU test;
 #   racecheck-*  compute-sanitizer --tool racecheck on the tests with block
-#                reductions (RACECHECK_TESTS).
+#                reductions (RACECHECK_TESTS);
+#   torch-gpu-step  the PyTorch baseline (bench/torch_gpu_step.py) with what
+#                is left of the budget (TORCH_S, default 200).
 # Libraries: every kit program runs with LD_LIBRARY_PATH set for that
 # command only: the kit's lib/ then the folder where cuBLASLt was found
 # (ldconfig, /usr/local/cuda*, PyTorch's site-packages/nvidia/*/lib), so the
@@ -294,23 +296,6 @@ for r in "${TRAIN_RUNS[@]}"; do
     record "$name" $RC "$SEC" "$v"
 done
 
-# ---- the PyTorch baseline (issue 28 part 5, bench/torch_gpu_step.py): the
-# device's python3, no kit library; its JSON lines and table go into the
-# tarball (raw/torch-gpu-step/), the table into the log. TORCH_S caps it
-# (its own --budget-s ends it 20 s earlier, keeping what it measured). The
-# dry run only checks that the script starts (--help): its CPU paths are
-# tests/test_torch_gpu_step.sh's.
-TORCH_S=${TORCH_S:-200} left=$((START + BUDGET_S - $(date +%s)))
-[ "$left" -lt "$TORCH_S" ] && TORCH_S=$left
-if [ $DRY = 1 ]; then
-    step torch-gpu-step 30 python3 "$ROOT/bench/torch_gpu_step.py" --help
-else
-    step torch-gpu-step "$TORCH_S" env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_gpu_step.py" \
-        --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30))
-fi
-n=$(grep -o '"status": "[a-z-]*"' "$RAW/torch-gpu-step/torch_gpu_step.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
-record torch-gpu-step $RC "$SEC" "$(must_pass)${n:+ ($n)}"
-
 # ---- compute-sanitizer (device only)
 if [ $DRY = 0 ]; then
     SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
@@ -335,6 +320,28 @@ if [ $DRY = 0 ]; then
         done
     fi
 fi
+
+# ---- the PyTorch baseline (issue 28 part 5, bench/torch_gpu_step.py): the
+# device's python3, no kit library; its JSON lines and table go into the
+# tarball (raw/torch-gpu-step/), the table into the log. TORCH_S caps it
+# (its own --budget-s ends it 20 s earlier, keeping what it measured). The
+# dry run only checks that the script starts (--help): its CPU paths are
+# tests/test_torch_gpu_step.sh's. It runs last, after the sanitizers:
+# mixprec's own checks come first, the baseline gets what is left of the
+# budget (not run under 40 s).
+TORCH_S=${TORCH_S:-200} left=$((START + BUDGET_S - $(date +%s)))
+[ "$left" -lt "$TORCH_S" ] && TORCH_S=$left
+if [ $DRY = 0 ] && [ "$TORCH_S" -lt 40 ]; then
+    echo "not run: $TORCH_S s of the budget left" >"$RAW/torch-gpu-step.txt"
+    RC=124 SEC=0
+elif [ $DRY = 1 ]; then
+    step torch-gpu-step 30 python3 "$ROOT/bench/torch_gpu_step.py" --help
+else
+    step torch-gpu-step "$TORCH_S" env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_gpu_step.py" \
+        --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30))
+fi
+n=$(grep -o '"status": "[a-z-]*"' "$RAW/torch-gpu-step/torch_gpu_step.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
+record torch-gpu-step $RC "$SEC" "$(must_pass)${n:+ ($n)}"
 
 # ---- summary, outputs
 {
