@@ -33,28 +33,6 @@
 
 static char g_dir[] = "/tmp/mxp_gauss_XXXXXX";
 
-static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static bool write_bin(const char *name, const void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "wb");
-    bool ok = f && fwrite(p, 1, bytes, f) == bytes;
-    if (f) ok = fclose(f) == 0 && ok;
-    return ok;
-}
-
-static bool read_bin(const char *name, void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "rb");
-    bool ok = f && fread(p, 1, bytes, f) == bytes;
-    if (f) fclose(f);
-    return ok;
-}
-
 enum { B = 16, IN = 3, H = 8, K = 2 };
 
 /* The model of gauss_cases.py grad: in 3, linear:8, tanh, linear:4. */
@@ -111,8 +89,9 @@ static void test_vs_torch(void) {
     fill_case(m, x, y);
     float *params = calloc(P, sizeof(float));
     for (size_t i = 0; i < P; i++) params[i] = mxp_model_param(m, i);
-    CHECK(write_bin("params.bin", params, P * sizeof(float)) &&
-          write_bin("x.bin", x, sizeof x) && write_bin("y.bin", y, sizeof y));
+    CHECK(test_write_file(g_dir, "params.bin", params, P * sizeof(float)) &&
+          test_write_file(g_dir, "x.bin", x, sizeof x) &&
+          test_write_file(g_dir, "y.bin", y, sizeof y));
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/gauss_cases.py grad %s", MXP_TEST_SRC_DIR,
              g_dir);
@@ -122,8 +101,8 @@ static void test_vs_torch(void) {
     } else {
         CHECK_MSG(rc == 0, "gauss_cases.py grad failed (%d)", rc);
         double ref_loss = 0, *ref_g = calloc(P, sizeof(double));
-        CHECK(read_bin("ref_loss.bin", &ref_loss, sizeof ref_loss) &&
-              read_bin("ref_grads.bin", ref_g, P * sizeof(double)));
+        CHECK(test_read_file(g_dir, "ref_loss.bin", &ref_loss, sizeof ref_loss) &&
+              test_read_file(g_dir, "ref_grads.bin", ref_g, P * sizeof(double)));
         mxp_batch b = {.x = x, .y = y, .labels = NULL, .B = B};
         double loss = 0;
         mxp_model_discard_grads(m);

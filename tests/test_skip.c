@@ -53,28 +53,6 @@
 
 static char g_dir[] = "/tmp/mxp_skip_XXXXXX";
 
-static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static bool write_bin(const char *name, const void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "wb");
-    bool ok = f && fwrite(p, 1, bytes, f) == bytes;
-    if (f) ok = fclose(f) == 0 && ok;
-    return ok;
-}
-
-static bool read_bin(const char *name, void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "rb");
-    bool ok = f && fread(p, 1, bytes, f) == bytes;
-    if (f) fclose(f);
-    return ok;
-}
-
 enum { B = 16, IN = 3, H = 8, K = 2, DROP_L = 6 };
 #define P_DROP 0.25
 #define LAYERS                                                                              \
@@ -130,8 +108,10 @@ static void test_vs_torch(void) {
     CHECK_MSG(kept > B * H / 2 && kept < B * H, "kept %d of %d", kept, B * H);
     float *params = calloc(P, sizeof(float));
     for (size_t i = 0; i < P; i++) params[i] = mxp_model_param(m, i);
-    CHECK(write_bin("params.bin", params, P * sizeof(float)) && write_bin("x.bin", x, sizeof x) &&
-          write_bin("y.bin", y, sizeof y) && write_bin("mask.bin", mask, sizeof mask));
+    CHECK(test_write_file(g_dir, "params.bin", params, P * sizeof(float)) &&
+          test_write_file(g_dir, "x.bin", x, sizeof x) &&
+          test_write_file(g_dir, "y.bin", y, sizeof y) &&
+          test_write_file(g_dir, "mask.bin", mask, sizeof mask));
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/skip_cases.py grad %s %.17g", MXP_TEST_SRC_DIR,
              g_dir, P_DROP);
@@ -142,9 +122,9 @@ static void test_vs_torch(void) {
         CHECK_MSG(rc == 0, "skip_cases.py grad failed (%d)", rc);
         double ref_loss = 0, *ref_g = calloc(P, sizeof(double));
         float ref_scale = 0;
-        CHECK(read_bin("ref_loss.bin", &ref_loss, sizeof ref_loss) &&
-              read_bin("ref_grads.bin", ref_g, P * sizeof(double)) &&
-              read_bin("ref_scale.bin", &ref_scale, sizeof ref_scale));
+        CHECK(test_read_file(g_dir, "ref_loss.bin", &ref_loss, sizeof ref_loss) &&
+              test_read_file(g_dir, "ref_grads.bin", ref_g, P * sizeof(double)) &&
+              test_read_file(g_dir, "ref_scale.bin", &ref_scale, sizeof ref_scale));
         CHECK_MSG(test_f32_bits(ref_scale) == test_f32_bits(scale),
                   "torch's dropout factor %.9g, mixprec's %.9g", (double)ref_scale,
                   (double)scale);

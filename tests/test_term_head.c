@@ -48,28 +48,6 @@ static bool make_config(const char *const *kv, int n, mxp_config *cfg, mxp_error
 
 static char g_dir[] = "/tmp/mxp_term_XXXXXX";
 
-static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static bool write_bin(const char *name, const void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "wb");
-    bool ok = f && fwrite(p, 1, bytes, f) == bytes;
-    if (f) ok = fclose(f) == 0 && ok;
-    return ok;
-}
-
-static bool read_bin(const char *name, void *p, size_t bytes) {
-    FILE *f = fopen(path_of(name), "rb");
-    bool ok = f && fread(p, 1, bytes, f) == bytes;
-    if (f) fclose(f);
-    return ok;
-}
-
 enum { B = 16, IN = 3, H = 8, K = 2, C = K + 1 };
 
 static float *get_params(mxp_model *m) {
@@ -167,8 +145,10 @@ static void test_vs_torch(bool gauss) {
     float x[B * IN], y[B * C];
     fill_case(m, gauss, x, y);
     float *params = get_params(m);
-    CHECK(write_bin("params.bin", params, P * 4) && write_bin("x.bin", x, sizeof x) &&
-          write_bin("y.bin", y, sizeof y) && write_bin("w.bin", tw, sizeof tw));
+    CHECK(test_write_file(g_dir, "params.bin", params, P * 4) &&
+          test_write_file(g_dir, "x.bin", x, sizeof x) &&
+          test_write_file(g_dir, "y.bin", y, sizeof y) &&
+          test_write_file(g_dir, "w.bin", tw, sizeof tw));
     int rc = run_py("grad", gauss);
     if (rc == 77) {
         printf("test_term_head: PyTorch comparison skipped (no torch)\n");
@@ -178,8 +158,8 @@ static void test_vs_torch(bool gauss) {
     }
     CHECK_MSG(rc == 0, "term_cases.py grad failed (%d)", rc);
     double ref_loss = 0, *ref_g = calloc(P, sizeof(double));
-    CHECK(read_bin("ref_loss.bin", &ref_loss, sizeof ref_loss) &&
-          read_bin("ref_grads.bin", ref_g, P * sizeof(double)));
+    CHECK(test_read_file(g_dir, "ref_loss.bin", &ref_loss, sizeof ref_loss) &&
+          test_read_file(g_dir, "ref_grads.bin", ref_g, P * sizeof(double)));
     mxp_batch b = {.x = x, .y = y, .labels = NULL, .B = B};
     double loss = 0;
     mxp_model_discard_grads(m);
@@ -216,8 +196,8 @@ static void test_vs_torch(bool gauss) {
     mxp_trainer *t = NULL;
     CHECK_OK(mxp_trainer_create(m, &tc, &t, &err), &err);
     double ref_losses[5], *ref_p = calloc(P, sizeof(double));
-    CHECK(read_bin("ref_losses.bin", ref_losses, sizeof ref_losses) &&
-          read_bin("ref_params.bin", ref_p, P * sizeof(double)));
+    CHECK(test_read_file(g_dir, "ref_losses.bin", ref_losses, sizeof ref_losses) &&
+          test_read_file(g_dir, "ref_params.bin", ref_p, P * sizeof(double)));
     for (int s = 0; t && s < 5; s++) {
         mxp_step_result res;
         CHECK_OK(mxp_trainer_step(t, &b, 1, &res, &err), &err);

@@ -72,3 +72,21 @@ bool test_quick(void) {
     const char *q = getenv("MIXPREC_TEST_QUICK");
     return q && *q && strcmp(q, "0") != 0;
 }
+
+bool test_write_file(const char *dir, const char *name, const void *p, size_t bytes) {
+    char path[1024];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return false;
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(p, 1, bytes, f) == bytes;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+bool test_read_file(const char *dir, const char *name, void *p, size_t bytes) {
+    char path[1024];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return false;
+    FILE *f = fopen(path, "rb");
+    bool ok = f && fread(p, 1, bytes, f) == bytes;
+    if (f) fclose(f);
+    return ok;
+}

@@ -28,6 +28,10 @@ void *test_xmalloc(size_t n);
 uint32_t test_f32_bits(float f);
 /* Remove dir and everything below it, best effort (temp dirs of tests). */
 void test_rm_rf(const char *dir);
+/* Write / read exactly `bytes` of p as the file dir/name (the raw arrays a
+ * test exchanges with its Python oracle); true on success. */
+bool test_write_file(const char *dir, const char *name, const void *p, size_t bytes);
+bool test_read_file(const char *dir, const char *name, void *p, size_t bytes);
 /* Whether MIXPREC_TEST_QUICK asks for the quick variant (set, not "" or
  * "0"): the sanitizer and reference-kernel runs of scripts/test.sh. */
 bool test_quick(void);
