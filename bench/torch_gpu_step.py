@@ -42,8 +42,10 @@ torch.Generator(42) for x, y, or read from --init-dir/<model>.safetensors
 (tensors layers.<i>.weight [out, in] / layers.<i>.bias with i the index in
 [linear, gelu, linear, gelu, ..., linear] as mixprec's `ckpt export
 --torch`, optional x [batch, in] and y [batch, out]; read and written with
-python/mixprec/_ckpt.py, which needs NumPy). Each record carries the
-SHA-256 of the initial weights and batch.
+python/mixprec/_ckpt.py, which needs NumPy; `bench_cuda_dstep --write-init
+DIR` writes these files for mixprec's side of the benchmark, which reads
+the same ones: scripts/gpu-check.sh passes them to both). Each record
+carries the SHA-256 of the initial weights and batch.
 
 Per case it reports: the median (and min, p90) of the per-step times of
 --steps timed steps after --warmup steps, timed with CUDA events around
@@ -57,7 +59,10 @@ torch.cuda.set_sync_debug_mode("warn") over the last warm-up steps (it
 sees the syncs that go through PyTorch's CUDA calls: .item(), device-to-
 host copies, stream and device synchronisation; not measured on the CPU);
 the loss of the last step (its forward, before its update) after warmup +
-steps steps. The first record (kind "env") names the device, driver, CUDA,
+steps steps; with --loss-trace also "losses", the loss of every step
+(1..warmup + steps; a detached copy per step, read after the timed loop,
+so no extra host sync: tests/test_torch_gpu_step.sh compares them with
+mixprec's CPU trainer from the same init file). The first record (kind "env") names the device, driver, CUDA,
 cuDNN and torch versions and the TF32 state.
 
 Outputs (--out-dir): torch_gpu_step.jsonl (one JSON object per line,
@@ -76,7 +81,7 @@ usage: torch_gpu_step.py --out-dir DIR [--device cuda|cpu] [--dry-run]
        [--models wm,mlp512,mlp2048] [--variants eager,fused,compile,graph]
        [--precisions fp32,bf16,fp16] [--warmup 20] [--steps 100]
        [--budget-s 170] [--compile-cap-s 80] [--init-dir DIR [--save-init]]
-       [--seed 1234]
+       [--seed 1234] [--loss-trace]
        torch_gpu_step.py --table FILE.jsonl
 Exit: 0 when it ran (cases that failed are recorded as errors), 1 when
 nothing could be measured (no torch, no CUDA device for --device cuda), 2
@@ -373,9 +378,14 @@ def run_case(torch, a, name, variant, precision, init):
             opt.step()
         return loss
 
+    trace = [] if a.loss_trace else None  # --loss-trace: every step's loss, no sync
+
     def step():
         opt.zero_grad(set_to_none=True)
-        return body()
+        loss = body()
+        if trace is not None:
+            trace.append(loss.detach().clone())
+        return loss
 
     total = a.warmup + a.steps
     done = 0
@@ -396,6 +406,8 @@ def run_case(torch, a, name, variant, precision, init):
 
             def run():
                 g.replay()
+                if trace is not None:
+                    trace.append(static_loss.detach().clone())
                 return static_loss
         else:  # dry run: the same code path, the capture replaced by eager calls
             for _ in range(GRAPH_SIDE_WARMUP):
@@ -463,6 +475,8 @@ def run_case(torch, a, name, variant, precision, init):
     })
     if t_compile is not None:
         rec["compile_s"] = t_compile
+    if trace is not None:  # the side warm-up's steps included: one per step
+        rec["losses"] = [float(v) for v in trace]
     if scaler is not None and cuda:
         rec["final_scale"] = float(scaler.get_scale())
     if cuda:
@@ -658,6 +672,8 @@ def parse(argv):
     p.add_argument("--init-dir")
     p.add_argument("--save-init", action="store_true")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--loss-trace", action="store_true",
+                   help="record every step's loss in the case record (losses)")
     p.add_argument("--child-compile", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.table:

@@ -22,8 +22,15 @@
 #   memcheck-*   compute-sanitizer --tool memcheck on each GPU test;
 #   racecheck-*  compute-sanitizer --tool racecheck on the tests with block
 #                reductions (RACECHECK_TESTS);
-#   torch-gpu-step  the PyTorch baseline (bench/torch_gpu_step.py) with what
-#                is left of the budget (TORCH_S, default 200).
+#   bench-init   bench_cuda_dstep --write-init: the benchmark's initial
+#                weights and batch per model, read by both sides;
+#   dstep-bench  mixprec's device step timed on them (bench_cuda_dstep,
+#                DSTEP_S, default 60; device only);
+#   torch-gpu-step  the PyTorch baseline (bench/torch_gpu_step.py) on the
+#                same init files, with what is left of the budget (TORCH_S,
+#                default 200);
+#   bench-table  the two side by side (bench/gpu_bench_table.py), also
+#                printed before the summary (device only).
 # Libraries: every kit program runs with LD_LIBRARY_PATH set for that
 # command only: the kit's lib/ then the folder where cuBLASLt was found
 # (ldconfig, /usr/local/cuda*, PyTorch's site-packages/nvidia/*/lib), so the
@@ -274,7 +281,13 @@ run_prog() { # kind name cap
     fi
 }
 for t in $TESTS; do run_prog test "$t" 120; done
-for b in $BENCHES; do run_prog bench "$b" 90; done
+# bench_cuda_dstep (the benchmark against PyTorch) runs in its own steps
+# below, on the shared init files; the dry run only checks that it starts.
+DSTEP=bench_cuda_dstep
+for b in $BENCHES; do
+    [ $DRY = 0 ] && [ "$b" = $DSTEP ] && continue
+    run_prog bench "$b" 90
+done
 
 # ---- training runs on the device
 for r in "${TRAIN_RUNS[@]}"; do
@@ -321,6 +334,34 @@ if [ $DRY = 0 ]; then
     fi
 fi
 
+# ---- the benchmark's inputs and mixprec's device step (issue 28 part 5,
+# bench/bench_cuda_dstep, docs/gpu.md "The benchmark against PyTorch"):
+# bench-init writes each model's initial FP32 weights and batch
+# (safetensors) into $WORK/bench-init (made here, not carried: mlp2048's is
+# 35 MB; the dry run writes the world model's only), which both sides read;
+# dstep-bench times mixprec's step on them (DSTEP_S caps it, default 60;
+# its own --budget-s ends it 10 s earlier, keeping what it measured), JSON
+# lines into the tarball (raw/dstep-bench/). Then the PyTorch baseline on
+# the same files, then bench-table puts the two side by side.
+BENCH_INIT=$WORK/bench-init BENCH_INIT_OK=
+DSTEP_S=${DSTEP_S:-60}
+[[ "$DSTEP_S" =~ ^[0-9]+$ ]] && [ "$DSTEP_S" -ge 20 ] || DSTEP_S=60
+if grep -qx "$DSTEP" <<<"$BENCHES"; then
+    # shellcheck disable=SC2046
+    step bench-init 60 "${KENV[@]}" "$KIT/$(path_of $DSTEP)" --write-init "$BENCH_INIT" \
+        $([ $DRY = 1 ] && echo --models wm)
+    record bench-init $RC "$SEC" "$([ $RC = 0 ] && echo PASS || echo FAIL)"
+    [ $RC = 0 ] && BENCH_INIT_OK=1
+    if [ $DRY = 0 ]; then
+        step dstep-bench "$DSTEP_S" "${KENV[@]}" "$KIT/$(path_of $DSTEP)" --init-dir "$BENCH_INIT" \
+            --out-dir "$RAW/dstep-bench" --budget-s $((DSTEP_S - 10))
+        n=$(grep -o '"status": "[a-z-]*"' "$RAW/dstep-bench/mixprec_dstep.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
+        record dstep-bench $RC "$SEC" "$(must_pass)${n:+ ($n)}"
+    fi
+else
+    record bench-init 1 0 "FAIL ($DSTEP is not in the kit: rebuild it with scripts/gpu-kit.sh)"
+fi
+
 # ---- the PyTorch baseline (issue 28 part 5, bench/torch_gpu_step.py): the
 # device's python3, no kit library; its JSON lines and table go into the
 # tarball (raw/torch-gpu-step/), the table into the log. TORCH_S caps it
@@ -338,13 +379,26 @@ elif [ $DRY = 1 ]; then
     step torch-gpu-step 30 python3 "$ROOT/bench/torch_gpu_step.py" --help
 else
     step torch-gpu-step "$TORCH_S" env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_gpu_step.py" \
-        --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30))
+        --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30)) \
+        ${BENCH_INIT_OK:+--init-dir "$BENCH_INIT"}
 fi
 n=$(grep -o '"status": "[a-z-]*"' "$RAW/torch-gpu-step/torch_gpu_step.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
 record torch-gpu-step $RC "$SEC" "$(must_pass)${n:+ ($n)}"
+# the side-by-side table (standard library Python only): into the log, the
+# tarball and the summary
+if [ $DRY = 0 ]; then
+    step bench-table 30 env -u LD_LIBRARY_PATH python3 "$ROOT/bench/gpu_bench_table.py" \
+        "$RAW/dstep-bench/mixprec_dstep.jsonl" "$RAW/torch-gpu-step/torch_gpu_step.jsonl"
+    record bench-table $RC "$SEC" "$([ $RC = 0 ] && echo INFO || echo FAIL)"
+fi
 
 # ---- summary, outputs
 {
+    if [ $DRY = 0 ] && [ -s "$RAW/bench-table.txt" ]; then
+        echo
+        echo "== the benchmark against PyTorch (raw/bench-table.txt)"
+        cat "$RAW/bench-table.txt"
+    fi
     echo
     printf '%-34s %5s %8s  %s\n' step exit seconds verdict
     for i in "${!S_NAME[@]}"; do

@@ -14,7 +14,15 @@
 #     lacks it;
 #  2. a compile child that hangs is killed at --compile-cap-s and its cases
 #     are recorded as unavailable naming the cap;
-#  3. --table re-renders the run; bad options exit 2 naming the option.
+#  3. --table re-renders the run; bad options exit 2 naming the option;
+#  4. both sides of the GPU benchmark train the same problem: from the
+#     init files of bench_cuda_dstep --write-init (the mixprec binary's
+#     neighbour in the build tree; every build), torch's fp32 eager path on
+#     the CPU (--loss-trace, 8 steps) reproduces mixprec's CPU trainer
+#     (bench_cuda_dstep --cpu-losses) on wm and mlp512 step by step within
+#     2e-6 relative (tests/torch_gpu_step_check.py `same` says why);
+#     negative control: the trainer from a different init file (--seed 99)
+#     must fail that check. bench/gpu_bench_table.py renders the two.
 # Exit 77 (skipped) when /usr/bin/python3 has no torch or NumPy.
 set -u
 SRC=$2
@@ -62,4 +70,31 @@ for args in "--models nope" "--variants eager,x" "--precisions fp64" "--warmup 2
     [ $rc = 2 ] || fail "$args: exit $rc, expected 2"
     grep -q -- "${args%% *}" "$TMP/bad.err" || fail "$args: the message does not name the option: $(cat "$TMP/bad.err")"
 done
+
+# ---- 4. one problem on both sides (the mixprec CLI's build tree holds
+# bench_cuda_dstep; CPU modes in every build)
+DSTEP=$(dirname "$1")/bench_cuda_dstep
+[ -x "$DSTEP" ] || fail "$DSTEP is missing: build the target bench_cuda_dstep"
+"$DSTEP" --write-init "$TMP/binit" --models wm,mlp512 >/dev/null || fail "bench_cuda_dstep --write-init"
+"$DSTEP" --write-init "$TMP/binit99" --models wm,mlp512 --seed 99 >/dev/null || fail "--write-init --seed 99"
+"$DSTEP" --cpu-losses "$TMP/binit" --models wm,mlp512 --steps 8 >"$TMP/cpu.jsonl" || fail "bench_cuda_dstep --cpu-losses"
+"$DSTEP" --cpu-losses "$TMP/binit99" --models wm,mlp512 --steps 8 >"$TMP/cpu99.jsonl" || fail "--cpu-losses (seed 99)"
+"$PY" "$BENCH" --device cpu --models wm,mlp512 --variants eager --precisions fp32 --warmup 5 --steps 3 \
+    --loss-trace --init-dir "$TMP/binit" --out-dir "$TMP/same" >"$TMP/same.out" 2>&1 ||
+    { cat "$TMP/same.out"; fail "the CPU run from the init files exited $?"; }
+"$PY" "$SRC/tests/torch_gpu_step_check.py" same "$TMP/cpu.jsonl" "$TMP/same" ||
+    fail "torch from bench_cuda_dstep's init files does not reproduce mixprec's CPU trainer"
+"$PY" "$SRC/tests/torch_gpu_step_check.py" same "$TMP/cpu99.jsonl" "$TMP/same" >"$TMP/neg.out" &&
+    { cat "$TMP/neg.out"; fail "negative control: another init file passed the same-problem check"; }
+grep -q 'FAIL: wm step 1' "$TMP/neg.out" || { cat "$TMP/neg.out"; fail "negative control: step 1 not caught"; }
+# the side-by-side table renders mixprec's record format (a CUDA-less
+# stand-in record for mixprec here: the device writes the real ones)
+printf '%s\n' '{"kind": "env", "impl": "mixprec", "device": "stand-in"}' \
+    '{"kind": "case", "impl": "mixprec", "model": "wm", "variant": "eager", "precision": "fp32", "status": "ok", "us_per_step": 100.0, "loss": 1.0, "loss_step": 8, "peak_mem_bytes": 1048576, "syncs_per_step": 1.0, "init": {"source": "file '"$TMP/binit/wm.safetensors"'"}}' \
+    >"$TMP/mx.jsonl"
+"$PY" "$SRC/bench/gpu_bench_table.py" "$TMP/mx.jsonl" "$TMP/same/torch_gpu_step.jsonl" >"$TMP/cmp.txt" || fail "gpu_bench_table.py"
+if ! grep -Eq '^wm +fp32 +100\.0 ' "$TMP/cmp.txt" || ! grep -q 'wm init: the same file on both sides' "$TMP/cmp.txt"; then
+    cat "$TMP/cmp.txt"
+    fail "gpu_bench_table.py: no wm fp32 row or init line"
+fi
 echo "PASS: test_torch_gpu_step"
