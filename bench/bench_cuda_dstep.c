@@ -64,7 +64,6 @@ typedef struct args {
 } args;
 
 static const char *const PREC_NAMES[3] = {"fp32", "bf16", "fp16"};
-static const char *const MODE_NAMES[3] = {"fp32", "mixed_bf16", "mixed_fp16"};
 
 static int usage(const char *msg, const char *val) {
     fprintf(stderr,

@@ -8,6 +8,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 
+static const char *const MODE_NAMES[3] = {"fp32", "mixed_bf16", "mixed_fp16"};
+
 /* ---- the counting ops table */
 static const mxp_ds_ops *g_real;
 static size_t g_cur, g_peak;
