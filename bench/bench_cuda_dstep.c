@@ -216,7 +216,7 @@ static int cpu_losses(const args *a) {
     return rc;
 }
 
-#ifdef MIXPREC_HAVE_CUDA
+#if defined(MIXPREC_HAVE_CUDA) || defined(BENCH_DSTEP_EMULATED)
 #include "bench_cuda_dstep_run.h"
 #endif
 
@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     if (a.write_init) return write_init(&a);
     if (a.cpu_losses) return cpu_losses(&a);
-#ifdef MIXPREC_HAVE_CUDA
+#if defined(MIXPREC_HAVE_CUDA) || defined(BENCH_DSTEP_EMULATED)
     return bench_run(&a);
 #else
     printf("bench_cuda_dstep: SKIP (built without CUDA; --write-init and --cpu-losses run "

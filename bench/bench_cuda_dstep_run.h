@@ -3,10 +3,20 @@
  * point: bench_run (the records its header describes). The plan runs on
  * a copy of the CUDA ops table whose alloc/free count the bytes the plan
  * holds (peak_mem_bytes); nothing of src/backend/cuda/dstep.c is changed.
+ * BENCH_DSTEP_EMULATED (tests/test_bench_dstep_emu.c): the includer
+ * brings used_bytes() and renames the CUDA calls to the emulated device's.
  */
+#include "backend/cuda/cuda_backend.h"
+
+#ifndef BENCH_DSTEP_EMULATED
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_backend.h"
+/* The device's used memory (0 when the runtime cannot say). */
+static size_t used_bytes(void) {
+    size_t fr = 0, tot = 0;
+    return cudaMemGetInfo(&fr, &tot) == cudaSuccess ? tot - fr : 0;
+}
+#endif
 
 static const char *const MODE_NAMES[3] = {"fp32", "mixed_bf16", "mixed_fp16"};
 
@@ -51,11 +61,6 @@ static double now_s(void) {
 static int cmp_double(const void *x, const void *y) {
     double u = *(const double *)x, v = *(const double *)y;
     return (u > v) - (u < v);
-}
-
-static size_t used_bytes(void) {
-    size_t fr = 0, tot = 0;
-    return cudaMemGetInfo(&fr, &tot) == cudaSuccess ? tot - fr : 0;
 }
 
 static FILE *g_out;
