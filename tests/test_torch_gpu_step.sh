@@ -93,7 +93,7 @@ printf '%s\n' '{"kind": "env", "impl": "mixprec", "device": "stand-in"}' \
     '{"kind": "case", "impl": "mixprec", "model": "wm", "variant": "eager", "precision": "fp32", "status": "ok", "us_per_step": 100.0, "loss": 1.0, "loss_step": 8, "peak_mem_bytes": 1048576, "syncs_per_step": 1.0, "init": {"source": "file '"$TMP/binit/wm.safetensors"'"}}' \
     >"$TMP/mx.jsonl"
 "$PY" "$SRC/bench/gpu_bench_table.py" "$TMP/mx.jsonl" "$TMP/same/torch_gpu_step.jsonl" >"$TMP/cmp.txt" || fail "gpu_bench_table.py"
-if ! grep -Eq '^wm +fp32 +100\.0 ' "$TMP/cmp.txt" || ! grep -q 'wm init: the same file on both sides' "$TMP/cmp.txt"; then
+if ! grep -Eq '^wm +fp32 +eager +100\.0 ' "$TMP/cmp.txt" || ! grep -q 'wm init: the same file on both sides' "$TMP/cmp.txt"; then
     cat "$TMP/cmp.txt"
     fail "gpu_bench_table.py: no wm fp32 row or init line"
 fi
