@@ -288,9 +288,10 @@ static int bench_run(const args *a) {
                 snprintf(rec, sizeof rec, ", \"status\": \"error\", \"reason\": \"%s\"", why);
             }
             snprintf(line, sizeof line,
-                     "{\"kind\": \"case\", \"impl\": \"mixprec\", \"model\": \"%s\", \"variant\": "
-                     "\"eager\", \"precision\": \"%s\", \"mode\": \"%s\", \"shape\": {\"in\": %lld, "
-                     "\"hidden\": %lld, \"depth\": %d, \"out\": %lld, \"batch\": %lld}, "
+                     "{\"kind\": \"case\", \"impl\": \"mixprec\", \"model\": \"%s\", "
+                     "\"variant\": \"eager\", \"precision\": \"%s\", \"mode\": \"%s\", "
+                     "\"shape\": {\"in\": %lld, \"hidden\": %lld, \"depth\": %d, "
+                     "\"out\": %lld, \"batch\": %lld}, "
                      "\"init\": {\"source\": \"%s\"}, \"case_s\": %.3f%s}",
                      m->name, PREC_NAMES[pi], MODE_NAMES[pi], (long long)m->in,
                      (long long)m->hidden, m->depth, (long long)m->out, (long long)m->batch,
