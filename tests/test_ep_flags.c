@@ -12,7 +12,9 @@
  * the flat file's last loss, validation loss and validation BCE/accuracy
  * bit for bit (the same rows and the same flags in the same order); so must
  * the fixed-length layout (no lengths) against its flat twin; without the
- * option the flags change nothing (ep.npz == ep_noflags.npz). Every
+ * option the flags change nothing (ep.npz == ep_noflags.npz); a
+ * termination model trained on the flat file evaluates the episode files
+ * (mxp_predictor_evaluate, as eval --data) as the flat one. Every
  * malformed file gets its named error; timeouts alone are refused for
  * model.termination as in the flat layout.
  *
@@ -23,6 +25,7 @@
  * would load and their expect_fail checks fail.
  * Skips (77) without /usr/bin/python3 + numpy; fails when h5py is missing.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,15 +51,17 @@ typedef struct result {
     int64_t steps;
 } result;
 
-/* Train on file `data`; *create_err gets mxp_run_create's status. */
-static mxp_status train(const char *data, bool termination, result *r, mxp_error *err) {
+/* Train on file `data` (keep: checkpoints in run_ckpt/); the status of
+ * the first call that fails. */
+static mxp_status train_in(const char *data, bool termination, bool keep, result *r,
+                           mxp_error *err) {
     char dp[600], od[600];
     snprintf(dp, sizeof dp, "data.path=%s", data);
-    snprintf(od, sizeof od, "output.dir=%s", path_of("run"));
+    snprintf(od, sizeof od, "output.dir=%s", path_of(keep ? "run_ckpt" : "run"));
     const char *kv[] = {"model.workload=world_model", dp, od, "training.epochs=3",
                         "training.batch_size=16", "training.precision=fp32",
                         "data.val_fraction=0.3", "model.layers=[linear:32, gelu, linear]",
-                        "checkpoint.enabled=false",
+                        keep ? "checkpoint.enabled=true" : "checkpoint.enabled=false",
                         termination ? "model.termination=true" : "model.termination=false"};
     mxp_config_builder *b = NULL;
     mxp_config cfg;
@@ -67,7 +72,7 @@ static mxp_status train(const char *data, bool termination, result *r, mxp_error
     mxp_config_builder_destroy(b);
     if (s != MXP_OK) return s;
     mxp_run_options o = mxp_run_options_default();
-    o.checkpoints = false;
+    o.checkpoints = keep;
     mxp_run *run = NULL;
     if ((s = mxp_run_create(&cfg, &o, &run, err)) != MXP_OK) return s;
     mxp_run_eval ev;
@@ -78,6 +83,36 @@ static mxp_status train(const char *data, bool termination, result *r, mxp_error
     *r = (result){info.last_loss, ev.loss, ev.bce, ev.accuracy, info.training_steps};
     mxp_run_destroy(run);
     return s;
+}
+
+static mxp_status train(const char *data, bool termination, result *r, mxp_error *err) {
+    return train_in(data, termination, false, r, err);
+}
+
+/* A termination model trained on the flat file evaluates every episode
+ * of the episode files (eval --data) as of the flat one: loss, BCE and
+ * accuracy bit for bit. */
+static void test_evaluate(void) {
+    mxp_error err = {0};
+    result r;
+    CHECK_OK(train_in(path_of("flat.npz"), true, true, &r, &err), &err);
+    mxp_predictor *p = NULL;
+    CHECK_OK(mxp_predictor_load(path_of("run_ckpt"), -1, &p, &err), &err);
+    static const char *const files[] = {"flat.npz", "ep.npz", "ep64.safetensors", "ep.hdf5"};
+    mxp_run_eval ev[4];
+    for (int i = 0; p && i < 4; i++) {
+        mxp_dataset *d = NULL;
+        CHECK_OK(mxp_dataset_read(path_of(files[i]), &d, &err), &err);
+        if (d) CHECK_OK(mxp_predictor_evaluate(p, d, &ev[i], &err), &err);
+        mxp_dataset_destroy(d);
+        if (i > 0 && d)
+            CHECK_MSG(ev[i].loss == ev[0].loss && ev[i].bce == ev[0].bce &&
+                          ev[i].accuracy == ev[0].accuracy && isfinite(ev[0].bce),
+                      "evaluate %s: loss %.9g bce %.9g acc %.6g; flat.npz %.9g %.9g %.6g",
+                      files[i], ev[i].loss, ev[i].bce, ev[i].accuracy, ev[0].loss, ev[0].bce,
+                      ev[0].accuracy);
+    }
+    mxp_predictor_destroy(p);
 }
 
 /* Bitwise: NaN == NaN (bce without the head). */
@@ -145,6 +180,7 @@ int main(void) {
     same_as("ep_fixed.npz", true, "flat_fixed.npz");
     same_as("ep.npz", false, "ep_noflags.npz");
     same_as("ep.npz", false, "flat.npz");
+    test_evaluate();
 
     /* model.termination needs terminals: timeouts alone, or no flag, refused */
     static const struct {
