@@ -1,7 +1,7 @@
 /* bench/bench_ab.h: the clock and the summary of the A/B benches
- * (bench_act16.c, bench_act_split.c, bench_gemm_epi.c, bench_gemm_split.c),
- * which alternate calls of two variants in one process and compare thread
- * CPU time.
+ * (bench_act16.c, bench_act_split.c, bench_gemm_epi.c, bench_gemm_split.c,
+ * bench_head_loss.c), which alternate calls of two variants in one process
+ * and compare thread CPU time.
  * Header-only, static functions: each bench is one translation unit. */
 #ifndef MIXPREC_BENCH_AB_H
 #define MIXPREC_BENCH_AB_H

@@ -117,7 +117,7 @@ def buffer_arrays(buf):
     by the library, docs/data.md):
       - a mapping {name: array}: flat transitions (obs/observations/states,
         actions, rewards, next_obs, terminals/timeouts/dones, ...) or episodes
-        (obs [E, T+1, S], actions, rewards, lengths);
+        (obs [E, T+1, S], actions, rewards, lengths, terminals, timeouts [E, T]);
       - a sequence of transitions, each a mapping (stacked per key) or a tuple
         (obs, action, reward, next_obs, done);
       - a Stable-Baselines3 ReplayBuffer (observations, actions, rewards,

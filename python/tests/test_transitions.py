@@ -113,6 +113,42 @@ class FlatTransitionsTest(TmpDirCase):
         self.assertIn("need their episode ends", str(cm.exception))
 
 
+class EpisodeFlagsTest(TmpDirCase):
+    """terminals/timeouts [E, T] in the episode layout from memory
+    (docs/data.md "Flags in the episode layout"): model.termination trains
+    as on the flat buffer of the same episodes, bit for bit; a flag before an
+    episode's last transition is refused by name."""
+
+    def episodes_with_flags(self, d):
+        ep = to_episodes(d)
+        E, T = ep["rewards"].shape
+        term, tmo = np.zeros((E, T), bool), np.zeros((E, T), bool)
+        ends = np.flatnonzero(d["terminals"] | d["timeouts"])
+        for e, i in enumerate(ends[:E]):
+            term[e, ep["lengths"][e] - 1] = d["terminals"][i]
+            tmo[e, ep["lengths"][e] - 1] = d["timeouts"][i]
+        return dict(ep, terminals=term, timeouts=tmo)
+
+    def test_termination_from_episode_flags(self):
+        d = flat(rollout(12, seed=12))
+        ep = self.episodes_with_flags(d)
+        self.assertEqual(int(ep["terminals"].sum()), int(d["terminals"].sum()))
+        cfg = dict(SMALL, **{"model.termination": True})
+        a = mixprec.WorldModel(**cfg, **{"output.dir": self.path("a")}, replay_buffer=d)
+        b = mixprec.WorldModel(**cfg, **{"output.dir": self.path("b")}, replay_buffer=ep)
+        sa, sb = a.train(num_epochs=2, batch_size=16), b.train(num_epochs=2, batch_size=16)
+        self.assertEqual((sa["last_loss"], sa["total_steps"]), (sb["last_loss"], sb["total_steps"]))
+        ea, eb = a.run.evaluate(), b.run.evaluate()
+        self.assertEqual((ea["loss"], ea["bce"], ea["accuracy"]),
+                         (eb["loss"], eb["bce"], eb["accuracy"]))
+        bad = dict(ep, terminals=ep["terminals"].copy())
+        bad["terminals"][0, 0] = True  # episode 0 runs longer than one step
+        with self.assertRaises(mixprec.Error) as cm:
+            mixprec.WorldModel(**cfg, **{"output.dir": self.path("c")},
+                               replay_buffer=bad).train(num_epochs=1, batch_size=16)
+        self.assertIn("terminals[0, 0] = 1 but episode 0 has", str(cm.exception))
+
+
 class SB3LikeBuffer:
     """The attributes of stable_baselines3.common.buffers.ReplayBuffer that
     the conversion reads: arrays [buffer_size, n_envs, ...], pos, full."""

@@ -104,8 +104,10 @@ static mxp_status only(const mxp_dataset *d, const char *const *names, int n, co
     } while (0)
 
 mxp_status ds_check_episodes(const mxp_dataset *d, mxp_dataset_layout *o, mxp_error *err) {
-    static const char *const names[] = {"obs", "actions", "rewards", "lengths"};
-    TRY(only(d, names, 4, "world_model", err));
+    /* terminals/timeouts (and their aliases) [E, T]: episode_flags.c checks them */
+    static const char *const names[] = {"obs",       "actions",      "rewards",  "lengths",
+                                        "terminals", "terminations", "timeouts", "truncations"};
+    TRY(only(d, names, 8, "world_model", err));
     const mxp_array *obs, *act, *rew, *len;
     TRY(get(d, "obs", 3, true, true,
             "obs [E, T+1, S] float; or flat transitions obs [N, S] with terminals/timeouts/dones "

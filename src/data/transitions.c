@@ -4,7 +4,8 @@
  * Entry points: wm_episodes_open / _close, wm_episode_len, wm_episode_rows,
  * wm_episodes_check_terminals, wm_episode_terminals
  * (internal). The episode layout's checks are dataset_check.c's
- * (ds_check_episodes); this file chooses the layout, checks the flat one and
+ * (ds_check_episodes) and, for its terminals/timeouts [E, T],
+ * episode_flags.c's; this file chooses the layout, checks the flat one and
  * indexes its episodes. Flat transitions are what replay buffers hold
  * (Stable-Baselines3 ReplayBuffer, CleanRL, d3rlpy, D4RL's HDF5 files,
  * Minari's episodes once concatenated by dataset_h5.c): rows [N, ...] with
@@ -51,7 +52,7 @@ static_assert(sizeof kRoles / sizeof kRoles[0] == R_COUNT, "one row per wm_role"
 #define ACCEPTED                                                                                   \
     "accepted: flat transitions obs (or observations, states), actions, rewards, next_obs (or "    \
     "next_observations, next_states), terminals (or terminations), timeouts (or truncations), "   \
-    "dones; or episodes obs, actions, rewards, lengths (docs/data.md)"
+    "dones; or episodes obs, actions, rewards, lengths, terminals, timeouts (docs/data.md)"
 
 #define TRY(x)                                                                                     \
     do {                                                                                           \
@@ -238,19 +239,39 @@ mxp_status wm_episodes_open(const mxp_dataset *d, wm_episodes *w, mxp_error *err
     bool flat_only = a[R_NEXT] || a[R_TERM] || a[R_TIMEOUT] || a[R_DONE];
     bool alias = a[R_OBS] && strcmp(a[R_OBS]->name, "obs") != 0;
     bool ranks = a[R_OBS] && a[R_OBS]->ndim != 3 && a[R_REW] && a[R_REW]->ndim == 1;
-    if (a[R_LEN] && (flat_only || alias))
+    /* terminals/timeouts [E, T] beside obs [E, T+1, S] and rewards [E, T]:
+     * the episode layout with flags. rewards [E, 1] without lengths stays
+     * flat (rewards [N, 1], obs [N, 2, S]) as it always was */
+    bool ep_flags = (a[R_TERM] || a[R_TIMEOUT]) && a[R_OBS] && !alias && a[R_OBS]->ndim == 3 &&
+                    a[R_REW] && a[R_REW]->ndim == 2 && (a[R_LEN] || a[R_REW]->shape[1] != 1);
+    if (ep_flags) {
+        if (a[R_NEXT] || a[R_DONE])
+            return mxp_error_set(
+                err, MXP_ERR_FORMAT,
+                "%s: array '%s' belongs to flat transitions, but obs %s and rewards [E, T] are "
+                "the episode layout; accepted: in the episode layout obs, actions, rewards, "
+                "lengths, terminals (or terminations) and timeouts (or truncations) [E, T] "
+                "(docs/data.md)",
+                mxp_dataset_label(d), (a[R_NEXT] ? a[R_NEXT] : a[R_DONE])->name,
+                "[E, T+1, S]");
+    } else if (a[R_LEN] && (flat_only || alias)) {
         return mxp_error_set(err, MXP_ERR_FORMAT,
                              "%s: array 'lengths' belongs to the episode layout (obs [E, T+1, "
                              "S]); flat transitions mark episode ends with terminals, timeouts "
                              "or dones instead; accepted: one layout (docs/data.md)",
                              mxp_dataset_label(d));
-    if (!a[R_LEN] && (flat_only || alias || ranks)) return open_flat(d, a, w, err);
+    }
+    if (!ep_flags && !a[R_LEN] && (flat_only || alias || ranks)) return open_flat(d, a, w, err);
     mxp_dataset_layout lay;
     TRY(ds_check_episodes(d, &lay, err));
+    for (int r = R_TERM; r <= R_TIMEOUT; r++)
+        if (a[r])
+            TRY(wm_check_episode_flag(d, a[r], a[R_LEN], lay.episodes, lay.max_steps, err));
     *w = (wm_episodes){.flat = false, .obs = a[R_OBS], .act = a[R_ACT], .rew = a[R_REW],
                        .len = a[R_LEN], .S = lay.state_dim, .A = lay.action_dim,
                        .E = lay.episodes, .T = lay.max_steps, .transitions = lay.transitions,
-                       .rows = lay.episodes * lay.max_steps};
+                       .rows = lay.episodes * lay.max_steps, .term = a[R_TERM],
+                       .timeout = a[R_TIMEOUT]};
     return MXP_OK;
 }
 
@@ -301,16 +322,20 @@ void wm_episode_rows(const wm_episodes *w, int64_t e0, int64_t e1, float *x, flo
 }
 
 mxp_status wm_episodes_check_terminals(const wm_episodes *w, const char *label, mxp_error *err) {
-    if (w->flat && (w->term || (w->done && w->timeout))) return MXP_OK;
-    const char *what = !w->flat   ? "the episode layout (obs [E, T+1, S]) records no terminal flags"
-                       : w->done  ? "it has dones without timeouts, and a done may be a time limit"
-                       : w->timeout ? "it has timeouts (time limits) but no terminals"
-                                    : "it has no terminals, dones or timeouts";
+    if (w->term || (w->flat && w->done && w->timeout)) return MXP_OK;
+    const char *what =
+        !w->flat && w->timeout ? "the episode layout (obs [E, T+1, S]) has timeouts (time "
+                                 "limits) but no terminals"
+        : !w->flat             ? "the episode layout (obs [E, T+1, S]) records no terminal flags"
+        : w->done              ? "it has dones without timeouts, and a done may be a time limit"
+        : w->timeout           ? "it has timeouts (time limits) but no terminals"
+                               : "it has no terminals, dones or timeouts";
     return mxp_error_set(err, MXP_ERR_FORMAT,
                          "%s: model.termination=true needs each transition's true termination "
                          "flag, and %s; accepted: flat transitions with terminals (or "
                          "terminations), or with dones and timeouts (terminal = done and not "
-                         "timeout) (docs/world_models.md)",
+                         "timeout), or the episode layout with terminals (or terminations) "
+                         "[E, T] (docs/world_models.md)",
                          label, what);
 }
 
@@ -324,6 +349,12 @@ static float term_flag(const wm_episodes *w, int64_t i) {
 
 void wm_episode_terminals(const wm_episodes *w, int64_t e0, int64_t e1, float *t, int64_t ts) {
     int64_t r = 0;
+    if (!w->flat) { /* terminals [E, T]: transition (e, k)'s own flag */
+        for (int64_t e = e0; e < e1; e++)
+            for (int64_t k = 0, n = wm_episode_len(w, e); k < n; k++, r++)
+                t[r * ts] = mxp_array_get_f64(w->term, e * w->T + k) != 0.0 ? 1.0f : 0.0f;
+        return;
+    }
     for (int64_t e = e0; e < e1; e++) {
         const int64_t n = wm_episode_len(w, e);
         for (int64_t k = 0; k < n; k++, r++) {

@@ -4,7 +4,9 @@
  * provider (models/user_data.c) use it.
  *
  *   episode layout  obs [E, T+1, S], actions [E, T, A], rewards [E, T],
- *                   optional lengths [E]
+ *                   optional lengths [E] and flags terminals (or
+ *                   terminations) / timeouts (or truncations) [E, T], set
+ *                   only at an episode's last transition (episode_flags.c)
  *   flat layout     obs [N, ...], actions [N, ...], rewards [N] (or [N, 1]),
  *                   optional next_obs [N, ...] and flags terminals /
  *                   timeouts / dones [N] (or [N, 1]); aliases observations
@@ -38,7 +40,8 @@ typedef struct wm_episodes {
     int64_t dropped;                /* flat: episodes without a transition (dropped) */
     int64_t *start;                 /* flat: [E] first row of episode e */
     int64_t *count;                 /* flat: [E] transitions of episode e */
-    const mxp_array *term, *timeout, *done; /* flat: the flags given, or NULL */
+    const mxp_array *term, *timeout, *done; /* the flags given, or NULL (episode layout:
+                                               terminals and timeouts [E, T] only) */
 } wm_episodes;
 
 /* Find the layout of d, check it (names, ranks, dtypes, shapes, flag
@@ -59,16 +62,24 @@ int64_t wm_episode_len(const wm_episodes *w, int64_t e);
 void wm_episode_rows(const wm_episodes *w, int64_t e0, int64_t e1, float *x, float *y);
 /* Can w give each transition its true-termination flag (model.termination)?
  * Flat layout: terminals (or terminations) as given; else dones and
- * timeouts together (terminal = done and not timeout). Dones alone (a
- * timeout and a termination look alike), timeouts alone, next_obs only and
- * the episode layout cannot: MXP_ERR_FORMAT naming d's label, what is
- * missing and what is accepted. */
+ * timeouts together (terminal = done and not timeout). Episode layout:
+ * terminals [E, T]. Dones alone (a timeout and a termination look alike),
+ * timeouts alone, next_obs only and the episode layout without terminals
+ * cannot: MXP_ERR_FORMAT naming d's label, what is missing and what is
+ * accepted. */
 mxp_status wm_episodes_check_terminals(const wm_episodes *w, const char *label, mxp_error *err);
 /* The flags of the transitions of episodes [e0, e1) (as wm_episode_rows
- * orders them) into t with stride ts (t[r ts] = 0 or 1): with next_obs
- * transition i's flag is row i's; without, the transition into an
- * episode's last row (its final state) carries that row's flag and the
- * others 0. w must pass wm_episodes_check_terminals. */
+ * orders them) into t with stride ts (t[r ts] = 0 or 1): flat with
+ * next_obs, transition i's flag is row i's; flat without, the transition
+ * into an episode's last row (its final state) carries that row's flag and
+ * the others 0; episode layout, terminals[e, t]. w must pass
+ * wm_episodes_check_terminals. */
 void wm_episode_terminals(const wm_episodes *w, int64_t e0, int64_t e1, float *t, int64_t ts);
+/* Check flag array f of the episode layout (E episodes of at most T
+ * transitions, lengths len or NULL): shape [E, T], values 0/1, set only at
+ * an episode's last transition (episode_flags.c). MXP_ERR_FORMAT naming
+ * d's label, f, the place and what is accepted. */
+mxp_status wm_check_episode_flag(const mxp_dataset *d, const mxp_array *f, const mxp_array *len,
+                                 int64_t E, int64_t T, mxp_error *err);
 
 #endif /* MIXPREC_DATA_TRANSITIONS_H */

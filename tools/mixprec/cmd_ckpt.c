@@ -26,8 +26,9 @@ static void help(FILE *f) {
           "                             header, bounds, checksums, dtypes (master weights\n"
           "                             F32), finite values, and shapes against the\n"
           "                             checkpoint's config; exit 0 only if all pass\n"
-          "  inspect FILE [--json]      metadata and a per-tensor table: name, dtype,\n"
-          "                             shape, min, max, percent non-finite\n"
+          "  inspect FILE|DIR [--json]  metadata and a per-tensor table: name, dtype,\n"
+          "                             shape, min, max, percent non-finite (DIR: its\n"
+          "                             latest checkpoint, named in the output)\n"
           "  export FILE --dtype bf16|fp16|fp32|f8_e4m3|f8_e5m2 -o OUT\n"
           "  export CKPT_OR_RUN_DIR --torch -o OUT   (user-data models: state_dict + stats)\n"
           "                             the model weights for inference (RNE)\n"
@@ -305,6 +306,32 @@ static tstats stats_of(const mxp_st_tensor *t) {
     return s;
 }
 
+/* `ckpt inspect DIR`: the newest checkpoint (by step) of DIR/checkpoints
+ * (a run directory) or of DIR itself into path; false (message printed)
+ * when it holds none. Newest by step, verified or not: inspect shows the
+ * integrity of what it reads. */
+static bool inspect_latest(const char *target, char *path, size_t n, char *dir, size_t dn,
+                           size_t *count) {
+    ckpt_dir_of(target, dir, dn);
+    mxp_ckpt_entry *e = NULL;
+    mxp_error err = {0};
+    *count = 0;
+    if (mxp_ckpt_list(dir, &e, count, &err) != MXP_OK) {
+        cli_error("ckpt inspect: %s", err.msg);
+        return false;
+    }
+    if (*count == 0) {
+        cli_error("ckpt inspect: %s holds no checkpoint (ckpt-<step>.safetensors); accepted: a "
+                  "checkpoint file, or a run directory or checkpoint directory holding one",
+                  dir);
+        mxp_free(e);
+        return false;
+    }
+    snprintf(path, n, "%s", e[*count - 1].path);
+    mxp_free(e);
+    return true;
+}
+
 static int ckpt_inspect(int argc, char **argv) {
     const char *path = NULL;
     bool json = false;
@@ -314,14 +341,23 @@ static int ckpt_inspect(int argc, char **argv) {
         else if (!path && argv[i][0] != '-')
             path = argv[i];
         else {
-            cli_error("ckpt inspect: unexpected argument '%s'; usage: ckpt inspect FILE [--json]",
+            cli_error("ckpt inspect: unexpected argument '%s'; usage: ckpt inspect FILE|DIR "
+                      "[--json]",
                       argv[i]);
             return CLI_EXIT_USAGE;
         }
     }
     if (!path) {
-        cli_error("ckpt inspect: FILE required");
+        cli_error("ckpt inspect: FILE or DIR required");
         return CLI_EXIT_USAGE;
+    }
+    char latest[MXP_CKPT_PATH_MAX], dir[MXP_CKPT_PATH_MAX];
+    size_t count = 0;
+    const bool from_dir = is_dir(path);
+    if (from_dir) {
+        if (!inspect_latest(path, latest, sizeof latest, dir, sizeof dir, &count))
+            return CLI_EXIT_FAIL;
+        path = latest;
     }
     mxp_error err = {0};
     mxp_st_file *f = NULL;
@@ -335,6 +371,11 @@ static int ckpt_inspect(int argc, char **argv) {
     if (json) {
         fputs("{\"file\":", o);
         json_str(o, path);
+        if (from_dir) { /* which checkpoint of which directory */
+            fputs(",\"dir\":", o);
+            json_str(o, dir);
+            fprintf(o, ",\"dir_checkpoints\":%zu", count);
+        }
         fprintf(o, ",\"schema\":\"mixprec.ckpt_inspect/1\",\"bytes\":%zu,\"checksums_ok\":%s,"
                    "\"metadata\":{", mxp_st_file_size(f), integrity ? "true" : "false");
         /* safetensors metadata values are strings; numbers, booleans and
@@ -351,6 +392,9 @@ static int ckpt_inspect(int argc, char **argv) {
         }
         fputs("},\"tensors\":[", o);
     } else {
+        if (from_dir)
+            fprintf(o, "latest of %zu checkpoint%s in %s:\n", count, count == 1 ? "" : "s",
+                    dir);
         fprintf(o, "file: %s (%zu bytes)\nintegrity: %s\n", path, mxp_st_file_size(f),
                 integrity ? "ok (crc32c of header and every tensor)" : verr.msg);
         for (int i = 0; i < mxp_st_file_num_meta(f); i++) {

@@ -2,8 +2,9 @@
  * weights and an optional termination column (BCE on a logit).
  *
  * Entry point: mxp_generic_head_loss (contract in kernels/kernels.h; the
- * AVX-512 table uses it too: the loss is B x C elements, negligible beside
- * the GEMMs). One formula for both heads (docs/world_models.md):
+ * AVX-512 table has its own, kernels/x86_avx512/loops_head.c: the same bits
+ * for the deterministic head, a bounded difference for the Gaussian head
+ * and the flag). One formula for both heads (docs/world_models.md):
  *   loss = (1 / (B C)) sum_b sum_c w_c l_bc   (+ 0.01 (sum max - sum min))
  * over the C = K + T target columns (K regression, T in {0, 1} flag),
  *   l_bc = (pred - y)^2                        deterministic head, c < K

@@ -4,7 +4,7 @@
  * except gemm gets its AVX-512 version; what each loop guarantees relative
  * to the generic reference (bit-exact or a stated bound) is written at the
  * top of its file: loops_convert.c, loops_eltwise.c, loops_rows.c,
- * loops_grad.c, loops_optim.c, loops_dropout.c, loops_fp8.c (FP8 conversions, reached
+ * loops_grad.c, loops_optim.c, loops_dropout.c, loops_head.c, loops_fp8.c (FP8 conversions, reached
  * through convert, and the FP8 quantise).
  */
 #include "kernels/x86_avx512/loops.h"
@@ -30,6 +30,7 @@ void mxp_avx512_fill_loops(mxp_kernels *t) {
     t->softmax_fwd = mxp_avx512_softmax_fwd;
     t->mse = mxp_avx512_mse;
     t->softmax_xent = mxp_avx512_softmax_xent;
+    t->head_loss = mxp_avx512_head_loss;
     t->sum = mxp_avx512_sum;
     t->sumsq = mxp_avx512_sumsq;
     t->absmax = mxp_avx512_absmax;

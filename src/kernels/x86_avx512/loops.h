@@ -3,7 +3,8 @@
  *
  * Entry points (all implement the mxp_kernels slot of the same name, see
  * kernels/kernels.h): conversions (loops_convert.c), element-wise ops
- * (loops_eltwise.c), row-wise ops and losses (loops_rows.c), reductions and
+ * (loops_eltwise.c), row-wise ops and losses (loops_rows.c), the regression
+ * head's loss (loops_head.c), reductions and
  * the fused gradient pass (loops_grad.c), optimizers (loops_optim.c), the
  * fused forward epilogue (loops_fused.c);
  * loops.c puts them into the table. They are compiled with the AVX-512
@@ -91,6 +92,11 @@ void mxp_avx512_mse(float *dpred, const float *pred, const float *target,
 void mxp_avx512_softmax_xent(float *dlogits, const float *logits,
                              const int32_t *labels, int64_t B, int64_t C,
                              float grad_scale, double *loss);
+
+/* ---- loops_head.c ---- */
+void mxp_avx512_head_loss(float *dpred, float *dbounds, const float *pred, const float *target,
+                          const float *bounds, const float *weights, int64_t B, int64_t K,
+                          int64_t T, float grad_scale, double *loss);
 
 /* ---- loops_grad.c ---- */
 void mxp_avx512_sum(const float *x, size_t n, double *out);
