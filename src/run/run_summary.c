@@ -187,6 +187,9 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
     mxp_comm_get_stats(mxp_trainer_comm(r->trainer), &cs);
     put(&w, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,", r->dp_size,
         (unsigned long long)cs.bytes_sent, cs.seconds);
+    char dev[32]; /* training.device the steps ran on (train/trainer_device.c) */
+    mxp_device_format(&cfg->device, dev, sizeof dev);
+    put(&w, "\"device\":\"%s\",", dev);
     const double sps = info.wall_s > 0 ? (double)info.samples_trained / info.wall_s : 0;
     put(&w, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}", info.wall_s,
         (long long)info.samples_trained, sps);
