@@ -21,7 +21,9 @@
 #                (TRAIN_SHORT) in fp32, mixed_bf16, mixed_fp16, then the same
 #                config on the CPU; the verdict carries the validation loss
 #                of both, their relative difference, the steps and the
-#                device's steps/s (from each run's summary.json);
+#                device's steps/s (from each run's summary.json); FAIL when
+#                the device run's summary does not show one device-to-host
+#                copy per step (device_step.d2h_per_step_max);
 #   memcheck-*   compute-sanitizer --tool memcheck on each GPU test;
 #   racecheck-*  compute-sanitizer --tool racecheck on the tests with block
 #                reductions (RACECHECK_TESTS);
@@ -307,7 +309,11 @@ for r in "${TRAIN_RUNS[@]}"; do
         step "cpu-$name" 90 "${KENV[@]}" "$CLI" train --quiet training.device=cpu "${short[@]}" \
             "${over[@]}" "output.dir=$RAW/cpu-$name" "checkpoint.dir=$WORK/ckpt-cpu-$name"
         v=$(summary_pair "$out/summary.json" "$RAW/cpu-$name/summary.json")
-        record "$name" "$dev_rc" "$dev_sec" "PASS ($v)"
+        if grep -q '"d2h_per_step_max":1,' "$out/summary.json"; then
+            record "$name" "$dev_rc" "$dev_sec" "PASS ($v)"
+        else # the summary's device_step: one device-to-host copy per step
+            record "$name" "$dev_rc" "$dev_sec" "FAIL (not one copy per step: $(grep -o '"device_step":{[^}]*}' "$out/summary.json"); $v)"
+        fi
     elif [ $DRY = 1 ] && [ $RC = 2 ] && grep -q "training.device=cuda: .*no CUDA device" "$RAW/$name.txt"; then
         record "$name" $RC "$SEC" "PASS (refused: no device here)"
     else

@@ -12,7 +12,8 @@
  *     identical, with a NaN planted in the input of the 5th batch (both
  *     sides skip it); exactly one device-to-host copy per step: the
  *     emulated device's count over the whole run equals the steps plus 3
- *     per pull (master, m, v; pulls happen only outside steps);
+ *     per pull (master, m, v; pulls happen only outside steps), and the
+ *     run's summary says so ("device":"cuda:0", d2h_per_step_max 1);
  *   - a checkpoint saved on the emulated device at step k resumes on the
  *     emulated device bit for bit against the uninterrupted emulated run
  *     (every later loss, every final tensor); the same checkpoint resumes
@@ -225,6 +226,11 @@ static void compare(workload w, const char *prec) {
     CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
     trainer_device_stats st;
     trainer_device_get_stats(mxp_run_trainer(run), &st);
+    /* the summary says where the steps ran and how many copies one took */
+    static char js[16384];
+    CHECK(mxp_run_summary_json(run, NULL, NAN, js, sizeof js) > 0);
+    CHECK_MSG(strstr(js, "\"device\":\"cuda:0\"") && strstr(js, "\"d2h_per_step_max\":1,"),
+              "summary: %.300s", strstr(js, "\"device\"") ? strstr(js, "\"device\"") : js);
     mxp_run_destroy(run);
     const char *name = w == WM ? "world_model" : "classifier";
     const bool fp32 = strcmp(prec, "fp32") == 0;
