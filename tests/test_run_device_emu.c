@@ -362,6 +362,13 @@ static void refused(workload w, const char *prec, const char *const *extra, cons
     if (run) mxp_run_destroy(run);
 }
 
+static void no_hook(void *user, int64_t step, float *g, size_t n) {
+    (void)user;
+    (void)step;
+    (void)g;
+    (void)n;
+}
+
 static void test_refusals(void) {
     const char *accum[] = {"training.grad_accum_steps=2", NULL};
     const char *sgd[] = {"training.optimizer=sgd", NULL};
@@ -370,6 +377,9 @@ static void test_refusals(void) {
     const char *ens[] = {"model.ensemble=2", NULL};
     const char *gauss[] = {"model.head=gaussian", NULL};
     const char *fault[] = {"fault.kind=nan", "fault.step=3", NULL};
+    const char *drop[] = {"model.layers=[linear:32, gelu, dropout:0.1, linear]", NULL};
+    const char *res[] = {"model.layers=[linear:32, gelu, linear:32, gelu, residual:2, linear]",
+                         NULL};
     refused(WM, "fp32", accum, "grad_accum_steps=2");
     refused(WM, "fp32", sgd, "optimizer sgd");
     refused(WM, "bf16", NULL, "precision bf16");
@@ -382,6 +392,8 @@ static void test_refusals(void) {
     refused(WM, "fp32", gauss, "loss gaussian");
     refused(WM, "fp32", fault, "fault.kind=nan");
     refused(GPT, "fp32", NULL, "GPT");
+    refused(WM, "fp32", drop, "(dropout)");
+    refused(WM, "fp32", res, "(residual)");
     /* a precision switch: refused by the step that meets it */
     mxp_error err = {0};
     mxp_config c;
@@ -394,6 +406,16 @@ static void test_refusals(void) {
         mxp_status s = mxp_run_train(run, 0, 0, &err);
         CHECK_MSG(s == MXP_ERR_UNSUPPORTED && strstr(err.msg, "precision switch"),
                   "a precision switch on the device: status %d '%s'", (int)s, err.msg);
+        mxp_run_destroy(run);
+    }
+    /* a gradient hook set after create: refused by the step */
+    CHECK_OK(make_cfg(WM, "fp32", "cuda", NULL, &c, &err), &err);
+    CHECK_OK(open_run(&c, &r, NULL, 0, &run, &err), &err);
+    if (run) {
+        mxp_trainer_set_grad_hook(mxp_run_trainer(run), no_hook, NULL);
+        mxp_status s = mxp_run_train(run, 0, 0, &err);
+        CHECK_MSG(s == MXP_ERR_UNSUPPORTED && strstr(err.msg, "gradient hook"),
+                  "a gradient hook on the device: status %d '%s'", (int)s, err.msg);
         mxp_run_destroy(run);
     }
     /* without the emulated table: this build names why (no CUDA, no GPU) */
