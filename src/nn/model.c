@@ -543,10 +543,12 @@ static mxp_status mxp_model_set_policy_dev(mxp_model *m, const mxp_precision_pol
 /* mxp_model_set_policy inside one backend bracket (backend/devmem.h) */
 mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
                                 mxp_error *err) {
+    mxp_status r_ = nn_sync_pull(m, err); /* the switch recasts the host's weights */
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_model_set_policy_dev(m, policy, err);
+    r_ = mxp_model_set_policy_dev(m, policy, err);
     mxp_dev_leave();
-    return r_;
+    return r_ == MXP_OK ? nn_sync_wrote(m, err) : r_;
 }
 
 /* Resolve sel against m's layers into a mask (bit l: linear layer l). */

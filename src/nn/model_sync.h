@@ -8,9 +8,9 @@
  *   pull  before a read: mxp_model_tensor_get / _set (a named tensor's set
  *         leaves the rest as it was), mxp_model_predict, mxp_model_step,
  *         mxp_model_copy_params (the source), mxp_model_scale_layer_weights,
- *         mxp_model_master / _work / _param;
+ *         mxp_model_set_policy, mxp_model_master / _work / _param;
  *   wrote after a write: mxp_model_tensor_set, mxp_model_copy_params (the
- *         destination), mxp_model_scale_layer_weights.
+ *         destination), mxp_model_scale_layer_weights, mxp_model_set_policy.
  * With none installed (every CPU trainer) each call is one NULL test.
  * Entry points: nn_model_set_sync, nn_sync_pull, nn_sync_wrote,
  * nn_model_fp32_mask.
