@@ -3,7 +3,8 @@
  * the emulated device table (tests/dstep_emu.h, substituted for the CUDA
  * table by trainer_device_override), against the same configs on the CPU.
  *
- *   - the default world model (fp32, mixed_bf16, mixed_fp16) and a small
+ *   - the default world model (fp32, mixed_bf16, mixed_fp16; mixed_fp16
+ *     also at a train() batch of 16, which re-plans the device) and a small
  *     classifier (fp32, mixed_fp16): per-step losses close (tolerances of
  *     tests/test_dstep_emu.c, with its reasons: the device step differs
  *     from the CPU in summation order only; step 1 is a pure forward from
@@ -209,7 +210,9 @@ static bool same_tensors(const char *a, const char *b) {
 
 /* ---- device vs CPU ------------------------------------------------------------- */
 
-static void compare(workload w, const char *prec) {
+/* batch: the train() call's batch size (0: the config's 32; 16 makes the
+ * device re-plan once) */
+static void compare(workload w, const char *prec, int64_t batch) {
     mxp_error err = {0};
     mxp_config cc, cd;
     CHECK_OK(make_cfg(w, prec, "cpu", NULL, &cc, &err), &err);
@@ -218,12 +221,12 @@ static void compare(workload w, const char *prec) {
     mxp_run *run = NULL;
     CHECK_OK(open_run(&cc, &rc, NULL, 5, &run, &err), &err);
     if (!run) return;
-    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    CHECK_OK(mxp_run_train(run, 0, batch, &err), &err);
     mxp_run_destroy(run);
     const int64_t d2h0 = g_emu.d2h;
     CHECK_OK(open_run(&cd, &rd, NULL, 5, &run, &err), &err);
     if (!run) return;
-    CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
+    CHECK_OK(mxp_run_train(run, 0, batch, &err), &err);
     trainer_device_stats st;
     trainer_device_get_stats(mxp_run_trainer(run), &st);
     /* the summary says where the steps ran and how many copies one took */
@@ -255,12 +258,13 @@ static void compare(workload w, const char *prec) {
     /* one copy per step: nothing but the steps' reports and the pulls */
     CHECK_MSG(st.steps == rd.n && st.step_d2h_max == 1, "%s %s: %lld device steps, at most %lld "
               "copies in one", name, prec, (long long)st.steps, (long long)st.step_d2h_max);
+    CHECK_MSG(st.plans == (batch ? 2 : 1), "%s %s: %lld plans", name, prec, (long long)st.plans);
     CHECK_MSG(g_emu.d2h - d2h0 == st.steps + 3 * st.pulls,
               "%s %s: %lld device-to-host copies for %lld steps and %lld pulls", name, prec,
               (long long)(g_emu.d2h - d2h0), (long long)st.steps, (long long)st.pulls);
     printf("  %-11s %-10s %3lld steps, worst loss rel diff %.2e, %lld pulls, %lld pushes, "
-           "d2h %lld\n", name, prec, (long long)rd.n, worst, (long long)st.pulls,
-           (long long)st.pushes, (long long)(g_emu.d2h - d2h0));
+           "%lld plans, d2h %lld\n", name, prec, (long long)rd.n, worst, (long long)st.pulls,
+           (long long)st.pushes, (long long)st.plans, (long long)(g_emu.d2h - d2h0));
 }
 
 /* ---- checkpoints across devices ------------------------------------------------ */
@@ -438,11 +442,12 @@ int main(void) {
     write_data();
     trainer_device_override(&emu_ds_ops, &g_emu);
     test_refusals();
-    compare(WM, "fp32");
-    compare(WM, "mixed_bf16");
-    compare(WM, "mixed_fp16");
-    compare(CL, "fp32");
-    compare(CL, "mixed_fp16");
+    compare(WM, "fp32", 0);
+    compare(WM, "mixed_bf16", 0);
+    compare(WM, "mixed_fp16", 0);
+    compare(WM, "mixed_fp16", 16);
+    compare(CL, "fp32", 0);
+    compare(CL, "mixed_fp16", 0);
     check_ckpt("fp32");
     check_ckpt("mixed_fp16");
     trainer_device_override(NULL, NULL);
