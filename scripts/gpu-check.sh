@@ -16,9 +16,14 @@
 #   test-*       each GPU test of the kit's manifest (a skip is a failure
 #                on a GPU machine);
 #   bench-*      each GPU benchmark of the manifest;
-#   train-*      the training runs (TRAIN_RUNS below): `training.device=cuda`
-#                refused with exit 2 as "not implemented" is recorded as
-#                NOT-IMPL, not as a failure;
+#   train-*      the training runs (TRAIN_RUNS below): the default world
+#                model on `training.device=cuda` for a few hundred steps
+#                (TRAIN_SHORT) in fp32, mixed_bf16, mixed_fp16, then the same
+#                config on the CPU; the verdict carries the validation loss
+#                of both, their relative difference, the steps and the
+#                device's steps/s (from each run's summary.json); FAIL when
+#                the device run's summary does not show one device-to-host
+#                copy per step (device_step.d2h_per_step_max);
 #   memcheck-*   compute-sanitizer --tool memcheck on each GPU test;
 #   racecheck-*  compute-sanitizer --tool racecheck on the tests with block
 #                reductions (RACECHECK_TESTS);
@@ -39,7 +44,7 @@
 # long outputs cut to their head and tail) and OUTDIR/gpu-check-raw.tar.gz
 # (full outputs); the summary table (step, exit, seconds, verdict) is
 # printed last and ends the log.
-# Exit: 0 every step passed (NOT-IMPL and INFO count as passed); 1 a
+# Exit: 0 every step passed (INFO counts as passed); 1 a
 # failure; 2 bad usage. --dry-run (a machine without a GPU): 77 when the
 # kit is sound (every library of every program resolves inside the kit or
 # to the device's system libraries under LD_LIBRARY_PATH=kit/lib only, no
@@ -67,7 +72,9 @@ BUDGET_S=${BUDGET_S:-420}
 
 # Training runs: "name|extra config overrides" (the CLI's default model,
 # the world model). Later sessions add lines here; each gets `train
-# --quiet training.device=cuda output.dir=... checkpoint.dir=...`.
+# --quiet training.device=cuda $TRAIN_SHORT output.dir=... checkpoint.dir=...`
+# and the same on the CPU (cpu-<name>).
+TRAIN_SHORT=${TRAIN_SHORT:-"training.epochs=1 data.trajectories=64"} # about 360 steps
 TRAIN_RUNS=(
     "train-fp32|training.precision=fp32"
     "train-mixed_bf16|training.precision=mixed_bf16"
@@ -98,7 +105,7 @@ abort() {
     [ -z "$OUTDIR" ] || cp "$LOG" "$OUTDIR/gpu-check.log"
     exit 1
 }
-# record NAME RC SECONDS VERDICT (PASS, FAIL..., NOT-IMPL, INFO...)
+# record NAME RC SECONDS VERDICT (PASS..., FAIL..., INFO...)
 record() {
     local v=$4
     [ "$NOTRUN" = "$1" ] && v="FAIL (not run: time budget spent)"
@@ -290,23 +297,41 @@ for b in $BENCHES; do
 done
 
 # ---- training runs on the device
+# "val V (cpu C, rel R%), N steps, S steps/s" from a device and a CPU
+# summary.json (S: the device run's steps over its wall time).
+json_num() { sed -n "s/.*\"$2\":\([-0-9.eE+naif]*\).*/\1/p" "$1" 2>/dev/null | head -1; }
+summary_pair() {
+    local dv cv n w
+    dv=$(json_num "$1" val_loss) cv=$(json_num "$2" val_loss)
+    n=$(json_num "$1" training_steps) w=$(json_num "$1" wall_time_s)
+    awk -v d="${dv:-nan}" -v c="${cv:-nan}" -v n="${n:-0}" -v w="${w:-0}" 'BEGIN {
+        r = (c + 0 != 0) ? 100 * (d - c) / c : 0
+        printf "val %s (cpu %s, rel %+.2f%%), %d steps, %.0f steps/s", d, c, r, n, (w > 0 ? n / w : 0) }'
+}
 for r in "${TRAIN_RUNS[@]}"; do
     name=${r%%|*}
     # shellcheck disable=SC2206
     over=(${r#*|})
+    # shellcheck disable=SC2206
+    short=($TRAIN_SHORT)
     out=$RAW/$name
-    step "$name" 120 "${KENV[@]}" "$CLI" train --quiet training.device=cuda "${over[@]}" \
-        "output.dir=$out" "checkpoint.dir=$WORK/ckpt-$name"
-    if [ $RC = 0 ]; then
-        v=PASS
-    elif [ $RC = 2 ] && grep -q "training on the GPU is not implemented" "$RAW/$name.txt"; then
-        v="NOT-IMPL (training.device=cuda refused: not implemented yet)"
+    step "$name" 120 "${KENV[@]}" "$CLI" train --quiet training.device=cuda "${short[@]}" \
+        "${over[@]}" "output.dir=$out" "checkpoint.dir=$WORK/ckpt-$name"
+    if [ $RC = 0 ] && [ -f "$out/summary.json" ]; then
+        dev_rc=$RC dev_sec=$SEC
+        step "cpu-$name" 90 "${KENV[@]}" "$CLI" train --quiet training.device=cpu "${short[@]}" \
+            "${over[@]}" "output.dir=$RAW/cpu-$name" "checkpoint.dir=$WORK/ckpt-cpu-$name"
+        v=$(summary_pair "$out/summary.json" "$RAW/cpu-$name/summary.json")
+        if grep -q '"d2h_per_step_max":1,' "$out/summary.json"; then
+            record "$name" "$dev_rc" "$dev_sec" "PASS ($v)"
+        else # the summary's device_step: one device-to-host copy per step
+            record "$name" "$dev_rc" "$dev_sec" "FAIL (not one copy per step: $(grep -o '"device_step":{[^}]*}' "$out/summary.json"); $v)"
+        fi
     elif [ $DRY = 1 ] && [ $RC = 2 ] && grep -q "training.device=cuda: .*no CUDA device" "$RAW/$name.txt"; then
-        v="PASS (refused: no device here)"
+        record "$name" $RC "$SEC" "PASS (refused: no device here)"
     else
-        v=FAIL
+        record "$name" $RC "$SEC" FAIL
     fi
-    record "$name" $RC "$SEC" "$v"
 done
 
 # ---- compute-sanitizer (device only)

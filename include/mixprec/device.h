@@ -7,10 +7,14 @@
  * queries go to the CUDA runtime; on a machine without a GPU or driver they
  * return MXP_ERR_UNSUPPORTED with the runtime's own error text.
  *
- * Status of the backend (issue 17): device query, memory/stream/cuBLASLt
- * setup and the shared element kernels exist and compile; training on the
- * GPU does not exist yet, so mxp_device_require refuses MXP_DEVICE_CUDA
- * with a message that says so.
+ * Status of the backend (docs/gpu.md): with training.device=cuda a run
+ * trains an MLP (linear, relu, gelu, tanh, layernorm; mse or xent) in
+ * fp32, mixed_bf16 or mixed_fp16 with AdamW, one micro-batch, one process,
+ * through the device training step; what that step cannot run (the GPT,
+ * ensembles, other heads and modes, SGD, micro-batches, precision
+ * switches, ...) is refused by mxp_run_create with an error naming it.
+ * mxp_device_require accepts MXP_DEVICE_CUDA when this build has CUDA and
+ * the device exists.
  */
 #ifndef MIXPREC_DEVICE_H
 #define MIXPREC_DEVICE_H
@@ -67,9 +71,10 @@ MXP_API mxp_status mxp_cuda_device_info(int index, mxp_gpu_info *out, mxp_error 
  * (1000*major + 10*minor), 0 when built without CUDA. */
 MXP_API int mxp_cuda_build_version(void);
 
-/* Can a training run use device d? CPU: always MXP_OK. CUDA: an error
- * naming why not (built without CUDA, no device, ordinal out of range, or,
- * in this version, that training on the GPU is not implemented yet). */
+/* Can a training run use device d? CPU: always MXP_OK. CUDA: MXP_OK when
+ * this build has CUDA and device d->index exists, else an error naming why
+ * not (built without CUDA, no device, ordinal out of range). What a run
+ * asks of the device is checked by mxp_run_create. */
 MXP_API mxp_status mxp_device_require(const mxp_device *d, mxp_error *err);
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
  * fault per step; scale_weights is a one-off edit of the weights.
  */
 #include "backend/devmem.h"
+#include "nn/model_sync.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -99,8 +100,10 @@ static mxp_status mxp_model_scale_layer_weights_dev(mxp_model *m, int layer, flo
 /* mxp_model_scale_layer_weights inside one backend bracket (backend/devmem.h) */
 mxp_status mxp_model_scale_layer_weights(mxp_model *m, int layer, float factor,
                                          mxp_error *err) {
+    mxp_status r_ = nn_sync_pull(m, err);
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_model_scale_layer_weights_dev(m, layer, factor, err);
+    r_ = mxp_model_scale_layer_weights_dev(m, layer, factor, err);
     mxp_dev_leave();
-    return r_;
+    return r_ == MXP_OK ? nn_sync_wrote(m, err) : r_;
 }

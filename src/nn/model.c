@@ -15,6 +15,7 @@
  * backward writes them, model_step.c; nn_grad_beta in nn_internal.h).
  */
 #include "backend/devmem.h"
+#include "nn/model_sync.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -542,10 +543,12 @@ static mxp_status mxp_model_set_policy_dev(mxp_model *m, const mxp_precision_pol
 /* mxp_model_set_policy inside one backend bracket (backend/devmem.h) */
 mxp_status mxp_model_set_policy(mxp_model *m, const mxp_precision_policy *policy,
                                 mxp_error *err) {
+    mxp_status r_ = nn_sync_pull(m, err); /* the switch recasts the host's weights */
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_model_set_policy_dev(m, policy, err);
+    r_ = mxp_model_set_policy_dev(m, policy, err);
     mxp_dev_leave();
-    return r_;
+    return r_ == MXP_OK ? nn_sync_wrote(m, err) : r_;
 }
 
 /* Resolve sel against m's layers into a mask (bit l: linear layer l). */
@@ -693,7 +696,12 @@ int64_t mxp_model_target_dim(const mxp_model *m) {
     if (m->spec.loss == MXP_LOSS_GAUSSIAN) return m->spec.termination ? (o - 1) / 2 + 1 : o / 2;
     return o;
 }
-float *mxp_model_master(mxp_model *m) { return m->b.master; }
+/* the pointer getters pull a device's record first (model_sync.h; an error
+ * there is the device step's to report) */
+float *mxp_model_master(mxp_model *m) {
+    (void)nn_sync_pull(m, NULL);
+    return m->b.master;
+}
 /* Discarded gradients read before the backward that would write them are
  * zeroed here, so a reader sees what it saw when every step began with a
  * memset. */
@@ -703,6 +711,7 @@ float *mxp_model_grads(mxp_model *m) {
 }
 
 void *mxp_model_work(mxp_model *m, mxp_dtype *type) {
+    (void)nn_sync_pull(m, NULL);
     if (type) *type = m->policy.weight;
     return m->b.work;
 }
@@ -727,6 +736,7 @@ static float mxp_model_param_dev(const mxp_model *m, size_t i) {
 
 /* mxp_model_param inside one backend bracket (backend/devmem.h) */
 float mxp_model_param(const mxp_model *m, size_t i) {
+    (void)nn_sync_pull(m, NULL);
     mxp_dev_enter();
     float r_ = mxp_model_param_dev(m, i);
     mxp_dev_count(true, sizeof r_); /* one value read by the host */

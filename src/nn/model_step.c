@@ -22,6 +22,7 @@
  * bias gradients separately.
  */
 #include "backend/devmem.h"
+#include "nn/model_sync.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -549,8 +550,10 @@ static mxp_status mxp_model_step_dev(mxp_model *m, const mxp_batch *b, bool back
 mxp_status mxp_model_step(mxp_model *m, const mxp_batch *b, bool backward,
                           float loss_scale, double *loss,
                           mxp_nonfinite_site *site, mxp_error *err) {
+    mxp_status r_ = nn_sync_pull(m, err);
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_model_step_dev(m, b, backward, loss_scale, loss, site, err);
+    r_ = mxp_model_step_dev(m, b, backward, loss_scale, loss, site, err);
     mxp_dev_leave();
     return r_;
 }
@@ -589,8 +592,10 @@ static mxp_status mxp_model_predict_dev(mxp_model *m, const float *x, int64_t B,
 /* mxp_model_predict inside one backend bracket (backend/devmem.h) */
 mxp_status mxp_model_predict(mxp_model *m, const float *x, int64_t B,
                              float *pred, mxp_error *err) {
+    mxp_status r_ = nn_sync_pull(m, err);
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_model_predict_dev(m, x, B, pred, err);
+    r_ = mxp_model_predict_dev(m, x, B, pred, err);
     mxp_dev_leave();
     return r_;
 }

@@ -17,6 +17,7 @@
  * mxp_model_sync_work does, so the bits are those of a whole-slab sync.
  */
 #include "backend/devmem.h"
+#include "nn/model_sync.h"
 #include "nn/nn_internal.h"
 
 #include <assert.h>
@@ -154,6 +155,7 @@ mxp_status mxp_model_tensor_get(mxp_model *m, mxp_tensor_role r, const char *nam
     size_t off = 0, count = 0;
     mxp_status s = check_copy(m, r, name, dtype, buf, nbytes, "mxp_model_tensor_get", &sr, &off,
                               &count, err);
+    if (s == MXP_OK) s = nn_sync_pull(m, err); /* a device's record first (model_sync.h) */
     if (s != MXP_OK) return s;
     if (r == MXP_TENSOR_GRAD && m->grads_stale) mxp_model_zero_grads(m);
     const size_t esz = mxp_dtype_info(sr.dt)->size;
@@ -172,6 +174,7 @@ mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *nam
     slab_ref sr = {0};
     size_t off = 0, count = 0;
     mxp_status s = check_copy(m, r, name, dtype, buf, nbytes, fn, &sr, &off, &count, err);
+    if (s == MXP_OK) s = nn_sync_pull(m, err); /* the rest of the slab stays as it is */
     if (s != MXP_OK) return s;
     if (r == MXP_TENSOR_WORK && m->b.master && !m->b.work_is_master)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
@@ -190,7 +193,7 @@ mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *nam
     mxp_dev_leave();
     m->xfer.h2d_calls++;
     m->xfer.h2d_bytes += nbytes;
-    return MXP_OK;
+    return nn_sync_wrote(m, err);
 }
 
 mxp_status mxp_model_copy_params(mxp_model *dst, const mxp_model *src, mxp_error *err) {
@@ -212,12 +215,13 @@ mxp_status mxp_model_copy_params(mxp_model *dst, const mxp_model *src, mxp_error
     slab_ref s_ref = {0}, d_ref = {0};
     mxp_status s = role_slab(src, MXP_TENSOR_PARAM, fn, &s_ref, err);
     if (s == MXP_OK) s = role_slab(dst, MXP_TENSOR_PARAM, fn, &d_ref, err);
+    if (s == MXP_OK) s = nn_sync_pull(src, err);
     if (s != MXP_OK) return s;
     mxp_dev_enter(); /* device to device: no transfer */
     mxp_convert(d_ref.dt, d_ref.base, s_ref.dt, s_ref.base, src->n_params);
     mxp_dev_leave();
     mxp_model_sync_work(dst);
-    return MXP_OK;
+    return nn_sync_wrote(dst, err);
 }
 
 void mxp_model_transfers(const mxp_model *m, mxp_transfer_stats *out) {

@@ -207,6 +207,11 @@ struct mxp_model {
                                   trainer's report area; step_pass.c), or NULL */
     struct nn_pass_rec *recs;  /* host: one record per block of the step */
     int n_recs, cap_recs;
+    /* parameters of record on a device (model_sync.c): pull before a host
+     * read, wrote after a host write; NULL: the host slabs are the record */
+    mxp_status (*sync_pull)(void *user, mxp_error *err);
+    mxp_status (*sync_wrote)(void *user, mxp_error *err);
+    void *sync_user;
 };
 
 /* ---- per-kind layer table ------------------------------------------------ */

@@ -15,6 +15,7 @@
  */
 #include "run/run_internal.h"
 #include "train/step_ctl.h"
+#include "train/trainer_device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +47,27 @@ void mxp_run_destroy(mxp_run *r) {
     mxp_free(r);
 }
 
+/* training.device=cuda: the trainer's step on the device
+ * (train/trainer_device.h, which refuses what the device step cannot run);
+ * here what only the run knows: auto precision (trial steps switch modes)
+ * and fault injection into the passes (the device has none). */
+static mxp_status device_attach(mxp_run *r, mxp_error *err) {
+    const mxp_config *c = &r->cfg;
+    if (c->device.kind != MXP_DEVICE_CUDA) return MXP_OK;
+    if (c->precision_auto)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "training.device=cuda does not run training.precision=auto (its "
+                             "trial steps switch precision); accepted there: fp32, mixed_bf16, "
+                             "mixed_fp16");
+    const mxp_fault_kind fk = c->guard.fault.kind;
+    if (c->guard.enabled && fk != MXP_FAULT_NONE && fk != MXP_FAULT_SCALE_WEIGHTS)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "training.device=cuda does not run fault.kind=%s (injection into "
+                             "the passes); accepted there: none, scale_weights",
+                             mxp_fault_kind_name(fk));
+    return trainer_device_select(r->trainer, &c->device, err);
+}
+
 /* The model of the provider's spec and its trainer as cfg asks: the
  * precision policy of training.precision (with training.fp16_accumulate),
  * the FP8 scaling config (cfg->fp8.history_len > 0; 0 keeps the default),
@@ -73,7 +95,7 @@ static mxp_status model_create(mxp_run *r, mxp_error *err) {
     tc.seed = cfg->seed;
     mxp_status ts = mxp_trainer_create(r->model, &tc, &r->trainer, err);
     if (ts == MXP_OK) step_ctl_claim(r->trainer, STEP_OWNER_RUN); /* one_step's boundary */
-    return ts;
+    return ts == MXP_OK ? device_attach(r, err) : ts;
 }
 
 /* The guard (its canary probing the provider's fixed batch), then

@@ -8,6 +8,7 @@
 #include "run/run_internal.h"
 
 #include "kernels/kernels.h"
+#include "train/trainer_device.h"
 
 #include <math.h>
 #include <string.h>
@@ -187,6 +188,16 @@ int mxp_run_summary_json(mxp_run *r, const mxp_run_eval *eval, double train_loss
     mxp_comm_get_stats(mxp_trainer_comm(r->trainer), &cs);
     put(&w, "\"world_size\":%d,\"comm_bytes_sent\":%llu,\"comm_seconds\":%.6g,", r->dp_size,
         (unsigned long long)cs.bytes_sent, cs.seconds);
+    char dev[32]; /* training.device the steps ran on (train/trainer_device.c) */
+    mxp_device_format(&cfg->device, dev, sizeof dev);
+    put(&w, "\"device\":\"%s\",", dev);
+    trainer_device_stats ds; /* on a device: its steps, copies per step, pulls and pushes */
+    trainer_device_get_stats(r->trainer, &ds);
+    if (trainer_device_attached(r->trainer))
+        put(&w, "\"device_step\":{\"table\":\"%s\",\"steps\":%lld,\"d2h_per_step_max\":%lld,"
+                "\"pulls\":%lld,\"pushes\":%lld,\"plans\":%lld},",
+            ds.table ? ds.table : "?", (long long)ds.steps, (long long)ds.step_d2h_max, (long long)ds.pulls,
+            (long long)ds.pushes, (long long)ds.plans);
     const double sps = info.wall_s > 0 ? (double)info.samples_trained / info.wall_s : 0;
     put(&w, "\"wall_time_s\":%.6g,\"samples\":%lld,\"samples_per_s\":%.6g}", info.wall_s,
         (long long)info.samples_trained, sps);

@@ -34,6 +34,7 @@
 #include "backend/backend.h"
 #include "kernels/kernels.h"
 #include "nn/step_pass.h"
+#include "train/trainer_device.h"
 #include "train/trainer_dist.h"
 #include "train/trainer_internal.h"
 
@@ -130,6 +131,7 @@ mxp_status mxp_trainer_create(mxp_model *model, const mxp_trainer_config *cfg,
 
 void mxp_trainer_destroy(mxp_trainer *t) {
     if (!t) return;
+    trainer_device_detach(t);
     step_ctl_free(&t->ctl);
     trainer_ls_destroy(t);
     mxp_backend_destroy(t->be);
@@ -193,7 +195,7 @@ static mxp_status apply_update(mxp_trainer *t, mxp_error *err) {
     return t->be->ops->sgd(t->be, &w, g, t->m, t->n_params, err);
 }
 
-static mxp_status push_history(mxp_trainer *t, const mxp_history_row *row) {
+mxp_status trainer_push_history(mxp_trainer *t, const mxp_history_row *row) {
     if (t->hist_n == t->hist_cap) {
         size_t cap;
         if (!mxp_size_mul(t->hist_cap, 2, &cap)) return MXP_ERR_OUT_OF_MEMORY;
@@ -234,6 +236,7 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
                             mxp_step_result *res, mxp_error *err) {
     mxp_status s = check_batches(t, micro, n_micro, err);
     if (s != MXP_OK) return s;
+    if (t->dv) return trainer_device_step(t, micro, n_micro, res, err); /* trainer_device.c */
     memset(res, 0, sizeof *res);
     mxp_model *m = t->model;
     const mxp_precision_policy *pol = mxp_model_policy(m);
@@ -344,7 +347,7 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     }
     mxp_history_row row = {t->training_steps, t->epoch, res->loss, res->scale, res->grad_norm,
                            res->skipped, pol->mode};
-    if (push_history(t, &row) != MXP_OK)
+    if (trainer_push_history(t, &row) != MXP_OK)
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "training history");
     if (us != MXP_OK) return us;
 
@@ -447,6 +450,8 @@ void mxp_trainer_set_grad_hook(mxp_trainer *t, mxp_grad_hook fn, void *user) {
 }
 
 void mxp_trainer_optim_state(mxp_trainer *t, float **m, float **v, size_t *n, int64_t *t_out) {
+    (void)trainer_device_pull(t, NULL); /* views the caller may write: the host is the record */
+    trainer_device_host_wrote(t);
     *m = t->m;
     *v = t->v;
     *n = t->n_params;

@@ -50,11 +50,15 @@ struct mxp_trainer {
     double time_s[4];      /* wall seconds per phase: forward, backward, safety, optimizer */
     step_ctl ctl;          /* the step controller: phases and precision switches (step_ctl.c) */
     mxp_transfer_stats xfer; /* get/set of the optimizer state (trainer_tensors.c) */
+    struct trainer_device *dv; /* training.device=cuda: the step's device (trainer_device.c),
+                                  NULL: the CPU */
 };
 
 /* trainer.c: (re)create the loss scaler for the model's current policy
  * (and the per-layer groups); the step controller's switch uses it. */
 mxp_status trainer_make_scaler(mxp_trainer *t, mxp_error *err);
+/* trainer.c: append a row to the training history. */
+mxp_status trainer_push_history(mxp_trainer *t, const mxp_history_row *row);
 
 /* layer_scale.c: (re)create the groups when sc asks for per-layer scaling
  * (else leave t->ls NULL); begin a step (per-layer grad scales into the

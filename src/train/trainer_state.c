@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/devmem.h"
+#include "train/trainer_device.h"
 #include "train/trainer_internal.h"
 
 void mxp_trainer_get_state(const mxp_trainer *t, mxp_trainer_state *out) {
@@ -139,8 +140,10 @@ static mxp_status mxp_trainer_check_state_dev(mxp_trainer *t, mxp_error *err) {
 
 /* mxp_trainer_check_state inside one backend bracket (backend/devmem.h) */
 mxp_status mxp_trainer_check_state(mxp_trainer *t, mxp_error *err) {
+    mxp_status r_ = trainer_device_pull(t, err); /* a device's record first */
+    if (r_ != MXP_OK) return r_;
     mxp_dev_enter();
-    mxp_status r_ = mxp_trainer_check_state_dev(t, err);
+    r_ = mxp_trainer_check_state_dev(t, err);
     mxp_dev_leave();
     return r_;
 }

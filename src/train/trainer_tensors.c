@@ -13,6 +13,7 @@
  * then optim.m.<name>, then optim.v.<name>.
  */
 #include "backend/devmem.h"
+#include "train/trainer_device.h"
 #include "train/trainer_internal.h"
 
 #include <stdio.h>
@@ -139,6 +140,7 @@ mxp_status mxp_trainer_tensor_get(mxp_trainer *t, mxp_tensor_role r, const char 
     float *slab = NULL;
     size_t off = 0, count = 0;
     mxp_status s = optim_range(t, r, name, dtype, buf, nbytes, fn, &slab, &off, &count, err);
+    if (s == MXP_OK) s = trainer_device_pull(t, err); /* a device's record first */
     if (s != MXP_OK) return s;
     if (count) mxp_dev_download(buf, slab + off, nbytes);
     t->xfer.d2h_calls++;
@@ -155,7 +157,9 @@ mxp_status mxp_trainer_tensor_set(mxp_trainer *t, mxp_tensor_role r, const char 
     float *slab = NULL;
     size_t off = 0, count = 0;
     mxp_status s = optim_range(t, r, name, dtype, buf, nbytes, fn, &slab, &off, &count, err);
+    if (s == MXP_OK) s = trainer_device_pull(t, err); /* the rest of the slab as it is */
     if (s != MXP_OK) return s;
+    trainer_device_host_wrote(t); /* uploaded before the next device step */
     if (count) mxp_dev_upload(slab + off, buf, nbytes);
     t->xfer.h2d_calls++;
     t->xfer.h2d_bytes += nbytes;
@@ -174,7 +178,9 @@ mxp_status mxp_trainer_tensor_zero(mxp_trainer *t, mxp_tensor_role r, const char
     size_t off = 0, count = 0;
     char shape[64];
     mxp_status s = optim_resolve(t, r, name, fn, &slab, &off, &count, shape, sizeof shape, err);
+    if (s == MXP_OK) s = trainer_device_pull(t, err);
     if (s != MXP_OK) return s;
+    trainer_device_host_wrote(t);
     mxp_dev_enter();
     memset(slab + off, 0, count * sizeof(float));
     mxp_dev_leave();

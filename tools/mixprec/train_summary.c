@@ -63,6 +63,9 @@ void train_summary_print(FILE *f, const train_summary *s) {
     fprintf(f, "precision        %s%s%s\n", mxp_precision_name(s->stats.precision),
             s->info.emulated ? " (emulated: FP8 quantise, FP32 compute)" : "",
             s->stats.fp16_enabled_runtime ? " (fp16 compute)" : "");
+    char dev[32];
+    mxp_device_format(&mxp_run_config(s->run)->device, dev, sizeof dev);
+    fprintf(f, "device           %s\n", dev);
     fprintf(f, "steps            %lld (optimizer %lld, skipped %lld)\n",
             (long long)s->stats.training_steps, (long long)s->stats.optimizer_steps,
             (long long)s->stats.skipped_steps);

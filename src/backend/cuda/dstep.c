@@ -459,3 +459,38 @@ int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n) 
     free(tmp);
     return rc;
 }
+
+void mxp_ds_get_state(const mxp_ds_plan *p, mxp_ds_state *out) {
+    out->opt_steps = p->ctl.opt_steps;
+    out->sr_counter = p->ctl.sr_counter;
+    out->scaler = p->ctl.scaler;
+    out->lr = p->s.lr;
+    out->stats = p->ctl.stats;
+}
+
+void mxp_ds_set_state(mxp_ds_plan *p, const mxp_ds_state *in) {
+    p->ctl.opt_steps = in->opt_steps;
+    p->ctl.sr_counter = in->sr_counter;
+    p->ctl.scaler = in->scaler;
+    p->s.lr = in->lr;
+}
+
+int mxp_ds_put(mxp_ds_plan *p, mxp_ds_slab s, const float *host, char *why, size_t n) {
+    float *dst = s == MXP_DS_MASTER ? p->master : s == MXP_DS_M ? p->m : s == MXP_DS_V ? p->v
+                                                                                  : NULL;
+    if (!dst)
+        return mxp_cudab_why(why, n, "device step: put of slab %d; accepted master, m, v", (int)s);
+    if (!host) return mxp_cudab_why(why, n, "device step: NULL host buffer");
+    const mxp_ds_ops *o = p->ops;
+    for (int l = 0; l < p->L; l++) /* tensor by tensor into the padded slab (padding stays 0) */
+        if (p->cnt_w[l] > 0 &&
+            (o->upload(p->dev, dst + p->dev_w[l], host + p->off_w[l], (size_t)p->cnt_w[l] * 4,
+                       why, n) ||
+             o->upload(p->dev, dst + p->dev_b[l], host + p->off_b[l], (size_t)p->cnt_b[l] * 4,
+                       why, n)))
+            return 1;
+    if (s == MXP_DS_MASTER && p->work != (void *)p->master &&
+        o->store_scan(p->dev, p->s.lowp, p->work, p->master, p->PD, NULL, NULL, why, n))
+        return 1;
+    return o->sync(p->dev, why, n);
+}

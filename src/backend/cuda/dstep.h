@@ -12,6 +12,7 @@
  * Entry points: mxp_ds_plan_create/_destroy (every buffer and GEMM plan,
  * once), mxp_ds_set_params (upload initial FP32 parameters, zero m/v),
  * mxp_ds_step (one training step), mxp_ds_get (download a slab, outside
+ * steps), mxp_ds_put / mxp_ds_get_state / mxp_ds_set_state (resume, outside
  * steps), mxp_ds_ops_cuda (the CUDA table; NULL without CUDA).
  *
  * The model (the CPU's nn model, restricted): layers linear, relu, gelu,
@@ -165,6 +166,23 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
 typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
 /* Download slab s [P] FP32 into host (counted copies; then a sync). */
 int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n);
+
+/* The host-held state between steps (train/trainer_device.c): the
+ * optimizer step count, the SR counter and the scaler rule's state, as the
+ * last report (or set_params, or set_state) left them. set_state: what
+ * the next step starts from (a resume, a rollback). Host only. */
+typedef struct mxp_ds_state {
+    int64_t opt_steps;
+    uint64_t sr_counter;
+    mxp_scaler_rule_state scaler;
+    float lr;              /* the next step's learning rate (a schedule's) */
+    mxp_gradpass_acc stats; /* get only: the last step's grad pass (zeros, near overflow) */
+} mxp_ds_state;
+void mxp_ds_get_state(const mxp_ds_plan *p, mxp_ds_state *out);
+void mxp_ds_set_state(mxp_ds_plan *p, const mxp_ds_state *in);
+/* Upload slab s (master, and its work copy rounded as set_params does; m;
+ * v) from host [P] FP32 in CPU order (outside steps; then a sync). */
+int mxp_ds_put(mxp_ds_plan *p, mxp_ds_slab s, const float *host, char *why, size_t n);
 
 /* The CUDA table (dev: an mxp_cudab_ctx *), NULL in a build without CUDA. */
 const mxp_ds_ops *mxp_ds_ops_cuda(void);
