@@ -77,6 +77,7 @@ int main(int argc, char **argv) {
     one_shape(kt, 256, 18, 1, true, false, reps, &rng);
     one_shape(kt, 256, 18, 0, true, false, reps, &rng);
     one_shape(kt, 256, 18, 0, true, true, reps, &rng);
+    one_shape(kt, 256, 30, 0, true, true, reps, &rng); /* the ant ensemble's head (S 29 + 1) */
     one_shape(kt, 256, 18, 0, false, false, reps, &rng);
     one_shape(kt, 4096, 18, 1, true, false, reps, &rng);
     one_shape(kt, 4096, 40, 1, true, false, reps, &rng);
