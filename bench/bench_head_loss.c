@@ -1,5 +1,6 @@
 /* bench/bench_head_loss.c: the regression head's loss (kernels.h
- * head_loss), generic kernel against the AVX-512 one
+ * head_loss, and gauss_nll: the plain Gaussian head without weights and
+ * flag), generic kernel against the AVX-512 one
  * (kernels/x86_avx512/loops_head.c), side by side in one process.
  *
  * Not a test (no verdict). For each shape it alternates samples of the two
@@ -23,8 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* nll: time gauss_nll (gauss, T = 0) instead of head_loss */
 static void one_shape(const mxp_kernels *kt[2], int64_t B, int64_t K, int64_t T, bool gauss,
-                      int reps, mxp_rng *rng) {
+                      bool nll, int reps, mxp_rng *rng) {
     const int64_t C = K + T, ps = (gauss ? 2 * K : K) + T;
     float *pred = malloc((size_t)(B * ps) * 4), *tgt = malloc((size_t)(B * C) * 4);
     float *dpred = malloc((size_t)(B * ps) * 4), *bounds = malloc((size_t)(2 * K) * 4);
@@ -45,14 +47,16 @@ static void one_shape(const mxp_kernels *kt[2], int64_t B, int64_t K, int64_t T,
     for (int r = 0; r < reps; r++)
         for (int v = 0; v < 2; v++) {
             double t0 = ab_thread_ms(), l = 0;
-            for (int i = 0; i < inner; i++)
+            for (int i = 0; i < inner && nll; i++)
+                kt[v]->gauss_nll(dpred, dbounds, pred, tgt, bounds, B, K, 1.0f, &l);
+            for (int i = 0; i < inner && !nll; i++)
                 kt[v]->head_loss(dpred, dbounds, pred, tgt, gauss ? bounds : NULL, NULL, B, K, T,
                                  1.0f, &l);
             t[v][r] = (ab_thread_ms() - t0) / inner;
             sink += l;
         }
     char what[96];
-    snprintf(what, sizeof what, "head_loss %s B=%lld K=%lld T=%lld",
+    snprintf(what, sizeof what, "%s %s B=%lld K=%lld T=%lld", nll ? "gauss_nll" : "head_loss",
              gauss ? "gaussian" : "deterministic", (long long)B, (long long)K, (long long)T);
     ab_report(what, "", "generic", "avx512", t, reps); /* sorts t[v] */
     printf("%-44s median ratio generic / avx512 %.2fx (%d calls per sample%s)\n", "",
@@ -70,10 +74,13 @@ int main(int argc, char **argv) {
     const mxp_kernels *kt[2] = {mxp_kernels_generic(), mxp_kernels_avx512()};
     mxp_rng rng;
     mxp_rng_init(&rng, 7);
-    one_shape(kt, 256, 18, 1, true, reps, &rng);
-    one_shape(kt, 256, 18, 0, true, reps, &rng);
-    one_shape(kt, 256, 18, 0, false, reps, &rng);
-    one_shape(kt, 4096, 18, 1, true, reps, &rng);
-    one_shape(kt, 4096, 40, 1, true, reps, &rng);
+    one_shape(kt, 256, 18, 1, true, false, reps, &rng);
+    one_shape(kt, 256, 18, 0, true, false, reps, &rng);
+    one_shape(kt, 256, 18, 0, true, true, reps, &rng);
+    one_shape(kt, 256, 30, 0, true, true, reps, &rng); /* the ant ensemble's head (S 29 + 1) */
+    one_shape(kt, 256, 18, 0, false, false, reps, &rng);
+    one_shape(kt, 4096, 18, 1, true, false, reps, &rng);
+    one_shape(kt, 4096, 40, 1, true, false, reps, &rng);
+    one_shape(kt, 4096, 18, 0, true, true, reps, &rng);
     return 0;
 }

@@ -1,6 +1,10 @@
-/* tests/test_head_loss_isa.c: the AVX-512 head_loss kernel
- * (kernels/x86_avx512/loops_head.c) against the generic one and against an
- * FP64 oracle written here from the formulas of docs/world_models.md.
+/* tests/test_head_loss_isa.c: the AVX-512 head_loss and gauss_nll kernels
+ * (kernels/x86_avx512/loops_head.c) against the generic ones and against an
+ * FP64 oracle written here from the formulas of docs/world_models.md
+ * (gauss_nll is checked as the Gaussian head without weights and flag:
+ * generic/loss_gauss.c and loops_head.c's wrapper, against the same
+ * oracle and bound, on every B and K below, with and without gradients and
+ * with non-finite inputs).
  *
  *  - deterministic head (MSE, weights, with or without the flag column's
  *    neighbours): loss and dpred equal the generic kernel's bit for bit
@@ -44,7 +48,9 @@
  * correction stays within the bound: it costs relative accuracy on tiny
  * arguments, an absolute error below u, which this bound, absolute in
  * the softplus arguments, does not resolve; the <= 2 ulp of
- * loops_head.c was measured with it.) The largest |error| / bound seen is
+ * loops_head.c was measured with it.) gauss_nll: the AVX-512 wrapper
+ * passing NULL for dbounds (the bound gradients lost): 190 failures,
+ * all gauss_nll cases. The largest |error| / bound seen is
  * printed: about 0.4 for both kernels.
  * Exits 0 with a message when the CPU cannot run AVX-512.
  */
@@ -174,8 +180,10 @@ static bool ok_val(double got, double gen, double want, double bound) {
     return isfinite(got) && fabs(got - want) <= bound;
 }
 
+/* nll: call gauss_nll (the plain Gaussian head: gauss, T = 0, wmode 0)
+ * instead of head_loss, against the same oracle. */
 static void one_case(int64_t B, int64_t K, int64_t T, bool gauss, int wmode, bool grads,
-                     bool specials) {
+                     bool specials, bool nll) {
     const int64_t C = K + T, ps = (gauss ? 2 * K : K) + T;
     float *pred = test_xmalloc((size_t)(B * ps) * 4), *tgt = test_xmalloc((size_t)(B * C) * 4);
     float bounds[2 * 64], w[65];
@@ -205,12 +213,17 @@ static void one_case(int64_t B, int64_t K, int64_t T, bool gauss, int wmode, boo
     float *dg = test_xmalloc((size_t)(B * ps) * 4), *da = test_xmalloc((size_t)(B * ps) * 4);
     float dbg[128] = {0}, dba[128] = {0};
     double lg, la;
-    G->head_loss(grads ? dg : NULL, dbg, pred, tgt, bp, wp, B, K, T, gs, &lg);
-    A->head_loss(grads ? da : NULL, dba, pred, tgt, bp, wp, B, K, T, gs, &la);
+    if (nll) {
+        G->gauss_nll(grads ? dg : NULL, dbg, pred, tgt, bp, B, K, gs, &lg);
+        A->gauss_nll(grads ? da : NULL, dba, pred, tgt, bp, B, K, gs, &la);
+    } else {
+        G->head_loss(grads ? dg : NULL, dbg, pred, tgt, bp, wp, B, K, T, gs, &lg);
+        A->head_loss(grads ? da : NULL, dba, pred, tgt, bp, wp, B, K, T, gs, &la);
+    }
     char what[160];
-    snprintf(what, sizeof what, "%s B=%lld K=%lld T=%lld w=%d grads=%d specials=%d",
-             gauss ? "gaussian" : "deterministic", (long long)B, (long long)K, (long long)T,
-             wmode, grads, specials);
+    snprintf(what, sizeof what, "%s %s B=%lld K=%lld T=%lld w=%d grads=%d specials=%d",
+             nll ? "gauss_nll" : "head_loss", gauss ? "gaussian" : "deterministic", (long long)B,
+             (long long)K, (long long)T, wmode, grads, specials);
     if (!gauss && !T) { /* no transcendental: the generic bits */
         CHECK_MSG(memcmp(&lg, &la, 8) == 0 || (isnan(lg) && isnan(la)),
                   "%s: loss %a vs generic %a", what, la, lg);
@@ -271,6 +284,12 @@ static void test_empty(void) {
     l = 1.0;
     A->head_loss(&d, NULL, &d, &d, NULL, NULL, 4, 0, 0, 1.0f, &l);
     CHECK(l == 0.0 && d == 7.0f);
+    l = 1.0;
+    A->gauss_nll(&d, NULL, &d, &d, &d, 0, 3, 1.0f, &l);
+    CHECK(l == 0.0 && d == 7.0f);
+    l = 1.0;
+    A->gauss_nll(&d, NULL, &d, &d, &d, 4, 0, 1.0f, &l);
+    CHECK(l == 0.0 && d == 7.0f);
 }
 
 int main(void) {
@@ -280,7 +299,7 @@ int main(void) {
     }
     G = mxp_kernels_generic();
     A = mxp_kernels_avx512();
-    CHECK(A->head_loss != G->head_loss);
+    CHECK(A->head_loss != G->head_loss && A->gauss_nll != G->gauss_nll);
     mxp_rng_init(&rng, 29);
     static const int64_t Bs[] = {1, 5, 16, 17, 33}, Ks[] = {1, 3, 16, 17, 40};
     int n = 0;
@@ -289,13 +308,18 @@ int main(void) {
             for (int T = 0; T < 2; T++)
                 for (int gauss = 0; gauss < 2; gauss++)
                     for (int wm = 0; wm < 3; wm++, n++) {
-                        one_case(Bs[bi], Ks[ki], T, gauss, wm, true, false);
-                        if (wm == 2) one_case(Bs[bi], Ks[ki], T, gauss, wm, false, false);
-                        if (wm >= 1) one_case(Bs[bi], Ks[ki], T, gauss, wm, true, true);
+                        one_case(Bs[bi], Ks[ki], T, gauss, wm, true, false, false);
+                        if (wm == 2) one_case(Bs[bi], Ks[ki], T, gauss, wm, false, false, false);
+                        if (wm >= 1) one_case(Bs[bi], Ks[ki], T, gauss, wm, true, true, false);
                     }
+    /* gauss_nll: every shape, with and without gradients and specials */
+    for (size_t bi = 0; bi < 5; bi++)
+        for (size_t ki = 0; ki < 5; ki++, n++)
+            for (int q = 0; q < 3; q++) one_case(Bs[bi], Ks[ki], 0, true, 0, q != 1, q == 2, true);
     test_empty();
-    printf("test_head_loss_isa: %d shapes x heads x weights, with and without gradients and "
-           "non-finite inputs; largest |error| / bound: generic %.3f, avx512 %.3f\n",
+    printf("test_head_loss_isa: %d shapes x heads x weights (head_loss) and shapes (gauss_nll), "
+           "with and without gradients and non-finite inputs; largest |error| / bound: generic "
+           "%.3f, avx512 %.3f\n",
            n, g_worst[0], g_worst[1]);
     return test_finish("test_head_loss_isa");
 }

@@ -631,12 +631,37 @@ class Run(_lib.Handle):
         return out
 
     def to_torch(self):
-        """The model as a torch.nn.Sequential with these weights (MLPs:
-        linear/relu/gelu/tanh/layernorm). Needs torch (ImportError else)."""
+        """The model as a torch.nn.Module. A run on user data (data= arrays
+        or data.path): the module mixprec.load_torch returns for a checkpoint
+        of the current state (after train() with checkpoints on, the run's
+        latest checkpoint): one model or an ensemble, deterministic or
+        Gaussian head, termination flag, standardisation inside; its forward
+        gives what predict(obs=, actions=) / predict(x) give (FP32). A run on
+        a built-in workload (no user data): the torch.nn.Sequential of its
+        one MLP with these weights (state_dict() names). Needs torch
+        (ImportError else)."""
         import torch  # noqa: F401  (ImportError tells the user torch is missing)
+        from .predict import Predictor
+        from .torch_load import export_to_torch
+        d = tempfile.mkdtemp(prefix="mixprec-torch-")
+        try:
+            path = self.save(os.path.join(d, "now.safetensors"))
+            try:
+                pred = Predictor(path)
+            except Error as e:
+                if e.status != "unsupported":  # a built-in workload's model is not
+                    raise  # a Predictor's: its one MLP below
+                pred = None
+            if pred is not None:
+                with pred:
+                    return export_to_torch(pred)
+        finally:
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
         from ._torch import to_sequential
         L = _lib.lib()
-        spec = L.mxp_model_get_spec(self._model()).contents
+        with self._using("to_torch"):
+            spec = L.mxp_model_get_spec(self._model()).contents
         return to_sequential(spec, self.state_dict())
 
 

@@ -4,6 +4,7 @@
     module = mixprec.load_torch("model.safetensors")   # `mixprec ckpt export RUN --torch`
     module = mixprec.load_torch("runs/mine")           # a run dir or checkpoint: exported first
     module = mixprec.Predictor("runs/mine").to_torch()
+    module = run.to_torch()                            # a Run on user data: its current state
     next_obs, reward = module(obs, actions)            # world model, data units
     y = module(x)                                      # regressor: y; classifier: logits
 

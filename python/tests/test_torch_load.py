@@ -106,6 +106,57 @@ class TorchLoadTest(TmpDirCase):
                                        err_msg=name)
         self.assertTrue((want["next_obs_epistemic"] > 0).all())
 
+    def test_run_to_torch_gaussian_ensemble_matches_run_predict(self):
+        """Run.to_torch (issue 29) on a 3-member ensemble with Gaussian heads:
+        the module mixprec.load_torch gives for the run's latest checkpoint
+        (the same state_dict bit for bit, the same elites), and its forward
+        gives the run's own predict(obs=, actions=) arrays (mean, total,
+        aleatoric and epistemic variances) on the same raw inputs, FP32.
+        Tolerance: both sides are FP32 forwards of the same weights that
+        differ only in summation order and FMA in the GEMMs (dot products of
+        at most 17 terms: <= 17 u sum|w x|, about 1e-6 of the activations'
+        scale, u = 2^-24) and in glibc's vs torch's exp/softplus/tanh (a few
+        ulp), then scaled by y_std and shifted by obs: rtol 1e-5 and an
+        absolute 1e-6 of each array's largest magnitude (the epistemic
+        variance is a difference of nearly equal member means, so its
+        small entries are only accurate relative to that scale).
+        Negative controls, run by hand: the Run.to_torch before this change
+        (an nn.Sequential of one MLP) fails (it cannot load members.*);
+        torch_load's `lv - min_logvar` changed to `lv + min_logvar`: the
+        variances fail here by orders of magnitude."""
+        data = world_arrays()
+        cfg = mixprec.Config(model={"workload": "world_model", "head": "gaussian",
+                                    "ensemble": 3},
+                             training={"epochs": 2, "batch_size": 16, "precision": "fp32"},
+                             output={"dir": self.path("run-ens")})
+        run = mixprec.Run(cfg, data=data, model=["linear:16", "tanh", "linear"])
+        run.train()
+        obs, act = data["obs"][:, 3] + 0.5, data["actions"][:, 3]
+        try:
+            module = run.to_torch()
+            want = run.predict(obs=obs, actions=act)
+        finally:
+            run.close()
+        ref = mixprec.load_torch(self.path("run-ens"))  # the latest checkpoint
+        self.assertIsInstance(module, type(ref))
+        self.assertEqual((len(module.members), module.elites), (3, ref.elites))
+        sd, rsd = module.state_dict(), ref.state_dict()
+        self.assertEqual(sorted(sd), sorted(rsd))
+        self.assertIn("members.2.max_logvar", sd)
+        for k in sd:
+            self.assertTrue(torch.equal(sd[k], rsd[k]), k)
+        self.assertFalse(module.training)
+        with torch.no_grad():
+            got = module(torch.from_numpy(obs), torch.from_numpy(act))
+        self.assertEqual(sorted(got), sorted(want))
+        for name in ("next_obs_aleatoric", "next_obs_epistemic", "reward_var"):
+            self.assertIn(name, want)
+        for name in want:
+            scale = float(np.abs(want[name]).max())
+            np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5,
+                                       atol=1e-6 * scale, err_msg=name)
+        self.assertTrue((want["next_obs_epistemic"] > 0).all())
+
     def test_residual_blocks_and_dropout(self):
         """model.layers with residual:N and dropout:P (docs/world_models.md
         "Residual blocks and dropout"): the export rebuilds Residual(N)
@@ -120,7 +171,7 @@ class TorchLoadTest(TmpDirCase):
                                          output={"dir": self.path("one")}),
                           data=data, model=layers)
         run.train()
-        seq = run.to_torch()  # one deterministic model: Run.to_torch's scope
+        seq = run.to_torch().layers  # the module load_torch gives: its MLP
         run.close()
         cfg = mixprec.Config(model={"workload": "world_model", "head": "gaussian",
                                     "ensemble": 2},

@@ -1,10 +1,12 @@
 /* kernels/generic/loss_gauss.c: the Gaussian NLL of a probabilistic head.
  *
  * Entry point: mxp_generic_gauss_nll (contract in kernels/kernels.h; the
- * AVX-512 table uses it too). The head of PETS (Chua et al. 2018) as
- * mbrl-lib's GaussianMLP writes it: the last linear layer gives a mean and
- * a raw log-variance per target; the log-variance is soft-bounded by the
- * learned per-target parameters max_logvar and min_logvar,
+ * AVX-512 table has its own, mxp_avx512_gauss_nll in
+ * kernels/x86_avx512/loops_head.c, within a derived bound of it). The
+ * head of PETS (Chua et al. 2018) as mbrl-lib's GaussianMLP writes it:
+ * the last linear layer gives a mean and a raw log-variance per target;
+ * the log-variance is soft-bounded by the learned per-target parameters
+ * max_logvar and min_logvar,
  *   lv1 = max - softplus(max - raw),  lv = min + softplus(lv1 - min),
  * and the loss is mbrl-lib's gaussian_nll (mean over batch and targets of
  * (mean - y)^2 exp(-lv) + lv, no 1/2 and no log(2 pi)) plus its bound

@@ -31,6 +31,7 @@ void mxp_avx512_fill_loops(mxp_kernels *t) {
     t->mse = mxp_avx512_mse;
     t->softmax_xent = mxp_avx512_softmax_xent;
     t->head_loss = mxp_avx512_head_loss;
+    t->gauss_nll = mxp_avx512_gauss_nll;
     t->sum = mxp_avx512_sum;
     t->sumsq = mxp_avx512_sumsq;
     t->absmax = mxp_avx512_absmax;

@@ -97,6 +97,9 @@ void mxp_avx512_softmax_xent(float *dlogits, const float *logits,
 void mxp_avx512_head_loss(float *dpred, float *dbounds, const float *pred, const float *target,
                           const float *bounds, const float *weights, int64_t B, int64_t K,
                           int64_t T, float grad_scale, double *loss);
+void mxp_avx512_gauss_nll(float *dpred, float *dbounds, const float *pred, const float *target,
+                          const float *bounds, int64_t B, int64_t D, float grad_scale,
+                          double *loss);
 
 /* ---- loops_grad.c ---- */
 void mxp_avx512_sum(const float *x, size_t n, double *out);
