@@ -263,13 +263,47 @@ static int emu_report(void *dev, mxp_step_ctl *host, char *why, size_t n) {
 }
 static int64_t emu_d2h_count(const void *dev) { return ((const emu_dev *)dev)->d2h; }
 
+/* kernels.cu k_sgd: the same launch as k_adamw. */
+static int emu_sgd_op(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                      const float *g, float *buf, size_t count, char *why, size_t n) {
+    if (emu_enter(dev, "sgd", why, n)) return 1;
+    unsigned grid = mxp_mk_grid(count, MXP_MK_THREADS, MXP_MK_GRID_CAP);
+    for (unsigned k = 0; k < grid; k++)
+        for (unsigned th = 0; th < MXP_MK_THREADS; th++) {
+            mxp_mk_idx ix = emu_ix(grid, emu_bid(k, grid), th);
+            mxp_sb_sgd_body(&ix, &EMU_D->ctl, master, work, work_bf16, sr, g, buf, count);
+        }
+    return 0;
+}
+
 static const mxp_ds_ops emu_ds_ops = {
-    "emulated",      emu_alloc,        emu_free,       emu_upload,     emu_download,
-    emu_sync,        emu_zero,         emu_lt_create,  emu_lt_destroy, emu_lt_run,
-    emu_bias_grad_op, emu_act_fwd_op,  emu_act_bwd_op, emu_ln_fwd_op,  emu_ln_bwd_op,
-    emu_mse_op,      emu_xent_op,      emu_store_scan_op, emu_widen_op, emu_ctl_set,
-    emu_ctl_dev,     emu_grad_pass_op, emu_decide_op,  emu_adamw_op,   emu_report,
-    emu_d2h_count,
+    .name = "emulated",
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .upload = emu_upload,
+    .download = emu_download,
+    .sync = emu_sync,
+    .zero = emu_zero,
+    .lt_create = emu_lt_create,
+    .lt_destroy = emu_lt_destroy,
+    .lt_run = emu_lt_run,
+    .bias_grad = emu_bias_grad_op,
+    .act_fwd = emu_act_fwd_op,
+    .act_bwd = emu_act_bwd_op,
+    .ln_fwd = emu_ln_fwd_op,
+    .ln_bwd = emu_ln_bwd_op,
+    .mse = emu_mse_op,
+    .xent = emu_xent_op,
+    .store_scan = emu_store_scan_op,
+    .widen = emu_widen_op,
+    .ctl_set = emu_ctl_set,
+    .ctl_dev = emu_ctl_dev,
+    .grad_pass = emu_grad_pass_op,
+    .decide = emu_decide_op,
+    .adamw = emu_adamw_op,
+    .report = emu_report,
+    .d2h_count = emu_d2h_count,
+    .sgd = emu_sgd_op,
 };
 
 #endif /* MIXPREC_TESTS_DSTEP_EMU_H */

@@ -7,6 +7,8 @@
  *   - the world-model shape 4-256x3-4 (linear, layernorm, GELU), MSE, B 32;
  *   - a classifier 12-64x2-10 (linear, ReLU), softmax cross-entropy, B 32;
  *   - a tanh regressor 6-48x2-3, MSE, B 16.
+ * The same with SGD (momentum 0.9, nesterov, L2 weight decay 1e-2, lr 1e-2)
+ * on every shape and mode, and plain SGD (no buffer, lr 5e-2) once.
  * Step 5 has a NaN planted in its input: both sides must skip it.
  * Checked per step: the skip decision and the loss-scale sequence
  * identical; exactly one device-to-host copy (the report); the loss close
@@ -16,8 +18,8 @@
  * run changes no bit; a plan refuses what it cannot run
  * (names it); an injected device failure is reported, not ignored.
  * Negative controls (the test can fail): a table whose bias grad does
- * nothing, and one whose dX GEMM reads a wrong operand, must be caught by
- * the same comparison.
+ * nothing, one whose dX GEMM reads a wrong operand, and one whose SGD
+ * ignores nesterov, must be caught by the same comparison.
  *
  * Tolerances (observed values in docs/gpu.md). The device step differs
  * from the CPU in summation order only (GEMMs: the emulator sums in double
@@ -33,7 +35,11 @@
  * element whose gradient is near zero can move the other way (2 lr apart):
  * losses after the first step within 2e-3 relative (observed <= 4e-4),
  * master weights within 4 lr = 4e-3 absolute (observed <= 1.3e-3), m and v
- * within 2% of their largest element (observed <= 0.3%).
+ * within 2% of their largest element (observed <= 0.3%). SGD moves a weight
+ * by lr times a direction that differs only by the gradients' rounding:
+ * master within 0.05 lr (observed <= 2e-3 lr), the momentum buffer (m)
+ * within 2% like AdamW's m (observed <= 0.3%); dropping nesterov (the
+ * negative control) moves the master by 0.33 lr.
  */
 #include <math.h>
 #include <stdio.h>
@@ -56,6 +62,16 @@ typedef struct shape {
     bool layernorm;
     mxp_loss_kind loss;
 } shape;
+
+/* The optimizer and step layout a comparison runs with. */
+typedef struct variant {
+    const char *name;
+    mxp_optim_kind kind;
+    float lr, momentum, weight_decay;
+    bool nesterov;
+} variant;
+
+static const variant ADAMW = {"adamw", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false};
 
 static uint32_t rs = 2024u;
 static float frand(void) { /* [-1, 1) */
@@ -103,6 +119,9 @@ static mxp_ds_spec ds_spec_of(const mxp_model_spec *ms, const mxp_trainer_config
     s.clip_max = tc->clip_grad_norm;
     s.near_overflow_frac = tc->near_overflow_frac;
     s.seed = tc->seed;
+    s.optim = tc->optim.kind == MXP_OPTIM_SGD ? MXP_DS_SGD : MXP_DS_ADAMW;
+    s.momentum = tc->optim.momentum;
+    s.nesterov = tc->optim.nesterov;
     const mxp_scaler_config *sc = &tc->scaler;
     bool on = prec == MXP_PRECISION_MIXED_FP16; /* the mode's loss_scaling */
     float min_f = (float)sc->min_scale;
@@ -135,10 +154,12 @@ static double max_abs_diff(const float *a, const float *b, size_t n, double *bma
 /* Run sh in prec on the CPU and on `ops` (the emulated table, or a
  * sabotaged copy); returns true when every comparison held. verbose:
  * CHECK each comparison (the real test); else only report. */
-static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, bool verbose) {
+static bool compare(const shape *sh, mxp_precision prec, const variant *va,
+                    const mxp_ds_ops *ops, bool verbose) {
     mxp_error err = {0};
-    char why[256] = "";
+    char why[256] = "", tag[96];
     bool ok = true;
+    snprintf(tag, sizeof tag, "%s %s %s", sh->name, mxp_precision_name(prec), va->name);
     mxp_model_spec ms = mxp_model_spec_mlp(sh->in, sh->hidden, sh->depth, sh->out, sh->act,
                                            sh->layernorm, sh->loss, sh->batch);
     mxp_precision_policy pol;
@@ -148,6 +169,11 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
     CHECK_OK(mxp_model_create(&ms, &pol, 77, &model, &err), &err);
     mxp_trainer_config tc = mxp_trainer_config_default();
     tc.scaler.growth_interval = 3;
+    tc.optim.kind = va->kind;
+    tc.optim.lr = va->lr;
+    tc.optim.momentum = va->momentum;
+    tc.optim.nesterov = va->nesterov;
+    tc.optim.weight_decay = va->weight_decay;
     CHECK_OK(mxp_trainer_create(model, &tc, &tr, &err), &err);
     const size_t P = mxp_model_num_params(model);
 
@@ -208,12 +234,11 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
             if (lr_ > worst_loss) worst_loss = lr_;
         }
         if (verbose) {
-            printf("  %-10s %-10s step %d: loss cpu %.9g dev %.9g (rel %.2e) skip %d/%d scale "
+            printf("  %-30s step %d: loss cpu %.9g dev %.9g (rel %.2e) skip %d/%d scale "
                    "%g->%g / %g->%g d2h %lld\n",
-                   sh->name, mxp_precision_name(prec), s + 1, cr.loss, dr.loss, lr_, cr.skipped,
-                   dr.skipped, cr.scale, cpu_next, dr.scale, dr.next_scale, (long long)dr.d2h);
-            CHECK_MSG(step_ok, "%s %s step %d: the device step disagrees with the CPU", sh->name,
-                      mxp_precision_name(prec), s + 1);
+                   tag, s + 1, cr.loss, dr.loss, lr_, cr.skipped, dr.skipped, cr.scale, cpu_next,
+                   dr.scale, dr.next_scale, (long long)dr.d2h);
+            CHECK_MSG(step_ok, "%s step %d: the device step disagrees with the CPU", tag, s + 1);
         }
         ok = ok && step_ok;
         if (s + 1 == NAN_STEP && verbose) CHECK_MSG(cr.skipped, "the NaN batch was not skipped");
@@ -223,24 +248,23 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
     const mxp_ds_slab slabs[3] = {MXP_DS_MASTER, MXP_DS_M, MXP_DS_V};
     const mxp_tensor_role roles[3] = {MXP_TENSOR_MASTER, MXP_TENSOR_OPTIM_M, MXP_TENSOR_OPTIM_V};
     const char *names[3] = {"master", "m", "v"};
-    for (int k = 0; k < 3; k++) {
+    const int nslabs = va->kind == MXP_OPTIM_SGD ? 2 : 3; /* SGD: no v */
+    for (int k = 0; k < nslabs; k++) {
         int64_t d0 = dev.d2h;
         CHECK_MSG(mxp_ds_get(plan, slabs[k], a, why, sizeof why) == 0, "%s", why);
         CHECK(dev.d2h == d0 + 1);
         CHECK_OK(mxp_trainer_tensor_get(tr, roles[k], NULL, MXP_DTYPE_F32, c, P * 4, &err), &err);
         double cmax = 0, d = max_abs_diff(a, c, P, &cmax);
-        double tol = k == 0 ? 4.0 * tc.optim.lr : 0.02 * cmax;
+        double tol = k == 0 ? (va->kind == MXP_OPTIM_SGD ? 0.05 : 4.0) * tc.optim.lr
+                            : 0.02 * cmax;
         if (verbose)
-            printf("  %-10s %-10s %-6s max |dev - cpu| %.3e (largest |cpu| %.3e, tolerance "
-                   "%.3e)\n",
-                   sh->name, mxp_precision_name(prec), names[k], d, cmax, tol);
+            printf("  %-30s %-6s max |dev - cpu| %.3e (largest |cpu| %.3e, tolerance %.3e)\n",
+                   tag, names[k], d, cmax, tol);
         ok = ok && d <= tol;
-        if (verbose) CHECK_MSG(d <= tol, "%s %s: %s differs", sh->name, mxp_precision_name(prec),
-                               names[k]);
+        if (verbose) CHECK_MSG(d <= tol, "%s: %s differs", tag, names[k]);
     }
     if (verbose)
-        printf("  %-10s %-10s worst loss rel diff after step 1: %.2e\n", sh->name,
-               mxp_precision_name(prec), worst_loss);
+        printf("  %-30s worst loss rel diff after step 1: %.2e\n", tag, worst_loss);
     mxp_ds_plan_destroy(plan);
     CHECK_MSG(dev.live == 0, "%lld device buffers leaked", (long long)dev.live);
     for (int s = 0; s < NSTEPS; s++) {
@@ -276,6 +300,16 @@ static int swapped_operands(void *dev, void *plan, const void *A, const void *B,
         return emu_lt_run(dev, &q, A, B, D, bias, why, n);
     }
     return emu_lt_run(dev, plan, A, B, D, bias, why, n);
+}
+
+static int sgd_no_nesterov(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                           const float *g, float *buf, size_t count, char *why, size_t n) {
+    emu_dev *d = dev;
+    const bool nest = d->ctl.sgd.nesterov;
+    d->ctl.sgd.nesterov = false;
+    int rc = emu_sgd_op(dev, master, work, work_bf16, sr, g, buf, count, why, n);
+    d->ctl.sgd.nesterov = nest;
+    return rc;
 }
 
 static void test_refusals(void) {
@@ -381,16 +415,29 @@ int main(void) {
                                    MXP_PRECISION_MIXED_FP16};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
-            compare(&shapes[i], modes[j], &emu_ds_ops, true);
+            compare(&shapes[i], modes[j], &ADAMW, &emu_ds_ops, true);
+    /* SGD: momentum with nesterov and L2 weight decay on every shape and
+     * mode; plain SGD (no buffer) on the world shape */
+    const variant sgd_n = {"sgd-nesterov", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true};
+    const variant sgd_0 = {"sgd-plain", MXP_OPTIM_SGD, 5e-2f, 0.0f, 0.0f, false};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
+            compare(&shapes[i], modes[j], &sgd_n, &emu_ds_ops, true);
+    compare(&shapes[0], MXP_PRECISION_MIXED_BF16, &sgd_0, &emu_ds_ops, true);
 
     /* the comparison can fail: sabotaged tables on the world shape */
     mxp_ds_ops bad = emu_ds_ops;
     bad.bias_grad = no_bias_grad;
-    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &bad, false),
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &ADAMW, &bad, false),
               "a missing bias gradient went unnoticed");
     bad = emu_ds_ops;
     bad.lt_run = swapped_operands;
-    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &bad, false),
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &ADAMW, &bad, false),
               "a wrong GEMM operand went unnoticed");
+    /* SGD whose nesterov flag is dropped (plain momentum instead) */
+    bad = emu_ds_ops;
+    bad.sgd = sgd_no_nesterov;
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &sgd_n, &bad, false),
+              "SGD without nesterov went unnoticed");
     return test_finish("test_dstep_emu");
 }

@@ -80,6 +80,12 @@ static int validate(const mxp_ds_spec *s, char *why, size_t n) {
                              "device step: low dtype %d; accepted F32 (fp32), BF16 "
                              "(mixed_bf16), F16 (mixed_fp16)",
                              (int)s->lowp);
+    if ((unsigned)s->optim >= MXP_DS_OPTIM_COUNT)
+        return mxp_cudab_why(why, n, "device step: optimizer %d; accepted AdamW (0), SGD (1)",
+                             (int)s->optim);
+    if (s->optim == MXP_DS_SGD && !(s->momentum >= 0.0f && s->momentum < 1.0f))
+        return mxp_cudab_why(why, n, "device step: SGD momentum %g; accepted [0, 1)",
+                             (double)s->momentum);
     if (s->loss != MXP_DS_MSE && s->loss != MXP_DS_XENT)
         return mxp_cudab_why(why, n, "device step: loss %d; accepted MSE, softmax xent",
                              (int)s->loss);
@@ -158,13 +164,18 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
     p->dev = dev;
     p->L = spec->n_layers;
     if (layout(p, why, n)) goto fail;
+    if (spec->optim == MXP_DS_SGD && !ops->sgd) {
+        mxp_cudab_why(why, n, "device step: the %s table has no SGD", ops->name);
+        goto fail;
+    }
     const size_t P = p->PD, B = (size_t)spec->batch, rows = B * (size_t)p->maxw;
     const mxp_dtype lo = spec->lowp;
     const bool f32 = lo == MXP_DTYPE_F32;
     if (dalloc(p, P * 4, (void **)&p->master, why, n) ||
         dalloc(p, P * 4, (void **)&p->grads, why, n) ||
-        dalloc(p, P * 4, (void **)&p->m, why, n) || dalloc(p, P * 4, (void **)&p->v, why, n))
-        goto fail;
+        dalloc(p, P * 4, (void **)&p->m, why, n) ||
+        (spec->optim == MXP_DS_ADAMW && dalloc(p, P * 4, (void **)&p->v, why, n)))
+        goto fail; /* m: AdamW's first moment or SGD's momentum buffer */
     if (f32) {
         p->work = p->master;
         p->pw32 = p->master;
@@ -244,7 +255,7 @@ int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n) {
     const size_t PD = p->PD;
     if (!host) return mxp_cudab_why(why, n, "device step: NULL parameters");
     if (o->zero(p->dev, p->master, PD * 4, why, n) || o->zero(p->dev, p->m, PD * 4, why, n) ||
-        o->zero(p->dev, p->v, PD * 4, why, n))
+        (p->v && o->zero(p->dev, p->v, PD * 4, why, n)))
         return 1;
     for (int l = 0; l < p->L; l++) /* tensor by tensor into the padded slab */
         if (p->cnt_w[l] > 0 &&
@@ -402,8 +413,12 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     c->beta2 = s->beta2;
     c->eps = s->eps;
     c->weight_decay = s->weight_decay;
+    c->momentum = s->momentum;
+    c->nesterov = s->nesterov;
     c->adamw = mxp_adamw_consts_make(s->lr, s->beta1, s->beta2, s->eps, s->weight_decay,
                                      c->opt_steps + 1);
+    c->sgd = (mxp_sgd_consts){s->lr, s->momentum, s->weight_decay, s->nesterov,
+                              s->momentum != 0.0f, c->opt_steps + 1 <= 1};
     c->run_scaler_rule = true;
     c->rule = s->rule;
     const size_t P = p->PD, nx = (size_t)B * (size_t)s->in_dim;
@@ -422,9 +437,13 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     const float near = s->near_overflow_frac * (float)mxp_dtype_info(s->lowp)->max;
     /* decide advances the SR counter by the CPU's P (padding excluded) */
     if (o->grad_pass(p->dev, p->grads, P, near, why, n) ||
-        o->decide(p->dev, false, p->P, why, n) ||
-        o->adamw(p->dev, p->master, f32 ? NULL : (uint16_t *)p->work,
-                 s->lowp == MXP_DTYPE_BF16, false, p->grads, p->m, p->v, P, why, n))
+        o->decide(p->dev, false, p->P, why, n))
+        return 1;
+    uint16_t *work16 = f32 ? NULL : (uint16_t *)p->work;
+    const bool bf16 = s->lowp == MXP_DTYPE_BF16;
+    if (s->optim == MXP_DS_SGD
+            ? o->sgd(p->dev, p->master, work16, bf16, false, p->grads, p->m, P, why, n)
+            : o->adamw(p->dev, p->master, work16, bf16, false, p->grads, p->m, p->v, P, why, n))
         return 1;
     if (o->report(p->dev, c, why, n)) return 1; /* the step's one copy */
     res->loss = c->loss;
@@ -444,7 +463,10 @@ int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n) 
                        : s == MXP_DS_V    ? p->v
                                           : NULL;
     if (!src)
-        return mxp_cudab_why(why, n, "device step: slab %d; accepted master, grad, m, v", (int)s);
+        return mxp_cudab_why(why, n,
+                             "device step: slab %d; accepted master, grad, m, v (v: AdamW "
+                             "plans only)",
+                             (int)s);
     if (!host) return mxp_cudab_why(why, n, "device step: NULL host buffer");
     float *tmp = malloc(p->PD * 4 + 4);
     if (!tmp) return mxp_cudab_why(why, n, "device step: out of host memory (%zu floats)", p->PD);

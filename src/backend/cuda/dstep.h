@@ -61,6 +61,9 @@ typedef enum mxp_ds_kind {
 
 typedef enum mxp_ds_loss { MXP_DS_MSE, MXP_DS_XENT } mxp_ds_loss;
 
+/* The optimizer (mxp_optim_kind's values: AdamW 0, SGD 1). */
+typedef enum mxp_ds_optim { MXP_DS_ADAMW, MXP_DS_SGD, MXP_DS_OPTIM_COUNT } mxp_ds_optim;
+
 typedef struct mxp_ds_spec {
     int64_t in_dim, batch; /* rows per step: exactly batch */
     int n_layers;
@@ -78,6 +81,12 @@ typedef struct mxp_ds_spec {
     uint64_t seed;
     mxp_scaler_rule rule;            /* enabled: dynamic loss scaling */
     mxp_scaler_rule_state scaler0;   /* initial state (scale, hysteresis_left, ...) */
+    /* the optimizer (a zeroed spec: AdamW); SGD's momentum in [0, 1) (0: no
+     * buffer) and nesterov, PyTorch's SGD with dampening 0; weight_decay
+     * above is SGD's L2 term then (g + wd w), AdamW's decoupled decay else */
+    mxp_ds_optim optim;
+    float momentum;
+    bool nesterov;
 } mxp_ds_spec;
 
 /* What a device must offer (every pointer argument device memory unless
@@ -128,6 +137,10 @@ typedef struct mxp_ds_ops {
     /* the control block into *host (one counted copy), then a sync */
     int (*report)(void *dev, mxp_step_ctl *host, char *why, size_t n);
     int64_t (*d2h_count)(const void *dev); /* device-to-host copies so far */
+    /* SGD (mxp_cudab_sgd): buf the momentum buffer (read only when
+     * ctl.sgd.use_buf); needed by an SGD plan only */
+    int (*sgd)(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr, const float *g,
+               float *buf, size_t count, char *why, size_t n);
 } mxp_ds_ops;
 
 typedef struct mxp_ds_plan mxp_ds_plan;
@@ -163,7 +176,9 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
                 mxp_ds_result *res, char *why, size_t n);
 
 typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
-/* Download slab s [P] FP32 into host (counted copies; then a sync). */
+/* Download slab s [P] FP32 into host (counted copies; then a sync). MXP_DS_M
+ * is AdamW's first moment or SGD's momentum buffer (the CPU trainer's
+ * MXP_TENSOR_OPTIM_M); an SGD plan has no MXP_DS_V (refused, named). */
 int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n);
 
 /* The CUDA table (dev: an mxp_cudab_ctx *), NULL in a build without CUDA. */
