@@ -276,6 +276,15 @@ static int emu_sgd_op(void *dev, float *master, uint16_t *work, bool work_bf16, 
     return 0;
 }
 
+/* kernels.cu k_loss_fold: one thread. */
+static int emu_loss_fold_op(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                            char *why, size_t n) {
+    if (emu_enter(dev, "loss fold", why, n)) return 1;
+    *loss = mxp_sb_loss_fold(slots, k, batch);
+    return 0;
+}
+
+/* No graph ops: plans on this table stay eager. No pinned memory either. */
 static const mxp_ds_ops emu_ds_ops = {
     .name = "emulated",
     .alloc = emu_alloc,
@@ -304,6 +313,7 @@ static const mxp_ds_ops emu_ds_ops = {
     .report = emu_report,
     .d2h_count = emu_d2h_count,
     .sgd = emu_sgd_op,
+    .loss_fold = emu_loss_fold_op,
 };
 
 #endif /* MIXPREC_TESTS_DSTEP_EMU_H */

@@ -9,7 +9,13 @@
  *   - a tanh regressor 6-48x2-3, MSE, B 16.
  * The same with SGD (momentum 0.9, nesterov, L2 weight decay 1e-2, lr 1e-2)
  * on every shape and mode, and plain SGD (no buffer, lr 5e-2) once.
- * Step 5 has a NaN planted in its input: both sides must skip it.
+ * Micro-batches (the device's split handed to the CPU trainer as its
+ * grad_accum_steps micro-batches): the world shape's 32 rows as 11/11/10 in
+ * every mode and 4 x 8, the classifier's as 8 x 4, the tanh regressor's 16
+ * as 4/3/3/3/3 with SGD; one report per step, the loss the CPU's B_i / B
+ * weighted sum.
+ * Step 5 has a NaN planted in its input (the last micro-batch's last row):
+ * both sides must skip it.
  * Checked per step: the skip decision and the loss-scale sequence
  * identical; exactly one device-to-host copy (the report); the loss close
  * (tolerances below, with the reasons); after the last step the master,
@@ -18,8 +24,10 @@
  * run changes no bit; a plan refuses what it cannot run
  * (names it); an injected device failure is reported, not ignored.
  * Negative controls (the test can fail): a table whose bias grad does
- * nothing, one whose dX GEMM reads a wrong operand, and one whose SGD
- * ignores nesterov, must be caught by the same comparison.
+ * nothing, one whose dX GEMM reads a wrong operand, one whose SGD ignores
+ * nesterov, one whose dW GEMM overwrites instead of accumulating over
+ * micro-batches, and one that folds the micro-batch losses unweighted,
+ * must be caught by the same comparison.
  *
  * Tolerances (observed values in docs/gpu.md). The device step differs
  * from the CPU in summation order only (GEMMs: the emulator sums in double
@@ -52,7 +60,7 @@
 #include "dstep_emu.h"
 #include "testutil.h"
 
-enum { NSTEPS = 8, NAN_STEP = 5 };
+enum { NSTEPS = 8, NAN_STEP = 5, MAX_MICRO = 8 };
 
 typedef struct shape {
     const char *name;
@@ -69,9 +77,10 @@ typedef struct variant {
     mxp_optim_kind kind;
     float lr, momentum, weight_decay;
     bool nesterov;
+    int n_micro; /* micro-batches per step (the device's split, given to the CPU) */
 } variant;
 
-static const variant ADAMW = {"adamw", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false};
+static const variant ADAMW = {"adamw", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 1};
 
 static uint32_t rs = 2024u;
 static float frand(void) { /* [-1, 1) */
@@ -174,12 +183,14 @@ static bool compare(const shape *sh, mxp_precision prec, const variant *va,
     tc.optim.momentum = va->momentum;
     tc.optim.nesterov = va->nesterov;
     tc.optim.weight_decay = va->weight_decay;
+    tc.grad_accum_steps = va->n_micro;
     CHECK_OK(mxp_trainer_create(model, &tc, &tr, &err), &err);
     const size_t P = mxp_model_num_params(model);
 
     emu_dev dev;
     memset(&dev, 0, sizeof dev);
     mxp_ds_spec ds = ds_spec_of(&ms, &tc, prec, sh->batch);
+    ds.micro_batches = va->n_micro;
     mxp_ds_plan *plan = NULL;
     CHECK_MSG(mxp_ds_plan_create(&ds, ops, &dev, &plan, why, sizeof why) == 0, "%s", why);
     CHECK(mxp_ds_num_params(plan) == P);
@@ -211,15 +222,26 @@ static bool compare(const shape *sh, mxp_precision prec, const variant *va,
         for (int64_t i = 0; i < B; i++)
             bt[s].labels[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) %
                               (int32_t)sh->out;
-        if (s + 1 == NAN_STEP) bt[s].x[3] = NAN;
+        /* the NaN in the last micro-batch (the first when there is one) */
+        if (s + 1 == NAN_STEP) bt[s].x[(B - 1) * sh->in + 1] = NAN;
     }
     const double tol1 = prec == MXP_PRECISION_FP32 ? 1e-6 : 1e-4;
     double worst_loss = 0;
     for (int s = 0; s < NSTEPS; s++) {
-        mxp_batch b = {bt[s].x, sh->loss == MXP_LOSS_XENT ? NULL : bt[s].y,
-                       sh->loss == MXP_LOSS_XENT ? bt[s].labels : NULL, B};
+        /* the CPU gets the device's split: micro-batch i on rows [r_i, r_i + B_i) */
+        mxp_batch mb[MAX_MICRO];
+        CHECK(mxp_ds_micro_batches(plan) == va->n_micro && va->n_micro <= MAX_MICRO);
+        int64_t r0 = 0;
+        for (int i = 0; i < va->n_micro; i++) {
+            const int64_t bi = mxp_ds_micro_rows(plan, i);
+            mb[i] = (mxp_batch){bt[s].x + r0 * sh->in,
+                                sh->loss == MXP_LOSS_XENT ? NULL : bt[s].y + r0 * ydim,
+                                sh->loss == MXP_LOSS_XENT ? bt[s].labels + r0 : NULL, bi};
+            r0 += bi;
+        }
+        CHECK(r0 == B);
         mxp_step_result cr;
-        CHECK_OK(mxp_trainer_step(tr, &b, 1, &cr, &err), &err);
+        CHECK_OK(mxp_trainer_step(tr, mb, va->n_micro, &cr, &err), &err);
         const float cpu_next = mxp_trainer_loss_scale(tr);
         mxp_ds_result dr;
         int rc = mxp_ds_step(plan, bt[s].x, bt[s].y, bt[s].labels, &dr, why, sizeof why);
@@ -312,6 +334,25 @@ static int sgd_no_nesterov(void *dev, float *master, uint16_t *work, bool work_b
     return rc;
 }
 
+static int dw_overwrites(void *dev, void *plan, const void *A, const void *B, float *D,
+                         const float *bias, char *why, size_t n) {
+    const emu_lt *p = plan;
+    if (p->d.beta == 1.0f) {
+        emu_lt q = *p;
+        q.d.beta = 0.0f;
+        return emu_lt_run(dev, &q, A, B, D, bias, why, n);
+    }
+    return emu_lt_run(dev, plan, A, B, D, bias, why, n);
+}
+
+static int fold_unweighted(void *dev, double *loss, const double *slots, int k, int64_t rows,
+                           char *why, size_t n) {
+    double s = 0;
+    for (int i = 0; i < k; i++) s += slots[i];
+    *loss = s / k;
+    return 0;
+}
+
 static void test_refusals(void) {
     char why[256];
     emu_dev dev;
@@ -328,6 +369,10 @@ static void test_refusals(void) {
     CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1 && !p);
     CHECK_MSG(strstr(why, "accepted F32") != NULL, "%s", why);
     s.lowp = MXP_DTYPE_BF16;
+    s.micro_batches = 3; /* more micro-batches than rows */
+    CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1 && !p);
+    CHECK_MSG(strstr(why, "3 micro-batches for batch 2") != NULL, "%s", why);
+    s.micro_batches = 0;
     s.layers[0].kind = MXP_DS_KIND_COUNT;
     CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1);
     CHECK_MSG(strstr(why, "layer 0 kind") != NULL, "%s", why);
@@ -418,12 +463,25 @@ int main(void) {
             compare(&shapes[i], modes[j], &ADAMW, &emu_ds_ops, true);
     /* SGD: momentum with nesterov and L2 weight decay on every shape and
      * mode; plain SGD (no buffer) on the world shape */
-    const variant sgd_n = {"sgd-nesterov", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true};
-    const variant sgd_0 = {"sgd-plain", MXP_OPTIM_SGD, 5e-2f, 0.0f, 0.0f, false};
+    const variant sgd_n = {"sgd-nesterov", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true, 1};
+    const variant sgd_0 = {"sgd-plain", MXP_OPTIM_SGD, 5e-2f, 0.0f, 0.0f, false, 1};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
             compare(&shapes[i], modes[j], &sgd_n, &emu_ds_ops, true);
     compare(&shapes[0], MXP_PRECISION_MIXED_BF16, &sgd_0, &emu_ds_ops, true);
+    /* micro-batches: the world shape's 32 rows as 11/11/10 (uneven: two
+     * GEMM row variants) and 4 x 8, the classifier's as 8 x 4, the tanh
+     * regressor's 16 as 4/3/3/3/3; AdamW and SGD */
+    const variant adamw3 = {"adamw-micro3", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 3};
+    const variant adamw4 = {"adamw-micro4", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 4};
+    const variant adamw8 = {"adamw-micro8", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 8};
+    const variant sgd5 = {"sgd-micro5", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true, 5};
+    for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
+        compare(&shapes[0], modes[j], &adamw3, &emu_ds_ops, true);
+    compare(&shapes[0], MXP_PRECISION_MIXED_BF16, &adamw4, &emu_ds_ops, true);
+    compare(&shapes[1], MXP_PRECISION_MIXED_FP16, &adamw8, &emu_ds_ops, true);
+    compare(&shapes[2], MXP_PRECISION_FP32, &sgd5, &emu_ds_ops, true);
+    compare(&shapes[2], MXP_PRECISION_MIXED_FP16, &sgd5, &emu_ds_ops, true);
 
     /* the comparison can fail: sabotaged tables on the world shape */
     mxp_ds_ops bad = emu_ds_ops;
@@ -439,5 +497,15 @@ int main(void) {
     bad.sgd = sgd_no_nesterov;
     CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &sgd_n, &bad, false),
               "SGD without nesterov went unnoticed");
+    /* micro-batches whose dW GEMM overwrites instead of adding (beta 0) */
+    bad = emu_ds_ops;
+    bad.lt_run = dw_overwrites;
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &adamw3, &bad, false),
+              "dW not accumulated over micro-batches went unnoticed");
+    /* a loss fold that averages the micro-batch losses unweighted */
+    bad = emu_ds_ops;
+    bad.loss_fold = fold_unweighted;
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &adamw3, &bad, false),
+              "an unweighted loss fold went unnoticed");
     return test_finish("test_dstep_emu");
 }

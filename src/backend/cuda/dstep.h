@@ -87,6 +87,14 @@ typedef struct mxp_ds_spec {
     mxp_ds_optim optim;
     float momentum;
     bool nesterov;
+    /* micro-batches per step (0 or 1: one): the batch's rows split in
+     * order, micro-batch i has batch / k rows plus one for i < batch % k
+     * (mxp_ds_micro_rows; the CPU trainer takes any B_i, the workloads give
+     * k equal ones); 1 <= k <= batch */
+    int micro_batches;
+    /* CUDA Graphs for the steady step (a table with graph ops only; else
+     * eager): see mxp_ds_step */
+    bool graphs;
 } mxp_ds_spec;
 
 /* What a device must offer (every pointer argument device memory unless
@@ -141,6 +149,23 @@ typedef struct mxp_ds_ops {
      * ctl.sgd.use_buf); needed by an SGD plan only */
     int (*sgd)(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr, const float *g,
                float *buf, size_t count, char *why, size_t n);
+    /* *loss (device) = sum over i < k of slots[i] * B_i / batch in double,
+     * in order (mxp_sb_loss_fold: the CPU trainer's sum); plans with k > 1 */
+    int (*loss_fold)(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                     char *why, size_t n);
+    /* Optional (NULL: plain host memory): page-locked host staging for the
+     * step's uploads and its report. */
+    int (*host_alloc)(void *dev, size_t bytes, void **out, char *why, size_t n);
+    void (*host_free)(void *dev, void *p);
+    /* Optional (all four, or none: the plan stays eager): capture the
+     * stream's work between graph_begin and graph_end into *graph (a new
+     * executable graph, or *graph updated in place when it is not NULL and
+     * the topology allows; else replaced); graph_launch replays it
+     * (asynchronous); graph_destroy(NULL) is a no-op. */
+    int (*graph_begin)(void *dev, char *why, size_t n);
+    int (*graph_end)(void *dev, void **graph, char *why, size_t n);
+    int (*graph_launch)(void *dev, void *graph, char *why, size_t n);
+    void (*graph_destroy)(void *dev, void *graph);
 } mxp_ds_ops;
 
 typedef struct mxp_ds_plan mxp_ds_plan;
@@ -154,6 +179,8 @@ typedef struct mxp_ds_result {
     double grad_norm; /* sqrt of the pass's sumsq */
     int64_t nonfinite;
     int64_t d2h; /* device-to-host copies during the step (1) */
+    bool graphed;   /* the step's device work ran as a replayed graph */
+    bool captured;  /* ... and it was (re-)captured in this step */
 } mxp_ds_result;
 
 /* Plan every buffer and GEMM of spec on (ops, dev). 0, or 1 with what was
@@ -171,9 +198,19 @@ int64_t mxp_ds_param_offset(const mxp_ds_plan *p, int l, int which);
  * zero m and v, the optimizer step count and the SR counter. */
 int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n);
 /* One step on x [batch, in_dim] (host FP32) and y [batch, out] (host FP32,
- * MSE) or labels [batch] (host int32, XENT). */
+ * MSE) or labels [batch] (host int32, XENT), micro-batch i on rows
+ * [r_i, r_i + B_i) of them. With spec.graphs on a table with graph ops,
+ * the step's device work after the uploads (input rounding through the
+ * optimizer) is captured once and replayed on later steps; it is
+ * re-captured when the loss scale it baked in (the per-micro-batch loss
+ * gradient scale) changed, or after mxp_ds_recapture. */
 int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *labels,
                 mxp_ds_result *res, char *why, size_t n);
+/* Rows of micro-batch i (0 outside [0, k)), and k. */
+int64_t mxp_ds_micro_rows(const mxp_ds_plan *p, int i);
+int mxp_ds_micro_batches(const mxp_ds_plan *p);
+/* Drop the captured graph: the next step captures again. */
+void mxp_ds_recapture(mxp_ds_plan *p);
 
 typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
 /* Download slab s [P] FP32 into host (counted copies; then a sync). MXP_DS_M

@@ -105,6 +105,25 @@ static int c_sgd(void *dev, float *master, uint16_t *work, bool work_bf16, bool 
     return mxp_cudab_sgd(CX, master, work, work_bf16, sr, g, buf, count, why, n);
 }
 
+static int c_loss_fold(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                       char *why, size_t n) {
+    return mxp_cudab_loss_fold(CX, loss, slots, k, batch, why, n);
+}
+static int c_host_alloc(void *dev, size_t bytes, void **out, char *why, size_t n) {
+    return mxp_cudab_host_alloc(CX, bytes, out, why, n);
+}
+static void c_host_free(void *dev, void *p) { mxp_cudab_host_free(CX, p); }
+static int c_graph_begin(void *dev, char *why, size_t n) {
+    return mxp_cudab_graph_begin(CX, why, n);
+}
+static int c_graph_end(void *dev, void **graph, char *why, size_t n) {
+    return mxp_cudab_graph_end(CX, graph, why, n);
+}
+static int c_graph_launch(void *dev, void *graph, char *why, size_t n) {
+    return mxp_cudab_graph_launch(CX, graph, why, n);
+}
+static void c_graph_destroy(void *dev, void *graph) { mxp_cudab_graph_destroy(CX, graph); }
+
 static const mxp_ds_ops cuda_ops = {
     .name = "cuda",
     .alloc = c_alloc,
@@ -133,6 +152,13 @@ static const mxp_ds_ops cuda_ops = {
     .report = c_report,
     .d2h_count = c_d2h_count,
     .sgd = c_sgd,
+    .loss_fold = c_loss_fold,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .graph_begin = c_graph_begin,
+    .graph_end = c_graph_end,
+    .graph_launch = c_graph_launch,
+    .graph_destroy = c_graph_destroy,
 };
 
 const mxp_ds_ops *mxp_ds_ops_cuda(void) { return &cuda_ops; }
