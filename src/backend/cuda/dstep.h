@@ -200,10 +200,11 @@ int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n);
 /* One step on x [batch, in_dim] (host FP32) and y [batch, out] (host FP32,
  * MSE) or labels [batch] (host int32, XENT), micro-batch i on rows
  * [r_i, r_i + B_i) of them. With spec.graphs on a table with graph ops,
- * the step's device work after the uploads (input rounding through the
- * optimizer) is captured once and replayed on later steps; it is
- * re-captured when the loss scale it baked in (the per-micro-batch loss
- * gradient scale) changed, or after mxp_ds_recapture. */
+ * the first step runs eagerly; from the second on, the step's device work
+ * after the uploads (input rounding through the optimizer) is captured
+ * once and replayed; it is re-captured when the loss scale it baked in
+ * (the per-micro-batch loss gradient scale) changed, or after
+ * mxp_ds_recapture. */
 int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *labels,
                 mxp_ds_result *res, char *why, size_t n);
 /* Rows of micro-batch i (0 outside [0, k)), and k. */

@@ -60,6 +60,7 @@ struct mxp_ds_plan {
     int32_t *lab_h;
     /* the captured step (spec.graphs on a table with graph ops) */
     bool use_graphs;
+    bool warm;         /* a step ran (eagerly): later steps may be graphed */
     void *graph;       /* NULL: none yet / dropped */
     float graph_scale; /* the loss scale baked into it */
 };

@@ -251,9 +251,12 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
         (s->loss == MXP_DS_MSE ? o->upload(p->dev, p->target, p->y_h, ny, why, n)
                                : o->upload(p->dev, p->labels, p->lab_h, ny, why, n)))
         return 1;
+    /* graphed from the second step on: the first runs eagerly, so every
+     * kernel and cuBLASLt module is loaded before a capture (lazy loading
+     * inside a capture is what CUDA may refuse) */
     bool captured = false;
-    if (p->use_graphs ? graphed_work(p, scale, &captured, why, n)
-                      : device_work(p, scale, why, n))
+    const bool graphed = p->use_graphs && p->warm;
+    if (graphed ? graphed_work(p, scale, &captured, why, n) : device_work(p, scale, why, n))
         return 1;
     if (o->report(p->dev, c, why, n)) return 1; /* the step's one copy */
     res->loss = c->loss;
@@ -263,7 +266,8 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     res->grad_norm = sqrt(c->stats.sumsq);
     res->nonfinite = c->stats.nonfinite;
     res->d2h = o->d2h_count(p->dev) - d2h0;
-    res->graphed = p->use_graphs;
+    res->graphed = graphed;
     res->captured = captured;
+    p->warm = true;
     return 0;
 }
