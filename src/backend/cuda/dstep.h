@@ -5,36 +5,51 @@
  * same whichever table runs it, so it is host-tested through an emulated
  * device (tests/dstep_emu.h: the MXP_HD kernel bodies through the launch
  * emulator, the cuBLASLt descriptions through a column-major executor)
- * against the CPU trainer (tests/test_dstep_emu.c), and the CUDA table
- * (dstep_cuda.c, CUDA builds only, over cuda_backend.h) is compared with the
- * emulated one on a GPU (tests/test_cuda_dstep.c).
+ * against the CPU trainer (tests/test_dstep_emu.c), its graphed path
+ * through an emulated device with capture semantics against the eager one
+ * (tests/test_dstep_graph.c), and the CUDA table (dstep_cuda.c, CUDA
+ * builds only, over cuda_backend.h) is compared with the emulated one, and
+ * graphed with eager, on a GPU (tests/test_cuda_dstep.c).
+ * Implementation: dstep_plan.c (the plan), dstep_run.c (the step),
+ * dstep_internal.h (the plan's fields).
  *
- * Entry points: mxp_ds_plan_create/_destroy (every buffer and GEMM plan,
- * once), mxp_ds_set_params (upload initial FP32 parameters, zero m/v),
- * mxp_ds_step (one training step), mxp_ds_get (download a slab, outside
- * steps), mxp_ds_ops_cuda (the CUDA table; NULL without CUDA).
+ * Entry points: mxp_ds_plan_create/_destroy (every buffer, GEMM plan and
+ * the host staging, once), mxp_ds_set_params (upload initial FP32
+ * parameters, zero m/v), mxp_ds_step (one training step),
+ * mxp_ds_micro_rows/_batches (the split), mxp_ds_recapture, mxp_ds_get
+ * (download a slab, outside steps), mxp_ds_ops_cuda (the CUDA table; NULL
+ * without CUDA).
  *
  * The model (the CPU's nn model, restricted): layers linear, relu, gelu,
  * tanh, layernorm; loss MSE or softmax cross-entropy; precision by its
  * low dtype: F32 (fp32), BF16 (mixed_bf16), F16 (mixed_fp16, with dynamic
- * loss scaling through the scaler rule on the device); AdamW; one
- * micro-batch of exactly `batch` rows per step. The parameter layout is the
- * CPU model's slab order (per layer: linear W [out, in] then b [out];
- * layernorm gamma then beta). Storage dtypes follow nn/model_plan.c: the
- * input and every layer output in the low dtype, except a layernorm not
- * read by a linear layer (F32) and the last layer's output (F32, the
- * loss's input); activation gradients in the low dtype; FP32 grad slab,
- * master, m, v; biases and layernorm parameters read as the work copy
- * widened to FP32 (the CPU's nn_view_f32).
+ * loss scaling through the scaler rule on the device); AdamW or SGD
+ * (momentum, nesterov, L2 weight decay: the CPU's element rules,
+ * backend/numerics/optim.h); k micro-batches of a step's `batch` rows
+ * (batch / k rows each, one more for the first batch % k). The parameter
+ * layout is the CPU model's slab order (per layer: linear W [out, in] then
+ * b [out]; layernorm gamma then beta). Storage dtypes follow
+ * nn/model_plan.c: the input and every layer output in the low dtype,
+ * except a layernorm not read by a linear layer (F32) and the last layer's
+ * output (F32, the loss's input); activation gradients in the low dtype;
+ * FP32 grad slab, master, m, v; biases and layernorm parameters read as
+ * the work copy widened to FP32 (the CPU's nn_view_f32).
  *
- * A step: control block up, batch up, input rounded, work copy widened,
- * grads zeroed, forward (cuBLASLt GEMM with bias epilogue, element and row
- * kernels, stored-format rounding), loss into the control block's loss
- * slot, backward (bias grad, dW and dX GEMMs, activation and layernorm
- * backward), grad pass, decide (skip on non-finite gradients or loss, clip,
- * scaler rule on the device), AdamW (master, then the work copy RNE), and
- * the report: the step's ONE device-to-host copy, then a sync. Nothing else
- * is read back during a step.
+ * A step: the batch copied into the host staging (page-locked on CUDA),
+ * control block and batch up into fixed device buffers; then the device
+ * work: work copy widened, grads zeroed, per micro-batch i: input rounded,
+ * forward (cuBLASLt GEMM with bias epilogue, element and row kernels,
+ * stored-format rounding), loss into micro-batch i's slot with its
+ * gradient scaled by scale * B_i / batch, backward (bias grad, dW with
+ * beta 0 for the first micro-batch and 1 after, dX GEMMs, activation and
+ * layernorm backward; bias and layernorm grads add); the micro-batch
+ * losses folded into the control block's loss (the CPU's B_i / batch
+ * weighted sum); grad pass, decide (skip on non-finite gradients or loss,
+ * clip, scaler rule on the device), the optimizer (master, then the work
+ * copy RNE); then the report: the step's ONE device-to-host copy, then a
+ * sync. Nothing else is read back during a step. With spec.graphs (a
+ * table with graph ops) the device work is a CUDA graph from the second
+ * step on, re-captured on a new loss scale (mxp_ds_step).
  */
 #ifndef MIXPREC_BACKEND_CUDA_DSTEP_H
 #define MIXPREC_BACKEND_CUDA_DSTEP_H
