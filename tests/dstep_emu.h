@@ -16,6 +16,8 @@
  * Allocations are 256-byte aligned like cudaMalloc's, and a GEMM whose
  * operand (A, B, D, bias) is not 256-byte aligned is refused: the
  * algorithm a plan picks assumes that alignment.
+ * The control block has an aux area (EMU_AUX_CAP bytes, the scans), reported
+ * with it in one counted copy (report_aux).
  * Use: emu_dev d = {0}; mxp_ds_plan_create(&spec, &emu_ds_ops, &d, ...);
  * d.d2h counts the device-to-host copies (report and download), d.calls
  * every op call, d.fail_at makes call number fail_at fail (fault tests).
@@ -31,8 +33,11 @@
 #include "backend/cuda/step_bodies.h"
 #include "cuda_emu.h"
 
+#define EMU_AUX_CAP ((size_t)64 << 10) /* the aux area (as MXP_CUDAB_AUX_CAP) */
+
 typedef struct emu_dev {
     mxp_step_ctl ctl; /* the "device" control block */
+    _Alignas(64) unsigned char aux[EMU_AUX_CAP]; /* its aux area (scans) */
     int64_t d2h, calls, fail_at;
     int64_t live; /* allocations not yet freed */
 } emu_dev;
@@ -261,6 +266,20 @@ static int emu_report(void *dev, mxp_step_ctl *host, char *why, size_t n) {
     EMU_D->d2h++;
     return 0;
 }
+static void *emu_aux_dev(void *dev, size_t *cap) {
+    *cap = EMU_AUX_CAP;
+    return EMU_D->aux;
+}
+/* device.cu mxp_cudab_report_aux: ONE copy of block + aux (here two
+ * memcpys into the same layout, counted once). */
+static int emu_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
+    if (emu_enter(dev, "report", why, n)) return 1;
+    if (aux_bytes > EMU_AUX_CAP) return mxp_cudab_why(why, n, "emulated report: aux too large");
+    memcpy(host, &EMU_D->ctl, sizeof EMU_D->ctl);
+    memcpy((unsigned char *)host + MXP_DS_AUX_OFF, EMU_D->aux, aux_bytes);
+    EMU_D->d2h++;
+    return 0;
+}
 static int64_t emu_d2h_count(const void *dev) { return ((const emu_dev *)dev)->d2h; }
 
 /* kernels.cu k_sgd: the same launch as k_adamw. */
@@ -314,6 +333,8 @@ static const mxp_ds_ops emu_ds_ops = {
     .d2h_count = emu_d2h_count,
     .sgd = emu_sgd_op,
     .loss_fold = emu_loss_fold_op,
+    .aux_dev = emu_aux_dev,
+    .report_aux = emu_report_aux,
 };
 
 #endif /* MIXPREC_TESTS_DSTEP_EMU_H */

@@ -448,7 +448,135 @@ static void test_block_order(void) {
     free(b);
 }
 
+/* ---- provenance ---------------------------------------------------------- */
+
+/* A planted fault: row 0 of linear layer `layer`'s weight set to `big`
+ * (-1: none), a NaN in row nan_row of x (-1: none), the targets times
+ * y_scale. */
+typedef struct fault {
+    const char *name;
+    int layer;
+    float big;
+    int64_t nan_row;
+    float y_scale;
+} fault;
+
+/* One step of sh in prec with n_micro micro-batches and the fault, on the
+ * CPU trainer and the emulated device: the device's first non-finite site
+ * (from the report's scans) must be the CPU's (found, pass, layer); the
+ * skip decisions agree. Returns the device's site for the caller's
+ * expectations. */
+static mxp_ds_result site_case(const shape *sh, mxp_precision prec, int n_micro,
+                               const fault *f) {
+    mxp_error err = {0};
+    char why[256] = "";
+    mxp_model_spec ms = mxp_model_spec_mlp(sh->in, sh->hidden, sh->depth, sh->out, sh->act,
+                                           sh->layernorm, sh->loss, sh->batch);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(prec, &pol);
+    mxp_model *model = NULL;
+    mxp_trainer *tr = NULL;
+    CHECK_OK(mxp_model_create(&ms, &pol, 77, &model, &err), &err);
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.grad_accum_steps = n_micro;
+    CHECK_OK(mxp_trainer_create(model, &tc, &tr, &err), &err);
+    const size_t P = mxp_model_num_params(model);
+    emu_dev *dev = calloc(1, sizeof *dev);
+    CHECK(dev != NULL);
+    mxp_ds_spec ds = ds_spec_of(&ms, &tc, prec, sh->batch);
+    ds.micro_batches = n_micro;
+    mxp_ds_plan *plan = NULL;
+    CHECK_MSG(mxp_ds_plan_create(&ds, &emu_ds_ops, dev, &plan, why, sizeof why) == 0, "%s", why);
+    float *w = test_xmalloc(P * 4);
+    CHECK_OK(mxp_model_tensor_get(model, MXP_TENSOR_MASTER, NULL, MXP_DTYPE_F32, w, P * 4, &err),
+             &err);
+    if (f->layer >= 0) {
+        const int64_t off = mxp_ds_param_offset(plan, f->layer, 0);
+        const int64_t in = f->layer == 0 ? sh->in : sh->hidden;
+        CHECK(off >= 0);
+        for (int64_t j = 0; j < in; j++) w[off + j] = f->big;
+        CHECK_OK(mxp_model_tensor_set(model, MXP_TENSOR_MASTER, NULL, MXP_DTYPE_F32, w, P * 4,
+                                      &err),
+                 &err);
+    }
+    CHECK_MSG(mxp_ds_set_params(plan, w, why, sizeof why) == 0, "%s", why);
+    const int64_t B = sh->batch, ydim = sh->loss == MXP_LOSS_XENT ? 1 : sh->out;
+    float *x = test_xmalloc((size_t)(B * sh->in) * 4), *y = test_xmalloc((size_t)(B * ydim) * 4);
+    int32_t *lab = test_xmalloc((size_t)B * 4);
+    for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
+    for (int64_t i = 0; i < B * ydim; i++) y[i] = f->y_scale * frand();
+    for (int64_t i = 0; i < B; i++) lab[i] = (int32_t)(i % sh->out);
+    if (f->nan_row >= 0) x[f->nan_row * sh->in + 1] = NAN;
+    mxp_batch mb[MAX_MICRO];
+    int64_t r0 = 0;
+    for (int i = 0; i < n_micro; i++) {
+        const int64_t bi = mxp_ds_micro_rows(plan, i);
+        mb[i] = (mxp_batch){x + r0 * sh->in, sh->loss == MXP_LOSS_XENT ? NULL : y + r0 * ydim,
+                            sh->loss == MXP_LOSS_XENT ? lab + r0 : NULL, bi};
+        r0 += bi;
+    }
+    mxp_step_result cr;
+    CHECK_OK(mxp_trainer_step(tr, mb, n_micro, &cr, &err), &err);
+    mxp_ds_result dr;
+    CHECK_MSG(mxp_ds_step(plan, x, y, lab, &dr, why, sizeof why) == 0, "%s", why);
+    printf("  provenance %-22s %-10s k %d: cpu site %d %s layer %d (%s, %lld) | device site %d "
+           "%s layer %d micro %d (%lld); skip %d/%d\n",
+           f->name, mxp_precision_name(prec), n_micro, cr.site.found,
+           cr.site.backward ? "bwd" : "fwd", cr.site.layer, cr.site.op ? cr.site.op : "",
+           (long long)cr.site.count, dr.site.found, dr.site.backward ? "bwd" : "fwd",
+           dr.site.layer, dr.site.micro, (long long)dr.site.count, cr.skipped, dr.skipped);
+    CHECK(dr.scanned && dr.d2h == 1);
+    CHECK_MSG(dr.site.found == cr.site.found &&
+                  (!cr.site.found || (dr.site.backward == cr.site.backward &&
+                                      dr.site.layer == cr.site.layer)),
+              "%s %s: the device's site differs from the CPU's", f->name,
+              mxp_precision_name(prec));
+    CHECK(dr.skipped == cr.skipped);
+    mxp_ds_plan_destroy(plan);
+    free(dev);
+    free(w);
+    free(x);
+    free(y);
+    free(lab);
+    mxp_trainer_destroy(tr);
+    mxp_model_destroy(model);
+    return dr;
+}
+
+/* Planted faults, each where the CPU's provenance names a different site:
+ * a NaN in the input (layer 0's output), a NaN in the last micro-batch
+ * (micro 2), a weight row so large that layer 2's output overflows FP16
+ * (and only FP16), targets so large that the scaled loss gradient
+ * overflows FP16 (the loss gradient, backward), and no fault (no site).
+ * The device's site must be the CPU's; how it was checked that this can
+ * fail: the scans' slots swapped between forward and backward (bwd index
+ * for fwd) and the F32 output scan dropped (store() instead of the in-place
+ * scan) were each planted by hand in dstep_run.c and failed here. */
+static void test_provenance(void) {
+    const shape world = {"world", 4, 256, 4, 32, 3, MXP_LAYER_GELU, true, MXP_LOSS_MSE};
+    const shape clf = {"classifier", 12, 64, 10, 32, 2, MXP_LAYER_RELU, false, MXP_LOSS_XENT};
+    const fault none = {"none", -1, 0.0f, -1, 0.5f};
+    const fault nan_in = {"nan-input", -1, 0.0f, 5, 0.5f};
+    const fault nan_last = {"nan-last-micro", -1, 0.0f, 31, 0.5f};
+    const fault wide = {"layer2-overflow", 2, 1.0e4f, -1, 0.5f};
+    const fault target = {"loss-grad-overflow", -1, 0.0f, -1, 1.0e4f};
+    mxp_ds_result r;
+    r = site_case(&world, MXP_PRECISION_FP32, 1, &none);
+    CHECK(!r.site.found);
+    r = site_case(&world, MXP_PRECISION_MIXED_BF16, 1, &nan_in);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 0 && r.site.micro == 0);
+    r = site_case(&world, MXP_PRECISION_FP32, 3, &nan_last);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 0 && r.site.micro == 2);
+    r = site_case(&clf, MXP_PRECISION_MIXED_FP16, 1, &wide);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 2);
+    r = site_case(&clf, MXP_PRECISION_MIXED_BF16, 1, &wide);
+    CHECK(!r.site.found);
+    r = site_case(&world, MXP_PRECISION_MIXED_FP16, 3, &target);
+    CHECK(r.site.found && r.site.backward && r.site.layer == -1);
+}
+
 int main(void) {
+    test_provenance();
     test_refusals();
     test_block_order();
     const shape shapes[] = {

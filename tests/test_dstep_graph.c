@@ -230,6 +230,11 @@ static int g_report(void *dev, mxp_step_ctl *host, char *why, size_t n) {
     return emu_report(dev, host, why, n);
 }
 
+static int g_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
+    if (G->recording) G->illegal++;
+    return emu_report_aux(dev, host, aux_bytes, why, n);
+}
+
 static int g_begin(void *dev, char *why, size_t n) {
     if (G->recording) return mxp_cudab_why(why, n, "recorder: capture already open");
     G->recording = true;
@@ -279,6 +284,7 @@ static mxp_ds_ops rec_ops(void) {
     o.sync = g_sync;
     o.ctl_set = g_ctl_set;
     o.report = g_report;
+    o.report_aux = g_report_aux;
     o.zero = g_zero;
     o.lt_run = g_lt;
     o.bias_grad = g_bias_grad;

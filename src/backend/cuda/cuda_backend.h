@@ -101,6 +101,18 @@ int mxp_cudab_sgd(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf1
  * device step's loss over k micro-batches). */
 int mxp_cudab_loss_fold(mxp_cudab_ctx *c, double *loss, const double *slots, int k,
                         int64_t batch, char *why, size_t n);
+/* The aux area: device memory right after the control block (at byte
+ * MXP_CUDAB_AUX_OFF of the block's allocation), MXP_CUDAB_AUX_CAP bytes, for
+ * result slots a step reports along with the block (the device step's
+ * scans and micro-batch losses). aux_dev: its device address. */
+#define MXP_CUDAB_AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+#define MXP_CUDAB_AUX_CAP ((size_t)64 << 10)
+void *mxp_cudab_aux_dev(mxp_cudab_ctx *c);
+/* The step report with aux_bytes (<= MXP_CUDAB_AUX_CAP) of the aux area:
+ * ONE async copy of MXP_CUDAB_AUX_OFF + aux_bytes bytes into host (the
+ * control block at host, the aux area at host + MXP_CUDAB_AUX_OFF), then a
+ * stream sync. */
+int mxp_cudab_report_aux(mxp_cudab_ctx *c, void *host, size_t aux_bytes, char *why, size_t n);
 /* The step report: one async device-to-host copy of the control block into
  * *host, then a stream sync (the only one of a step). */
 int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why, size_t n);

@@ -181,7 +181,26 @@ typedef struct mxp_ds_ops {
     int (*graph_end)(void *dev, void **graph, char *why, size_t n);
     int (*graph_launch)(void *dev, void *graph, char *why, size_t n);
     void (*graph_destroy)(void *dev, void *graph);
+    /* Optional (both, or the plan reports no scans): the device address of
+     * the aux area right after the control block and its capacity in
+     * bytes; report_aux: the control block and aux_bytes of the aux area in
+     * ONE counted copy into host (the aux area at host + MXP_DS_AUX_OFF),
+     * then a sync. */
+    void *(*aux_dev)(void *dev, size_t *cap);
+    int (*report_aux)(void *dev, void *host, size_t aux_bytes, char *why, size_t n);
 } mxp_ds_ops;
+
+/* The aux area's byte offset after the control block: the layout of
+ * report_aux's copy (= MXP_CUDAB_AUX_OFF). */
+#define MXP_DS_AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+
+/* One scan of a stored tensor (store_scan's slots): the largest finite
+ * |v| and the count of NaN/Inf of its FP32 values. */
+typedef struct mxp_ds_scan {
+    float amax;
+    int32_t pad;
+    int64_t nonfinite;
+} mxp_ds_scan;
 
 typedef struct mxp_ds_plan mxp_ds_plan;
 
@@ -196,6 +215,19 @@ typedef struct mxp_ds_result {
     int64_t d2h; /* device-to-host copies during the step (1) */
     bool graphed;   /* the step's device work ran as a replayed graph */
     bool captured;  /* ... and it was (re-)captured in this step */
+    bool scanned;   /* the report carried the scans (site below is meaningful) */
+    /* Provenance: the first non-finite value in the CPU model's pass order,
+     * micro-batch by micro-batch: the layer outputs (forward), the loss,
+     * the loss gradient (backward, layer -1), the layers' input gradients
+     * from the top (backward). A value counts when it is NaN/Inf in FP32 or
+     * as stored (amax rounds to Inf in the stored dtype). Parameter
+     * gradients are not scanned (the grad pass counts them: nonfinite). */
+    struct {
+        bool found, backward;
+        int layer;     /* -1: the loss (forward) or its gradient (backward) */
+        int micro;     /* micro-batch */
+        int64_t count; /* NaN/Inf FP32 values there (0: only the stored copy) */
+    } site;
 } mxp_ds_result;
 
 /* Plan every buffer and GEMM of spec on (ops, dev). 0, or 1 with what was
@@ -227,6 +259,11 @@ int64_t mxp_ds_micro_rows(const mxp_ds_plan *p, int i);
 int mxp_ds_micro_batches(const mxp_ds_plan *p);
 /* Drop the captured graph: the next step captures again. */
 void mxp_ds_recapture(mxp_ds_plan *p);
+/* The last step's scan of micro-batch `micro`: forward, layer l's output
+ * (0 <= l < n_layers); backward, layer l's input gradient (1 <= l <
+ * n_layers) or the loss gradient (l = -1). NULL for another (micro, l) or
+ * a plan without scans. Host memory, valid until the next step. */
+const mxp_ds_scan *mxp_ds_scan_of(const mxp_ds_plan *p, int micro, bool backward, int layer);
 
 typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
 /* Download slab s [P] FP32 into host (counted copies; then a sync). MXP_DS_M

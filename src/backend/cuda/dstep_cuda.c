@@ -124,6 +124,15 @@ static int c_graph_launch(void *dev, void *graph, char *why, size_t n) {
 }
 static void c_graph_destroy(void *dev, void *graph) { mxp_cudab_graph_destroy(CX, graph); }
 
+static void *c_aux_dev(void *dev, size_t *cap) {
+    *cap = MXP_CUDAB_AUX_CAP;
+    return mxp_cudab_aux_dev(CX);
+}
+static int c_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
+    return mxp_cudab_report_aux(CX, host, aux_bytes, why, n);
+}
+_Static_assert(MXP_CUDAB_AUX_OFF == MXP_DS_AUX_OFF, "one aux layout");
+
 static const mxp_ds_ops cuda_ops = {
     .name = "cuda",
     .alloc = c_alloc,
@@ -159,6 +168,8 @@ static const mxp_ds_ops cuda_ops = {
     .graph_end = c_graph_end,
     .graph_launch = c_graph_launch,
     .graph_destroy = c_graph_destroy,
+    .aux_dev = c_aux_dev,
+    .report_aux = c_report_aux,
 };
 
 const mxp_ds_ops *mxp_ds_ops_cuda(void) { return &cuda_ops; }

@@ -46,7 +46,17 @@ struct mxp_ds_plan {
     float *target;  /* [batch, out] (MSE) */
     int32_t *labels; /* [batch] (XENT) */
     float *y32, *sa, *sb, *dx32;
-    double *loss_slots; /* [K] when K > 1 (else the control block's slot) */
+    double *loss_slots; /* [K] when K > 1 (else the control block's slot); in the
+                         * aux area when scans, else its own buffer */
+    /* scans (a table with aux ops and slots that fit): per micro-batch S =
+     * 2 L + 1 slots, [0, L) the layer outputs, L the loss gradient, L + 1 + l
+     * layer l's input gradient; in the aux area after the loss slots */
+    bool scans;
+    int S;
+    size_t aux_bytes, scan_off; /* the aux area's used bytes; the scans' offset in it */
+    mxp_ds_scan *scan_d; /* device */
+    const mxp_ds_scan *scan_h; /* the host mirror (in the staging) */
+    const double *loss_h;
     void *g[2];         /* activation gradients, ping-pong, in the low dtype */
     float *ln_mean[MXP_DS_MAX_LAYERS], *ln_rstd[MXP_DS_MAX_LAYERS];
     void *lt[MXP_DS_MAX_LAYERS][2][MXP_DS_GEMMS];          /* [layer][variant][gemm] */

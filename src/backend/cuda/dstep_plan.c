@@ -5,7 +5,8 @@
  *
  * Entry points: mxp_ds_plan_create, mxp_ds_plan_destroy, mxp_ds_num_params,
  * mxp_ds_param_offset, mxp_ds_set_params, mxp_ds_get, mxp_ds_micro_rows,
- * mxp_ds_micro_batches, mxp_ds_recapture. The step itself: dstep_run.c.
+ * mxp_ds_micro_batches, mxp_ds_recapture, mxp_ds_scan_of. The step
+ * itself: dstep_run.c.
  * Storage rules copy nn/model_plan.c. Plain C; nothing here prints or
  * exits.
  */
@@ -112,7 +113,7 @@ static int layout(mxp_ds_plan *p, char *why, size_t n) {
  * labels [batch], each on a 64-byte boundary. */
 static int staging(mxp_ds_plan *p, char *why, size_t n) {
     const size_t B = (size_t)p->s.batch;
-    const size_t c = (sizeof(mxp_step_ctl) + 63) / 64 * 64;
+    const size_t c = (MXP_DS_AUX_OFF + p->aux_bytes + 63) / 64 * 64;
     const size_t xb = (B * (size_t)p->s.in_dim * 4 + 63) / 64 * 64;
     const size_t yb = p->s.loss == MXP_DS_MSE ? B * (size_t)p->width[p->L] * 4 : B * 4;
     const size_t total = (c + xb + yb + 63) / 64 * 64;
@@ -128,7 +129,29 @@ static int staging(mxp_ds_plan *p, char *why, size_t n) {
     p->x_h = (float *)(void *)(b + c);
     p->y_h = (float *)(void *)(b + c + xb);
     p->lab_h = (int32_t *)(void *)(b + c + xb);
+    if (p->scans) {
+        p->loss_h = (const double *)(const void *)(b + MXP_DS_AUX_OFF);
+        p->scan_h = (const mxp_ds_scan *)(const void *)(b + MXP_DS_AUX_OFF + p->scan_off);
+    }
     return 0;
+}
+
+/* The aux area's layout when the table has one and the slots fit: the
+ * micro-batch losses (K > 1), then K * S scans. */
+static void aux_layout(mxp_ds_plan *p) {
+    const mxp_ds_ops *o = p->ops;
+    p->S = 2 * p->L + 1;
+    if (!o->aux_dev || !o->report_aux) return;
+    size_t cap = 0;
+    unsigned char *a = o->aux_dev(p->dev, &cap);
+    const size_t lb = p->K > 1 ? ((size_t)p->K * sizeof(double) + 15) / 16 * 16 : 0;
+    const size_t bytes = lb + (size_t)p->K * (size_t)p->S * sizeof(mxp_ds_scan);
+    if (!a || bytes > cap) return; /* no scans: the plan still runs */
+    p->scans = true;
+    p->aux_bytes = bytes;
+    if (p->K > 1) p->loss_slots = (double *)(void *)a;
+    p->scan_d = (mxp_ds_scan *)(void *)(a + lb);
+    p->scan_off = lb;
 }
 
 /* The GEMM plans of linear layer l for micro-batches of `rows` rows. */
@@ -174,6 +197,7 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
                       ops->name);
         goto fail;
     }
+    aux_layout(p);
     if (staging(p, why, n)) goto fail;
     const size_t P = p->PD, B = (size_t)spec->batch, R = (size_t)p->rows_max;
     const size_t rows = R * (size_t)p->maxw;
@@ -202,7 +226,8 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
         dalloc(p, rows * 4, (void **)&p->dx32, why, n) ||
         dalloc(p, rows * mxp_ds_dsize(lo), &p->g[0], why, n) ||
         dalloc(p, rows * mxp_ds_dsize(lo), &p->g[1], why, n) ||
-        (p->K > 1 && dalloc(p, (size_t)p->K * sizeof(double), (void **)&p->loss_slots, why, n)))
+        (p->K > 1 && !p->scans &&
+         dalloc(p, (size_t)p->K * sizeof(double), (void **)&p->loss_slots, why, n)))
         goto fail;
     if (spec->loss == MXP_DS_MSE) {
         if (dalloc(p, B * (size_t)p->width[p->L] * 4, (void **)&p->target, why, n)) goto fail;
@@ -242,7 +267,7 @@ void mxp_ds_plan_destroy(mxp_ds_plan *p) {
         if (p->acts[l]) o->free(p->dev, p->acts[l]);
     void *bufs[] = {p->grads, p->m,      p->v,      p->x32,    p->y32,   p->sa,
                     p->sb,    p->dx32,   p->g[0],   p->g[1],   p->target, p->labels,
-                    p->loss_slots};
+                    p->scans ? NULL : p->loss_slots};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) o->free(p->dev, bufs[i]);
     if (p->work && p->work != (void *)p->master) o->free(p->dev, p->work);
@@ -326,4 +351,12 @@ void mxp_ds_recapture(mxp_ds_plan *p) {
         p->ops->graph_destroy(p->dev, p->graph);
         p->graph = NULL;
     }
+}
+
+const mxp_ds_scan *mxp_ds_scan_of(const mxp_ds_plan *p, int micro, bool backward, int layer) {
+    if (!p || !p->scans || micro < 0 || micro >= p->K) return NULL;
+    const mxp_ds_scan *b = p->scan_h + (size_t)micro * (size_t)p->S;
+    if (!backward) return layer >= 0 && layer < p->L ? &b[layer] : NULL;
+    if (layer == -1) return &b[p->L];
+    return layer >= 1 && layer < p->L ? &b[p->L + 1 + layer] : NULL;
 }

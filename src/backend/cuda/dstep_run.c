@@ -31,6 +31,16 @@ static int store(mxp_ds_plan *p, mxp_dtype t, void *dst, const float *v32, size_
     return p->ops->store_scan(p->dev, t, dst, v32, count, NULL, NULL, why, n);
 }
 
+/* v32 into dst (dtype t) with its scan into slot k of micro-batch i: in a
+ * plan with scans always (in place when dst is v32: an FP32 output is
+ * scanned too), else store(). */
+static int store_slot(mxp_ds_plan *p, int i, int k, mxp_dtype t, void *dst, const float *v32,
+                      size_t count, char *why, size_t n) {
+    if (!p->scans) return store(p, t, dst, v32, count, why, n);
+    mxp_ds_scan *sl = p->scan_d + (size_t)i * (size_t)p->S + (size_t)k;
+    return p->ops->store_scan(p->dev, t, dst, v32, count, &sl->amax, &sl->nonfinite, why, n);
+}
+
 /* buf [count] of dtype t as FP32: buf itself, or widened into scratch. */
 static const float *view(mxp_ds_plan *p, mxp_dtype t, const void *buf, float *scratch,
                          size_t count, int *err, char *why, size_t n) {
@@ -51,8 +61,8 @@ static const void *work_at(const mxp_ds_plan *p, int64_t off) {
     return (const unsigned char *)p->work + (size_t)off * mxp_ds_dsize(p->s.lowp);
 }
 
-/* Forward of one micro-batch of B rows (row variant v). */
-static int forward(mxp_ds_plan *p, int v, int64_t B, char *why, size_t n) {
+/* Forward of micro-batch i, B rows (row variant v). */
+static int forward(mxp_ds_plan *p, int i, int v, int64_t B, char *why, size_t n) {
     const mxp_ds_ops *o = p->ops;
     int err = 0;
     for (int l = 0; l < p->L && !err; l++) {
@@ -73,7 +83,7 @@ static int forward(mxp_ds_plan *p, int v, int64_t B, char *why, size_t n) {
             else
                 err = o->act_fwd(p->dev, act_code(k), y, x, cnt, why, n);
         }
-        if (!err) err = store(p, to, p->acts[l + 1], y, cnt, why, n);
+        if (!err) err = store_slot(p, i, l, to, p->acts[l + 1], y, cnt, why, n);
     }
     return err;
 }
@@ -93,12 +103,12 @@ static int loss(mxp_ds_plan *p, int i, int64_t B, int64_t r0, float scale, char 
                            why, n)
                   : o->xent(p->dev, d32, p->acts[p->L], p->labels + r0, B, C, scale, slot, why,
                             n);
-    return err || store(p, gt, p->g[0], d32, (size_t)B * (size_t)C, why, n);
+    return err || store_slot(p, i, p->L, gt, p->g[0], d32, (size_t)B * (size_t)C, why, n);
 }
 
-/* Backward of one micro-batch of B rows (row variant v); acc: dW adds
- * into the slab (every micro-batch after the first). */
-static int backward(mxp_ds_plan *p, int v, bool acc, int64_t B, char *why, size_t n) {
+/* Backward of micro-batch i, B rows (row variant v); acc: dW adds into
+ * the slab (every micro-batch after the first). */
+static int backward(mxp_ds_plan *p, int i, int v, bool acc, int64_t B, char *why, size_t n) {
     const mxp_ds_ops *o = p->ops;
     const mxp_dtype gt = p->s.lowp;
     int cur = 0, err = 0;
@@ -135,7 +145,7 @@ static int backward(mxp_ds_plan *p, int v, bool acc, int64_t B, char *why, size_
             if (!err) err = o->act_bwd(p->dev, act_code(k), dx32, dy32, s32, n_in, why, n);
         }
         if (!err && need_dx) {
-            err = store(p, gt, dx, dx32, n_in, why, n);
+            err = store_slot(p, i, p->L + 1 + l, gt, dx, dx32, n_in, why, n);
             cur ^= 1;
         }
     }
@@ -164,8 +174,8 @@ static int device_work(mxp_ds_plan *p, float scale, char *why, size_t n) {
         if (!p->x_direct && store(p, s->lowp, p->acts[0], p->x32 + r0 * s->in_dim,
                                   (size_t)(rows * s->in_dim), why, n))
             return 1;
-        if (forward(p, v, rows, why, n) || loss(p, i, rows, r0, gs, why, n) ||
-            backward(p, v, i > 0, rows, why, n))
+        if (forward(p, i, v, rows, why, n) || loss(p, i, rows, r0, gs, why, n) ||
+            backward(p, i, v, i > 0, rows, why, n))
             return 1;
     }
     if (p->K > 1 && o->loss_fold(p->dev, &o->ctl_dev(p->dev)->loss, p->loss_slots, p->K, B,
@@ -201,6 +211,42 @@ static int graphed_work(mxp_ds_plan *p, float scale, bool *captured, char *why, 
         *captured = true;
     }
     return o->graph_launch(p->dev, p->graph, why, n);
+}
+
+/* Slot s holds a value non-finite in FP32 or as stored in t. */
+static bool bad(const mxp_ds_scan *s, mxp_dtype t) {
+    if (s->nonfinite > 0) return true;
+    const float a = t == MXP_DTYPE_BF16  ? mxp_nr_bf16_to_f32(mxp_nr_f32_to_bf16(s->amax))
+                    : t == MXP_DTYPE_F16 ? mxp_nr_fp16_to_f32(mxp_nr_f32_to_fp16(s->amax))
+                                         : s->amax;
+    return !isfinite(a);
+}
+
+static void site(mxp_ds_result *r, bool backward, int layer, int micro, int64_t count) {
+    r->site.found = true;
+    r->site.backward = backward;
+    r->site.layer = layer;
+    r->site.micro = micro;
+    r->site.count = count;
+}
+
+/* The first non-finite site from the reported scans, in the CPU model's
+ * pass order (nn/slots.c nn_pass_read, without the parameter gradients),
+ * micro-batch by micro-batch (train/trainer.c read_passes). */
+static void provenance(const mxp_ds_plan *p, mxp_ds_result *r) {
+    const int L = p->L;
+    const mxp_dtype gt = p->s.lowp;
+    r->scanned = true;
+    for (int i = 0; i < p->K && !r->site.found; i++) {
+        const mxp_ds_scan *b = p->scan_h + (size_t)i * (size_t)p->S;
+        for (int l = 0; l < L && !r->site.found; l++)
+            if (bad(&b[l], p->st[l + 1])) site(r, false, l, i, b[l].nonfinite);
+        const double li = p->K > 1 ? p->loss_h[i] : p->ctl->loss;
+        if (!r->site.found && !isfinite(li)) site(r, false, -1, i, 1);
+        if (!r->site.found && bad(&b[L], gt)) site(r, true, -1, i, b[L].nonfinite);
+        for (int l = L - 1; l >= 1 && !r->site.found; l--)
+            if (bad(&b[L + 1 + l], gt)) site(r, true, l, i, b[L + 1 + l].nonfinite);
+    }
 }
 
 int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *labels,
@@ -258,7 +304,10 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     const bool graphed = p->use_graphs && p->warm;
     if (graphed ? graphed_work(p, scale, &captured, why, n) : device_work(p, scale, why, n))
         return 1;
-    if (o->report(p->dev, c, why, n)) return 1; /* the step's one copy */
+    /* the step's one copy: the control block, with the aux area's scans */
+    if (p->scans ? o->report_aux(p->dev, p->stage, p->aux_bytes, why, n)
+                 : o->report(p->dev, c, why, n))
+        return 1;
     res->loss = c->loss;
     res->skipped = c->skip != 0;
     res->scale = scale;
@@ -268,6 +317,7 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
     res->d2h = o->d2h_count(p->dev) - d2h0;
     res->graphed = graphed;
     res->captured = captured;
+    if (p->scans) provenance(p, res);
     p->warm = true;
     return 0;
 }
