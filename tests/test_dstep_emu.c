@@ -14,6 +14,8 @@
  * every mode and 4 x 8, the classifier's as 8 x 4, the tanh regressor's 16
  * as 4/3/3/3/3 with SGD; one report per step, the loss the CPU's B_i / B
  * weighted sum.
+ * Provenance (test_provenance): faults planted on both sides, the device's
+ * first non-finite site (from the report's scans) equals the CPU trainer's.
  * Step 5 has a NaN planted in its input (the last micro-batch's last row):
  * both sides must skip it.
  * Checked per step: the skip decision and the loss-scale sequence

@@ -13,7 +13,8 @@
  *   step kernels (element rules of backend/numerics/, one home with the
  *            CPU): mxp_cudab_ctl_set, mxp_cudab_grad_pass,
  *            mxp_cudab_decide, mxp_cudab_adamw, mxp_cudab_sgd,
- *            mxp_cudab_loss_fold, mxp_cudab_report (the single
+ *            mxp_cudab_loss_fold, mxp_cudab_aux_dev (the aux area after
+ *            the control block), mxp_cudab_report / _report_aux (the single
  *            device-to-host copy of a step; mxp_cudab_d2h_count counts
  *            them);
  *   graphs:  mxp_cudab_host_alloc/_free, mxp_cudab_graph_begin/_end/

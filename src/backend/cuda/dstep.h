@@ -47,7 +47,10 @@
  * weighted sum); grad pass, decide (skip on non-finite gradients or loss,
  * clip, scaler rule on the device), the optimizer (master, then the work
  * copy RNE); then the report: the step's ONE device-to-host copy, then a
- * sync. Nothing else is read back during a step. With spec.graphs (a
+ * sync (with the aux area's scans of every stored output and activation
+ * gradient when the table has one: the first non-finite site, as the CPU
+ * model's provenance, in mxp_ds_result.site). Nothing else is read back
+ * during a step. With spec.graphs (a
  * table with graph ops) the device work is a CUDA graph from the second
  * step on, re-captured on a new loss scale (mxp_ds_step).
  */
