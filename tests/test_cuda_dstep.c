@@ -8,7 +8,9 @@
  * tanh regressor 6-48x2-3 (MSE; B 16), the world shape as 3 micro-batches
  * (11/11/10) and the classifier with SGD (momentum 0.9, nesterov); step 5
  * has a NaN in its input.
- * Checked per step: skip decision and loss-scale sequence identical, ONE
+ * Checked per step: skip decision, loss-scale sequence and the first
+ * non-finite site (the report's scans; the NaN step's is layer 0's output)
+ * identical, ONE
  * device-to-host copy on the CUDA side (the report), loss close; after the
  * last step master, m and v close.
  * Tolerances: those of test_dstep_emu.c (first-step loss 1e-6 relative in
@@ -183,6 +185,16 @@ static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
         CHECK_MSG(rc.skipped == re.skipped && rc.scale == re.scale &&
                       rc.next_scale == re.next_scale,
                   "%s %s step %d: skip or scale differs", sh->name, mode, st);
+        /* provenance from the report's scans: the same site on both */
+        CHECK_MSG(rc.scanned && re.scanned && rc.site.found == re.site.found &&
+                      rc.site.backward == re.site.backward && rc.site.layer == re.site.layer &&
+                      rc.site.micro == re.site.micro,
+                  "%s %s step %d: site %d/%d/%d cuda, %d/%d/%d emulated", sh->name, mode, st,
+                  rc.site.found, rc.site.backward, rc.site.layer, re.site.found,
+                  re.site.backward, re.site.layer);
+        if (st == NAN_STEP)
+            CHECK_MSG(rc.site.found && !rc.site.backward && rc.site.layer == 0,
+                      "%s %s: the NaN input's site is not layer 0's output", sh->name, mode);
         if (re.skipped)
             CHECK(!isfinite(rc.loss) && st == NAN_STEP);
         else
