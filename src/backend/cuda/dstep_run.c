@@ -152,7 +152,6 @@ static int backward(mxp_ds_plan *p, int i, int v, bool acc, int64_t B, char *why
     return err;
 }
 
-
 /* The step's device work after the uploads: work copy widened, grads
  * zeroed, per micro-batch input rounding, forward, loss and backward, the
  * loss fold, grad pass, decide and the optimizer. What it bakes into the
