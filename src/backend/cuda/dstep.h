@@ -83,7 +83,7 @@ typedef enum mxp_ds_loss { MXP_DS_MSE, MXP_DS_XENT } mxp_ds_loss;
 typedef enum mxp_ds_optim { MXP_DS_ADAMW, MXP_DS_SGD, MXP_DS_OPTIM_COUNT } mxp_ds_optim;
 
 typedef struct mxp_ds_spec {
-    int64_t in_dim, batch; /* rows per step: exactly batch */
+    int64_t in_dim, batch; /* rows per step (all micro-batches together) */
     int n_layers;
     struct {
         mxp_ds_kind kind;
@@ -92,7 +92,7 @@ typedef struct mxp_ds_spec {
     mxp_ds_loss loss;
     float ln_eps;
     mxp_dtype lowp; /* F32, BF16 or F16 */
-    /* AdamW and the step's safety settings (mxp_trainer_config's) */
+    /* the optimizer's and the step's safety settings (mxp_trainer_config's) */
     float lr, beta1, beta2, eps, weight_decay;
     float clip_max;           /* 0: off */
     float near_overflow_frac; /* of the grad dtype's max */
