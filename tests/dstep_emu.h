@@ -16,6 +16,8 @@
  * Allocations are 256-byte aligned like cudaMalloc's, and a GEMM whose
  * operand (A, B, D, bias) is not 256-byte aligned is refused: the
  * algorithm a plan picks assumes that alignment.
+ * The control block has an aux area (EMU_AUX_CAP bytes, the scans), reported
+ * with it in one counted copy (report_aux).
  * Use: emu_dev d = {0}; mxp_ds_plan_create(&spec, &emu_ds_ops, &d, ...);
  * d.d2h counts the device-to-host copies (report and download), d.calls
  * every op call, d.fail_at makes call number fail_at fail (fault tests).
@@ -31,8 +33,11 @@
 #include "backend/cuda/step_bodies.h"
 #include "cuda_emu.h"
 
+#define EMU_AUX_CAP ((size_t)64 << 10) /* the aux area (as MXP_CUDAB_AUX_CAP) */
+
 typedef struct emu_dev {
     mxp_step_ctl ctl; /* the "device" control block */
+    _Alignas(64) unsigned char aux[EMU_AUX_CAP]; /* its aux area (scans) */
     int64_t d2h, calls, fail_at;
     int64_t live; /* allocations not yet freed */
 } emu_dev;
@@ -261,15 +266,75 @@ static int emu_report(void *dev, mxp_step_ctl *host, char *why, size_t n) {
     EMU_D->d2h++;
     return 0;
 }
+static void *emu_aux_dev(void *dev, size_t *cap) {
+    *cap = EMU_AUX_CAP;
+    return EMU_D->aux;
+}
+/* device.cu mxp_cudab_report_aux: ONE copy of block + aux (here two
+ * memcpys into the same layout, counted once). */
+static int emu_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
+    if (emu_enter(dev, "report", why, n)) return 1;
+    if (aux_bytes > EMU_AUX_CAP) return mxp_cudab_why(why, n, "emulated report: aux too large");
+    memcpy(host, &EMU_D->ctl, sizeof EMU_D->ctl);
+    memcpy((unsigned char *)host + MXP_DS_AUX_OFF, EMU_D->aux, aux_bytes);
+    EMU_D->d2h++;
+    return 0;
+}
 static int64_t emu_d2h_count(const void *dev) { return ((const emu_dev *)dev)->d2h; }
 
+/* kernels.cu k_sgd: the same launch as k_adamw. */
+static int emu_sgd_op(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                      const float *g, float *buf, size_t count, char *why, size_t n) {
+    if (emu_enter(dev, "sgd", why, n)) return 1;
+    unsigned grid = mxp_mk_grid(count, MXP_MK_THREADS, MXP_MK_GRID_CAP);
+    for (unsigned k = 0; k < grid; k++)
+        for (unsigned th = 0; th < MXP_MK_THREADS; th++) {
+            mxp_mk_idx ix = emu_ix(grid, emu_bid(k, grid), th);
+            mxp_sb_sgd_body(&ix, &EMU_D->ctl, master, work, work_bf16, sr, g, buf, count);
+        }
+    return 0;
+}
+
+/* kernels.cu k_loss_fold: one thread. */
+static int emu_loss_fold_op(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                            char *why, size_t n) {
+    if (emu_enter(dev, "loss fold", why, n)) return 1;
+    *loss = mxp_sb_loss_fold(slots, k, batch);
+    return 0;
+}
+
+/* No graph ops: plans on this table stay eager. No pinned memory either. */
 static const mxp_ds_ops emu_ds_ops = {
-    "emulated",      emu_alloc,        emu_free,       emu_upload,     emu_download,
-    emu_sync,        emu_zero,         emu_lt_create,  emu_lt_destroy, emu_lt_run,
-    emu_bias_grad_op, emu_act_fwd_op,  emu_act_bwd_op, emu_ln_fwd_op,  emu_ln_bwd_op,
-    emu_mse_op,      emu_xent_op,      emu_store_scan_op, emu_widen_op, emu_ctl_set,
-    emu_ctl_dev,     emu_grad_pass_op, emu_decide_op,  emu_adamw_op,   emu_report,
-    emu_d2h_count,
+    .name = "emulated",
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .upload = emu_upload,
+    .download = emu_download,
+    .sync = emu_sync,
+    .zero = emu_zero,
+    .lt_create = emu_lt_create,
+    .lt_destroy = emu_lt_destroy,
+    .lt_run = emu_lt_run,
+    .bias_grad = emu_bias_grad_op,
+    .act_fwd = emu_act_fwd_op,
+    .act_bwd = emu_act_bwd_op,
+    .ln_fwd = emu_ln_fwd_op,
+    .ln_bwd = emu_ln_bwd_op,
+    .mse = emu_mse_op,
+    .xent = emu_xent_op,
+    .store_scan = emu_store_scan_op,
+    .widen = emu_widen_op,
+    .ctl_set = emu_ctl_set,
+    .ctl_dev = emu_ctl_dev,
+    .grad_pass = emu_grad_pass_op,
+    .decide = emu_decide_op,
+    .adamw = emu_adamw_op,
+    .report = emu_report,
+    .d2h_count = emu_d2h_count,
+    .sgd = emu_sgd_op,
+    .loss_fold = emu_loss_fold_op,
+    .aux_dev = emu_aux_dev,
+    .report_aux = emu_report_aux,
 };
 
 #endif /* MIXPREC_TESTS_DSTEP_EMU_H */

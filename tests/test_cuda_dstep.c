@@ -4,9 +4,13 @@
  * tests/test_dstep_emu.c): same spec, initial weights and batches, N steps,
  * in fp32, mixed_bf16 and mixed_fp16 (dynamic loss scale, growth every 3
  * clean steps), on the world-model shape 4-256x3-4 (linear, layernorm,
- * GELU; MSE; B 32), a classifier 12-64x2-10 (ReLU; softmax xent; B 32) and
- * a tanh regressor 6-48x2-3 (MSE; B 16); step 5 has a NaN in its input.
- * Checked per step: skip decision and loss-scale sequence identical, ONE
+ * GELU; MSE; B 32), a classifier 12-64x2-10 (ReLU; softmax xent; B 32), a
+ * tanh regressor 6-48x2-3 (MSE; B 16), the world shape as 3 micro-batches
+ * (11/11/10) and the classifier with SGD (momentum 0.9, nesterov); step 5
+ * has a NaN in its input.
+ * Checked per step: skip decision, loss-scale sequence and the first
+ * non-finite site (the report's scans; the NaN step's is layer 0's output)
+ * identical, ONE
  * device-to-host copy on the CUDA side (the report), loss close; after the
  * last step master, m and v close.
  * Tolerances: those of test_dstep_emu.c (first-step loss 1e-6 relative in
@@ -15,12 +19,19 @@
  * in FP32 in its own order (the emulator in double, rounded once), and the
  * device's erff/expf/logf/tanhf are within 2 ulp of glibc's, which can
  * flip the rounding of a stored BF16/FP16 activation.
- * Then a timing line (not asserted): the 72-512x3-65 GELU MLP, batch 256,
- * each mode, the median of CUDA-event step times (the whole step: uploads,
- * kernels, the report's copy and sync) after warm-up.
+ * CUDA Graphs (graphed_vs_eager): the same plan eager and with
+ * spec.graphs on the CUDA table, world-m3 and clf-sgd in every mode: bit
+ * for bit identical every step and at the end, one device-to-host copy per
+ * step on both, graphed from step 2, re-captured exactly on a new loss
+ * scale (the host twin of this check: tests/test_dstep_graph.c).
+ * Then timing lines (not asserted): the 72-512x3-65 GELU MLP, batch 256,
+ * each mode eager and graphed, the median of CUDA-event step times (the
+ * whole step: uploads, kernels or graph launch, the report's copy and
+ * sync) after warm-up.
  * Exits 77 (skipped) in a build without CUDA or without a device.
  * MIXPREC_TEST_QUICK (gpu-check.sh under compute-sanitizer): the world and
- * classifier shapes only, 6 steps, a short timing run.
+ * classifier shapes only, 6 steps, graphed vs eager on world-m3 in
+ * mixed_fp16 only, short timing runs (graphed: mixed_bf16 only).
  * NOT YET RUN on a GPU (docs/gpu.md).
  */
 #include <math.h>
@@ -68,6 +79,8 @@ typedef struct shape {
     mxp_ds_kind act;
     bool layernorm;
     mxp_ds_loss loss;
+    int micro;          /* micro-batches (0: one) */
+    mxp_ds_optim optim; /* AdamW (lr 1e-3) or SGD (lr 1e-2, momentum 0.9, nesterov) */
 } shape;
 
 static uint32_t rs = 99u;
@@ -96,7 +109,11 @@ static mxp_ds_spec spec_of(const shape *sh, mxp_dtype lowp) {
     s.loss = sh->loss;
     s.ln_eps = 1e-5f;
     s.lowp = lowp;
-    s.lr = 1e-3f;
+    s.optim = sh->optim;
+    s.lr = sh->optim == MXP_DS_SGD ? 1e-2f : 1e-3f;
+    s.momentum = 0.9f;
+    s.nesterov = true;
+    s.micro_batches = sh->micro;
     s.beta1 = 0.9f;
     s.beta2 = 0.999f;
     s.eps = 1e-8f;
@@ -169,6 +186,16 @@ static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
         CHECK_MSG(rc.skipped == re.skipped && rc.scale == re.scale &&
                       rc.next_scale == re.next_scale,
                   "%s %s step %d: skip or scale differs", sh->name, mode, st);
+        /* provenance from the report's scans: the same site on both */
+        CHECK_MSG(rc.scanned && re.scanned && rc.site.found == re.site.found &&
+                      rc.site.backward == re.site.backward && rc.site.layer == re.site.layer &&
+                      rc.site.micro == re.site.micro,
+                  "%s %s step %d: site %d/%d/%d cuda, %d/%d/%d emulated", sh->name, mode, st,
+                  rc.site.found, rc.site.backward, rc.site.layer, re.site.found,
+                  re.site.backward, re.site.layer);
+        if (st == NAN_STEP)
+            CHECK_MSG(rc.site.found && !rc.site.backward && rc.site.layer == 0,
+                      "%s %s: the NaN input's site is not layer 0's output", sh->name, mode);
         if (re.skipped)
             CHECK(!isfinite(rc.loss) && st == NAN_STEP);
         else
@@ -177,7 +204,7 @@ static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
     float *a = test_xmalloc(P * 4), *c = test_xmalloc(P * 4);
     const mxp_ds_slab slabs[3] = {MXP_DS_MASTER, MXP_DS_M, MXP_DS_V};
     const char *names[3] = {"master", "m", "v"};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (s.optim == MXP_DS_SGD ? 2 : 3); k++) {
         CU(mxp_ds_get(pc, slabs[k], a, why, sizeof why));
         CU(mxp_ds_get(pe, slabs[k], c, why, sizeof why));
         double d = 0, cmax = 0;
@@ -186,7 +213,7 @@ static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
             if (!(e <= d)) d = e;
             if (fabs((double)c[i]) > cmax) cmax = fabs((double)c[i]);
         }
-        double tol = k == 0 ? 4.0 * s.lr : 0.02 * cmax;
+        double tol = k == 0 ? (s.optim == MXP_DS_SGD ? 0.05 : 4.0) * s.lr : 0.02 * cmax;
         printf("  %-10s %-10s %-6s max |cuda - emu| %.3e (largest %.3e, tolerance %.3e)\n",
                sh->name, mode, names[k], d, cmax, tol);
         CHECK_MSG(d <= tol, "%s %s: %s differs", sh->name, mode, names[k]);
@@ -206,11 +233,86 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The same plan eager and graphed (spec.graphs) on the device under test,
+ * same weights and batches, nsteps steps with a NaN at NAN_STEP: loss,
+ * skip, scale and grad norm identical bit for bit every step, ONE
+ * device-to-host copy per step on both, the graphed plan graphed from step
+ * 2 on (on a table with graph ops), captured at step 2 and again exactly
+ * when the loss scale changed; master, m, v identical bit for bit at the end. The
+ * kernels' reductions merge in a fixed order and both plans pick the same
+ * cuBLASLt algorithm per shape, so nothing may differ. */
+static void graphed_vs_eager(const shape *sh, mxp_dtype lowp, int nsteps) {
+    const char *mode = lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16"
+                                                                               : "mixed_fp16";
+    mxp_ds_spec s = spec_of(sh, lowp);
+    mxp_ds_plan *pe = NULL, *pg = NULL;
+    CU(mxp_ds_plan_create(&s, dut_ops, dut_dev, &pe, why, sizeof why));
+    s.graphs = true;
+    CU(mxp_ds_plan_create(&s, dut_ops, dut_dev, &pg, why, sizeof why));
+    const bool can_graph = dut_ops->graph_begin != NULL;
+    const size_t P = mxp_ds_num_params(pe);
+    float *w0 = init_params(&s, pe);
+    CU(mxp_ds_set_params(pe, w0, why, sizeof why));
+    CU(mxp_ds_set_params(pg, w0, why, sizeof why));
+    const int64_t B = sh->batch, ydim = sh->loss == MXP_DS_XENT ? 1 : sh->out;
+    float *x = test_xmalloc((size_t)(B * sh->in) * 4), *y = test_xmalloc((size_t)(B * ydim) * 4);
+    int32_t *lab = test_xmalloc((size_t)B * 4);
+    float last = NAN;
+    int captures = 0;
+    for (int st = 1; st <= nsteps; st++) {
+        for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
+        for (int64_t i = 0; i < B * ydim; i++) y[i] = 0.5f * frand();
+        for (int64_t i = 0; i < B; i++)
+            lab[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) % (int32_t)sh->out;
+        if (st == NAN_STEP) x[3] = NAN;
+        mxp_ds_result re, rg;
+        CU(mxp_ds_step(pe, x, y, lab, &re, why, sizeof why));
+        CU(mxp_ds_step(pg, x, y, lab, &rg, why, sizeof why));
+        /* step 1 eager; captured at step 2 and on every new scale after */
+        const bool recap = can_graph && st >= 2 && (st == 2 || !(rg.scale == last));
+        last = rg.scale;
+        captures += rg.captured;
+        printf("  %-10s %-10s step %d: loss eager %.9g graphed %.9g skip %d/%d scale %g->%g "
+               "graphed %d captured %d d2h %lld/%lld\n",
+               sh->name, mode, st, re.loss, rg.loss, re.skipped, rg.skipped, rg.scale,
+               rg.next_scale, rg.graphed, rg.captured, (long long)re.d2h, (long long)rg.d2h);
+        CHECK_MSG(re.d2h == 1 && rg.d2h == 1, "%s %s step %d: d2h %lld eager, %lld graphed",
+                  sh->name, mode, st, (long long)re.d2h, (long long)rg.d2h);
+        CHECK_MSG(memcmp(&re.loss, &rg.loss, sizeof re.loss) == 0 && re.skipped == rg.skipped &&
+                      re.scale == rg.scale && re.next_scale == rg.next_scale &&
+                      memcmp(&re.grad_norm, &rg.grad_norm, sizeof re.grad_norm) == 0,
+                  "%s %s step %d: graphed differs from eager", sh->name, mode, st);
+        CHECK_MSG(rg.graphed == (can_graph && st >= 2) && rg.captured == recap,
+                  "%s %s step %d: graphed %d captured %d (expected %d, %d)", sh->name, mode, st,
+                  rg.graphed, rg.captured, can_graph, recap);
+    }
+    float *a = test_xmalloc(P * 4), *c = test_xmalloc(P * 4);
+    const mxp_ds_slab slabs[3] = {MXP_DS_MASTER, MXP_DS_M, MXP_DS_V};
+    for (int k = 0; k < (s.optim == MXP_DS_SGD ? 2 : 3); k++) {
+        CU(mxp_ds_get(pe, slabs[k], a, why, sizeof why));
+        CU(mxp_ds_get(pg, slabs[k], c, why, sizeof why));
+        CHECK_MSG(memcmp(a, c, P * 4) == 0, "%s %s: slab %d differs graphed vs eager", sh->name,
+                  mode, k);
+    }
+    printf("  %-10s %-10s graphed vs eager: %d steps bit-identical, %d captures\n", sh->name,
+           mode, nsteps, captures);
+    mxp_ds_plan_destroy(pg);
+    mxp_ds_plan_destroy(pe);
+    free(a);
+    free(c);
+    free(x);
+    free(y);
+    free(lab);
+    free(w0);
+}
+
 /* The 72-512x3-65 GELU MLP, batch 256: median CUDA-event time of a whole
- * step (printed, not asserted). */
-static void timing(mxp_dtype lowp, int warm, int steps) {
-    const shape sh = {"mlp512", 72, 512, 65, 256, 3, MXP_DS_GELU, false, MXP_DS_MSE};
+ * step (printed, not asserted), eager or graphed. */
+static void timing(mxp_dtype lowp, bool graphed, int warm, int steps) {
+    const shape sh = {"mlp512", 72, 512, 65, 256, 3, MXP_DS_GELU, false, MXP_DS_MSE, 1,
+                      MXP_DS_ADAMW};
     mxp_ds_spec s = spec_of(&sh, lowp);
+    s.graphs = graphed;
     mxp_ds_plan *p = NULL;
     CU(mxp_ds_plan_create(&s, mxp_ds_ops_cuda(), ctx, &p, why, sizeof why));
     float *w0 = init_params(&s, p);
@@ -232,11 +334,13 @@ static void timing(mxp_dtype lowp, int warm, int steps) {
         d2h += r.d2h;
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_float);
-    printf("timing: mlp 72-512x3-65 GELU batch 256 %-10s %8.1f us/step (median of %d, CUDA "
+    printf("timing: mlp 72-512x3-65 GELU batch 256 %-10s %-7s %8.1f us/step (median of %d, CUDA "
            "events, after %d warm-up; %lld d2h copies in %d steps; last loss %.6g)\n",
            lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16" : "mixed_fp16",
-           1000.0 * ms[steps / 2], steps, warm, (long long)d2h, warm + steps, r.loss);
+           graphed ? "graphed" : "eager", 1000.0 * ms[steps / 2], steps, warm, (long long)d2h,
+           warm + steps, r.loss);
     CHECK(d2h == warm + steps);
+    CHECK(r.graphed == graphed); /* the last step: past the eager first */
     mxp_ds_plan_destroy(p);
     free(ms);
     free(x);
@@ -266,16 +370,31 @@ int main(void) {
     }
     const bool quick = test_quick();
     const shape shapes[] = {
-        {"world", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE},
-        {"classifier", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT},
-        {"tanh", 6, 48, 3, 16, 2, MXP_DS_TANH, false, MXP_DS_MSE},
+        {"world", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE, 1, MXP_DS_ADAMW},
+        {"classifier", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT, 1, MXP_DS_ADAMW},
+        {"tanh", 6, 48, 3, 16, 2, MXP_DS_TANH, false, MXP_DS_MSE, 1, MXP_DS_ADAMW},
+        /* micro-batches 11/11/10 (two GEMM row variants) and SGD */
+        {"world-m3", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE, 3, MXP_DS_ADAMW},
+        {"clf-sgd", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT, 1, MXP_DS_SGD},
     };
     const mxp_dtype modes[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16};
-    const size_t nshapes = quick ? 2 : 3;
+    const size_t nshapes = quick ? 2 : sizeof shapes / sizeof shapes[0];
     for (size_t i = 0; i < nshapes; i++)
         for (size_t j = 0; j < 3; j++) compare(&shapes[i], modes[j], quick ? 6 : 8);
+    /* CUDA Graphs: eager and graphed bit-identical (world micro-batched,
+     * the SGD classifier; every mode, the scale changing in fp16) */
+    /* (MIXPREC_TEST_QUICK, the sanitizer runs: world-m3 in mixed_fp16
+     * only, where the scale changes; graphed timing in mixed_bf16 only) */
+    for (size_t j = 0; j < 3; j++) {
+        if (!quick || modes[j] == MXP_DTYPE_F16) graphed_vs_eager(&shapes[3], modes[j], 10);
+        if (!quick) graphed_vs_eager(&shapes[4], modes[j], 10);
+    }
     if (ctx) {
-        for (size_t j = 0; j < 3; j++) timing(modes[j], quick ? 1 : 5, quick ? 3 : 50);
+        for (size_t j = 0; j < 3; j++) {
+            timing(modes[j], false, quick ? 1 : 5, quick ? 3 : 50);
+            if (!quick || modes[j] == MXP_DTYPE_BF16)
+                timing(modes[j], true, quick ? 1 : 5, quick ? 3 : 50);
+        }
         mxp_cudab_ctx_destroy(ctx);
     }
     return test_finish("test_cuda_dstep");

@@ -7,7 +7,17 @@
  *   - the world-model shape 4-256x3-4 (linear, layernorm, GELU), MSE, B 32;
  *   - a classifier 12-64x2-10 (linear, ReLU), softmax cross-entropy, B 32;
  *   - a tanh regressor 6-48x2-3, MSE, B 16.
- * Step 5 has a NaN planted in its input: both sides must skip it.
+ * The same with SGD (momentum 0.9, nesterov, L2 weight decay 1e-2, lr 1e-2)
+ * on every shape and mode, and plain SGD (no buffer, lr 5e-2) once.
+ * Micro-batches (the device's split handed to the CPU trainer as its
+ * grad_accum_steps micro-batches): the world shape's 32 rows as 11/11/10 in
+ * every mode and 4 x 8, the classifier's as 8 x 4, the tanh regressor's 16
+ * as 4/3/3/3/3 with SGD; one report per step, the loss the CPU's B_i / B
+ * weighted sum.
+ * Provenance (test_provenance): faults planted on both sides, the device's
+ * first non-finite site (from the report's scans) equals the CPU trainer's.
+ * Step 5 has a NaN planted in its input (the last micro-batch's last row):
+ * both sides must skip it.
  * Checked per step: the skip decision and the loss-scale sequence
  * identical; exactly one device-to-host copy (the report); the loss close
  * (tolerances below, with the reasons); after the last step the master,
@@ -16,8 +26,11 @@
  * run changes no bit; a plan refuses what it cannot run
  * (names it); an injected device failure is reported, not ignored.
  * Negative controls (the test can fail): a table whose bias grad does
- * nothing, and one whose dX GEMM reads a wrong operand, must be caught by
- * the same comparison.
+ * nothing, one whose dX GEMM reads a wrong operand (world shape), one whose
+ * SGD ignores nesterov (classifier), one whose dW GEMM overwrites instead
+ * of accumulating over micro-batches, and one that folds the micro-batch
+ * losses unweighted (tanh regressor, 4/3/3/3/3), must be caught by the
+ * same comparison.
  *
  * Tolerances (observed values in docs/gpu.md). The device step differs
  * from the CPU in summation order only (GEMMs: the emulator sums in double
@@ -33,7 +46,13 @@
  * element whose gradient is near zero can move the other way (2 lr apart):
  * losses after the first step within 2e-3 relative (observed <= 4e-4),
  * master weights within 4 lr = 4e-3 absolute (observed <= 1.3e-3), m and v
- * within 2% of their largest element (observed <= 0.3%).
+ * within 2% of their largest element (observed <= 0.3%). SGD moves a weight
+ * by lr times a direction that differs only by the gradients' rounding:
+ * master within 0.05 lr (observed <= 2e-3 lr), the momentum buffer (m)
+ * within 2% like AdamW's m (observed <= 0.3%); dropping nesterov (a
+ * negative control) moves the world shape's master by 0.33 lr.
+ * MIXPREC_TEST_QUICK (the sanitizer runs) drops the world shape's SGD and
+ * micro-batch cases but mixed_fp16.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,7 +65,7 @@
 #include "dstep_emu.h"
 #include "testutil.h"
 
-enum { NSTEPS = 8, NAN_STEP = 5 };
+enum { NSTEPS = 8, NAN_STEP = 5, MAX_MICRO = 8 };
 
 typedef struct shape {
     const char *name;
@@ -56,6 +75,17 @@ typedef struct shape {
     bool layernorm;
     mxp_loss_kind loss;
 } shape;
+
+/* The optimizer and step layout a comparison runs with. */
+typedef struct variant {
+    const char *name;
+    mxp_optim_kind kind;
+    float lr, momentum, weight_decay;
+    bool nesterov;
+    int n_micro; /* micro-batches per step (the device's split, given to the CPU) */
+} variant;
+
+static const variant ADAMW = {"adamw", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 1};
 
 static uint32_t rs = 2024u;
 static float frand(void) { /* [-1, 1) */
@@ -103,6 +133,9 @@ static mxp_ds_spec ds_spec_of(const mxp_model_spec *ms, const mxp_trainer_config
     s.clip_max = tc->clip_grad_norm;
     s.near_overflow_frac = tc->near_overflow_frac;
     s.seed = tc->seed;
+    s.optim = tc->optim.kind == MXP_OPTIM_SGD ? MXP_DS_SGD : MXP_DS_ADAMW;
+    s.momentum = tc->optim.momentum;
+    s.nesterov = tc->optim.nesterov;
     const mxp_scaler_config *sc = &tc->scaler;
     bool on = prec == MXP_PRECISION_MIXED_FP16; /* the mode's loss_scaling */
     float min_f = (float)sc->min_scale;
@@ -135,10 +168,12 @@ static double max_abs_diff(const float *a, const float *b, size_t n, double *bma
 /* Run sh in prec on the CPU and on `ops` (the emulated table, or a
  * sabotaged copy); returns true when every comparison held. verbose:
  * CHECK each comparison (the real test); else only report. */
-static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, bool verbose) {
+static bool compare(const shape *sh, mxp_precision prec, const variant *va,
+                    const mxp_ds_ops *ops, bool verbose) {
     mxp_error err = {0};
-    char why[256] = "";
+    char why[256] = "", tag[96];
     bool ok = true;
+    snprintf(tag, sizeof tag, "%s %s %s", sh->name, mxp_precision_name(prec), va->name);
     mxp_model_spec ms = mxp_model_spec_mlp(sh->in, sh->hidden, sh->depth, sh->out, sh->act,
                                            sh->layernorm, sh->loss, sh->batch);
     mxp_precision_policy pol;
@@ -148,12 +183,19 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
     CHECK_OK(mxp_model_create(&ms, &pol, 77, &model, &err), &err);
     mxp_trainer_config tc = mxp_trainer_config_default();
     tc.scaler.growth_interval = 3;
+    tc.optim.kind = va->kind;
+    tc.optim.lr = va->lr;
+    tc.optim.momentum = va->momentum;
+    tc.optim.nesterov = va->nesterov;
+    tc.optim.weight_decay = va->weight_decay;
+    tc.grad_accum_steps = va->n_micro;
     CHECK_OK(mxp_trainer_create(model, &tc, &tr, &err), &err);
     const size_t P = mxp_model_num_params(model);
 
     emu_dev dev;
     memset(&dev, 0, sizeof dev);
     mxp_ds_spec ds = ds_spec_of(&ms, &tc, prec, sh->batch);
+    ds.micro_batches = va->n_micro;
     mxp_ds_plan *plan = NULL;
     CHECK_MSG(mxp_ds_plan_create(&ds, ops, &dev, &plan, why, sizeof why) == 0, "%s", why);
     CHECK(mxp_ds_num_params(plan) == P);
@@ -185,15 +227,26 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
         for (int64_t i = 0; i < B; i++)
             bt[s].labels[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) %
                               (int32_t)sh->out;
-        if (s + 1 == NAN_STEP) bt[s].x[3] = NAN;
+        /* the NaN in the last micro-batch (the first when there is one) */
+        if (s + 1 == NAN_STEP) bt[s].x[(B - 1) * sh->in + 1] = NAN;
     }
     const double tol1 = prec == MXP_PRECISION_FP32 ? 1e-6 : 1e-4;
     double worst_loss = 0;
     for (int s = 0; s < NSTEPS; s++) {
-        mxp_batch b = {bt[s].x, sh->loss == MXP_LOSS_XENT ? NULL : bt[s].y,
-                       sh->loss == MXP_LOSS_XENT ? bt[s].labels : NULL, B};
+        /* the CPU gets the device's split: micro-batch i on rows [r_i, r_i + B_i) */
+        mxp_batch mb[MAX_MICRO];
+        CHECK(mxp_ds_micro_batches(plan) == va->n_micro && va->n_micro <= MAX_MICRO);
+        int64_t r0 = 0;
+        for (int i = 0; i < va->n_micro; i++) {
+            const int64_t bi = mxp_ds_micro_rows(plan, i);
+            mb[i] = (mxp_batch){bt[s].x + r0 * sh->in,
+                                sh->loss == MXP_LOSS_XENT ? NULL : bt[s].y + r0 * ydim,
+                                sh->loss == MXP_LOSS_XENT ? bt[s].labels + r0 : NULL, bi};
+            r0 += bi;
+        }
+        CHECK(r0 == B);
         mxp_step_result cr;
-        CHECK_OK(mxp_trainer_step(tr, &b, 1, &cr, &err), &err);
+        CHECK_OK(mxp_trainer_step(tr, mb, va->n_micro, &cr, &err), &err);
         const float cpu_next = mxp_trainer_loss_scale(tr);
         mxp_ds_result dr;
         int rc = mxp_ds_step(plan, bt[s].x, bt[s].y, bt[s].labels, &dr, why, sizeof why);
@@ -208,12 +261,11 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
             if (lr_ > worst_loss) worst_loss = lr_;
         }
         if (verbose) {
-            printf("  %-10s %-10s step %d: loss cpu %.9g dev %.9g (rel %.2e) skip %d/%d scale "
+            printf("  %-30s step %d: loss cpu %.9g dev %.9g (rel %.2e) skip %d/%d scale "
                    "%g->%g / %g->%g d2h %lld\n",
-                   sh->name, mxp_precision_name(prec), s + 1, cr.loss, dr.loss, lr_, cr.skipped,
-                   dr.skipped, cr.scale, cpu_next, dr.scale, dr.next_scale, (long long)dr.d2h);
-            CHECK_MSG(step_ok, "%s %s step %d: the device step disagrees with the CPU", sh->name,
-                      mxp_precision_name(prec), s + 1);
+                   tag, s + 1, cr.loss, dr.loss, lr_, cr.skipped, dr.skipped, cr.scale, cpu_next,
+                   dr.scale, dr.next_scale, (long long)dr.d2h);
+            CHECK_MSG(step_ok, "%s step %d: the device step disagrees with the CPU", tag, s + 1);
         }
         ok = ok && step_ok;
         if (s + 1 == NAN_STEP && verbose) CHECK_MSG(cr.skipped, "the NaN batch was not skipped");
@@ -223,24 +275,23 @@ static bool compare(const shape *sh, mxp_precision prec, const mxp_ds_ops *ops, 
     const mxp_ds_slab slabs[3] = {MXP_DS_MASTER, MXP_DS_M, MXP_DS_V};
     const mxp_tensor_role roles[3] = {MXP_TENSOR_MASTER, MXP_TENSOR_OPTIM_M, MXP_TENSOR_OPTIM_V};
     const char *names[3] = {"master", "m", "v"};
-    for (int k = 0; k < 3; k++) {
+    const int nslabs = va->kind == MXP_OPTIM_SGD ? 2 : 3; /* SGD: no v */
+    for (int k = 0; k < nslabs; k++) {
         int64_t d0 = dev.d2h;
         CHECK_MSG(mxp_ds_get(plan, slabs[k], a, why, sizeof why) == 0, "%s", why);
         CHECK(dev.d2h == d0 + 1);
         CHECK_OK(mxp_trainer_tensor_get(tr, roles[k], NULL, MXP_DTYPE_F32, c, P * 4, &err), &err);
         double cmax = 0, d = max_abs_diff(a, c, P, &cmax);
-        double tol = k == 0 ? 4.0 * tc.optim.lr : 0.02 * cmax;
+        double tol = k == 0 ? (va->kind == MXP_OPTIM_SGD ? 0.05 : 4.0) * tc.optim.lr
+                            : 0.02 * cmax;
         if (verbose)
-            printf("  %-10s %-10s %-6s max |dev - cpu| %.3e (largest |cpu| %.3e, tolerance "
-                   "%.3e)\n",
-                   sh->name, mxp_precision_name(prec), names[k], d, cmax, tol);
+            printf("  %-30s %-6s max |dev - cpu| %.3e (largest |cpu| %.3e, tolerance %.3e)\n",
+                   tag, names[k], d, cmax, tol);
         ok = ok && d <= tol;
-        if (verbose) CHECK_MSG(d <= tol, "%s %s: %s differs", sh->name, mxp_precision_name(prec),
-                               names[k]);
+        if (verbose) CHECK_MSG(d <= tol, "%s: %s differs", tag, names[k]);
     }
     if (verbose)
-        printf("  %-10s %-10s worst loss rel diff after step 1: %.2e\n", sh->name,
-               mxp_precision_name(prec), worst_loss);
+        printf("  %-30s worst loss rel diff after step 1: %.2e\n", tag, worst_loss);
     mxp_ds_plan_destroy(plan);
     CHECK_MSG(dev.live == 0, "%lld device buffers leaked", (long long)dev.live);
     for (int s = 0; s < NSTEPS; s++) {
@@ -278,6 +329,35 @@ static int swapped_operands(void *dev, void *plan, const void *A, const void *B,
     return emu_lt_run(dev, plan, A, B, D, bias, why, n);
 }
 
+static int sgd_no_nesterov(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                           const float *g, float *buf, size_t count, char *why, size_t n) {
+    emu_dev *d = dev;
+    const bool nest = d->ctl.sgd.nesterov;
+    d->ctl.sgd.nesterov = false;
+    int rc = emu_sgd_op(dev, master, work, work_bf16, sr, g, buf, count, why, n);
+    d->ctl.sgd.nesterov = nest;
+    return rc;
+}
+
+static int dw_overwrites(void *dev, void *plan, const void *A, const void *B, float *D,
+                         const float *bias, char *why, size_t n) {
+    const emu_lt *p = plan;
+    if (p->d.beta == 1.0f) {
+        emu_lt q = *p;
+        q.d.beta = 0.0f;
+        return emu_lt_run(dev, &q, A, B, D, bias, why, n);
+    }
+    return emu_lt_run(dev, plan, A, B, D, bias, why, n);
+}
+
+static int fold_unweighted(void *dev, double *loss, const double *slots, int k, int64_t rows,
+                           char *why, size_t n) {
+    double s = 0;
+    for (int i = 0; i < k; i++) s += slots[i];
+    *loss = s / k;
+    return 0;
+}
+
 static void test_refusals(void) {
     char why[256];
     emu_dev dev;
@@ -294,6 +374,10 @@ static void test_refusals(void) {
     CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1 && !p);
     CHECK_MSG(strstr(why, "accepted F32") != NULL, "%s", why);
     s.lowp = MXP_DTYPE_BF16;
+    s.micro_batches = 3; /* more micro-batches than rows */
+    CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1 && !p);
+    CHECK_MSG(strstr(why, "3 micro-batches for batch 2") != NULL, "%s", why);
+    s.micro_batches = 0;
     s.layers[0].kind = MXP_DS_KIND_COUNT;
     CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1);
     CHECK_MSG(strstr(why, "layer 0 kind") != NULL, "%s", why);
@@ -369,7 +453,135 @@ static void test_block_order(void) {
     free(b);
 }
 
+/* ---- provenance ---------------------------------------------------------- */
+
+/* A planted fault: row 0 of linear layer `layer`'s weight set to `big`
+ * (-1: none), a NaN in row nan_row of x (-1: none), the targets times
+ * y_scale. */
+typedef struct fault {
+    const char *name;
+    int layer;
+    float big;
+    int64_t nan_row;
+    float y_scale;
+} fault;
+
+/* One step of sh in prec with n_micro micro-batches and the fault, on the
+ * CPU trainer and the emulated device: the device's first non-finite site
+ * (from the report's scans) must be the CPU's (found, pass, layer); the
+ * skip decisions agree. Returns the device's site for the caller's
+ * expectations. */
+static mxp_ds_result site_case(const shape *sh, mxp_precision prec, int n_micro,
+                               const fault *f) {
+    mxp_error err = {0};
+    char why[256] = "";
+    mxp_model_spec ms = mxp_model_spec_mlp(sh->in, sh->hidden, sh->depth, sh->out, sh->act,
+                                           sh->layernorm, sh->loss, sh->batch);
+    mxp_precision_policy pol;
+    mxp_precision_policy_default(prec, &pol);
+    mxp_model *model = NULL;
+    mxp_trainer *tr = NULL;
+    CHECK_OK(mxp_model_create(&ms, &pol, 77, &model, &err), &err);
+    mxp_trainer_config tc = mxp_trainer_config_default();
+    tc.grad_accum_steps = n_micro;
+    CHECK_OK(mxp_trainer_create(model, &tc, &tr, &err), &err);
+    const size_t P = mxp_model_num_params(model);
+    emu_dev *dev = calloc(1, sizeof *dev);
+    CHECK(dev != NULL);
+    mxp_ds_spec ds = ds_spec_of(&ms, &tc, prec, sh->batch);
+    ds.micro_batches = n_micro;
+    mxp_ds_plan *plan = NULL;
+    CHECK_MSG(mxp_ds_plan_create(&ds, &emu_ds_ops, dev, &plan, why, sizeof why) == 0, "%s", why);
+    float *w = test_xmalloc(P * 4);
+    CHECK_OK(mxp_model_tensor_get(model, MXP_TENSOR_MASTER, NULL, MXP_DTYPE_F32, w, P * 4, &err),
+             &err);
+    if (f->layer >= 0) {
+        const int64_t off = mxp_ds_param_offset(plan, f->layer, 0);
+        const int64_t in = f->layer == 0 ? sh->in : sh->hidden;
+        CHECK(off >= 0);
+        for (int64_t j = 0; j < in; j++) w[off + j] = f->big;
+        CHECK_OK(mxp_model_tensor_set(model, MXP_TENSOR_MASTER, NULL, MXP_DTYPE_F32, w, P * 4,
+                                      &err),
+                 &err);
+    }
+    CHECK_MSG(mxp_ds_set_params(plan, w, why, sizeof why) == 0, "%s", why);
+    const int64_t B = sh->batch, ydim = sh->loss == MXP_LOSS_XENT ? 1 : sh->out;
+    float *x = test_xmalloc((size_t)(B * sh->in) * 4), *y = test_xmalloc((size_t)(B * ydim) * 4);
+    int32_t *lab = test_xmalloc((size_t)B * 4);
+    for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
+    for (int64_t i = 0; i < B * ydim; i++) y[i] = f->y_scale * frand();
+    for (int64_t i = 0; i < B; i++) lab[i] = (int32_t)(i % sh->out);
+    if (f->nan_row >= 0) x[f->nan_row * sh->in + 1] = NAN;
+    mxp_batch mb[MAX_MICRO];
+    int64_t r0 = 0;
+    for (int i = 0; i < n_micro; i++) {
+        const int64_t bi = mxp_ds_micro_rows(plan, i);
+        mb[i] = (mxp_batch){x + r0 * sh->in, sh->loss == MXP_LOSS_XENT ? NULL : y + r0 * ydim,
+                            sh->loss == MXP_LOSS_XENT ? lab + r0 : NULL, bi};
+        r0 += bi;
+    }
+    mxp_step_result cr;
+    CHECK_OK(mxp_trainer_step(tr, mb, n_micro, &cr, &err), &err);
+    mxp_ds_result dr;
+    CHECK_MSG(mxp_ds_step(plan, x, y, lab, &dr, why, sizeof why) == 0, "%s", why);
+    printf("  provenance %-22s %-10s k %d: cpu site %d %s layer %d (%s, %lld) | device site %d "
+           "%s layer %d micro %d (%lld); skip %d/%d\n",
+           f->name, mxp_precision_name(prec), n_micro, cr.site.found,
+           cr.site.backward ? "bwd" : "fwd", cr.site.layer, cr.site.op ? cr.site.op : "",
+           (long long)cr.site.count, dr.site.found, dr.site.backward ? "bwd" : "fwd",
+           dr.site.layer, dr.site.micro, (long long)dr.site.count, cr.skipped, dr.skipped);
+    CHECK(dr.scanned && dr.d2h == 1);
+    CHECK_MSG(dr.site.found == cr.site.found &&
+                  (!cr.site.found || (dr.site.backward == cr.site.backward &&
+                                      dr.site.layer == cr.site.layer)),
+              "%s %s: the device's site differs from the CPU's", f->name,
+              mxp_precision_name(prec));
+    CHECK(dr.skipped == cr.skipped);
+    mxp_ds_plan_destroy(plan);
+    free(dev);
+    free(w);
+    free(x);
+    free(y);
+    free(lab);
+    mxp_trainer_destroy(tr);
+    mxp_model_destroy(model);
+    return dr;
+}
+
+/* Planted faults, each where the CPU's provenance names a different site:
+ * a NaN in the input (layer 0's output), a NaN in the last micro-batch
+ * (micro 2), a weight row so large that layer 2's output overflows FP16
+ * (and only FP16), targets so large that the scaled loss gradient
+ * overflows FP16 (the loss gradient, backward), and no fault (no site).
+ * The device's site must be the CPU's; how it was checked that this can
+ * fail: the scans' slots swapped between forward and backward (bwd index
+ * for fwd) and the F32 output scan dropped (store() instead of the in-place
+ * scan) were each planted by hand in dstep_run.c and failed here. */
+static void test_provenance(void) {
+    const shape world = {"world", 4, 256, 4, 32, 3, MXP_LAYER_GELU, true, MXP_LOSS_MSE};
+    const shape clf = {"classifier", 12, 64, 10, 32, 2, MXP_LAYER_RELU, false, MXP_LOSS_XENT};
+    const fault none = {"none", -1, 0.0f, -1, 0.5f};
+    const fault nan_in = {"nan-input", -1, 0.0f, 5, 0.5f};
+    const fault nan_last = {"nan-last-micro", -1, 0.0f, 31, 0.5f};
+    const fault wide = {"layer2-overflow", 2, 1.0e4f, -1, 0.5f};
+    const fault target = {"loss-grad-overflow", -1, 0.0f, -1, 1.0e4f};
+    mxp_ds_result r;
+    r = site_case(&world, MXP_PRECISION_FP32, 1, &none);
+    CHECK(!r.site.found);
+    r = site_case(&world, MXP_PRECISION_MIXED_BF16, 1, &nan_in);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 0 && r.site.micro == 0);
+    r = site_case(&world, MXP_PRECISION_FP32, 3, &nan_last);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 0 && r.site.micro == 2);
+    r = site_case(&clf, MXP_PRECISION_MIXED_FP16, 1, &wide);
+    CHECK(r.site.found && !r.site.backward && r.site.layer == 2);
+    r = site_case(&clf, MXP_PRECISION_MIXED_BF16, 1, &wide);
+    CHECK(!r.site.found);
+    r = site_case(&world, MXP_PRECISION_MIXED_FP16, 3, &target);
+    CHECK(r.site.found && r.site.backward && r.site.layer == -1);
+}
+
 int main(void) {
+    test_provenance();
     test_refusals();
     test_block_order();
     const shape shapes[] = {
@@ -381,16 +593,58 @@ int main(void) {
                                    MXP_PRECISION_MIXED_FP16};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
-            compare(&shapes[i], modes[j], &emu_ds_ops, true);
+            compare(&shapes[i], modes[j], &ADAMW, &emu_ds_ops, true);
+    /* SGD: momentum with nesterov and L2 weight decay on every shape and
+     * mode (MIXPREC_TEST_QUICK, the sanitizer runs: the world shape in
+     * mixed_fp16 only); plain SGD (no buffer) on the world shape */
+    const bool quick = test_quick();
+    const variant sgd_n = {"sgd-nesterov", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true, 1};
+    const variant sgd_0 = {"sgd-plain", MXP_OPTIM_SGD, 5e-2f, 0.0f, 0.0f, false, 1};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
+            if (!quick || i > 0 || modes[j] == MXP_PRECISION_MIXED_FP16)
+                compare(&shapes[i], modes[j], &sgd_n, &emu_ds_ops, true);
+    if (!quick) compare(&shapes[0], MXP_PRECISION_MIXED_BF16, &sgd_0, &emu_ds_ops, true);
+    /* micro-batches: the world shape's 32 rows as 11/11/10 (uneven: two
+     * GEMM row variants) and 4 x 8, the classifier's as 8 x 4, the tanh
+     * regressor's 16 as 4/3/3/3/3; AdamW and SGD */
+    const variant adamw3 = {"adamw-micro3", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 3};
+    const variant adamw4 = {"adamw-micro4", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 4};
+    const variant adamw8 = {"adamw-micro8", MXP_OPTIM_ADAMW, 1e-3f, 0.0f, 0.0f, false, 8};
+    const variant sgd5 = {"sgd-micro5", MXP_OPTIM_SGD, 1e-2f, 0.9f, 1e-2f, true, 5};
+    for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++)
+        if (!quick || modes[j] == MXP_PRECISION_MIXED_FP16)
+            compare(&shapes[0], modes[j], &adamw3, &emu_ds_ops, true);
+    if (!quick) compare(&shapes[0], MXP_PRECISION_MIXED_BF16, &adamw4, &emu_ds_ops, true);
+    compare(&shapes[1], MXP_PRECISION_MIXED_FP16, &adamw8, &emu_ds_ops, true);
+    compare(&shapes[2], MXP_PRECISION_FP32, &sgd5, &emu_ds_ops, true);
+    compare(&shapes[2], MXP_PRECISION_MIXED_FP16, &sgd5, &emu_ds_ops, true);
 
     /* the comparison can fail: sabotaged tables on the world shape */
     mxp_ds_ops bad = emu_ds_ops;
     bad.bias_grad = no_bias_grad;
-    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &bad, false),
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &ADAMW, &bad, false),
               "a missing bias gradient went unnoticed");
     bad = emu_ds_ops;
     bad.lt_run = swapped_operands;
-    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &bad, false),
+    CHECK_MSG(!compare(&shapes[0], MXP_PRECISION_FP32, &ADAMW, &bad, false),
               "a wrong GEMM operand went unnoticed");
+    /* on the smaller shapes: SGD whose nesterov flag is dropped (plain
+     * momentum instead), on the classifier */
+    bad = emu_ds_ops;
+    bad.sgd = sgd_no_nesterov;
+    CHECK_MSG(!compare(&shapes[1], MXP_PRECISION_FP32, &sgd_n, &bad, false),
+              "SGD without nesterov went unnoticed");
+    /* micro-batches whose dW GEMM overwrites instead of adding (beta 0),
+     * on the tanh regressor as 4/3/3/3/3 */
+    bad = emu_ds_ops;
+    bad.lt_run = dw_overwrites;
+    CHECK_MSG(!compare(&shapes[2], MXP_PRECISION_FP32, &sgd5, &bad, false),
+              "dW not accumulated over micro-batches went unnoticed");
+    /* a loss fold that averages the micro-batch losses unweighted, ditto */
+    bad = emu_ds_ops;
+    bad.loss_fold = fold_unweighted;
+    CHECK_MSG(!compare(&shapes[2], MXP_PRECISION_FP32, &sgd5, &bad, false),
+              "an unweighted loss fold went unnoticed");
     return test_finish("test_dstep_emu");
 }

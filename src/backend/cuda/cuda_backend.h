@@ -1,5 +1,6 @@
 /* backend/cuda/cuda_backend.h: the C interface of the CUDA side (internal;
- * implemented in device.cu and kernels.cu, compiled by nvcc only when the
+ * implemented in device.cu, kernels.cu, mlp_kernels.cu, lt_gemm.cu and
+ * graph.cu, compiled by nvcc only when the
  * build has MIXPREC_HAVE_CUDA).
  *
  * Entry points:
@@ -12,8 +13,12 @@
  *   step kernels (element rules of backend/numerics/, one home with the
  *            CPU): mxp_cudab_ctl_set, mxp_cudab_grad_pass,
  *            mxp_cudab_decide, mxp_cudab_adamw, mxp_cudab_sgd,
- *            mxp_cudab_report (the single device-to-host copy of a step;
- *            mxp_cudab_d2h_count counts them);
+ *            mxp_cudab_loss_fold, mxp_cudab_aux_dev (the aux area after
+ *            the control block), mxp_cudab_report / _report_aux (the single
+ *            device-to-host copy of a step; mxp_cudab_d2h_count counts
+ *            them);
+ *   graphs:  mxp_cudab_host_alloc/_free, mxp_cudab_graph_begin/_end/
+ *            _launch/_destroy (graph.cu);
  *   MLP kernels (mlp_kernels.cu; bodies in backend/numerics/mlp.h and
  *            mlp_rows.h, host-tested by tests/test_mlp_emu.c):
  *            mxp_cudab_bias_add/_grad, mxp_cudab_act_fwd/_bwd,
@@ -93,6 +98,22 @@ int mxp_cudab_adamw(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_b
                     const float *g, float *m, float *v, size_t count, char *why, size_t n);
 int mxp_cudab_sgd(mxp_cudab_ctx *c, float *master, uint16_t *work, bool work_bf16, bool sr,
                   const float *g, float *buf, size_t count, char *why, size_t n);
+/* *loss (device) = mxp_sb_loss_fold(slots, k, batch) (one thread; the
+ * device step's loss over k micro-batches). */
+int mxp_cudab_loss_fold(mxp_cudab_ctx *c, double *loss, const double *slots, int k,
+                        int64_t batch, char *why, size_t n);
+/* The aux area: device memory right after the control block (at byte
+ * MXP_CUDAB_AUX_OFF of the block's allocation), MXP_CUDAB_AUX_CAP bytes, for
+ * result slots a step reports along with the block (the device step's
+ * scans and micro-batch losses). aux_dev: its device address. */
+#define MXP_CUDAB_AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+#define MXP_CUDAB_AUX_CAP ((size_t)64 << 10)
+void *mxp_cudab_aux_dev(mxp_cudab_ctx *c);
+/* The step report with aux_bytes (<= MXP_CUDAB_AUX_CAP) of the aux area:
+ * ONE async copy of MXP_CUDAB_AUX_OFF + aux_bytes bytes into host (the
+ * control block at host, the aux area at host + MXP_CUDAB_AUX_OFF), then a
+ * stream sync. */
+int mxp_cudab_report_aux(mxp_cudab_ctx *c, void *host, size_t aux_bytes, char *why, size_t n);
 /* The step report: one async device-to-host copy of the control block into
  * *host, then a stream sync (the only one of a step). */
 int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why, size_t n);
@@ -152,6 +173,21 @@ int mxp_cudab_store_scan(mxp_cudab_ctx *c, mxp_dtype t, void *out, const float *
  * nn_view_f32; body mxp_sb_widen_body in step_bodies.h). */
 int mxp_cudab_widen(mxp_cudab_ctx *c, mxp_dtype t, float *out, const void *src, size_t count,
                     char *why, size_t n);
+
+/* ---- CUDA Graphs and pinned host memory (graph.cu) ----
+ * host_alloc: page-locked host memory (cudaMallocHost); host_free(NULL)
+ * is a no-op. graph_begin starts capturing the context's stream (thread-
+ * local mode); graph_end ends it into *graph: the executable graph updated
+ * in place when *graph is not NULL and cudaGraphExecUpdate accepts the new
+ * capture, else a new one instantiated (the old one destroyed);
+ * graph_launch replays it on the stream (async); graph_destroy(NULL) is a
+ * no-op. */
+int mxp_cudab_host_alloc(mxp_cudab_ctx *c, size_t bytes, void **out, char *why, size_t n);
+void mxp_cudab_host_free(mxp_cudab_ctx *c, void *p);
+int mxp_cudab_graph_begin(mxp_cudab_ctx *c, char *why, size_t n);
+int mxp_cudab_graph_end(mxp_cudab_ctx *c, void **graph, char *why, size_t n);
+int mxp_cudab_graph_launch(mxp_cudab_ctx *c, void *graph, char *why, size_t n);
+void mxp_cudab_graph_destroy(mxp_cudab_ctx *c, void *graph);
 
 /* ---- linear-layer GEMMs on cuBLASLt (lt_gemm.cu) ----
  * A plan: the matmul descriptor and layouts of description d (mxp_lt_linear

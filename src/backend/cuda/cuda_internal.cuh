@@ -61,7 +61,8 @@ struct mxp_cudab_ctx {
     mxp_cudab_lt_fns lt_fns;
     void *lt_workspace;
     size_t lt_workspace_bytes;
-    mxp_step_ctl *ctl;          /* device: the step control block */
+    mxp_step_ctl *ctl;          /* device: the step control block, then the aux area
+                                 * (MXP_CUDAB_AUX_OFF, MXP_CUDAB_AUX_CAP bytes) */
     mxp_gradpass_acc *partials; /* device: [MXP_CUDAB_REDUCE_BLOCKS] */
     void *mk_partials;          /* device: the MLP kernels' block partials
                                  * (mlp_kernels.cu), MXP_CUDAB_MK_PARTIAL_BYTES */

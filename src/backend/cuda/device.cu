@@ -1,6 +1,7 @@
 /* backend/cuda/device.cu: CUDA device queries and the backend context
  * (device, one non-blocking stream, a cuBLASLt handle and workspace, the
- * device-resident step control block, the grad-pass partials).
+ * device-resident step control block and its aux area, the grad-pass
+ * partials).
  *
  * Entry points: the query and context functions of cuda_backend.h.
  * Errors: every CUDA / cuBLASLt call is checked; the text of the failing
@@ -107,14 +108,16 @@ extern "C" int mxp_cudab_ctx_create(int device, mxp_cudab_ctx **out, char *why, 
     if (lt_open(c, why, n)) goto fail;
     c->lt_workspace_bytes = MXP_CUDAB_LT_WORKSPACE;
     if ((e = cudaMalloc(&c->lt_workspace, c->lt_workspace_bytes)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&c->ctl, sizeof(mxp_step_ctl))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&c->ctl, MXP_CUDAB_AUX_OFF + MXP_CUDAB_AUX_CAP)) !=
+            cudaSuccess ||
         (e = cudaMalloc((void **)&c->partials,
                         MXP_CUDAB_REDUCE_BLOCKS * sizeof(mxp_gradpass_acc))) != cudaSuccess ||
         (e = cudaMalloc(&c->mk_partials, MXP_CUDAB_MK_PARTIAL_BYTES)) != cudaSuccess) {
         mxp_cudab_fail(e, "cudaMalloc (context buffers)", why, n);
         goto fail;
     }
-    if ((e = cudaMemsetAsync(c->ctl, 0, sizeof(mxp_step_ctl), c->stream)) != cudaSuccess) {
+    if ((e = cudaMemsetAsync(c->ctl, 0, MXP_CUDAB_AUX_OFF + MXP_CUDAB_AUX_CAP, c->stream)) !=
+        cudaSuccess) {
         mxp_cudab_fail(e, "cudaMemsetAsync", why, n);
         goto fail;
     }
@@ -208,3 +211,16 @@ extern "C" int mxp_cudab_report(mxp_cudab_ctx *c, mxp_step_ctl *host, char *why,
 }
 
 extern "C" int64_t mxp_cudab_d2h_count(const mxp_cudab_ctx *c) { return c->d2h_copies; }
+
+extern "C" void *mxp_cudab_aux_dev(mxp_cudab_ctx *c) {
+    return (unsigned char *)c->ctl + MXP_CUDAB_AUX_OFF;
+}
+
+extern "C" int mxp_cudab_report_aux(mxp_cudab_ctx *c, void *host, size_t aux_bytes, char *why,
+                                    size_t n) {
+    if (aux_bytes > MXP_CUDAB_AUX_CAP)
+        return mxp_cudab_why(why, n, "report: %zu aux bytes; accepted <= %zu", aux_bytes,
+                             MXP_CUDAB_AUX_CAP);
+    if (mxp_cudab_download(c, host, c->ctl, MXP_CUDAB_AUX_OFF + aux_bytes, why, n)) return 1;
+    return mxp_cudab_sync(c, why, n);
+}

@@ -5,37 +5,55 @@
  * same whichever table runs it, so it is host-tested through an emulated
  * device (tests/dstep_emu.h: the MXP_HD kernel bodies through the launch
  * emulator, the cuBLASLt descriptions through a column-major executor)
- * against the CPU trainer (tests/test_dstep_emu.c), and the CUDA table
- * (dstep_cuda.c, CUDA builds only, over cuda_backend.h) is compared with the
- * emulated one on a GPU (tests/test_cuda_dstep.c).
+ * against the CPU trainer (tests/test_dstep_emu.c), its graphed path
+ * through an emulated device with capture semantics against the eager one
+ * (tests/test_dstep_graph.c), and the CUDA table (dstep_cuda.c, CUDA
+ * builds only, over cuda_backend.h) is compared with the emulated one, and
+ * graphed with eager, on a GPU (tests/test_cuda_dstep.c).
+ * Implementation: dstep_plan.c (the plan), dstep_run.c (the step),
+ * dstep_internal.h (the plan's fields).
  *
- * Entry points: mxp_ds_plan_create/_destroy (every buffer and GEMM plan,
- * once), mxp_ds_set_params (upload initial FP32 parameters, zero m/v),
- * mxp_ds_step (one training step), mxp_ds_get (download a slab, outside
- * steps), mxp_ds_put / mxp_ds_get_state / mxp_ds_set_state (resume, outside
- * steps), mxp_ds_ops_cuda (the CUDA table; NULL without CUDA).
+ * Entry points: mxp_ds_plan_create/_destroy (every buffer, GEMM plan and
+ * the host staging, once), mxp_ds_set_params (upload initial FP32
+ * parameters, zero m/v), mxp_ds_step (one training step),
+ * mxp_ds_micro_rows/_batches (the split), mxp_ds_recapture, mxp_ds_get
+ * (download a slab, outside steps), mxp_ds_put / mxp_ds_get_state /
+ * mxp_ds_set_state (resume, rollback; outside steps), mxp_ds_ops_cuda (the CUDA table; NULL
+ * without CUDA).
  *
  * The model (the CPU's nn model, restricted): layers linear, relu, gelu,
  * tanh, layernorm; loss MSE or softmax cross-entropy; precision by its
  * low dtype: F32 (fp32), BF16 (mixed_bf16), F16 (mixed_fp16, with dynamic
- * loss scaling through the scaler rule on the device); AdamW; one
- * micro-batch of exactly `batch` rows per step. The parameter layout is the
- * CPU model's slab order (per layer: linear W [out, in] then b [out];
- * layernorm gamma then beta). Storage dtypes follow nn/model_plan.c: the
- * input and every layer output in the low dtype, except a layernorm not
- * read by a linear layer (F32) and the last layer's output (F32, the
- * loss's input); activation gradients in the low dtype; FP32 grad slab,
- * master, m, v; biases and layernorm parameters read as the work copy
- * widened to FP32 (the CPU's nn_view_f32).
+ * loss scaling through the scaler rule on the device); AdamW or SGD
+ * (momentum, nesterov, L2 weight decay: the CPU's element rules,
+ * backend/numerics/optim.h); k micro-batches of a step's `batch` rows
+ * (batch / k rows each, one more for the first batch % k). The parameter
+ * layout is the CPU model's slab order (per layer: linear W [out, in] then
+ * b [out]; layernorm gamma then beta). Storage dtypes follow
+ * nn/model_plan.c: the input and every layer output in the low dtype,
+ * except a layernorm not read by a linear layer (F32) and the last layer's
+ * output (F32, the loss's input); activation gradients in the low dtype;
+ * FP32 grad slab, master, m, v; biases and layernorm parameters read as
+ * the work copy widened to FP32 (the CPU's nn_view_f32).
  *
- * A step: control block up, batch up, input rounded, work copy widened,
- * grads zeroed, forward (cuBLASLt GEMM with bias epilogue, element and row
- * kernels, stored-format rounding), loss into the control block's loss
- * slot, backward (bias grad, dW and dX GEMMs, activation and layernorm
- * backward), grad pass, decide (skip on non-finite gradients or loss, clip,
- * scaler rule on the device), AdamW (master, then the work copy RNE), and
- * the report: the step's ONE device-to-host copy, then a sync. Nothing else
- * is read back during a step.
+ * A step: the batch copied into the host staging (page-locked on CUDA),
+ * control block and batch up into fixed device buffers; then the device
+ * work: work copy widened, grads zeroed, per micro-batch i: input rounded,
+ * forward (cuBLASLt GEMM with bias epilogue, element and row kernels,
+ * stored-format rounding), loss into micro-batch i's slot with its
+ * gradient scaled by scale * B_i / batch, backward (bias grad, dW with
+ * beta 0 for the first micro-batch and 1 after, dX GEMMs, activation and
+ * layernorm backward; bias and layernorm grads add); the micro-batch
+ * losses folded into the control block's loss (the CPU's B_i / batch
+ * weighted sum); grad pass, decide (skip on non-finite gradients or loss,
+ * clip, scaler rule on the device), the optimizer (master, then the work
+ * copy RNE); then the report: the step's ONE device-to-host copy, then a
+ * sync (with the aux area's scans of every stored output and activation
+ * gradient when the table has one: the first non-finite site, as the CPU
+ * model's provenance, in mxp_ds_result.site). Nothing else is read back
+ * during a step. With spec.graphs (a
+ * table with graph ops) the device work is a CUDA graph from the second
+ * step on, re-captured on a new loss scale (mxp_ds_step).
  */
 #ifndef MIXPREC_BACKEND_CUDA_DSTEP_H
 #define MIXPREC_BACKEND_CUDA_DSTEP_H
@@ -62,8 +80,11 @@ typedef enum mxp_ds_kind {
 
 typedef enum mxp_ds_loss { MXP_DS_MSE, MXP_DS_XENT } mxp_ds_loss;
 
+/* The optimizer (mxp_optim_kind's values: AdamW 0, SGD 1). */
+typedef enum mxp_ds_optim { MXP_DS_ADAMW, MXP_DS_SGD, MXP_DS_OPTIM_COUNT } mxp_ds_optim;
+
 typedef struct mxp_ds_spec {
-    int64_t in_dim, batch; /* rows per step: exactly batch */
+    int64_t in_dim, batch; /* rows per step (all micro-batches together) */
     int n_layers;
     struct {
         mxp_ds_kind kind;
@@ -72,13 +93,27 @@ typedef struct mxp_ds_spec {
     mxp_ds_loss loss;
     float ln_eps;
     mxp_dtype lowp; /* F32, BF16 or F16 */
-    /* AdamW and the step's safety settings (mxp_trainer_config's) */
+    /* the optimizer's and the step's safety settings (mxp_trainer_config's) */
     float lr, beta1, beta2, eps, weight_decay;
     float clip_max;           /* 0: off */
     float near_overflow_frac; /* of the grad dtype's max */
     uint64_t seed;
     mxp_scaler_rule rule;            /* enabled: dynamic loss scaling */
     mxp_scaler_rule_state scaler0;   /* initial state (scale, hysteresis_left, ...) */
+    /* the optimizer (a zeroed spec: AdamW); SGD's momentum in [0, 1) (0: no
+     * buffer) and nesterov, PyTorch's SGD with dampening 0; weight_decay
+     * above is SGD's L2 term then (g + wd w), AdamW's decoupled decay else */
+    mxp_ds_optim optim;
+    float momentum;
+    bool nesterov;
+    /* micro-batches per step (0 or 1: one): the batch's rows split in
+     * order, micro-batch i has batch / k rows plus one for i < batch % k
+     * (mxp_ds_micro_rows; the CPU trainer takes any B_i, the workloads give
+     * k equal ones); 1 <= k <= batch */
+    int micro_batches;
+    /* CUDA Graphs for the steady step (a table with graph ops only; else
+     * eager): see mxp_ds_step */
+    bool graphs;
 } mxp_ds_spec;
 
 /* What a device must offer (every pointer argument device memory unless
@@ -129,7 +164,47 @@ typedef struct mxp_ds_ops {
     /* the control block into *host (one counted copy), then a sync */
     int (*report)(void *dev, mxp_step_ctl *host, char *why, size_t n);
     int64_t (*d2h_count)(const void *dev); /* device-to-host copies so far */
+    /* SGD (mxp_cudab_sgd): buf the momentum buffer (read only when
+     * ctl.sgd.use_buf); needed by an SGD plan only */
+    int (*sgd)(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr, const float *g,
+               float *buf, size_t count, char *why, size_t n);
+    /* *loss (device) = sum over i < k of slots[i] * B_i / batch in double,
+     * in order (mxp_sb_loss_fold: the CPU trainer's sum); plans with k > 1 */
+    int (*loss_fold)(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                     char *why, size_t n);
+    /* Optional (NULL: plain host memory): page-locked host staging for the
+     * step's uploads and its report. */
+    int (*host_alloc)(void *dev, size_t bytes, void **out, char *why, size_t n);
+    void (*host_free)(void *dev, void *p);
+    /* Optional (all four, or none: the plan stays eager): capture the
+     * stream's work between graph_begin and graph_end into *graph (a new
+     * executable graph, or *graph updated in place when it is not NULL and
+     * the topology allows; else replaced); graph_launch replays it
+     * (asynchronous); graph_destroy(NULL) is a no-op. */
+    int (*graph_begin)(void *dev, char *why, size_t n);
+    int (*graph_end)(void *dev, void **graph, char *why, size_t n);
+    int (*graph_launch)(void *dev, void *graph, char *why, size_t n);
+    void (*graph_destroy)(void *dev, void *graph);
+    /* Optional (both, or the plan reports no scans): the device address of
+     * the aux area right after the control block and its capacity in
+     * bytes; report_aux: the control block and aux_bytes of the aux area in
+     * ONE counted copy into host (the aux area at host + MXP_DS_AUX_OFF),
+     * then a sync. */
+    void *(*aux_dev)(void *dev, size_t *cap);
+    int (*report_aux)(void *dev, void *host, size_t aux_bytes, char *why, size_t n);
 } mxp_ds_ops;
+
+/* The aux area's byte offset after the control block: the layout of
+ * report_aux's copy (= MXP_CUDAB_AUX_OFF). */
+#define MXP_DS_AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+
+/* One scan of a stored tensor (store_scan's slots): the largest finite
+ * |v| and the count of NaN/Inf of its FP32 values. */
+typedef struct mxp_ds_scan {
+    float amax;
+    int32_t pad;
+    int64_t nonfinite;
+} mxp_ds_scan;
 
 typedef struct mxp_ds_plan mxp_ds_plan;
 
@@ -142,6 +217,21 @@ typedef struct mxp_ds_result {
     double grad_norm; /* sqrt of the pass's sumsq */
     int64_t nonfinite;
     int64_t d2h; /* device-to-host copies during the step (1) */
+    bool graphed;   /* the step's device work ran as a replayed graph */
+    bool captured;  /* ... and it was (re-)captured in this step */
+    bool scanned;   /* the report carried the scans (site below is meaningful) */
+    /* Provenance: the first non-finite value in the CPU model's pass order,
+     * micro-batch by micro-batch: the layer outputs (forward), the loss,
+     * the loss gradient (backward, layer -1), the layers' input gradients
+     * from the top (backward). A value counts when it is NaN/Inf in FP32 or
+     * as stored (amax rounds to Inf in the stored dtype). Parameter
+     * gradients are not scanned (the grad pass counts them: nonfinite). */
+    struct {
+        bool found, backward;
+        int layer;     /* -1: the loss (forward) or its gradient (backward) */
+        int micro;     /* micro-batch */
+        int64_t count; /* NaN/Inf FP32 values there (0: only the stored copy) */
+    } site;
 } mxp_ds_result;
 
 /* Plan every buffer and GEMM of spec on (ops, dev). 0, or 1 with what was
@@ -159,12 +249,30 @@ int64_t mxp_ds_param_offset(const mxp_ds_plan *p, int l, int which);
  * zero m and v, the optimizer step count and the SR counter. */
 int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n);
 /* One step on x [batch, in_dim] (host FP32) and y [batch, out] (host FP32,
- * MSE) or labels [batch] (host int32, XENT). */
+ * MSE) or labels [batch] (host int32, XENT), micro-batch i on rows
+ * [r_i, r_i + B_i) of them. With spec.graphs on a table with graph ops,
+ * the first step runs eagerly; from the second on, the step's device work
+ * after the uploads (input rounding through the optimizer) is captured
+ * once and replayed; it is re-captured when the loss scale it baked in
+ * (the per-micro-batch loss gradient scale) changed, or after
+ * mxp_ds_recapture. */
 int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *labels,
                 mxp_ds_result *res, char *why, size_t n);
+/* Rows of micro-batch i (0 outside [0, k)), and k. */
+int64_t mxp_ds_micro_rows(const mxp_ds_plan *p, int i);
+int mxp_ds_micro_batches(const mxp_ds_plan *p);
+/* Drop the captured graph: the next step captures again. */
+void mxp_ds_recapture(mxp_ds_plan *p);
+/* The last step's scan of micro-batch `micro`: forward, layer l's output
+ * (0 <= l < n_layers); backward, layer l's input gradient (1 <= l <
+ * n_layers) or the loss gradient (l = -1). NULL for another (micro, l) or
+ * a plan without scans. Host memory, valid until the next step. */
+const mxp_ds_scan *mxp_ds_scan_of(const mxp_ds_plan *p, int micro, bool backward, int layer);
 
 typedef enum mxp_ds_slab { MXP_DS_MASTER, MXP_DS_GRAD, MXP_DS_M, MXP_DS_V } mxp_ds_slab;
-/* Download slab s [P] FP32 into host (counted copies; then a sync). */
+/* Download slab s [P] FP32 into host (counted copies; then a sync). MXP_DS_M
+ * is AdamW's first moment or SGD's momentum buffer (the CPU trainer's
+ * MXP_TENSOR_OPTIM_M); an SGD plan has no MXP_DS_V (refused, named). */
 int mxp_ds_get(mxp_ds_plan *p, mxp_ds_slab s, float *host, char *why, size_t n);
 
 /* The host-held state between steps (train/trainer_device.c): the
@@ -175,7 +283,7 @@ typedef struct mxp_ds_state {
     int64_t opt_steps;
     uint64_t sr_counter;
     mxp_scaler_rule_state scaler;
-    float lr;              /* the next step's learning rate (a schedule's) */
+    float lr;               /* the next step's learning rate (a schedule's) */
     mxp_gradpass_acc stats; /* get only: the last step's grad pass (zeros, near overflow) */
 } mxp_ds_state;
 void mxp_ds_get_state(const mxp_ds_plan *p, mxp_ds_state *out);

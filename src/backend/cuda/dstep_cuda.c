@@ -100,12 +100,76 @@ static int64_t c_d2h_count(const void *dev) {
     return mxp_cudab_d2h_count((const mxp_cudab_ctx *)dev);
 }
 
+static int c_sgd(void *dev, float *master, uint16_t *work, bool work_bf16, bool sr,
+                 const float *g, float *buf, size_t count, char *why, size_t n) {
+    return mxp_cudab_sgd(CX, master, work, work_bf16, sr, g, buf, count, why, n);
+}
+
+static int c_loss_fold(void *dev, double *loss, const double *slots, int k, int64_t batch,
+                       char *why, size_t n) {
+    return mxp_cudab_loss_fold(CX, loss, slots, k, batch, why, n);
+}
+static int c_host_alloc(void *dev, size_t bytes, void **out, char *why, size_t n) {
+    return mxp_cudab_host_alloc(CX, bytes, out, why, n);
+}
+static void c_host_free(void *dev, void *p) { mxp_cudab_host_free(CX, p); }
+static int c_graph_begin(void *dev, char *why, size_t n) {
+    return mxp_cudab_graph_begin(CX, why, n);
+}
+static int c_graph_end(void *dev, void **graph, char *why, size_t n) {
+    return mxp_cudab_graph_end(CX, graph, why, n);
+}
+static int c_graph_launch(void *dev, void *graph, char *why, size_t n) {
+    return mxp_cudab_graph_launch(CX, graph, why, n);
+}
+static void c_graph_destroy(void *dev, void *graph) { mxp_cudab_graph_destroy(CX, graph); }
+
+static void *c_aux_dev(void *dev, size_t *cap) {
+    *cap = MXP_CUDAB_AUX_CAP;
+    return mxp_cudab_aux_dev(CX);
+}
+static int c_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
+    return mxp_cudab_report_aux(CX, host, aux_bytes, why, n);
+}
+_Static_assert(MXP_CUDAB_AUX_OFF == MXP_DS_AUX_OFF, "one aux layout");
+
 static const mxp_ds_ops cuda_ops = {
-    "cuda",      c_alloc,    c_free,     c_upload,   c_download,  c_sync,
-    c_zero,      c_lt_create, c_lt_destroy, c_lt_run, c_bias_grad, c_act_fwd,
-    c_act_bwd,   c_ln_fwd,   c_ln_bwd,   c_mse,      c_xent,      c_store_scan,
-    c_widen,     c_ctl_set,  c_ctl_dev,  c_grad_pass, c_decide,   c_adamw,
-    c_report,    c_d2h_count,
+    .name = "cuda",
+    .alloc = c_alloc,
+    .free = c_free,
+    .upload = c_upload,
+    .download = c_download,
+    .sync = c_sync,
+    .zero = c_zero,
+    .lt_create = c_lt_create,
+    .lt_destroy = c_lt_destroy,
+    .lt_run = c_lt_run,
+    .bias_grad = c_bias_grad,
+    .act_fwd = c_act_fwd,
+    .act_bwd = c_act_bwd,
+    .ln_fwd = c_ln_fwd,
+    .ln_bwd = c_ln_bwd,
+    .mse = c_mse,
+    .xent = c_xent,
+    .store_scan = c_store_scan,
+    .widen = c_widen,
+    .ctl_set = c_ctl_set,
+    .ctl_dev = c_ctl_dev,
+    .grad_pass = c_grad_pass,
+    .decide = c_decide,
+    .adamw = c_adamw,
+    .report = c_report,
+    .d2h_count = c_d2h_count,
+    .sgd = c_sgd,
+    .loss_fold = c_loss_fold,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .graph_begin = c_graph_begin,
+    .graph_end = c_graph_end,
+    .graph_launch = c_graph_launch,
+    .graph_destroy = c_graph_destroy,
+    .aux_dev = c_aux_dev,
+    .report_aux = c_report_aux,
 };
 
 const mxp_ds_ops *mxp_ds_ops_cuda(void) { return &cuda_ops; }

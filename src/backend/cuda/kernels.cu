@@ -4,7 +4,7 @@
  * element-wise).
  *
  * Entry points: mxp_cudab_grad_pass, mxp_cudab_decide, mxp_cudab_adamw,
- * mxp_cudab_sgd (contracts in cuda_backend.h).
+ * mxp_cudab_sgd, mxp_cudab_loss_fold (contracts in cuda_backend.h).
  *   grad pass: a fixed grid of MXP_CUDAB_REDUCE_BLOCKS blocks, each a
  *     grid-stride loop accumulating mxp_gradpass_acc per thread, then a
  *     shared-memory tree merge; a second one-thread kernel merges the block
@@ -68,6 +68,21 @@ extern "C" int mxp_cudab_decide(mxp_cudab_ctx *c, bool extra_inf, uint64_t n_par
     k_decide<<<1, 1, 0, c->stream>>>(c->ctl, extra_inf, n_params);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "decide launch", why, n);
+}
+
+/* The step's loss over k micro-batches (mxp_sb_loss_fold), one thread. */
+__global__ void k_loss_fold(double *loss, const double *slots, int k, int64_t batch) {
+    *loss = mxp_sb_loss_fold(slots, k, batch);
+}
+
+extern "C" int mxp_cudab_loss_fold(mxp_cudab_ctx *c, double *loss, const double *slots, int k,
+                                   int64_t batch, char *why, size_t n) {
+    if (k < 1 || batch < k)
+        return mxp_cudab_why(why, n, "loss fold: k %d over batch %lld; accepted 1 <= k <= batch",
+                             k, (long long)batch);
+    k_loss_fold<<<1, 1, 0, c->stream>>>(loss, slots, k, batch);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : mxp_cudab_fail(e, "loss fold launch", why, n);
 }
 
 __global__ void k_adamw(const mxp_step_ctl *ctl, float *master, uint16_t *work, bool bf16,

@@ -11,7 +11,10 @@
  *     SR counters, the scaler rule);
  *   mxp_sb_adamw_body, mxp_sb_sgd_body (one thread's grid-stride share of
  *     the optimizer, skip read from the control block);
- *   mxp_sb_widen_body (16-bit or FP32 storage -> FP32, exact).
+ *   mxp_sb_widen_body (16-bit or FP32 storage -> FP32, exact);
+ *   mxp_sb_micro_rows / _first (the device step's micro-batch split),
+ *   mxp_sb_loss_fold (the step's loss from the micro-batch losses, one
+ *     thread).
  * Element rules: backend/numerics/ (one home with the CPU). Plain C and
  * CUDA C++ (MXP_HD); nothing here allocates, logs or synchronises.
  */
@@ -107,6 +110,26 @@ MXP_HD static inline void mxp_sb_sgd_body(const mxp_mk_idx *ix, const mxp_step_c
         float w = mxp_sgd_elem(mxp_sb_load_w(master, work, bf16, i), gi, b, &ctl->sgd);
         mxp_sb_store_w(master, work, bf16, sr, ctl, base, i, w);
     }
+}
+
+/* Micro-batch i of k over `batch` rows (the device step's split): batch / k
+ * rows, one more for i < batch % k; mxp_sb_micro_first: its first row. */
+MXP_HD static inline int64_t mxp_sb_micro_rows(int64_t batch, int k, int i) {
+    return batch / k + (i < batch % k ? 1 : 0);
+}
+MXP_HD static inline int64_t mxp_sb_micro_first(int64_t batch, int k, int i) {
+    const int64_t r = batch % k;
+    return (int64_t)i * (batch / k) + (i < r ? i : r);
+}
+
+/* The step's loss from the micro-batches' mean losses: sum of slots[i] *
+ * B_i / batch in double, in micro-batch order, each term (loss * B_i) /
+ * batch as the CPU trainer forms it (train/trainer.c read_passes). */
+MXP_HD static inline double mxp_sb_loss_fold(const double *slots, int k, int64_t batch) {
+    double sum = 0.0;
+    for (int i = 0; i < k; i++)
+        sum += slots[i] * (double)mxp_sb_micro_rows(batch, k, i) / (double)batch;
+    return sum;
 }
 
 /* out[i] = src[i] widened to FP32 (fmt: MXP_MK_STORE_*; exact). */
