@@ -10,14 +10,24 @@
  *   exactly ONE (the step's report: the control block with every pass's
  *   result-slot block), on applied and on skipped steps alike (a NaN fault
  *   makes the skip), in fp32 and mixed_fp16, with one and two
- *   micro-batches, with per-layer loss scaling (its unscale and group
- *   rules run on the host inside the step's bracket: no copy) and for an
+ *   micro-batches, with per-layer loss scaling (the group table goes up
+ *   with the control block, the unscale by group and the groups' rule run
+ *   in the backend, their slots come back in the same report) and for an
  *   ensemble (a slot block per member and micro-batch, same one copy):
  *   the figure docs/design.md states, pinned so that any new host read
  *   inside a step fails here (a second mxp_dev_count in nn_step_pass, or
  *   nn_pass_finish's copy per pass as before, makes it 2 or 3);
- * - exactly one upload per step: the host half of the control block at the
- *   step boundary (begin), nothing mid-step;
+ * - exactly one upload per step: the host half of the control block (and
+ *   the group table) at the step boundary (begin), nothing mid-step (a
+ *   separate upload of the group table, tried, makes it 2);
+ * - per-layer: the group scales the host reads after the step are decide's,
+ *   from the report, against the rule worked by hand: on the skipped step
+ *   a NaN loss (forward fault) halves every group; an Inf in the GELU's
+ *   dX (layer 2, backward fault) reaches the layernorm's parameters (group
+ *   1, the topmost non-finite group: it backs off) and the linear below
+ *   (group 0: it holds), so only group 1 halves and the others keep their
+ *   scale (default growth interval: no growth in 6 steps). Checked to fail
+ *   with trainer_ls_update reading the slots at a wrong offset;
  * - the optimizer step counter the trainer reports (from the report's
  *   control block) counts the applied steps, and the state it exports
  *   matches; set_state writes it back into the control block.
@@ -80,7 +90,16 @@ typedef struct variant {
     int n_micro;
     bool per_layer; /* per-layer loss scaling (mixed_fp16 only) */
     int ensemble;   /* members (1: one model) */
+    bool backward;  /* an Inf in layer 2's backward (its dX), else a NaN in layer 1's output */
 } variant;
+
+/* The group scales (per-layer) into s[], their count. */
+static int group_scales(mxp_trainer *t, float *s) {
+    mxp_scaler_groups *g = mxp_trainer_scaler_groups(t);
+    const int n = mxp_scaler_groups_count(g);
+    for (int i = 0; i < n; i++) s[i] = mxp_scaler_scale(mxp_scaler_groups_get(g, i));
+    return n;
+}
 
 static void steps(variant v) {
     mxp_model_spec s = mxp_model_spec_mlp(IN, 32, 2, IN, MXP_LAYER_GELU, true, MXP_LOSS_MSE, B);
@@ -103,17 +122,30 @@ static void steps(variant v) {
     CHECK(!v.per_layer || mxp_trainer_scaler_groups(t) != NULL);
     mxp_batch mb[2] = {{g_x[0], g_y[0], NULL, B}, {g_x[1], g_y[1], NULL, B}};
     mxp_fault_config f = mxp_fault_config_default();
-    f.kind = MXP_FAULT_NAN;
-    f.layer = 1;
-    f.step = 4; /* attempt 4 gets a NaN: a skipped step */
+    f.layer = v.backward ? 2 : 1; /* layers: linear, layernorm, gelu, linear, ... */
+    f.pass = v.backward ? MXP_FAULT_BACKWARD : MXP_FAULT_FORWARD;
+    f.kind = v.backward ? MXP_FAULT_INF : MXP_FAULT_NAN;
+    f.step = 4; /* attempt 4 gets a NaN / Inf: a skipped step */
     f.count = 1;
     mxp_model_set_fault(m, &f);
     int skipped = 0, applied = 0;
     const char *name = mxp_precision_name(v.p);
     for (int i = 0; i < 6; i++) {
         const int64_t d0 = d2h_calls(), u0 = h2d_calls();
+        float g0[MXP_MODEL_MAX_LAYERS], g1[MXP_MODEL_MAX_LAYERS];
+        const int ng = v.per_layer ? group_scales(t, g0) : 0;
         mxp_step_result r;
         CHECK_OK(mxp_trainer_step(t, mb, v.n_micro, &r, &err), &err);
+        if (v.per_layer) { /* decide's rule, from the report; hand-worked */
+            CHECK(group_scales(t, g1) == ng && ng >= 2);
+            for (int k = 0; k < ng; k++) {
+                const bool halves = r.skipped && (!v.backward || k == 1);
+                CHECK_MSG(g1[k] == (halves ? g0[k] * 0.5f : g0[k]),
+                          "per-layer%s step %d (%s): group %d scale %g -> %g",
+                          v.backward ? " backward fault" : "", i + 1,
+                          r.skipped ? "skipped" : "applied", k, (double)g0[k], (double)g1[k]);
+            }
+        }
         skipped += r.skipped;
         applied += !r.skipped;
         CHECK_MSG(d2h_calls() - d0 == 1,
@@ -174,10 +206,11 @@ int main(void) {
             g_y[k][i] = mxp_rng_normal(&r);
         }
     for (int n_micro = 1; n_micro <= 2; n_micro++) {
-        steps((variant){MXP_PRECISION_FP32, n_micro, false, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 2});
+        steps((variant){MXP_PRECISION_FP32, n_micro, false, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1, true});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 2, false});
     }
     mxp_dev_stats st;
     mxp_dev_stats_get(&st);
