@@ -29,8 +29,9 @@
  *     non-finite loss, and steps each state by GradScaler's rule; the
  *     table goes up with the control block in one upload, the slots come
  *     back in the one report. (Negative controls, tried: HOLD treated as
- *     OVERFLOW fails case C; the slots summed without the HOLD group's
- *     count fails the skip check.)
+ *     OVERFLOW fails cases C and D; the global 1/scale instead of the
+ *     group's fails the slot and unscale checks; the table uploaded apart
+ *     from the block fails the one-upload check.)
  */
 #include <mixprec/mixprec.h>
 
