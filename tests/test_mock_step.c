@@ -29,6 +29,14 @@
  *   (group 0: it holds), so only group 1 halves and the others keep their
  *   scale (default growth interval: no growth in 6 steps). Checked to fail
  *   with trainer_ls_update reading the slots at a wrong offset;
+ * - one loss scale (mixed_fp16): the scaler's state lives in the control
+ *   block, decide steps it and the host's view takes it from the report:
+ *   the skipped step halves the scale; a state the host sets between steps
+ *   (scale 1024, one clean step from growing) is the one the next step
+ *   uses and grows (1024 -> 2048, tracker 0), still with one upload (the
+ *   state rides in the block's host half, scaler_load). Checked to fail
+ *   with begin not taking scaler_load (the block's stale state comes back:
+ *   its zeros after the first step);
  * - the optimizer step counter the trainer reports (from the report's
  *   control block) counts the applied steps, and the state it exports
  *   matches; set_state writes it back into the control block.
@@ -135,10 +143,29 @@ static void steps(variant v) {
         float g0[MXP_MODEL_MAX_LAYERS], g1[MXP_MODEL_MAX_LAYERS];
         const int ng = v.per_layer ? group_scales(t, g0) : 0;
         mxp_step_result r;
+        mxp_scaler *sc = mxp_trainer_scaler(t);
+        const bool scaled = !v.per_layer && mxp_scaler_get_config(sc)->enabled;
+        const float s0 = mxp_scaler_scale(sc);
+        if (scaled && i == 5) { /* a host write between steps (as a rollback's) */
+            mxp_scaler_state ss;
+            mxp_scaler_get_state(sc, &ss);
+            ss.scale = 1024.0f;
+            ss.growth_tracker = mxp_scaler_get_config(sc)->growth_interval - 1;
+            CHECK_OK(mxp_scaler_set_state(sc, &ss, &err), &err);
+        }
         mxp_model_set_fault(m, i == 3 ? &f : NULL);
         CHECK_OK(mxp_trainer_step(t, mb, v.n_micro, &r, &err), &err);
         CHECK_MSG(r.skipped == (i == 3), "%s%s: step %d %s", name,
                   v.per_layer ? " per-layer" : "", i + 1, r.skipped ? "skipped" : "applied");
+        if (scaled) { /* the block's state, from the report; hand-worked */
+            mxp_scaler_state ss;
+            mxp_scaler_get_state(sc, &ss);
+            const float want = i == 5 ? 2048.0f : r.skipped ? s0 * 0.5f : s0;
+            CHECK_MSG(ss.scale == want && (i != 5 || (r.scale == 1024.0f && ss.growth_tracker == 0)),
+                      "%s step %d: scale %g -> %g (step's %g, tracker %lld); expected %g", name,
+                      i + 1, (double)s0, (double)ss.scale, (double)r.scale,
+                      (long long)ss.growth_tracker, (double)want);
+        }
         if (v.per_layer) { /* decide's rule, from the report; hand-worked */
             CHECK(group_scales(t, g1) == ng && ng >= 2);
             for (int k = 0; k < ng; k++) {

@@ -13,7 +13,10 @@
  *   - per-step scalars in one small control block (mxp_step_ctl, in backend
  *     memory): scale and 1/scale, clip threshold and coefficient, skip
  *     flag, optimizer step and SR counter, the optimizer's constants, the
- *     loss-scaler rule and state, the grad-pass statistics. The host stages
+ *     loss-scaler rule and state (the state's one home: decide steps it,
+ *     the host's mxp_scaler takes it from each report, a host write
+ *     between steps goes back through ctl.scaler_load), the grad-pass
+ *     statistics. The host stages
  *     its half (step_ctl.h, MXP_STEP_CTL_HOST_BYTES) in b->ctl and begin
  *     uploads it at the step boundary; the ops write the other half; the
  *     counters live there between steps (set_counters writes them once, at
@@ -73,8 +76,9 @@ typedef struct mxp_backend_ops {
      * between steps only. */
     mxp_status (*reserve)(mxp_backend *b, int n_groups, size_t bytes, mxp_error *err);
     /* The step boundary: upload the host-written half of b->ctl, preceded
-     * by the ctl.n_groups entries of b->grp_host (one host-to-device copy).
-     * ctl.n_groups above the reserved count: MXP_ERR_STATE. */
+     * by the ctl.n_groups entries of b->grp_host (one host-to-device copy);
+     * then, when ctl.scaler_load, ctl.scaler = ctl.scaler_set in backend
+     * memory. ctl.n_groups above the reserved count: MXP_ERR_STATE. */
     mxp_status (*begin)(mxp_backend *b, mxp_error *err);
     /* Resume: the device's opt_steps and sr_counter (and b->ctl's). */
     mxp_status (*set_counters)(mxp_backend *b, int64_t opt_steps, uint64_t sr_counter,

@@ -97,6 +97,9 @@ static mxp_status cpu_begin(mxp_backend *b, mxp_error *err) {
     const size_t tbl = (size_t)b->grp_reserved * GRP_SZ;
     memcpy(c->stage + c->in_off, &b->ctl, MXP_STEP_CTL_HOST_BYTES);
     mxp_dev_upload(b->grp_in, b->grp_host, tbl + MXP_STEP_CTL_HOST_BYTES);
+    mxp_dev_enter(); /* in backend memory: the host's write of the scaler state */
+    if (b->dev->scaler_load) b->dev->scaler = b->dev->scaler_set;
+    mxp_dev_leave();
     return MXP_OK;
 }
 

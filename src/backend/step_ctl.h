@@ -41,8 +41,17 @@ typedef struct mxp_step_ctl {
     bool nesterov;
     mxp_adamw_consts adamw; /* for step opt_steps + 1 (mxp_adamw_consts_make, host pow) */
     mxp_sgd_consts sgd;     /* for step opt_steps + 1 */
-    bool run_scaler_rule;   /* decide also steps the scaler rule (device backends) */
+    bool run_scaler_rule;   /* decide also steps the scaler rule (`scaler`, `event`) */
     mxp_scaler_rule rule;   /* the scaler's rule; with n_groups > 0 every group's */
+    /* The loss scaler's state lives in `scaler` below (the block as of the
+     * last report is the truth; the host's mxp_scaler is its view). When
+     * the host set its view between steps (resume, rollback, a precision
+     * switch, rank 0's broadcast) it stages that state here with
+     * scaler_load = 1, and begin makes it the block's `scaler` (a copy in
+     * backend memory, no extra transfer). backend/cuda/'s device step sets
+     * its block's scaler itself at its start and does not read these. */
+    int32_t scaler_load;
+    mxp_scaler_rule_state scaler_set;
     /* Gradient beta of the step's parameter-gradient GEMMs: 0 (write "=":
      * the step discarded the gradients; "+=" kernels clear their slice
      * first) or 1 (add). The host stages 0 at the boundary; the passes read

@@ -15,7 +15,11 @@
  * weights and optimizer state untouched. The scaler update closes the step.
  * The pass, the skip/clip decision and the update go through the backend
  * seam (backend/backend.h; the CPU backend today), bit for bit what the
- * trainer computed itself before. The host writes the control block only
+ * trainer computed itself before; the loss scaler's rule runs in decide on
+ * the block's state, which the host's mxp_scaler takes from the report
+ * (mxp_scaler_adopt: the at-min policy and the log stay on the host); a
+ * host write of the scaler between steps goes back at begin (scaler_load).
+ * The host writes the control block only
  * at the step's start (stage_ctl, begin); the passes read the loss scale
  * there and leave their result slots in the backend's report area
  * (nn/step_pass.h); the step's one report brings the block and the slots
@@ -30,6 +34,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "amp/scaler_internal.h"
 #include "backend/devmem.h"
 #include "backend/backend.h"
 #include "kernels/kernels.h"
@@ -154,6 +159,12 @@ static mxp_status check_batches(const mxp_trainer *t, const mxp_batch *micro, in
     return MXP_OK;
 }
 
+static bool rule_state_eq(const mxp_scaler_rule_state *a, const mxp_scaler_rule_state *b) {
+    return a->scale == b->scale && a->growth_tracker == b->growth_tracker &&
+           a->hysteresis_left == b->hysteresis_left && a->overflow_steps == b->overflow_steps &&
+           a->total_steps == b->total_steps && a->steps_at_min == b->steps_at_min;
+}
+
 /* The host-written half of the step's control block (backend/step_ctl.h),
  * staged in the backend's image for begin to upload at the step boundary:
  * the loss scale, the clip threshold, the optimizer's constants for update
@@ -175,9 +186,19 @@ static void stage_ctl(const mxp_trainer *t, mxp_step_ctl *c, float scale, float 
     c->adamw = mxp_adamw_consts_make(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, next);
     c->sgd = (mxp_sgd_consts){c->lr, c->momentum, c->weight_decay, c->nesterov,
                               c->momentum != 0.0f, next <= 1};
-    c->run_scaler_rule = false; /* the CPU keeps mxp_scaler (same rule, plus policy and log) */
     c->grad_beta = 0.0f; /* the step discarded the gradients: micro-batch 0 writes them */
     c->n_groups = 0;     /* per-layer loss scaling: trainer_ls_stage */
+    /* The loss scaler's rule runs in decide on the block's state (per-layer
+     * scaling: the groups' rule instead); the host's view goes back only
+     * when it was set since the last report. */
+    c->run_scaler_rule = t->ls == NULL;
+    c->scaler_load = 0;
+    if (c->run_scaler_rule) {
+        const mxp_scaler_rule_state v = mxp_scaler_rule_state_of(t->scaler);
+        c->rule = mxp_scaler_rule_of(t->scaler);
+        c->scaler_load = !rule_state_eq(&v, &c->scaler); /* c->scaler: the last report's */
+        c->scaler_set = v;
+    }
 }
 
 /* The optimizer through the backend (a no-op when decide chose to skip). */
@@ -327,8 +348,10 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     const double t_scaler = mxp_time_now();
     t->time_s[3] += t_scaler - t_optim;
     mxp_scaler_event ev;
-    mxp_status us = t->ls ? trainer_ls_update(t, be->aux_host, &ev, err) /* decide's rule */
-                          : mxp_scaler_update(t->scaler, found_inf, &ev, err);
+    /* decide's rule, from the report (ranks: the image's replay): the view
+     * takes the state, the host applies the at-min policy and logs */
+    mxp_status us = t->ls ? trainer_ls_update(t, be->aux_host, &ev, err)
+                          : mxp_scaler_adopt(t->scaler, &be->ctl.scaler, &be->ctl.event, &ev, err);
     t->time_s[2] += (t_optim - t_safety) + (mxp_time_now() - t_scaler);
     if (found_inf) {
         if (res->site.found)
