@@ -19,7 +19,10 @@
  *
  * The rule lives in backend/numerics/scaler_rule.h (one home, compiled by
  * gcc here and by nvcc for the device); this file validates, keeps the
- * state, applies the at-min policy and logs.
+ * state, applies the at-min policy and logs. In a trainer the state's home
+ * is the step's control block (backend/step_ctl.h): the backend's decide
+ * runs the rule and the trainer's scaler is the host view that
+ * mxp_scaler_adopt sets from each report (docs/design.md).
  *
  * Extras (all off by default):
  *   - hysteresis H (Megatron-LM DynamicGradScaler, DeepSpeed
