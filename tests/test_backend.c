@@ -116,7 +116,7 @@ static void test_pass_and_decide(mxp_backend *b) {
  * copy of block and aux area. */
 static void test_loss_and_report(mxp_backend *b) {
     enum { STRIDE = 64, NB = 3 };
-    CHECK_OK(b->ops->reserve(b, STRIDE * NB, NULL), NULL);
+    CHECK_OK(b->ops->reserve(b, 0, STRIDE * NB, NULL), NULL);
     CHECK(b->aux != NULL && b->aux_bytes == STRIDE * NB);
     const double vals[3][NB] = {{1.0, 2.0, -3.0}, {1.0, INFINITY, 2.0}, {1.0, 2.0, NAN}};
     for (int c = 0; c < 3; c++) {
@@ -139,7 +139,7 @@ static void test_loss_and_report(mxp_backend *b) {
     }
     /* growing keeps the control block */
     fill(b, 1.0f, 0.0f, 11);
-    CHECK_OK(b->ops->reserve(b, 1 << 16, NULL), NULL);
+    CHECK_OK(b->ops->reserve(b, 0, 1 << 16, NULL), NULL);
     report(b);
     CHECK(b->ctl.opt_steps == 11 && b->ctl.sr_counter == 5000 && b->aux_bytes == 1 << 16);
 }

@@ -8,16 +8,35 @@
  *   mxp_model_tensor_get (one device-to-host transfer counted);
  * - device-to-host transfers per training step, counted by the mock:
  *   exactly ONE (the step's report: the control block with every pass's
- *   result-slot block), on applied and on skipped steps alike (a NaN fault
- *   makes the skip), in fp32 and mixed_fp16, with one and two
- *   micro-batches, with per-layer loss scaling (its unscale and group
- *   rules run on the host inside the step's bracket: no copy) and for an
+ *   result-slot block), on applied and on skipped steps alike (a fault
+ *   armed for step 4 only makes the one skip; before, the fault stayed
+ *   armed and every step was skipped), in fp32 and mixed_fp16, with one and two
+ *   micro-batches, with per-layer loss scaling (the group table goes up
+ *   with the control block, the unscale by group and the groups' rule run
+ *   in the backend, their slots come back in the same report) and for an
  *   ensemble (a slot block per member and micro-batch, same one copy):
  *   the figure docs/design.md states, pinned so that any new host read
  *   inside a step fails here (a second mxp_dev_count in nn_step_pass, or
  *   nn_pass_finish's copy per pass as before, makes it 2 or 3);
- * - exactly one upload per step: the host half of the control block at the
- *   step boundary (begin), nothing mid-step;
+ * - exactly one upload per step: the host half of the control block (and
+ *   the group table) at the step boundary (begin), nothing mid-step (a
+ *   separate upload of the group table, tried, makes it 2);
+ * - per-layer: the group scales the host reads after the step are decide's,
+ *   from the report, against the rule worked by hand: on the skipped step
+ *   a NaN loss (forward fault) halves every group; an Inf in the GELU's
+ *   dX (layer 2, backward fault) reaches the layernorm's parameters (group
+ *   1, the topmost non-finite group: it backs off) and the linear below
+ *   (group 0: it holds), so only group 1 halves and the others keep their
+ *   scale (default growth interval: no growth in 6 steps). Checked to fail
+ *   with trainer_ls_update reading the slots at a wrong offset;
+ * - one loss scale (mixed_fp16): the scaler's state lives in the control
+ *   block, decide steps it and the host's view takes it from the report:
+ *   the skipped step halves the scale; a state the host sets between steps
+ *   (scale 1024, one clean step from growing) is the one the next step
+ *   uses and grows (1024 -> 2048, tracker 0), still with one upload (the
+ *   state rides in the block's host half, scaler_load). Checked to fail
+ *   with begin not taking scaler_load (the block's stale state comes back:
+ *   its zeros after the first step);
  * - the optimizer step counter the trainer reports (from the report's
  *   control block) counts the applied steps, and the state it exports
  *   matches; set_state writes it back into the control block.
@@ -80,7 +99,16 @@ typedef struct variant {
     int n_micro;
     bool per_layer; /* per-layer loss scaling (mixed_fp16 only) */
     int ensemble;   /* members (1: one model) */
+    bool backward;  /* an Inf in layer 2's backward (its dX), else a NaN in layer 1's output */
 } variant;
+
+/* The group scales (per-layer) into s[], their count. */
+static int group_scales(mxp_trainer *t, float *s) {
+    mxp_scaler_groups *g = mxp_trainer_scaler_groups(t);
+    const int n = mxp_scaler_groups_count(g);
+    for (int i = 0; i < n; i++) s[i] = mxp_scaler_scale(mxp_scaler_groups_get(g, i));
+    return n;
+}
 
 static void steps(variant v) {
     mxp_model_spec s = mxp_model_spec_mlp(IN, 32, 2, IN, MXP_LAYER_GELU, true, MXP_LOSS_MSE, B);
@@ -103,17 +131,51 @@ static void steps(variant v) {
     CHECK(!v.per_layer || mxp_trainer_scaler_groups(t) != NULL);
     mxp_batch mb[2] = {{g_x[0], g_y[0], NULL, B}, {g_x[1], g_y[1], NULL, B}};
     mxp_fault_config f = mxp_fault_config_default();
-    f.kind = MXP_FAULT_NAN;
-    f.layer = 1;
-    f.step = 4; /* attempt 4 gets a NaN: a skipped step */
-    f.count = 1;
-    mxp_model_set_fault(m, &f);
+    f.layer = v.backward ? 2 : 1; /* layers: linear, layernorm, gelu, linear, ... */
+    f.pass = v.backward ? MXP_FAULT_BACKWARD : MXP_FAULT_FORWARD;
+    f.kind = v.backward ? MXP_FAULT_INF : MXP_FAULT_NAN;
+    /* armed for step 4 only (the model's fault fires on every training
+     * pass while set; f.step is the guard's): steps 1-3 and 5-6 apply */
     int skipped = 0, applied = 0;
     const char *name = mxp_precision_name(v.p);
     for (int i = 0; i < 6; i++) {
         const int64_t d0 = d2h_calls(), u0 = h2d_calls();
+        float g0[MXP_MODEL_MAX_LAYERS], g1[MXP_MODEL_MAX_LAYERS];
+        const int ng = v.per_layer ? group_scales(t, g0) : 0;
         mxp_step_result r;
+        mxp_scaler *sc = mxp_trainer_scaler(t);
+        const bool scaled = !v.per_layer && mxp_scaler_get_config(sc)->enabled;
+        const float s0 = mxp_scaler_scale(sc);
+        if (scaled && i == 5) { /* a host write between steps (as a rollback's) */
+            mxp_scaler_state ss;
+            mxp_scaler_get_state(sc, &ss);
+            ss.scale = 1024.0f;
+            ss.growth_tracker = mxp_scaler_get_config(sc)->growth_interval - 1;
+            CHECK_OK(mxp_scaler_set_state(sc, &ss, &err), &err);
+        }
+        mxp_model_set_fault(m, i == 3 ? &f : NULL);
         CHECK_OK(mxp_trainer_step(t, mb, v.n_micro, &r, &err), &err);
+        CHECK_MSG(r.skipped == (i == 3), "%s%s: step %d %s", name,
+                  v.per_layer ? " per-layer" : "", i + 1, r.skipped ? "skipped" : "applied");
+        if (scaled) { /* the block's state, from the report; hand-worked */
+            mxp_scaler_state ss;
+            mxp_scaler_get_state(sc, &ss);
+            const float want = i == 5 ? 2048.0f : r.skipped ? s0 * 0.5f : s0;
+            CHECK_MSG(ss.scale == want && (i != 5 || (r.scale == 1024.0f && ss.growth_tracker == 0)),
+                      "%s step %d: scale %g -> %g (step's %g, tracker %lld); expected %g", name,
+                      i + 1, (double)s0, (double)ss.scale, (double)r.scale,
+                      (long long)ss.growth_tracker, (double)want);
+        }
+        if (v.per_layer) { /* decide's rule, from the report; hand-worked */
+            CHECK(group_scales(t, g1) == ng && ng >= 2);
+            for (int k = 0; k < ng; k++) {
+                const bool halves = r.skipped && (!v.backward || k == 1);
+                CHECK_MSG(g1[k] == (halves ? g0[k] * 0.5f : g0[k]),
+                          "per-layer%s step %d (%s): group %d scale %g -> %g",
+                          v.backward ? " backward fault" : "", i + 1,
+                          r.skipped ? "skipped" : "applied", k, (double)g0[k], (double)g1[k]);
+            }
+        }
         skipped += r.skipped;
         applied += !r.skipped;
         CHECK_MSG(d2h_calls() - d0 == 1,
@@ -125,7 +187,8 @@ static void steps(variant v) {
                   (long long)(h2d_calls() - u0));
         CHECK_MSG(r.skipped || isfinite(r.loss), "%s: step %d loss %g", name, i + 1, r.loss);
     }
-    CHECK_MSG(skipped >= 1, "%s: the NaN fault skipped no step", name);
+    CHECK_MSG(skipped == 1 && applied == 5, "%s: %d steps skipped, %d applied; expected 1, 5",
+              name, skipped, applied);
     mxp_train_stats ts;
     mxp_trainer_stats(t, &ts);
     mxp_trainer_state st;
@@ -174,10 +237,11 @@ int main(void) {
             g_y[k][i] = mxp_rng_normal(&r);
         }
     for (int n_micro = 1; n_micro <= 2; n_micro++) {
-        steps((variant){MXP_PRECISION_FP32, n_micro, false, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1});
-        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 2});
+        steps((variant){MXP_PRECISION_FP32, n_micro, false, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1, false});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, true, 1, true});
+        steps((variant){MXP_PRECISION_MIXED_FP16, n_micro, false, 2, false});
     }
     mxp_dev_stats st;
     mxp_dev_stats_get(&st);

@@ -20,16 +20,30 @@
  *     to per_layer=false over several steps (option off = the old path);
  *   - the guard's in-memory snapshot restores the group scales; a checkpoint
  *     keeps them ("scaler_groups" metadata) and a bad value is refused;
- *   - data parallelism is refused with an error naming the key.
+ *   - data parallelism is refused with an error naming the key;
+ *   - the backend's half (backend/backend.h, step_ctl.h), against
+ *     hand-worked outcomes and states: the grad pass unscales each group
+ *     by its own 1/s (power-of-two scales: exact) into its slot, decide
+ *     gives the topmost non-finite group OVERFLOW, the non-finite groups
+ *     below it HOLD, the finite ones CLEAN, every group OVERFLOW on a
+ *     non-finite loss, and steps each state by GradScaler's rule; the
+ *     table goes up with the control block in one upload, the slots come
+ *     back in the one report. (Negative controls, tried: HOLD treated as
+ *     OVERFLOW fails cases C and D; the global 1/scale instead of the
+ *     group's fails the slot and unscale checks; the table uploaded apart
+ *     from the block fails the one-upload check.)
  */
 #include <mixprec/mixprec.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "backend/devmem.h"
 #include "testutil.h"
 
 #define IN 12
@@ -408,6 +422,102 @@ static void test_checkpoint(void) {
     free_rig(&q);
 }
 
+/* The backend's per-group pass and rule over 3 groups of 10 gradients. */
+static void test_backend_groups(void) {
+    enum { NG = 3, PER = 10, NP = NG * PER };
+    mxp_error err = {0};
+    mxp_backend *b = NULL;
+    CHECK_OK(mxp_backend_cpu_create(&b, &err), &err);
+    if (!b) return;
+    float *g = mxp_dev_calloc(NP, sizeof(float));
+    mxp_dev_enter(); /* the ops and the test's reads of g: one backend bracket
+                        (MIXPREC_MOCK_DEVICE=1 protects g outside) */
+    const size_t gbytes = mxp_step_groups_out_bytes(NG);
+    CHECK_OK(b->ops->reserve(b, NG, gbytes + 64, &err), &err);
+    CHECK(b->grp_reserved == NG);
+    /* case: non-finite group (its first gradient Inf), loss NaN; expected
+     * outcome, then scale exponent, growth tracker and total steps per group
+     * (growth interval 2, backoff 1/2: worked by hand from the start
+     * 2^4, 2^7, 2^10, trackers 0) */
+    static const struct {
+        int bad[NG];
+        bool loss_bad;
+        int outcome[NG], exp2[NG], tracker[NG], total[NG];
+    } cs[] = {
+        {{0, 0, 0}, false, {0, 0, 0}, {4, 7, 10}, {1, 1, 1}, {1, 1, 1}}, /* A: clean */
+        {{0, 1, 0}, false, {0, 1, 0}, {5, 6, 11}, {0, 0, 0}, {2, 2, 2}}, /* B: 0, 2 grow */
+        {{1, 0, 1}, false, {2, 0, 1}, {5, 6, 10}, {0, 1, 0}, {2, 3, 3}}, /* C: 0 holds */
+        {{0, 0, 0}, true, {1, 1, 1}, {4, 5, 9}, {0, 0, 0}, {3, 4, 4}},   /* D: NaN loss */
+    };
+    mxp_scaler_rule_state st[NG];
+    for (int i = 0; i < NG; i++) st[i] = (mxp_scaler_rule_state){ldexpf(1.0f, 4 + 3 * i), 0, 1, 0, 0, 0};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        mxp_step_ctl *ctl = &b->ctl;
+        memset(ctl, 0, MXP_STEP_CTL_HOST_BYTES);
+        ctl->n_groups = NG;
+        ctl->rule = (mxp_scaler_rule){true, 2.0, 0.5, 2, 1, FLT_MIN, INFINITY};
+        for (int i = 0; i < NG; i++)
+            b->grp_host[i] = (mxp_step_group_in){st[i].scale, 1.0f / st[i].scale,
+                                                 (uint64_t)i * PER, PER, st[i]};
+        mxp_dev_stats d0, d1;
+        mxp_dev_stats_get(&d0);
+        CHECK_OK(b->ops->begin(b, &err), &err);
+        mxp_dev_enter(); /* the test's writes into backend memory */
+        for (int i = 0; i < NG; i++)
+            for (int j = 0; j < PER; j++)
+                g[i * PER + j] = j == 0 && cs[c].bad[i] ? INFINITY : (float)(j + 1) * st[i].scale;
+        double loss = cs[c].loss_bad ? NAN : 0.5;
+        memcpy((unsigned char *)b->aux + gbytes, &loss, sizeof loss);
+        mxp_dev_leave();
+        CHECK_OK(b->ops->grad_pass(b, g, NP, 1e30f, &err), &err);
+        const double *ls = (const double *)(const void *)((unsigned char *)b->aux + gbytes);
+        CHECK_OK(b->ops->check_loss(b, ls, 64, 1, &err), &err);
+        CHECK_OK(b->ops->decide(b, false, NP, &err), &err);
+        CHECK_OK(b->ops->report(b, NULL, &err), &err);
+        mxp_dev_stats_get(&d1);
+        CHECK_MSG(d1.h2d_calls - d0.h2d_calls == 1 && d1.d2h_calls - d0.d2h_calls == 1,
+                  "case %zu: %lld uploads, %lld downloads; expected 1 and 1", c,
+                  (long long)(d1.h2d_calls - d0.h2d_calls), (long long)(d1.d2h_calls - d0.d2h_calls));
+        const mxp_step_group_out *out = b->aux_host;
+        int64_t bad = 0;
+        for (int i = 0; i < NG; i++) {
+            bad += cs[c].bad[i];
+            CHECK_MSG(out[i].stats.n == PER && out[i].stats.nonfinite == cs[c].bad[i] &&
+                          out[i].stats.absmax == (float)PER,
+                      "case %zu group %d: n %lld nonfinite %lld absmax %g", c, i,
+                      (long long)out[i].stats.n, (long long)out[i].stats.nonfinite,
+                      (double)out[i].stats.absmax);
+            CHECK_MSG(out[i].outcome == cs[c].outcome[i] &&
+                          out[i].state.scale == ldexpf(1.0f, cs[c].exp2[i]) &&
+                          out[i].state.growth_tracker == cs[c].tracker[i] &&
+                          out[i].state.total_steps == cs[c].total[i],
+                      "case %zu group %d: outcome %d scale %g tracker %lld total %lld; "
+                      "expected %d 2^%d %d %d", c, i, (int)out[i].outcome,
+                      (double)out[i].state.scale, (long long)out[i].state.growth_tracker,
+                      (long long)out[i].state.total_steps, cs[c].outcome[i], cs[c].exp2[i],
+                      cs[c].tracker[i], cs[c].total[i]);
+            st[i] = out[i].state; /* the host takes decide's state */
+        }
+        CHECK(b->ctl.stats.nonfinite == bad && b->ctl.stats.n == NP);
+        CHECK(b->ctl.skip == (bad > 0 || cs[c].loss_bad));
+        mxp_dev_enter(); /* each group divided by its own scale: exact */
+        int wrong = 0;
+        for (int i = 0; i < NG; i++)
+            for (int j = cs[c].bad[i] ? 1 : 0; j < PER; j++) wrong += g[i * PER + j] != (float)(j + 1);
+        mxp_dev_leave();
+        CHECK_MSG(wrong == 0, "case %zu: %d gradients not unscaled by their group", c, wrong);
+    }
+    /* a range outside the slab, and more groups than reserved, are refused */
+    b->grp_host[2].cnt = PER + 1;
+    CHECK_OK(b->ops->begin(b, &err), &err);
+    CHECK(b->ops->grad_pass(b, g, NP, 1e30f, &err) == MXP_ERR_INVALID_ARG);
+    b->ctl.n_groups = NG + 1;
+    CHECK(b->ops->begin(b, &err) == MXP_ERR_STATE);
+    mxp_dev_leave();
+    mxp_dev_free(g);
+    mxp_backend_destroy(b);
+}
+
 static void test_config_key(void) {
     mxp_config_builder *b = NULL;
     mxp_error err = {0};
@@ -434,6 +544,7 @@ int main(void) {
     test_same_as_global();
     test_guard_snapshot();
     test_checkpoint();
+    test_backend_groups();
     test_config_key();
     return test_finish("test_scaler_groups");
 }

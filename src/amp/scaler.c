@@ -2,7 +2,9 @@
  *
  * Entry points: mxp_scaler_config_default / _validate, mxp_scaler_create /
  * _destroy, mxp_scaler_update, mxp_scaler_scale / _inv_scale,
- * mxp_scaler_get_state / _set_state, mxp_scale_floor_policy_name / _parse.
+ * mxp_scaler_get_state / _set_state, mxp_scale_floor_policy_name / _parse;
+ * internal (amp/scaler_internal.h): mxp_scaler_rule_of / _rule_state_of,
+ * mxp_scaler_adopt (a step the rule took elsewhere: a backend's decide).
  *
  * Update rule (PyTorch torch.amp.GradScaler, the single-thread kernel
  * _amp_update_scale_cuda_kernel in aten/src/ATen/native/cuda/AmpKernels.cu):
@@ -17,7 +19,10 @@
  *
  * The rule lives in backend/numerics/scaler_rule.h (one home, compiled by
  * gcc here and by nvcc for the device); this file validates, keeps the
- * state, applies the at-min policy and logs.
+ * state, applies the at-min policy and logs. In a trainer the state's home
+ * is the step's control block (backend/step_ctl.h): the backend's decide
+ * runs the rule and the trainer's scaler is the host view that
+ * mxp_scaler_adopt sets from each report (docs/design.md).
  *
  * Extras (all off by default):
  *   - hysteresis H (Megatron-LM DynamicGradScaler, DeepSpeed
@@ -50,7 +55,7 @@
 
 #include <mixprec/amp.h>
 
-#include "backend/numerics/scaler_rule.h"
+#include "amp/scaler_internal.h"
 
 struct mxp_scaler {
     mxp_scaler_config cfg;
@@ -205,40 +210,44 @@ const mxp_scaler_config *mxp_scaler_get_config(const mxp_scaler *s)
 
 /* ---- update ------------------------------------------------------------ */
 
-/* Contract: advances the state by one step (see the file comment for the
- * rule). ev (may be NULL) receives what happened. Returns MXP_OK, or
- * MXP_ERR_NONFINITE under the ERROR policy when an overflow hits the floor;
- * the state is updated in both cases. */
-mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev,
-                             mxp_error *err)
+/* The rule's view of the scaler (amp/scaler_internal.h). */
+mxp_scaler_rule mxp_scaler_rule_of(const mxp_scaler *s)
 {
-    mxp_scaler_event e = {0};
-    if (s == NULL) {
-        if (ev) *ev = e;
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_scaler_update: scaler is NULL");
-    }
+    const mxp_scaler_config *c = &s->cfg;
+    mxp_scaler_rule rule = {c->enabled, c->growth_factor, c->backoff_factor,
+                            c->growth_interval, c->hysteresis, s->floor, c->max_scale};
+    return rule;
+}
+
+mxp_scaler_rule_state mxp_scaler_rule_state_of(const mxp_scaler *s)
+{
+    const mxp_scaler_state *st = &s->st;
+    mxp_scaler_rule_state rs = {st->scale, st->growth_tracker, st->hysteresis_left,
+                                st->overflow_steps, st->total_steps, st->steps_at_min};
+    return rs;
+}
+
+/* Contract (amp/scaler_internal.h): takes the state the rule left (here or
+ * in a backend's decide) and applies the at-min policy and the log line. */
+mxp_status mxp_scaler_adopt(mxp_scaler *s, const mxp_scaler_rule_state *rs,
+                            const mxp_scaler_rule_event *re, mxp_scaler_event *ev,
+                            mxp_error *err)
+{
     mxp_scaler_state *st = &s->st;
     const mxp_scaler_config *c = &s->cfg;
     mxp_status ret = MXP_OK;
-
-    /* The rule itself: backend/numerics/scaler_rule.h (shared with the
-     * device); here only the policy's consequences and the log line. */
-    mxp_scaler_rule rule = {c->enabled, c->growth_factor, c->backoff_factor,
-                            c->growth_interval, c->hysteresis, s->floor, c->max_scale};
-    mxp_scaler_rule_state rs = {st->scale, st->growth_tracker, st->hysteresis_left,
-                                st->overflow_steps, st->total_steps, st->steps_at_min};
-    mxp_scaler_rule_event re = mxp_scaler_rule_step(&rule, &rs, found_inf);
-    st->scale = rs.scale;
-    st->growth_tracker = rs.growth_tracker;
-    st->hysteresis_left = rs.hysteresis_left;
-    st->overflow_steps = rs.overflow_steps;
-    st->total_steps = rs.total_steps;
-    st->steps_at_min = rs.steps_at_min;
-    e.old_scale = re.old_scale;
-    e.overflow = re.overflow;
-    e.backed_off = re.backed_off;
-    e.grew = re.grew;
-    e.at_min = re.at_min;
+    mxp_scaler_event e = {0};
+    st->scale = rs->scale;
+    st->growth_tracker = rs->growth_tracker;
+    st->hysteresis_left = rs->hysteresis_left;
+    st->overflow_steps = rs->overflow_steps;
+    st->total_steps = rs->total_steps;
+    st->steps_at_min = rs->steps_at_min;
+    e.old_scale = re->old_scale;
+    e.overflow = re->overflow;
+    e.backed_off = re->backed_off;
+    e.grew = re->grew;
+    e.at_min = re->at_min;
     if (e.at_min) {
         if (c->at_min == MXP_SCALE_FLOOR_FALLBACK) {
             e.fallback = true;
@@ -259,6 +268,25 @@ mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev
                 (long long)st->total_steps);
     if (ev) *ev = e;
     return ret;
+}
+
+/* Contract: advances the state by one step (see the file comment for the
+ * rule). ev (may be NULL) receives what happened. Returns MXP_OK, or
+ * MXP_ERR_NONFINITE under the ERROR policy when an overflow hits the floor;
+ * the state is updated in both cases. */
+mxp_status mxp_scaler_update(mxp_scaler *s, bool found_inf, mxp_scaler_event *ev,
+                             mxp_error *err)
+{
+    if (s == NULL) {
+        if (ev) *ev = (mxp_scaler_event){0};
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_scaler_update: scaler is NULL");
+    }
+    /* The rule itself: backend/numerics/scaler_rule.h (shared with the
+     * device); then the policy's consequences and the log line (adopt). */
+    const mxp_scaler_rule rule = mxp_scaler_rule_of(s);
+    mxp_scaler_rule_state rs = mxp_scaler_rule_state_of(s);
+    const mxp_scaler_rule_event re = mxp_scaler_rule_step(&rule, &rs, found_inf);
+    return mxp_scaler_adopt(s, &rs, &re, ev, err);
 }
 
 /* ---- state ------------------------------------------------------------- */

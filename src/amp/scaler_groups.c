@@ -2,7 +2,8 @@
  * scaler per parameter group.
  *
  * Entry points: mxp_scaler_groups_create / _destroy / _count / _get /
- * _get_const / _min_scale / _update (amp.h).
+ * _get_const / _min_scale / _update (amp.h); _adopt (amp/scaler_internal.h:
+ * the states a backend's decide left, train/layer_scale.c).
  *
  * Reference: X. Zhao et al., "Adaptive Loss Scaling for Mixed Precision
  * Training", arXiv 1910.12385 (one scale per layer, so that the gradients of
@@ -15,6 +16,8 @@
  * scales for the backward pass and unscales each group by its own 1/s.
  */
 #include <mixprec/amp.h>
+
+#include "amp/scaler_internal.h"
 
 struct mxp_scaler_groups {
     int n;
@@ -77,9 +80,51 @@ float mxp_scaler_groups_min_scale(const mxp_scaler_groups *g) {
     return m;
 }
 
-/* Contract: group i advances once by outcome[i] (HOLD: untouched); the
- * summary event ORs the flags and reports the smallest scale before and
- * after. */
+/* Group i takes *st / *re by outcome o into the summary (HOLD: untouched;
+ * an invalid outcome: the first error). */
+static void adopt_one(mxp_scaler_groups *g, int i, mxp_group_outcome o,
+                      const mxp_scaler_rule_state *st, const mxp_scaler_rule_event *re,
+                      mxp_scaler_event *sum, mxp_status *ret, mxp_error *err) {
+    if ((unsigned)o >= MXP_GROUP_OUTCOME_COUNT && *ret == MXP_OK)
+        *ret = mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "group %d outcome %d; accepted: clean, overflow, hold", i, (int)o);
+    if (o != MXP_GROUP_CLEAN && o != MXP_GROUP_OVERFLOW) {
+        sum->overflow |= o == MXP_GROUP_HOLD;
+        return;
+    }
+    mxp_scaler_event e;
+    mxp_error e2 = {0};
+    mxp_status s = mxp_scaler_adopt(g->s[i], st, re, &e, &e2);
+    if (s != MXP_OK && *ret == MXP_OK)
+        *ret = mxp_error_set(err, s, "parameter group %d: %s", i, e2.msg);
+    sum->overflow |= e.overflow;
+    sum->backed_off |= e.backed_off;
+    sum->grew |= e.grew;
+    sum->at_min |= e.at_min;
+    sum->fallback |= e.fallback;
+}
+
+/* Contract (amp/scaler_internal.h): group i takes st[i] / re[i] when its
+ * outcome is CLEAN or OVERFLOW (HOLD: untouched); the summary event ORs the
+ * flags and reports the smallest scale before and after. */
+mxp_status mxp_scaler_groups_adopt(mxp_scaler_groups *g, const mxp_group_outcome *outcome,
+                                   const mxp_scaler_rule_state *st,
+                                   const mxp_scaler_rule_event *re, mxp_scaler_event *ev,
+                                   mxp_error *err) {
+    if (!g || !outcome || !st || !re)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "mxp_scaler_groups_adopt: NULL argument");
+    mxp_scaler_event sum = {0};
+    sum.old_scale = mxp_scaler_groups_min_scale(g);
+    mxp_status ret = MXP_OK;
+    for (int i = 0; i < g->n; i++) adopt_one(g, i, outcome[i], &st[i], &re[i], &sum, &ret, err);
+    sum.new_scale = mxp_scaler_groups_min_scale(g);
+    if (ev) *ev = sum;
+    return ret;
+}
+
+/* Contract: group i advances once by outcome[i] (HOLD: untouched): the
+ * rule here, then what mxp_scaler_groups_adopt does with the states a
+ * backend's decide hands back. */
 mxp_status mxp_scaler_groups_update(mxp_scaler_groups *g, const mxp_group_outcome *outcome,
                                     mxp_scaler_event *ev, mxp_error *err) {
     if (!g || !outcome)
@@ -88,24 +133,13 @@ mxp_status mxp_scaler_groups_update(mxp_scaler_groups *g, const mxp_group_outcom
     sum.old_scale = mxp_scaler_groups_min_scale(g);
     mxp_status ret = MXP_OK;
     for (int i = 0; i < g->n; i++) {
-        if ((unsigned)outcome[i] >= MXP_GROUP_OUTCOME_COUNT && ret == MXP_OK)
-            ret = mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                                "group %d outcome %d; accepted: clean, overflow, hold", i,
-                                (int)outcome[i]);
-        if (outcome[i] != MXP_GROUP_CLEAN && outcome[i] != MXP_GROUP_OVERFLOW) {
-            sum.overflow |= outcome[i] == MXP_GROUP_HOLD;
-            continue;
+        mxp_scaler_rule_state st = mxp_scaler_rule_state_of(g->s[i]);
+        mxp_scaler_rule_event re = {0};
+        if (outcome[i] == MXP_GROUP_CLEAN || outcome[i] == MXP_GROUP_OVERFLOW) {
+            const mxp_scaler_rule rule = mxp_scaler_rule_of(g->s[i]);
+            re = mxp_scaler_rule_step(&rule, &st, outcome[i] == MXP_GROUP_OVERFLOW);
         }
-        mxp_scaler_event e;
-        mxp_error e2 = {0};
-        mxp_status s = mxp_scaler_update(g->s[i], outcome[i] == MXP_GROUP_OVERFLOW, &e, &e2);
-        if (s != MXP_OK && ret == MXP_OK)
-            ret = mxp_error_set(err, s, "parameter group %d: %s", i, e2.msg);
-        sum.overflow |= e.overflow;
-        sum.backed_off |= e.backed_off;
-        sum.grew |= e.grew;
-        sum.at_min |= e.at_min;
-        sum.fallback |= e.fallback;
+        adopt_one(g, i, outcome[i], &st, &re, &sum, &ret, err);
     }
     sum.new_scale = mxp_scaler_groups_min_scale(g);
     if (ev) *ev = sum;

@@ -3,10 +3,11 @@
  *
  * Entry points: mxp_backend_cpu_create, mxp_backend_destroy,
  * mxp_backend_decide_rule.
- * The control block and the aux area (a step's result slots) are one
- * region of backend memory (backend/devmem.h: unreadable by the host
- * outside backend calls on the mock device); begin uploads the host-written
- * half of b->ctl into it, the ops read and write it there (they run inside
+ * The group table's host half, the control block and the aux area (a
+ * step's result slots) are one region of backend memory, in that order
+ * (backend/devmem.h: unreadable by the host outside backend calls on the
+ * mock device); begin uploads the staged table and the host-written half
+ * of b->ctl into it in one copy, the ops read and write it there (they run inside
  * the caller's backend bracket, synchronously), report downloads the block
  * and the aux area in one counted copy. The arithmetic is the trainer's
  * before the seam existed, operation for operation (unscale_stats, clip by
@@ -21,24 +22,47 @@
 
 #include "kernels/kernels.h"
 
-/* The CPU backend: the public part, then its host staging of the report. */
+/* The CPU backend: the public part, then its region and host staging. */
 typedef struct cpu_backend {
     mxp_backend b;
-    unsigned char *stage; /* host: AUX_OFF + aux_bytes, the report's copy */
+    unsigned char *base;  /* backend memory: in_off + AUX_OFF + cap bytes */
+    unsigned char *stage; /* host: the same layout (begin's upload, the report's copy) */
+    size_t in_off;        /* the group table's room, ending at the control block */
     size_t cap;           /* aux bytes the region and stage hold */
+    int gcap;             /* group table entries the region holds */
 } cpu_backend;
 
 /* The aux area's offset after the control block (64-byte aligned). */
 #define AUX_OFF ((sizeof(mxp_step_ctl) + 63) / 64 * 64)
+#define GRP_SZ sizeof(mxp_step_group_in)
 
-static mxp_status cpu_reserve(mxp_backend *b, size_t bytes, mxp_error *err) {
+/* Point the public pointers at the region: n table entries ending right
+ * where the control block starts (so begin uploads both in one copy). */
+static void place(cpu_backend *c, int n, size_t bytes) {
+    mxp_backend *b = &c->b;
+    b->dev = (mxp_step_ctl *)(void *)(c->base + c->in_off);
+    b->aux = c->base + c->in_off + AUX_OFF;
+    b->aux_bytes = bytes;
+    b->grp_in = (mxp_step_group_in *)(void *)(c->base + c->in_off - (size_t)n * GRP_SZ);
+    b->grp_host = (mxp_step_group_in *)(void *)(c->stage + c->in_off - (size_t)n * GRP_SZ);
+    b->grp_reserved = n;
+}
+
+static mxp_status cpu_reserve(mxp_backend *b, int n_groups, size_t bytes, mxp_error *err) {
     cpu_backend *c = (cpu_backend *)b;
-    if (bytes <= c->cap) {
-        b->aux_bytes = bytes;
+    if (n_groups < 0 || n_groups > MXP_STEP_MAX_GROUPS)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "backend report area: %d loss-scale groups; accepted: 0..%d",
+                             n_groups, MXP_STEP_MAX_GROUPS);
+    if (bytes <= c->cap && n_groups <= c->gcap) {
+        place(c, n_groups, bytes);
         return MXP_OK;
     }
+    const size_t cap = bytes > c->cap ? bytes : c->cap;
+    const int gcap = n_groups > c->gcap ? n_groups : c->gcap;
+    const size_t in_off = ((size_t)gcap * GRP_SZ + 63) / 64 * 64;
     size_t total;
-    if (!mxp_size_add(bytes, AUX_OFF, &total))
+    if (!mxp_size_add(cap, AUX_OFF + in_off, &total))
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "backend report area: %zu bytes", bytes);
     unsigned char *dev = mxp_dev_alloc(total), *stage = mxp_calloc(total, 1);
     if (!dev || !stage) {
@@ -48,20 +72,34 @@ static mxp_status cpu_reserve(mxp_backend *b, size_t bytes, mxp_error *err) {
                              total);
     }
     mxp_dev_enter(); /* device to device: the control block carries over */
-    if (b->dev) memcpy(dev, b->dev, sizeof(mxp_step_ctl));
+    memcpy(dev + in_off, b->dev, sizeof(mxp_step_ctl));
     mxp_dev_leave();
-    mxp_dev_free(b->dev);
+    mxp_dev_free(c->base);
     mxp_free(c->stage);
-    b->dev = (mxp_step_ctl *)(void *)dev;
-    b->aux = dev + AUX_OFF;
+    c->base = dev;
     c->stage = stage;
-    c->cap = bytes;
-    b->aux_bytes = bytes;
+    c->in_off = in_off;
+    c->cap = cap;
+    c->gcap = gcap;
+    place(c, n_groups, bytes);
     return MXP_OK;
 }
 
+/* One upload: the reserved group entries staged in b->grp_host, then the
+ * host half of b->ctl, contiguous in the stage as in the region. */
 static mxp_status cpu_begin(mxp_backend *b, mxp_error *err) {
-    mxp_dev_upload(b->dev, &b->ctl, MXP_STEP_CTL_HOST_BYTES);
+    cpu_backend *c = (cpu_backend *)b;
+    if (b->ctl.n_groups < 0 || b->ctl.n_groups > b->grp_reserved)
+        return mxp_error_set(err, MXP_ERR_STATE,
+                             "backend begin: control block n_groups=%d; accepted: 0..%d "
+                             "(the groups reserve made room for)",
+                             (int)b->ctl.n_groups, b->grp_reserved);
+    const size_t tbl = (size_t)b->grp_reserved * GRP_SZ;
+    memcpy(c->stage + c->in_off, &b->ctl, MXP_STEP_CTL_HOST_BYTES);
+    mxp_dev_upload(b->grp_in, b->grp_host, tbl + MXP_STEP_CTL_HOST_BYTES);
+    mxp_dev_enter(); /* in backend memory: the host's write of the scaler state */
+    if (b->dev->scaler_load) b->dev->scaler = b->dev->scaler_set;
+    mxp_dev_leave();
     return MXP_OK;
 }
 
@@ -77,12 +115,55 @@ static mxp_status cpu_set_counters(mxp_backend *b, int64_t opt_steps, uint64_t s
     return MXP_OK;
 }
 
+static mxp_gradpass_acc acc_of(const mxp_grad_stats *gs) {
+    return (mxp_gradpass_acc){gs->n, gs->nonfinite, gs->zeros, gs->near_overflow, gs->sumsq,
+                              gs->absmax};
+}
+
+/* Per-layer loss scaling: one pass per group with its own 1/scale into
+ * its slot, then the sum in group order (the trainer's host loop before
+ * the seam took it, term for term). */
+static mxp_status grad_pass_groups(mxp_backend *b, float *g, size_t n, float near_at,
+                                   mxp_error *err) {
+    const int32_t ng = b->dev->n_groups;
+    const mxp_step_group_in *in = b->grp_in;
+    mxp_step_group_out *out = b->aux;
+    if (mxp_step_groups_out_bytes(ng) > b->aux_bytes)
+        return mxp_error_set(err, MXP_ERR_STATE,
+                             "backend grad pass: %d group slots do not fit the %zu aux bytes "
+                             "reserved", (int)ng, b->aux_bytes);
+    for (int32_t i = 0; i < ng; i++)
+        if (in[i].off > n || in[i].cnt > n - in[i].off)
+            return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                                 "backend grad pass: group %d range [%llu, +%llu) outside the "
+                                 "%zu gradients; accepted: inside", (int)i,
+                                 (unsigned long long)in[i].off, (unsigned long long)in[i].cnt, n);
+    const mxp_kernels *k = mxp_kernels_get();
+    for (int32_t i = 0; i < ng; i++) { /* the passes: results into slots only */
+        mxp_grad_stats gs;
+        k->unscale_stats(g + in[i].off, (size_t)in[i].cnt, in[i].inv_scale, near_at, &gs);
+        out[i].stats = acc_of(&gs);
+    }
+    mxp_gradpass_acc sum = {0, 0, 0, 0, 0.0, 0.0f};
+    for (int32_t i = 0; i < ng; i++) { /* then the sum, in group order */
+        const mxp_gradpass_acc q = out[i].stats;
+        sum.n += q.n;
+        sum.nonfinite += q.nonfinite;
+        sum.zeros += q.zeros;
+        sum.near_overflow += q.near_overflow;
+        sum.sumsq += q.sumsq;
+        if (q.absmax > sum.absmax) sum.absmax = q.absmax;
+    }
+    b->dev->stats = sum;
+    return MXP_OK;
+}
+
 static mxp_status cpu_grad_pass(mxp_backend *b, float *g, size_t n, float near_at,
                                 mxp_error *err) {
+    if (b->dev->n_groups > 0) return grad_pass_groups(b, g, n, near_at, err);
     mxp_grad_stats gs;
     mxp_kernels_get()->unscale_stats(g, n, b->dev->inv_scale, near_at, &gs);
-    b->dev->stats = (mxp_gradpass_acc){gs.n, gs.nonfinite, gs.zeros, gs.near_overflow,
-                                       gs.sumsq, gs.absmax};
+    b->dev->stats = acc_of(&gs);
     return MXP_OK;
 }
 
@@ -112,7 +193,10 @@ void mxp_backend_decide_rule(mxp_step_ctl *c, bool extra_inf, uint64_t n_params)
 }
 
 static mxp_status cpu_decide(mxp_backend *b, bool extra_inf, uint64_t n_params, mxp_error *err) {
-    mxp_backend_decide_rule(b->dev, extra_inf, n_params);
+    mxp_step_ctl *c = b->dev;
+    mxp_backend_decide_rule(c, extra_inf, n_params);
+    if (c->n_groups > 0) /* grad_pass checked that the slots fit */
+        mxp_step_groups_decide(&c->rule, b->grp_in, b->aux, c->n_groups, c->loss_nonfinite != 0);
     return MXP_OK;
 }
 
@@ -152,16 +236,17 @@ static mxp_status cpu_report(mxp_backend *b, mxp_step_ctl *out, mxp_error *err) 
     cpu_backend *c = (cpu_backend *)b;
     b->d2h_reports++;
     /* the step's one device-to-host copy: control block and aux area */
-    mxp_dev_download(c->stage, b->dev, AUX_OFF + b->aux_bytes);
-    memcpy(&b->ctl, c->stage, sizeof b->ctl);
-    b->aux_host = c->stage + AUX_OFF;
+    unsigned char *img = c->stage + c->in_off;
+    mxp_dev_download(img, b->dev, AUX_OFF + b->aux_bytes);
+    memcpy(&b->ctl, img, sizeof b->ctl);
+    b->aux_host = img + AUX_OFF;
     if (out) *out = b->ctl;
     return MXP_OK;
 }
 
 static void cpu_destroy(mxp_backend *b) {
     cpu_backend *c = (cpu_backend *)b;
-    mxp_dev_free(b->dev);
+    mxp_dev_free(c->base);
     mxp_free(c->stage);
     mxp_free(c);
 }
@@ -195,9 +280,9 @@ mxp_status mxp_backend_cpu_create(mxp_backend **out, mxp_error *err) {
         mxp_free(c);
         return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "CPU backend control block");
     }
-    c->b.dev = (mxp_step_ctl *)(void *)dev;
-    c->b.aux = dev + AUX_OFF;
+    c->base = dev;
     c->stage = stage;
+    place(c, 0, 0);
     *out = &c->b;
     return MXP_OK;
 }

@@ -72,7 +72,7 @@ void nn_gauss_loss(mxp_model *m, const float *pred, const float *y, int64_t B,
     if (dpred32) {
         dbounds = m->grads + nn_gauss_bounds_off(m);
         /* the first backward after a discard writes every gradient */
-        if (m->grads_stale) memset(dbounds, 0, 2 * (size_t)D * sizeof(float));
+        if (nn_loss_grad_writes(m)) memset(dbounds, 0, 2 * (size_t)D * sizeof(float));
     }
     m->k->gauss_nll(dpred32, dbounds, pred, y, bounds, B, D, loss_scale, loss);
 }

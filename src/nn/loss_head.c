@@ -107,7 +107,7 @@ void nn_head_loss(mxp_model *m, const float *pred, const float *y, int64_t B, fl
     if (dpred32 && gauss) {
         dbounds = m->grads + nn_gauss_bounds_off(m);
         /* the first backward after a discard writes every gradient */
-        if (m->grads_stale) memset(dbounds, 0, 2 * (size_t)K * sizeof(float));
+        if (nn_loss_grad_writes(m)) memset(dbounds, 0, 2 * (size_t)K * sizeof(float));
     }
     m->k->head_loss(dpred32, dbounds, pred, y, bounds, m->tw, B, K, T, loss_scale, loss);
 }

@@ -768,7 +768,7 @@ void mxp_model_discard_grads(mxp_model *m) {
 }
 
 void nn_grad_zero(mxp_model *m, size_t off, size_t n) {
-    if (m->grad_write) memset(m->grads + off, 0, n * sizeof(float));
+    if (nn_grad_beta(m) == 0.0f) memset(m->grads + off, 0, n * sizeof(float));
 }
 
 int mxp_model_num_tensors(const mxp_model *m) { return m->n_tensors; }

@@ -185,6 +185,10 @@ struct mxp_model {
     bool grad_write;           /* inside that backward: parameter gradients are written
                                   ("=": GEMM beta 0, slices of "+=" kernels zeroed
                                   first, nn_grad_beta / nn_grad_zero), not added */
+    const float *ctl_beta;     /* inside a trainer step's pass (step_pass.c): the
+                                  control block's grad_beta in backend memory
+                                  (backend/step_ctl.h), which decides write or add
+                                  instead of the host flags; NULL otherwise */
     int ens;                   /* ensemble members E >= 1 (spec.ensemble; ensemble.c) */
     size_t ens_p1;             /* parameters per member (P / E) */
     int ens_member;            /* inside a member's pass: its index (the layers'
@@ -369,13 +373,23 @@ static inline uint64_t nn_ens_all(int E) { return E >= 64 ? ~0ull : (1ull << E) 
  * mxp_model_discard_grads WRITES it instead (m->grad_write), so no pass
  * zeroes the slab. Every layer's backward writes each of its parameter
  * gradients exactly once in that backward: a GEMM producing a whole
- * gradient takes beta nn_grad_beta(m) (0 when writing: C is not read); a
+ * gradient takes beta nn_grad_beta(m) (0 when writing: C is not read; in a
+ * trainer step the value is the control block's grad_beta, read where it
+ * lives, backend/step_ctl.h); a
  * "+=" kernel or a scatter (bias_grad, layernorm_bwd, embedding) first
  * clears its slice with nn_grad_zero. The written values are those of
  * "zero, then add" except that an exactly -0.0 gradient stays -0.0 (0 + x
  * is x for every other x); the trainer's grad pass turns it into +0.0
  * (mxp_gradpass_elem), so what the step computes from them is unchanged. */
-static inline float nn_grad_beta(const mxp_model *m) { return m->grad_write ? 0.0f : 1.0f; }
+static inline float nn_grad_beta(const mxp_model *m) {
+    if (m->ctl_beta) return *m->ctl_beta; /* read at the kernel call, from the block */
+    return m->grad_write ? 0.0f : 1.0f;
+}
+/* The same question asked by the loss's gradient kernels, which run before
+ * the layers' backward (m->grad_write is set only around that). */
+static inline bool nn_loss_grad_writes(const mxp_model *m) {
+    return m->ctl_beta ? *m->ctl_beta == 0.0f : m->grads_stale;
+}
 /* Zero the n gradients at slab offset off when this backward writes. */
 void nn_grad_zero(mxp_model *m, size_t off, size_t n);
 

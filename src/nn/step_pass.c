@@ -4,6 +4,10 @@
  *
  * Entry points: nn_step_block_bytes, nn_step_blocks, nn_step_loss_offset,
  * nn_step_begin, nn_step_pass, nn_step_read, nn_step_end.
+ * The gradient beta: a pass's kernels read the control block's grad_beta
+ * (m->ctl_beta, nn_grad_beta) where it lives, and the end of the
+ * micro-batch sets it to 1 there (every member of an ensemble's
+ * micro-batch writes its own block first, then they all add).
  * A pass points the model's slot block (m->b.slots) at its own block for
  * the pass and keeps the pass's host record (elements scanned per slot);
  * the read points m->b.slots at the host copy of the block, restores the
@@ -74,18 +78,24 @@ static mxp_status member_pass(mxp_model *m, int e, const mxp_batch *mb, void *ct
 }
 
 mxp_status nn_step_pass(mxp_model *m, int i, const mxp_batch *b, const float *scale,
-                        int64_t num, int64_t den, mxp_error *err) {
+                        float *grad_beta, int64_t num, int64_t den, mxp_error *err) {
     if (!m->step_blocks || i < 0 || nn_step_blocks(m, i + 1) > m->n_recs)
         return mxp_error_set(err, MXP_ERR_STATE,
                              "nn_step_pass: micro-batch %d outside the step's %d blocks", i,
                              m->n_recs);
     /* the kernel's read of the control block: scale * B_i / B_total */
     const float s = (float)((double)*scale * (double)num / (double)den);
+    mxp_status st;
+    m->ctl_beta = grad_beta; /* the gradient kernels read write/add there */
     if (m->ens > 1 && m->ens_member < 0) {
         member_ctx c = {i * m->ens, s};
-        return nn_ens_each(m, b, member_pass, &c, err);
+        st = nn_ens_each(m, b, member_pass, &c, err);
+    } else {
+        st = block_pass(m, i, b, s, err);
     }
-    return block_pass(m, i, b, s, err);
+    m->ctl_beta = NULL;
+    *grad_beta = 1.0f; /* in backend memory: the micro-batches after this one add */
+    return st;
 }
 
 /* Block k's read from the host copy. */

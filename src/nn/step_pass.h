@@ -29,9 +29,13 @@ mxp_status nn_step_begin(mxp_model *m, void *blocks, int n_batches, mxp_error *e
 /* The training pass (forward, loss, backward) of micro-batch i, whose loss
  * gradient is multiplied by (float)((double)*scale * num / den): the loss
  * scale read from the control block where it lives (backend memory), the
- * micro-batch's weight B_i / B_total as integers. Errors as mxp_model_step. */
+ * micro-batch's weight B_i / B_total as integers. The parameter gradients
+ * are written (*grad_beta == 0) or added (1): the control block's
+ * grad_beta, read by the gradient kernels where it lives; the pass then
+ * sets *grad_beta = 1 there, so the next micro-batch adds. Errors as
+ * mxp_model_step. */
 mxp_status nn_step_pass(mxp_model *m, int i, const mxp_batch *b, const float *scale,
-                        int64_t num, int64_t den, mxp_error *err);
+                        float *grad_beta, int64_t num, int64_t den, mxp_error *err);
 
 /* After the report: micro-batch i's first non-finite site (zeroed when
  * none), monitor records and loss, from `host_blocks` (the host copy of

@@ -2,7 +2,7 @@
  * scaling (training.loss_scale.per_layer, amp.h mxp_scaler_groups).
  *
  * Entry points (trainer_internal.h): trainer_ls_create / _destroy /
- * _begin / _unscale / _update; public: mxp_trainer_scaler_groups,
+ * _begin / _stage / _update; public: mxp_trainer_scaler_groups,
  * mxp_trainer_loss_scale.
  *
  * Groups are the layers that own parameters, in layer order (group i owns
@@ -14,14 +14,18 @@
  *            happens where the dX is produced and stored); the model gets
  *            S (mxp_model_set_grad_scales) and the loss is multiplied by
  *            S(top);
- *   unscale: the fused unscale pass per group with its own 1/s (1/s in
- *            double, stored as float, as GradScaler), each into its
- *            group's result slot; the statistics are summed after the
- *            last pass;
- *   update:  the topmost group with non-finite gradients backs off (an Inf
+ *   stage:   each group's scale, 1/s (in double, stored as float, as
+ *            GradScaler), slab range and scaler state go into the group
+ *            table that begin uploads with the control block (one copy);
+ *   backend: the grad pass unscales each group with its own 1/s into its
+ *            group's result slot and sums the statistics; decide runs the
+ *            groups' rule (backend/step_ctl.h mxp_step_groups_decide): the
+ *            topmost group with non-finite gradients backs off (an Inf
  *            reaches every group below it through backward: those hold),
  *            finite groups count a clean step; a non-finite loss backs
- *            every group off.
+ *            every group off;
+ *   update:  after the step's one report, each group takes the state
+ *            decide left; the host applies the at-min policy and logs.
  * Data parallelism would need a per-group found-inf all-reduce: refused.
  */
 #include <math.h>
@@ -29,8 +33,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "amp/scaler_internal.h"
+#include "backend/backend.h"
 #include "train/trainer_internal.h"
+
+/* decide's outcome codes are amp.h's */
+_Static_assert(MXP_STEP_GROUP_CLEAN == (int)MXP_GROUP_CLEAN &&
+                   MXP_STEP_GROUP_OVERFLOW == (int)MXP_GROUP_OVERFLOW &&
+                   MXP_STEP_GROUP_HOLD == (int)MXP_GROUP_HOLD,
+               "step_ctl.h group outcomes follow mxp_group_outcome");
+_Static_assert(MXP_STEP_MAX_GROUPS == MXP_MODEL_MAX_LAYERS, "a group per layer at most");
 
 void trainer_ls_destroy(mxp_trainer *t) {
     if (!t->ls) return;
@@ -102,45 +114,37 @@ float trainer_ls_begin(mxp_trainer *t) {
     return ls->layer_scale[ls->n_layers - 1];
 }
 
-void trainer_ls_unscale(mxp_trainer *t, float near, mxp_grad_stats *gs) {
+/* The group table for begin (backend/step_ctl.h): group i's scale and
+ * 1/scale (double, stored as float, as GradScaler), its slab range and its
+ * scaler state; every group shares one config, so group 0's rule. */
+void trainer_ls_stage(mxp_trainer *t, mxp_backend *be) {
     trainer_layer_scale *ls = t->ls;
-    const mxp_kernels *k = mxp_kernels_get();
-    float *g = mxp_model_grads(t->model);
-    memset(gs, 0, sizeof *gs);
-    for (int i = 0; i < ls->n_groups; i++) /* the passes: results into slots only */
-        k->unscale_stats(g + ls->off[i], ls->cnt[i],
-                         mxp_scaler_inv_scale(mxp_scaler_groups_get(ls->groups, i)), near,
-                         &ls->stats[i]);
-    for (int i = 0; i < ls->n_groups; i++) { /* then read back, in group order */
-        const mxp_grad_stats q = ls->stats[i];
-        ls->nonfinite[i] = q.nonfinite;
-        gs->n += q.n;
-        gs->nonfinite += q.nonfinite;
-        gs->zeros += q.zeros;
-        gs->near_overflow += q.near_overflow;
-        gs->sumsq += q.sumsq;
-        if (q.absmax > gs->absmax) gs->absmax = q.absmax;
+    for (int i = 0; i < ls->n_groups; i++) {
+        const mxp_scaler *sc = mxp_scaler_groups_get(ls->groups, i);
+        be->grp_host[i] = (mxp_step_group_in){mxp_scaler_scale(sc), mxp_scaler_inv_scale(sc),
+                                              ls->off[i], ls->cnt[i],
+                                              mxp_scaler_rule_state_of(sc)};
     }
+    be->ctl.n_groups = ls->n_groups;
+    be->ctl.rule = mxp_scaler_rule_of(mxp_scaler_groups_get(ls->groups, 0));
 }
 
-/* Attribution: an Inf arising in group g's gradients (its dW, or the dX it
- * stores for the group below at that group's scale) also reaches every
- * group below g through backward, so only the topmost non-finite group
- * backs off; the non-finite groups below it hold; finite groups are clean.
- * A non-finite loss (the forward overflowed, whatever the scales) backs
- * every group off. */
-mxp_status trainer_ls_update(mxp_trainer *t, bool loss_nonfinite, mxp_scaler_event *ev,
+/* After the report: decide's outcome, state and event per group
+ * (mxp_step_groups_decide) from the group slots that open the aux area;
+ * the host applies the at-min policy and logs (mxp_scaler_groups_adopt). */
+mxp_status trainer_ls_update(mxp_trainer *t, const void *aux_host, mxp_scaler_event *ev,
                              mxp_error *err) {
     trainer_layer_scale *ls = t->ls;
-    int top = -1;
-    for (int i = ls->n_groups - 1; i >= 0 && top < 0; i--)
-        if (ls->nonfinite[i] > 0) top = i;
-    for (int i = 0; i < ls->n_groups; i++)
-        ls->outcome[i] = loss_nonfinite  ? MXP_GROUP_OVERFLOW
-                         : i == top      ? MXP_GROUP_OVERFLOW
-                         : ls->nonfinite[i] > 0 ? MXP_GROUP_HOLD
-                                                : MXP_GROUP_CLEAN;
-    return mxp_scaler_groups_update(ls->groups, ls->outcome, ev, err);
+    const mxp_step_group_out *out = aux_host;
+    mxp_scaler_rule_state st[MXP_MODEL_MAX_LAYERS];
+    mxp_scaler_rule_event re[MXP_MODEL_MAX_LAYERS];
+    for (int i = 0; i < ls->n_groups; i++) {
+        ls->nonfinite[i] = out[i].stats.nonfinite;
+        ls->outcome[i] = (mxp_group_outcome)out[i].outcome;
+        st[i] = out[i].state;
+        re[i] = out[i].event;
+    }
+    return mxp_scaler_groups_adopt(ls->groups, ls->outcome, st, re, ev, err);
 }
 
 mxp_status trainer_ls_check_comm(const mxp_trainer *t, mxp_error *err) {

@@ -15,7 +15,11 @@
  * weights and optimizer state untouched. The scaler update closes the step.
  * The pass, the skip/clip decision and the update go through the backend
  * seam (backend/backend.h; the CPU backend today), bit for bit what the
- * trainer computed itself before. The host writes the control block only
+ * trainer computed itself before; the loss scaler's rule runs in decide on
+ * the block's state, which the host's mxp_scaler takes from the report
+ * (mxp_scaler_adopt: the at-min policy and the log stay on the host); a
+ * host write of the scaler between steps goes back at begin (scaler_load).
+ * The host writes the control block only
  * at the step's start (stage_ctl, begin); the passes read the loss scale
  * there and leave their result slots in the backend's report area
  * (nn/step_pass.h); the step's one report brings the block and the slots
@@ -30,6 +34,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "amp/scaler_internal.h"
 #include "backend/devmem.h"
 #include "backend/backend.h"
 #include "kernels/kernels.h"
@@ -156,6 +161,12 @@ static mxp_status check_batches(const mxp_trainer *t, const mxp_batch *micro, in
     return MXP_OK;
 }
 
+static bool rule_state_eq(const mxp_scaler_rule_state *a, const mxp_scaler_rule_state *b) {
+    return a->scale == b->scale && a->growth_tracker == b->growth_tracker &&
+           a->hysteresis_left == b->hysteresis_left && a->overflow_steps == b->overflow_steps &&
+           a->total_steps == b->total_steps && a->steps_at_min == b->steps_at_min;
+}
+
 /* The host-written half of the step's control block (backend/step_ctl.h),
  * staged in the backend's image for begin to upload at the step boundary:
  * the loss scale, the clip threshold, the optimizer's constants for update
@@ -177,7 +188,19 @@ static void stage_ctl(const mxp_trainer *t, mxp_step_ctl *c, float scale, float 
     c->adamw = mxp_adamw_consts_make(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, next);
     c->sgd = (mxp_sgd_consts){c->lr, c->momentum, c->weight_decay, c->nesterov,
                               c->momentum != 0.0f, next <= 1};
-    c->run_scaler_rule = false; /* the CPU keeps mxp_scaler (same rule, plus policy and log) */
+    c->grad_beta = 0.0f; /* the step discarded the gradients: micro-batch 0 writes them */
+    c->n_groups = 0;     /* per-layer loss scaling: trainer_ls_stage */
+    /* The loss scaler's rule runs in decide on the block's state (per-layer
+     * scaling: the groups' rule instead); the host's view goes back only
+     * when it was set since the last report. */
+    c->run_scaler_rule = t->ls == NULL;
+    c->scaler_load = 0;
+    if (c->run_scaler_rule) {
+        const mxp_scaler_rule_state v = mxp_scaler_rule_state_of(t->scaler);
+        c->rule = mxp_scaler_rule_of(t->scaler);
+        c->scaler_load = !rule_state_eq(&v, &c->scaler); /* c->scaler: the last report's */
+        c->scaler_set = v;
+    }
 }
 
 /* The optimizer through the backend (a no-op when decide chose to skip). */
@@ -214,12 +237,12 @@ mxp_status trainer_push_history(mxp_trainer *t, const mxp_history_row *row) {
  * the host copy of the slot blocks, in pass order (the first site wins;
  * the loss weighted by B_i / B_total, summed in micro-batch order). */
 static void read_passes(mxp_trainer *t, const mxp_batch *micro, int n_micro, int64_t total_b,
-                        mxp_step_result *res) {
+                        const void *blocks, mxp_step_result *res) {
     double loss_sum = 0;
     for (int i = 0; i < n_micro; i++) {
         double loss = 0;
         mxp_nonfinite_site site;
-        nn_step_read(t->model, i, t->be->aux_host, &site, &loss);
+        nn_step_read(t->model, i, blocks, &site, &loss);
         if (site.found && !res->site.found) res->site = site;
         loss_sum += loss * (double)micro[i].B / (double)total_b;
     }
@@ -249,24 +272,32 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     float scale = t->ls ? trainer_ls_begin(t) : mxp_scaler_scale(t->scaler);
     res->scale = t->ls ? mxp_scaler_groups_min_scale(t->ls->groups) : scale;
 
-    /* the step boundary: the report area (a slot block per pass after the
-     * control block) and the host's half of the control block, uploaded */
+    /* the step boundary: the report area (per-layer scaling: the group
+     * table and its result slots; a slot block per pass after them) and
+     * the host's half of the control block with the group table, uploaded
+     * in one copy */
+    const int n_groups = t->ls ? t->ls->n_groups : 0;
+    const size_t gbytes = mxp_step_groups_out_bytes(n_groups); /* the group slots */
     const size_t block = nn_step_block_bytes(m);
     const int n_blocks = nn_step_blocks(m, n_micro);
     stage_ctl(t, &be->ctl, scale, mxp_scaler_inv_scale(t->scaler));
-    if ((s = be->ops->reserve(be, block * (size_t)n_blocks, err)) != MXP_OK) return s;
+    if ((s = be->ops->reserve(be, n_groups, gbytes + block * (size_t)n_blocks, err)) != MXP_OK)
+        return s;
+    if (t->ls) trainer_ls_stage(t, be);
     if ((s = be->ops->begin(be, err)) != MXP_OK) return s;
-    if ((s = nn_step_begin(m, be->aux, n_micro, err)) != MXP_OK) return s;
+    unsigned char *blocks = (unsigned char *)be->aux + gbytes;
+    if ((s = nn_step_begin(m, blocks, n_micro, err)) != MXP_OK) return s;
 
     double f0, b0, f1, b1;
     const double t_start = mxp_time_now();
     mxp_model_phase_times(m, &f0, &b0);
     mxp_model_discard_grads(m); /* the first micro-batch's backward writes them */
-    for (int i = 0; i < n_micro; i++) { /* the loss scale read from the control block */
+    for (int i = 0; i < n_micro; i++) { /* the loss scale and grad beta read from the block */
         /* dropout masks: this step's, one per micro-batch and rank (model.h) */
         const int rank = t->comm ? mxp_comm_rank(t->comm) : 0;
         mxp_model_set_dropout_pass(m, t->training_steps + 1, rank * n_micro + i);
-        s = nn_step_pass(m, i, &micro[i], &be->dev->scale, micro[i].B, total_b, err);
+        s = nn_step_pass(m, i, &micro[i], &be->dev->scale, &be->dev->grad_beta, micro[i].B,
+                         total_b, err);
         if (s != MXP_OK) {
             nn_step_end(m);
             return s;
@@ -282,27 +313,19 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     t->time_s[1] += (t_safety - t_start) - (f1 - f0);
 
     /* The safety-and-update half of the step goes through the backend seam
-     * (backend/backend.h); per-layer loss scaling unscales by group on the
-     * host (not behind the seam: its statistics go into the block here). */
+     * (backend/backend.h); with per-layer loss scaling the grad pass goes
+     * group by group and decide runs the groups' rule (step_ctl.h). */
     float near = t->cfg.near_overflow_frac * (float)mxp_dtype_info(pol->grad)->max;
-    if (t->ls) {
-        mxp_grad_stats q;
-        trainer_ls_unscale(t, near, &q); /* each group by its own 1/scale */
-        be->dev->stats = (mxp_gradpass_acc){q.n, q.nonfinite, q.zeros, q.near_overflow,
-                                            q.sumsq, q.absmax};
-    } else if ((s = be->ops->grad_pass(be, mxp_model_grads(m), t->n_params, near, err)) !=
-               MXP_OK) {
+    if ((s = be->ops->grad_pass(be, mxp_model_grads(m), t->n_params, near, err)) != MXP_OK)
         return s;
-    }
-    const double *loss_slot =
-        (const double *)(const void *)((const unsigned char *)be->aux + nn_step_loss_offset());
+    const double *loss_slot = (const double *)(const void *)(blocks + nn_step_loss_offset());
     if ((s = be->ops->check_loss(be, loss_slot, block, n_blocks, err)) != MXP_OK) return s;
     /* The step's one report: after the optimizer on one process; between
      * the grad pass and decide with ranks, which agree on overflow first. */
     double t_optim = mxp_time_now();
     if (!ranks && (s = decide_update(t, false, err)) != MXP_OK) return s;
     if ((s = be->ops->report(be, NULL, err)) != MXP_OK) return s;
-    read_passes(t, micro, n_micro, total_b, res);
+    read_passes(t, micro, n_micro, total_b, (const unsigned char *)be->aux_host + gbytes, res);
     const mxp_gradpass_acc gs = be->ctl.stats;
     res->nonfinite = gs.nonfinite;
     res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
@@ -328,8 +351,10 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     const double t_scaler = mxp_time_now();
     t->time_s[3] += t_scaler - t_optim;
     mxp_scaler_event ev;
-    mxp_status us = t->ls ? trainer_ls_update(t, !isfinite(res->loss), &ev, err)
-                          : mxp_scaler_update(t->scaler, found_inf, &ev, err);
+    /* decide's rule, from the report (ranks: the image's replay): the view
+     * takes the state, the host applies the at-min policy and logs */
+    mxp_status us = t->ls ? trainer_ls_update(t, be->aux_host, &ev, err)
+                          : mxp_scaler_adopt(t->scaler, &be->ctl.scaler, &be->ctl.event, &ev, err);
     t->time_s[2] += (t_optim - t_safety) + (mxp_time_now() - t_scaler);
     if (found_inf) {
         if (res->site.found)

@@ -19,9 +19,8 @@ typedef struct trainer_layer_scale {
     size_t off[MXP_MODEL_MAX_LAYERS];            /* group -> slab offset */
     size_t cnt[MXP_MODEL_MAX_LAYERS];            /*   and element count */
     float layer_scale[MXP_MODEL_MAX_LAYERS];     /* S(l) handed to the model */
-    int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last step */
-    mxp_grad_stats stats[MXP_MODEL_MAX_LAYERS];  /* group -> its unscale pass's result slot */
-    mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> last step's outcome */
+    int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last report */
+    mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> decide's outcome, last report */
 } trainer_layer_scale;
 
 struct mxp_backend;
@@ -62,14 +61,16 @@ mxp_status trainer_push_history(mxp_trainer *t, const mxp_history_row *row);
 
 /* layer_scale.c: (re)create the groups when sc asks for per-layer scaling
  * (else leave t->ls NULL); begin a step (per-layer grad scales into the
- * model, returns the loss scale); the fused unscale pass per group; the
- * per-group scaler update; refuse data parallelism. */
-struct mxp_grad_stats;
+ * model, returns the loss scale); stage the group table (each group's
+ * scale, 1/scale, slab range and scaler state) and ctl.n_groups / ctl.rule
+ * into the backend's staging for begin; after the report, the groups take
+ * the states decide left (aux_host: the report's aux area, opening with
+ * the group slots); refuse data parallelism. */
 mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_error *err);
 void trainer_ls_destroy(mxp_trainer *t);
 float trainer_ls_begin(mxp_trainer *t);
-void trainer_ls_unscale(mxp_trainer *t, float near, struct mxp_grad_stats *gs);
-mxp_status trainer_ls_update(mxp_trainer *t, bool loss_nonfinite, mxp_scaler_event *ev,
+void trainer_ls_stage(mxp_trainer *t, struct mxp_backend *be);
+mxp_status trainer_ls_update(mxp_trainer *t, const void *aux_host, mxp_scaler_event *ev,
                              mxp_error *err);
 mxp_status trainer_ls_check_comm(const mxp_trainer *t, mxp_error *err);
 
