@@ -5,7 +5,10 @@
  * mixed_fp16 model (manager: save every step, keep the last 2), so every
  * kill lands inside a save (building the header, writing, fsync, rename,
  * directory fsync, retention). The parent kills it with SIGKILL after a
- * random delay of 1-40 ms, then checks that:
+ * random delay of 1 ms to max(40 ms, 3 saves) (a save timed in the parent
+ * first, so a loaded machine stretches the window with its saves), every
+ * tenth kill after 5 saves' time so that some saves complete whatever the
+ * load (the last check needs progress); then it checks that:
  *   - the newest checkpoint of the directory loads and verifies against
  *     the model (mxp_ckpt_find_latest with the model; then mxp_ckpt_load);
  *   - EVERY listed checkpoint verifies (a killed save never leaves a
@@ -95,8 +98,15 @@ int main(void) {
     mxp_ckpt_manager *m = NULL;
     CHECK_OK(mxp_ckpt_manager_create(&cp, &m, &err), &err);
     set_step(tr, 1);
+    const double t0 = mxp_time_now();
     CHECK_OK(mxp_ckpt_manager_after_step(m, tr, NULL, NULL, true, NULL, &err), &err);
+    const double t_save = mxp_time_now() - t0;
     mxp_ckpt_manager_destroy(m);
+    /* kill windows in ns: 1 ms .. max(40 ms, 3 saves); every tenth 5 saves + 20 ms */
+    double span_s = t_save * 3.0 > 0.04 ? t_save * 3.0 : 0.04;
+    if (span_s > 4.0) span_s = 4.0; /* mxp_rng_below takes 32 bits of ns */
+    const uint32_t span_ns = (uint32_t)(span_s * 1e9) - 1000000u;
+    const uint64_t long_ns = (uint64_t)((t_save * 5.0 + 0.02) * 1e9);
 
     mxp_rng r;
     mxp_rng_init(&r, (uint64_t)time(NULL));
@@ -112,7 +122,8 @@ int main(void) {
         pid_t pid = fork();
         if (pid == 0) child_loop(tr, &cp, first);
         CHECK(pid > 0);
-        struct timespec ts = {0, (long)(1000000 + mxp_rng_below(&r, 39000000))};
+        const uint64_t wait_ns = k % 10 == 9 ? long_ns : 1000000u + mxp_rng_below(&r, span_ns);
+        struct timespec ts = {(time_t)(wait_ns / 1000000000u), (long)(wait_ns % 1000000000u)};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
         int status = 0;
@@ -143,9 +154,9 @@ int main(void) {
     CHECK_OK(mxp_ckpt_manager_create(&cp, &m, &err), &err);
     CHECK(count_temps(dir) == 0);
     mxp_ckpt_manager_destroy(m);
-    printf("%d SIGKILLs during saves: %d left a temp file (killed mid-write), %d listed "
-           "checkpoints verified, newest step %lld\n",
-           kills, mid_write, verified, (long long)last_step);
+    printf("%d SIGKILLs during saves (one save %.1f ms, windows up to %.1f ms): %d left a "
+           "temp file (killed mid-write), %d listed checkpoints verified, newest step %lld\n",
+           kills, t_save * 1e3, span_s * 1e3, mid_write, verified, (long long)last_step);
     CHECK(last_step > 1);
     mxp_trainer_destroy(tr);
     mxp_model_destroy(model);
