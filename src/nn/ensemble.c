@@ -116,6 +116,8 @@ mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float lo
         memset(site, 0, sizeof *site);
         site->op = "";
     }
+    if (nn_ens_batched_ok(m)) /* layer-major, the same bits (ens_batched.c) */
+        return nn_ens_step_batched(m, b, backward, loss_scale, loss, site, err);
     ens_step_ctx c = {backward, loss_scale, site, 0.0};
     mxp_status s = nn_ens_each(m, b, member_step, &c, err);
     if (s != MXP_OK) return s;

@@ -1,0 +1,300 @@
+/* nn/ens_batched.c: an ensemble's training pass, layer-major (issue 29).
+ *
+ * Entry points (nn_internal.h): nn_ens_batched_ok, nn_ens_pass,
+ * nn_ens_step_batched, nn_ens_batched_default, nn_ens_set_batched.
+ *
+ * The members' forward runs layer by layer over all E x B rows of the
+ * batch (member e's rows the block [e B, (e+1) B), as the batch holds
+ * them; the arena is planned for E x max_batch rows, model_plan.c):
+ *   - a linear layer runs each member's GEMMs on its row block with its
+ *     parameters (nn_ens_view), one call of the layer per member in a loop
+ *     inside the layer's step (the same GEMM, M = B, the member's
+ *     operands: the bits of the member-sequential pass; a strided-batched
+ *     GEMM over the members in one parallel region is NOT built);
+ *   - an element-wise layer (relu, gelu, tanh) runs once over E x B rows;
+ *   - each layer's output is stored in its dtype in one call over E x B
+ *     rows and scanned per member into the member's own result-slot block,
+ *     so each member's block holds what its sequential pass would write;
+ *   - the loss runs per member on its rows (its Gaussian bounds, its loss
+ *     slot), the loss gradient is stored once and scanned per member;
+ *   - backward runs layer by layer from the top, as forward.
+ * After the pass each member's block is read as after its own pass
+ * (nn_pass_finish / the trainer's nn_step_read): loss, first non-finite
+ * site and monitor records are the sequential path's, as are gradients
+ * (each member writes, or adds to, its own slab block).
+ * Not batched (the sequential member loop of ensemble.c runs instead,
+ * with the same results): models with a layer other than linear, relu,
+ * gelu, tanh (layernorm, residual, dropout, GPT kinds), FP8 matmul
+ * inputs (their delayed scales are updated after each member's pass),
+ * per-layer loss scaling, anomaly mode, an armed fault, and models with
+ * the switch off (MIXPREC_ENS_BATCHED=0 at model creation, or
+ * nn_ens_set_batched: the tests' and benchmarks' oracle).
+ */
+#include "nn/nn_internal.h"
+#include "nn/step_pass.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MIXPREC_ENS_BATCHED: "1" (or unset) layer-major ensemble passes, "0"
+ * the member-sequential passes (same bits; for timing). Read once. */
+static bool batched_on = true;
+static void batched_read(void) {
+    const char *v = getenv("MIXPREC_ENS_BATCHED");
+    if (!v || strcmp(v, "1") == 0) return;
+    if (strcmp(v, "0") == 0)
+        batched_on = false;
+    else
+        mxp_log(MXP_LOG_WARN, "MIXPREC_ENS_BATCHED=%.40s is unknown and ignored; accepted: 0 "
+                "(member-sequential ensemble passes) or 1 (layer-major, the default)", v);
+}
+
+bool nn_ens_batched_default(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, batched_read);
+    return batched_on;
+}
+
+void nn_ens_set_batched(mxp_model *m, bool on) {
+    if (m) m->ens_batched = on;
+}
+
+bool nn_ens_batched_ok(const mxp_model *m) {
+    if (m->ens <= 1 || m->ens > NN_ENS_MAX || !m->ens_batched || m->ens_member >= 0)
+        return false;
+    if (m->fp8 || m->grad_scales || m->b.fused_head || m->fault.kind != MXP_FAULT_NONE ||
+        nn_mon_anomaly(m))
+        return false;
+    for (int l = 0; l < m->n_layers; l++)
+        switch (m->layers[l].kind) {
+        case MXP_LAYER_LINEAR: case MXP_LAYER_RELU: case MXP_LAYER_GELU: case MXP_LAYER_TANH:
+            break;
+        default: return false;
+        }
+    return true;
+}
+
+/* Byte size of `rows` rows of `cols` elements of dtype t. */
+static size_t row_bytes(mxp_dtype t, int64_t rows, int64_t cols) {
+    return (size_t)rows * (size_t)cols * mxp_dtype_info(t)->size;
+}
+
+/* Round v32 [n] into dst (dtype t), as the driver's store (model_step.c). */
+static void store(const mxp_model *m, mxp_dtype t, void *dst, const float *v32, size_t n) {
+    if (t == MXP_DTYPE_F32) {
+        if (dst != (const void *)v32) memcpy(dst, v32, n * sizeof(float));
+        return;
+    }
+    m->k->convert(t, dst, MXP_DTYPE_F32, v32, n);
+}
+
+/* Member e's rows of v32 [E B, C] (stored copy `stored`, dtype t) scanned
+ * into slot (kind, layer) of member e's block, for every e, as the
+ * driver's scan_output would in the member's own pass; the host record
+ * (one for all members: their scans have the same sizes) once. */
+static void scan_members(mxp_model *m, nn_slots *const *blk, nn_slot_kind kind, int layer,
+                         const float *v32, mxp_dtype t, const void *stored, int64_t B,
+                         int64_t C) {
+    const size_t n = (size_t)B * (size_t)C;
+    nn_slots *own = m->b.slots;
+    bool full = false;
+    for (int e = 0; e < m->ens; e++) {
+        m->b.slots = blk[e];
+        nn_scan *s = nn_slot(m, kind, layer);
+        const float *v = v32 + (size_t)e * n;
+        const void *st = (const unsigned char *)stored + row_bytes(t, (int64_t)e * B, C);
+        if (m->mon)
+            full = nn_mon_scan(m, layer, kind == NN_SLOT_DX ? MXP_MON_DX : MXP_MON_OUT, v, n,
+                               t, s);
+        else
+            m->k->absmax(v, n, &s->amax, &s->nf);
+        nn_scan_stored(s, t, st, n);
+    }
+    m->b.slots = own;
+    nn_slot_issued(m, kind, layer, n, full);
+}
+
+/* Layer l's parameter gradients of member e (its view current) into slot
+ * DW of its block, as the driver's scan_param_grads (no anomaly mode). */
+static void scan_member_grads(mxp_model *m, nn_slots *blk, int l, bool issue) {
+    const nn_layer *L = &m->layers[l];
+    nn_slots *own = m->b.slots;
+    m->b.slots = blk;
+    const float *g = m->grads + L->w_off;
+    nn_scan *s = nn_slot(m, NN_SLOT_DW, l);
+    bool full = false;
+    if (m->mon)
+        full = nn_mon_scan(m, l, MXP_MON_DW, g, L->n_params, MXP_DTYPE_F32, s);
+    else
+        m->k->absmax(g, L->n_params, &s->amax, &s->nf);
+    nn_scan_stored(s, MXP_DTYPE_F32, g, L->n_params);
+    m->b.slots = own;
+    if (issue) nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, full);
+}
+
+/* Forward of all members, layer by layer; returns the current view. */
+static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *const *blk, bool scan,
+                   int cur) {
+    nn_bufs *b = &m->b;
+    const int E = m->ens;
+    const int64_t R = (int64_t)E * B;
+    store(m, b->act_type[0], b->acts[0], x, (size_t)R * (size_t)m->width[0]);
+    for (int l = 0; l < m->n_layers; l++) {
+        const nn_layer *L = &m->layers[l];
+        const mxp_dtype t = b->act_type[l + 1];
+        const int64_t C = m->width[l + 1];
+        float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
+        if (L->kind == MXP_LAYER_LINEAR) {
+            unsigned char *in0 = b->acts[l];
+            for (int e = 0; e < E; e++) { /* member e: its rows, its parameters */
+                cur = nn_ens_view(m, cur, e);
+                b->acts[l] = in0 + row_bytes(b->act_type[l], (int64_t)e * B, m->width[l]);
+                nn_linear_forward(m, l, B, y32 + (size_t)e * (size_t)B * (size_t)C);
+            }
+            b->acts[l] = in0;
+        } else {
+            nn_layer_vtable_get(L->kind)->forward(m, l, R, y32);
+        }
+        store(m, t, b->acts[l + 1], y32, (size_t)R * (size_t)C);
+        if (scan) scan_members(m, blk, NN_SLOT_OUT, l, y32, t, b->acts[l + 1], B, C);
+    }
+    return cur;
+}
+
+/* Backward of all members from the loss gradient in g[0]; returns the
+ * current view. */
+static int backward_layers(mxp_model *m, int64_t B, nn_slots *const *blk, bool scan, int cur) {
+    nn_bufs *b = &m->b;
+    const int E = m->ens;
+    const int64_t R = (int64_t)E * B;
+    int lo = 0;
+    while (lo < m->n_layers && m->layers[lo].n_params == 0) lo++;
+    int g = 0; /* g[g] holds dY of layer l */
+    for (int l = m->n_layers - 1; l >= lo; l--) {
+        const nn_layer *L = &m->layers[l];
+        const bool need_dx = l > lo;
+        const mxp_dtype gt = b->gtype[l];
+        float *dx32 = NULL;
+        if (need_dx) dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[g ^ 1] : b->sy;
+        if (L->kind == MXP_LAYER_LINEAR) {
+            unsigned char *in0 = b->acts[l];
+            const unsigned char *dy = b->g[g];
+            for (int e = 0; e < E; e++) {
+                cur = nn_ens_view(m, cur, e);
+                b->acts[l] = in0 + row_bytes(b->act_type[l], (int64_t)e * B, L->in);
+                nn_linear_backward(m, l, B, dy + row_bytes(b->gtype[l + 1], (int64_t)e * B, L->out),
+                                   dx32 ? dx32 + (size_t)e * (size_t)B * (size_t)L->in : NULL);
+                if (scan) scan_member_grads(m, blk[e], l, e == 0);
+            }
+            b->acts[l] = in0;
+        } else {
+            nn_layer_vtable_get(L->kind)->backward(m, l, R, b->g[g], dx32);
+        }
+        if (need_dx) {
+            store(m, gt, b->g[g ^ 1], dx32, (size_t)R * (size_t)L->in);
+            if (scan) scan_members(m, blk, NN_SLOT_DX, l, dx32, gt, b->g[g ^ 1], B, L->in);
+            g ^= 1;
+        }
+    }
+    return cur;
+}
+
+/* Member e's rows of the ensemble batch b (B rows per member). */
+static mxp_batch member_rows(const mxp_model *m, const mxp_batch *b, int e, int64_t B) {
+    const int64_t D = m->spec.in_dim, K = mxp_model_target_dim(m);
+    return (mxp_batch){.x = b->x ? b->x + e * B * D : NULL,
+                       .y = b->y ? b->y + e * B * K : NULL,
+                       .labels = b->labels ? b->labels + e * B : NULL,
+                       .B = B};
+}
+
+mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       bool scan, nn_slots *const *blk, mxp_error *err) {
+    const int E = m->ens;
+    if (!b)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "batch is NULL; accepted: an mxp_batch");
+    if (b->B < E || b->B % E != 0 || b->B / E > m->spec.max_batch)
+        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
+                             "batch B=%lld rows for an ensemble of %d; accepted: %d * B rows "
+                             "(member e's B rows at [e B, (e+1) B)), B in 1..%lld "
+                             "(spec.max_batch)",
+                             (long long)b->B, E, E, (long long)m->spec.max_batch);
+    if (backward && m->inference)
+        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                             "mxp_model_step: backward=true on a model created with "
+                             "mxp_model_create_inference (no gradients); accepted: "
+                             "backward=false, or a model from mxp_model_create");
+    const int64_t B = b->B / E;
+    for (int e = 0; e < E; e++) { /* every member's checks before any member runs */
+        const mxp_batch mb = member_rows(m, b, e, B);
+        mxp_status s = nn_check_batch(m, &mb, backward, loss_scale, err);
+        if (s) return s;
+    }
+    nn_slots *own = m->b.slots;
+    if (scan)
+        for (int e = 0; e < E; e++) {
+            m->b.slots = blk[e];
+            nn_slots_begin(m); /* its block zero; the shared record zero */
+        }
+    m->b.slots = own;
+    m->drop_train = backward;
+    const double t0 = mxp_time_now();
+    int cur = forward_layers(m, b->x, B, blk, scan, 0);
+
+    nn_bufs *bf = &m->b;
+    const int L = m->n_layers;
+    const int64_t C = m->width[L];
+    const mxp_dtype gt = bf->gtype[L];
+    float *dpred32 = NULL;
+    if (backward) dpred32 = gt == MXP_DTYPE_F32 ? (float *)bf->g[0] : bf->sy;
+    unsigned char *pred0 = bf->acts[L];
+    for (int e = 0; e < E; e++) { /* the loss per member: its rows, its bounds, its slot */
+        cur = nn_ens_view(m, cur, e);
+        const mxp_batch mb = member_rows(m, b, e, B);
+        bf->acts[L] = pred0 + row_bytes(bf->act_type[L], (int64_t)e * B, C);
+        nn_loss_forward(m, &mb, dpred32 ? dpred32 + (size_t)e * (size_t)B * (size_t)C : NULL,
+                        backward ? loss_scale : 1.0f, &blk[e]->loss);
+    }
+    bf->acts[L] = pred0;
+    const double t1 = mxp_time_now();
+    m->time_forward_s += t1 - t0;
+
+    if (backward) {
+        store(m, gt, bf->g[0], dpred32, (size_t)b->B * (size_t)C);
+        if (scan) scan_members(m, blk, NN_SLOT_DX, -1, dpred32, gt, bf->g[0], B, C);
+        m->grad_write = m->grads_stale; /* discarded: every member's block is written */
+        cur = backward_layers(m, B, blk, scan, cur);
+        m->grad_write = false;
+        m->grads_stale = false;
+        m->time_backward_s += mxp_time_now() - t1;
+    }
+    nn_ens_view(m, cur, 0);
+    m->ens_member = -1;
+    m->drop_train = false;
+    return MXP_OK;
+}
+
+mxp_status nn_ens_step_batched(mxp_model *m, const mxp_batch *b, bool backward,
+                               float loss_scale, double *loss, mxp_nonfinite_site *site,
+                               mxp_error *err) {
+    nn_slots *blk[NN_ENS_MAX];
+    const size_t stride = nn_step_block_bytes(m);
+    nn_slots *own = m->b.slots;
+    for (int e = 0; e < m->ens; e++) /* the E blocks planned with the arena */
+        blk[e] = (nn_slots *)(void *)((unsigned char *)own + (size_t)e * stride);
+    mxp_status s = nn_ens_pass(m, b, backward, loss_scale, site != NULL, blk, err);
+    if (s != MXP_OK) return s;
+    double total = 0.0;
+    for (int e = 0; e < m->ens; e++) { /* member by member, as nn_ens_step merges them */
+        mxp_nonfinite_site ms;
+        double l = 0.0;
+        m->b.slots = blk[e];
+        nn_pass_finish(m, backward, site ? &ms : NULL, &l);
+        if (site && !site->found && ms.found) *site = ms;
+        total += l;
+    }
+    m->b.slots = own;
+    if (loss) *loss = total / (double)m->ens;
+    return MXP_OK;
+}
