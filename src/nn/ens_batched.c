@@ -231,6 +231,7 @@ mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float lo
         mxp_status s = nn_check_batch(m, &mb, backward, loss_scale, err);
         if (s) return s;
     }
+    m->ens_batched_passes++;
     nn_slots *own = m->b.slots;
     if (scan)
         for (int e = 0; e < E; e++) {

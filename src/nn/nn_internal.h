@@ -191,6 +191,7 @@ struct mxp_model {
                                   offsets point into its block); -1 outside */
     bool ens_batched;          /* ensemble training passes layer-major (ens_batched.c)
                                   when nn_ens_batched_ok; off: member-sequential */
+    int64_t ens_batched_passes; /* layer-major passes run (the tests' check that they ran) */
     uint64_t ens_elites;       /* the members that predict (bit e: member e; all E
                                   at create): mxp_model_set_elites, ensemble.c */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
