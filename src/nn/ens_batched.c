@@ -133,6 +133,98 @@ static void scan_member_grads(mxp_model *m, nn_slots *blk, int l, bool issue) {
     if (issue) nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, full);
 }
 
+/* ---- the linear layer over all members: one strided-batched GEMM per
+ * direction (the table's gemm_strided), the operands of each member's
+ * own call of layer_linear.c (same GEMM, M = B rows, its parameters at
+ * its slab block e P1), bias and its gradient per member. */
+
+/* The table has a strided GEMM and the layer's GEMMs are plain gemm
+ * calls (not the FP16 fast-accumulate GEMM, layer_linear.c linear_gemm). */
+static bool strided(const mxp_model *m) {
+    if (!m->k->gemm_strided) return false;
+    const mxp_dtype in = m->policy.ops[MXP_OP_MATMUL].input;
+    return !(m->policy.fp16_accum_k > 0 && in == MXP_DTYPE_F16);
+}
+
+/* y32 [E B, out] = each member's x W_e^T + b_e (nn_linear_forward's
+ * GEMM and add_bias). Returns the current view. */
+static int linear_forward(mxp_model *m, int l, int64_t B, float *y32, int cur) {
+    const int E = m->ens;
+    const size_t P1 = m->ens_p1;
+    cur = nn_ens_view(m, cur, 0);
+    const nn_layer *L = &m->layers[l];
+    mxp_dtype xt, wt;
+    const void *x = nn_matmul_input(m, l, (int64_t)E * B, &xt); /* all rows, one cast */
+    const void *w = nn_layer_weights(m, l, L->w_off, &wt);
+    const mxp_gemm_args g = {
+        .trans_a = false, .trans_b = true,
+        .M = B, .N = L->out, .K = L->in,
+        .a_type = xt, .A = x, .lda = L->in,
+        .b_type = wt, .B = w, .ldb = L->in,
+        .C = y32, .ldc = L->out, .alpha = 1.0f, .beta = 0.0f,
+    };
+    m->k->gemm_strided(&g, E, (size_t)B * (size_t)L->in, P1, (size_t)B * (size_t)L->out);
+    for (int e = 0; e < E; e++) {
+        cur = nn_ens_view(m, cur, e);
+        mxp_dtype bt;
+        const void *bw = nn_layer_weights(m, l, L->b_off, &bt);
+        const float *bias = nn_view_f32(m, bt, bw, (size_t)L->out, m->b.p0);
+        m->k->add_bias(y32 + (size_t)e * (size_t)B * (size_t)L->out, bias, B, L->out);
+    }
+    return cur;
+}
+
+/* Every member's backward of layer l (layer_linear.c backward: db, dW
+ * "=" or "+=", dX "=" into dx32 [E B, in] when not NULL), the parameter
+ * gradients scanned per member. Returns the current view. */
+static int linear_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32,
+                           nn_slots *const *blk, bool scan, int cur) {
+    const int E = m->ens;
+    const size_t P1 = m->ens_p1;
+    const nn_layer *L = &m->layers[l];
+    const mxp_dtype gt = m->b.gtype[l + 1];
+    for (int e = 0; e < E; e++) { /* db per member, as layer_linear.c */
+        cur = nn_ens_view(m, cur, e);
+        const void *dye = (const unsigned char *)dy + row_bytes(gt, (int64_t)e * B, L->out);
+        nn_grad_zero(m, L->b_off, (size_t)L->out);
+        if (m->fuse) {
+            m->k->bias_grad_typed(m->grads + L->b_off, gt, dye, B, L->out);
+        } else {
+            const float *dy32 = nn_view_f32(m, gt, dye, (size_t)B * (size_t)L->out, m->b.sa);
+            m->k->bias_grad(m->grads + L->b_off, dy32, B, L->out);
+        }
+    }
+    cur = nn_ens_view(m, cur, 0);
+    mxp_dtype xt;
+    const void *x = nn_matmul_input(m, l, (int64_t)E * B, &xt);
+    const mxp_gemm_args gw = { /* dW_e [out, in] (+)= dY_e^T X_e */
+        .trans_a = true, .trans_b = false,
+        .M = L->out, .N = L->in, .K = B,
+        .a_type = gt, .A = dy, .lda = L->out,
+        .b_type = xt, .B = x, .ldb = L->in,
+        .C = m->grads + L->w_off, .ldc = L->in, .alpha = 1.0f, .beta = nn_grad_beta(m),
+    };
+    m->k->gemm_strided(&gw, E, (size_t)B * (size_t)L->out, (size_t)B * (size_t)L->in, P1);
+    if (dx32) { /* dX_e [B, in] = dY_e W_e */
+        mxp_dtype wt;
+        const void *w = nn_layer_weights(m, l, L->w_off, &wt);
+        const mxp_gemm_args gx = {
+            .trans_a = false, .trans_b = false,
+            .M = B, .N = L->in, .K = L->out,
+            .a_type = gt, .A = dy, .lda = L->out,
+            .b_type = wt, .B = w, .ldb = L->in,
+            .C = dx32, .ldc = L->in, .alpha = 1.0f, .beta = 0.0f,
+        };
+        m->k->gemm_strided(&gx, E, (size_t)B * (size_t)L->out, P1, (size_t)B * (size_t)L->in);
+    }
+    if (scan)
+        for (int e = 0; e < E; e++) {
+            cur = nn_ens_view(m, cur, e);
+            scan_member_grads(m, blk[e], l, e == 0);
+        }
+    return cur;
+}
+
 /* Forward of all members, layer by layer; returns the current view. */
 static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *const *blk, bool scan,
                    int cur) {
@@ -145,7 +237,9 @@ static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *con
         const mxp_dtype t = b->act_type[l + 1];
         const int64_t C = m->width[l + 1];
         float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
-        if (L->kind == MXP_LAYER_LINEAR) {
+        if (L->kind == MXP_LAYER_LINEAR && strided(m)) {
+            cur = linear_forward(m, l, B, y32, cur);
+        } else if (L->kind == MXP_LAYER_LINEAR) {
             unsigned char *in0 = b->acts[l];
             for (int e = 0; e < E; e++) { /* member e: its rows, its parameters */
                 cur = nn_ens_view(m, cur, e);
@@ -177,7 +271,9 @@ static int backward_layers(mxp_model *m, int64_t B, nn_slots *const *blk, bool s
         const mxp_dtype gt = b->gtype[l];
         float *dx32 = NULL;
         if (need_dx) dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[g ^ 1] : b->sy;
-        if (L->kind == MXP_LAYER_LINEAR) {
+        if (L->kind == MXP_LAYER_LINEAR && strided(m)) {
+            cur = linear_backward(m, l, B, b->g[g], dx32, blk, scan, cur);
+        } else if (L->kind == MXP_LAYER_LINEAR) {
             unsigned char *in0 = b->acts[l];
             const unsigned char *dy = b->g[g];
             for (int e = 0; e < E; e++) {
