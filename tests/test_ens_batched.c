@@ -18,11 +18,13 @@
  *    tensors) and the evaluation loss equal, in the three modes.
  * Each case also checks that the batched path ran (ens_batched_passes) and
  * the sequential one did not.
- * Negative control (done by hand, 2026-12-02): making forward_layers give
- * member 2 member 0's parameters (nn_ens_view(m, cur, e == 2 ? 0 : e))
- * fails every model-API case (loss, grad, master mismatches: 171 of 570
- * checks) and the three trainer cases (trained master/work, eval loss);
- * output in docs/results/issue29/ens_batched_negative.txt.
+ * Negative controls (done by hand, 2026-12-02; output in
+ * docs/results/issue29/ens_batched_negative.txt): (1) the member loop
+ * (the path without a strided GEMM) giving member 2 member 0's parameters
+ * (nn_ens_view(m, cur, e == 2 ? 0 : e) in forward_layers) failed every
+ * model-API case (loss, grad, master) and the three trainer cases
+ * (trained weights, eval loss); (2) the AVX-512 strided GEMM giving
+ * product 2 product 0's B operand (gemm_strided.c) fails them too.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +37,7 @@
 #include "testutil.h"
 #include "xy_cases.h"
 
-enum { E = 3, B = 8, IN = 3, K = 2, STEPS = 3 };
+enum { E = 3, IN = 3, K = 2, STEPS = 3 };
 
 typedef enum { HEAD_MSE, HEAD_GAUSS, HEAD_TERM } head_kind;
 
@@ -43,7 +45,8 @@ static const char *head_name(head_kind h) {
     return h == HEAD_MSE ? "mse" : h == HEAD_GAUSS ? "gaussian" : "gaussian+termination";
 }
 
-static mxp_model *make(head_kind h, const char *layers, mxp_precision mode, bool batched) {
+static mxp_model *make(head_kind h, const char *layers, mxp_precision mode, int64_t B,
+                       bool batched) {
     mxp_error err = {0};
     mxp_model_spec sp;
     const mxp_loss_kind loss = h == HEAD_MSE ? MXP_LOSS_MSE : MXP_LOSS_GAUSSIAN;
@@ -81,24 +84,27 @@ static bool same_site(const mxp_nonfinite_site *a, const mxp_nonfinite_site *b) 
 
 /* Batch data: x [E B, IN], y [E B, KT] (a 0/1 flag in the last column
  * with termination). */
-static void fill(float *x, float *y, int64_t KT, bool term) {
+static void fill(float *x, float *y, int64_t B, int64_t KT, bool term) {
     for (int i = 0; i < E * B * IN; i++) x[i] = (float)(((i * 37) % 23) - 11) * 0.15f;
     for (int i = 0; i < E * B * KT; i++) y[i] = (float)(((i * 53) % 19) - 9) * 0.1f;
     if (term)
         for (int r = 0; r < E * B; r++) y[r * KT + KT - 1] = (float)((r * 7) % 3 == 0);
 }
 
-static void test_model_api(head_kind h, const char *layers, mxp_precision mode) {
+static void test_model_api(head_kind h, const char *layers, mxp_precision mode, int64_t B) {
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "%s %s %s", head_name(h), layers, mxp_precision_name(mode));
+    snprintf(ctx, sizeof ctx, "%s %s %s B=%lld", head_name(h), layers, mxp_precision_name(mode),
+             (long long)B);
     mxp_error err = {0};
-    mxp_model *mb = make(h, layers, mode, true), *ms = make(h, layers, mode, false);
-    if (!mb || !ms) goto done;
+    mxp_model *mb = make(h, layers, mode, B, true), *ms = make(h, layers, mode, B, false);
+    float *x = calloc((size_t)(E * B * IN), sizeof(float));
+    float *y = calloc((size_t)(E * B * (K + 1)), sizeof(float));
+    float *xo = calloc((size_t)(E * B * IN), sizeof(float));
+    if (!mb || !ms || !x || !y || !xo) goto done;
     CHECK_MSG(nn_ens_batched_ok(mb) && !nn_ens_batched_ok(ms), "%s: paths", ctx);
     const size_t P = mxp_model_num_params(mb);
     const int64_t KT = mxp_model_target_dim(mb);
-    float x[E * B * IN], y[E * B * (K + 1)];
-    fill(x, y, KT, h == HEAD_TERM);
+    fill(x, y, B, KT, h == HEAD_TERM);
     mxp_batch b = {.x = x, .y = y, .labels = NULL, .B = E * B};
     for (int k = 0; k < 2; k++) { /* garbage, discarded: every block written */
         float *g = mxp_model_grads(k ? ms : mb);
@@ -142,8 +148,7 @@ static void test_model_api(head_kind h, const char *layers, mxp_precision mode) 
     same_bits(wb, ws, P * mxp_dtype_info(wt)->size, "work", ctx);
     /* member 1 overflows: the same first site, member by member */
     if (mode == MXP_PRECISION_MIXED_FP16) {
-        float xo[E * B * IN];
-        memcpy(xo, x, sizeof xo);
+        memcpy(xo, x, (size_t)(E * B * IN) * sizeof(float));
         for (int i = 0; i < B * IN; i++) xo[B * IN + i] = 3e5f;
         mxp_batch bo = {.x = xo, .y = y, .labels = NULL, .B = E * B};
         mxp_nonfinite_site sb, ss;
@@ -161,6 +166,9 @@ static void test_model_api(head_kind h, const char *layers, mxp_precision mode) 
               "%s: batched passes %lld, sequential %lld", ctx,
               (long long)mb->ens_batched_passes, (long long)ms->ens_batched_passes);
 done:
+    free(x);
+    free(y);
+    free(xo);
     mxp_model_destroy(mb);
     mxp_model_destroy(ms);
 }
@@ -235,7 +243,11 @@ int main(void) {
                                           MXP_PRECISION_MIXED_FP16};
     for (int h = 0; h < 3; h++)
         for (int l = 0; l < 2; l++)
-            for (int k = 0; k < 3; k++) test_model_api((head_kind)h, layers[l], modes[k]);
+            for (int k = 0; k < 3; k++) test_model_api((head_kind)h, layers[l], modes[k], 8);
+    /* wide: products large enough to be split between threads (several
+     * parts each in the strided GEMM's one parallel region) */
+    for (int k = 0; k < 3; k++)
+        test_model_api(HEAD_GAUSS, "[linear:200, gelu, linear:200, gelu, linear]", modes[k], 256);
     test_trainer();
     return test_finish("test_ens_batched");
 }
