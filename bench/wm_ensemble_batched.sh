@@ -47,9 +47,9 @@ for mode in modes:
         for r in range(1, rounds + 1):
             s = json.load(open("%s/%s.b%s.r%d/summary.json" % (w, mode, v, r)))
             ms.append(s["wall_time_s"] / s["training_steps"] * 1e3)
-            steps, loss = s["training_steps"], s.get("final_loss", s.get("loss"))
+            steps, loss = s["training_steps"], (s["final_train_loss"], s["val_loss"])
         row[name] = statistics.median(ms)
-        print("%-10s %-10s %d steps/run, ms/step: %s; median %.2f; final loss %s" % (
+        print("%-10s %-10s %d steps/run, ms/step: %s; median %.2f; final train/val loss %r" % (
             mode, name, steps, " ".join("%.2f" % x for x in ms), row[name], loss))
     print("%-10s batched / sequential (medians): %.3f" % (mode, row["batched"] / row["sequential"]))
 PY

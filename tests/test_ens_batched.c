@@ -9,11 +9,13 @@
  *  - model API: losses, first non-finite sites, gradients (written after
  *    mxp_model_discard_grads over garbage, then accumulated), and the
  *    weights after N hand-applied SGD updates; MSE, Gaussian and
- *    Gaussian + termination flag with per-target weights; relu, gelu and
- *    tanh layers; fp32, mixed_bf16, mixed_fp16; a batch whose member 1
+ *    Gaussian + termination flag with per-target weights; relu, gelu,
+ *    tanh, layernorm, residual and dropout layers; fp32, mixed_bf16,
+ *    mixed_fp16; a wide model (split products); a batch whose member 1
  *    overflows (FP16: inf) names the same site;
  *  - trainer: a 3-member Gaussian run (guard, loss scaling, optimizer,
- *    bootstraps, the trainer's slot blocks in step_pass.c) trained twice,
+ *    bootstraps, the trainer's slot blocks in step_pass.c; an MLP, and one
+ *    with a residual block, layernorm and dropout) trained twice,
  *    once per path: every master and working weight (the checkpoint's
  *    tensors) and the evaluation loss equal, in the three modes.
  * Each case also checks that the batched path ran (ens_batched_passes) and
@@ -174,11 +176,11 @@ done:
 }
 
 /* A 3-member Gaussian run, trained by one path; its model's slabs. */
-static mxp_run *train(const char *prec, bool batched, const float *x, const float *y,
-                      int64_t N, double *eval_loss) {
+static mxp_run *train(const char *prec, const char *layers, bool batched, const float *x,
+                      const float *y, int64_t N, double *eval_loss) {
     mxp_error err = {0};
     const char *kv[] = {"model.workload=regressor", "model.head=gaussian", "model.ensemble=3",
-                        "model.layers=[linear:16, relu, linear:16, tanh, linear]",
+                        layers,
                         "training.batch_size=16", "training.epochs=2", "training.lr=0.01",
                         "checkpoint.enabled=false", prec, "data.val_fraction=0.25"};
     mxp_config cfg;
@@ -210,10 +212,15 @@ static void test_trainer(void) {
     static const char *const modes[] = {"training.precision=fp32",
                                         "training.precision=mixed_bf16",
                                         "training.precision=mixed_fp16"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const layers[] = {
+        "model.layers=[linear:16, relu, linear:16, tanh, linear]",
+        "model.layers=[linear:16, relu, linear:16, gelu, residual:2, layernorm, dropout:0.2, "
+        "linear]"};
+    for (int q = 0; q < 6; q++) {
+        const int k = q % 3;
         double lb = 0, ls = 0;
-        mxp_run *rb = train(modes[k], true, x, y, N, &lb);
-        mxp_run *rs = train(modes[k], false, x, y, N, &ls);
+        mxp_run *rb = train(modes[k], layers[q / 3], true, x, y, N, &lb);
+        mxp_run *rs = train(modes[k], layers[q / 3], false, x, y, N, &ls);
         if (rb && rs) {
             mxp_model *mb = mxp_run_model(rb), *ms = mxp_run_model(rs);
             const size_t P = mxp_model_num_params(mb);
@@ -226,8 +233,8 @@ static void test_trainer(void) {
             same_bits(wb, ws, P * mxp_dtype_info(wt)->size, "trained work", modes[k]);
             CHECK_MSG(memcmp(&lb, &ls, sizeof lb) == 0 && isfinite(lb),
                       "%s: eval loss %.17g vs %.17g", modes[k], lb, ls);
-            printf("test_ens_batched: trainer %s: eval loss %.9g batched, %.9g sequential\n",
-                   modes[k], lb, ls);
+            printf("test_ens_batched: trainer %s %s: eval loss %.9g batched, %.9g sequential\n",
+                   modes[k], layers[q / 3], lb, ls);
         }
         mxp_run_destroy(rb);
         mxp_run_destroy(rs);
@@ -237,12 +244,13 @@ static void test_trainer(void) {
 }
 
 int main(void) {
-    static const char *const layers[] = {"[linear:8, tanh, linear:6, gelu, linear]",
-                                         "[linear:16, relu, linear]"};
+    static const char *const layers[] = {
+        "[linear:8, tanh, linear:6, gelu, linear]", "[linear:16, relu, linear]",
+        "[linear:16, relu, linear:16, gelu, residual:2, layernorm, dropout:0.25, linear]"};
     static const mxp_precision modes[] = {MXP_PRECISION_FP32, MXP_PRECISION_MIXED_BF16,
                                           MXP_PRECISION_MIXED_FP16};
     for (int h = 0; h < 3; h++)
-        for (int l = 0; l < 2; l++)
+        for (int l = 0; l < 3; l++)
             for (int k = 0; k < 3; k++) test_model_api((head_kind)h, layers[l], modes[k], 8);
     /* wide: products large enough to be split between threads (several
      * parts each in the strided GEMM's one parallel region) */

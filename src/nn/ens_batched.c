@@ -69,6 +69,7 @@ bool nn_ens_batched_ok(const mxp_model *m) {
     for (int l = 0; l < m->n_layers; l++)
         switch (m->layers[l].kind) {
         case MXP_LAYER_LINEAR: case MXP_LAYER_RELU: case MXP_LAYER_GELU: case MXP_LAYER_TANH:
+        case MXP_LAYER_LAYERNORM: case MXP_LAYER_RESIDUAL: case MXP_LAYER_DROPOUT:
             break;
         default: return false;
         }
@@ -225,6 +226,72 @@ static int linear_backward(mxp_model *m, int l, int64_t B, const void *dy, float
     return cur;
 }
 
+/* Layers run per member (its rows, its parameters, its view: a
+ * layernorm's gamma/beta and row statistics, a dropout's mask keyed by
+ * the member; a linear layer without the strided GEMM), or once over all
+ * E x B rows (element-wise: relu, gelu, tanh, residual). */
+static bool per_member(const mxp_model *m, mxp_layer_kind k) {
+    return k == MXP_LAYER_LAYERNORM || k == MXP_LAYER_DROPOUT ||
+           (k == MXP_LAYER_LINEAR && !strided(m));
+}
+
+/* The arena's row buffers layer l reads (acts[l], acts[l+1], the
+ * layernorm statistics), saved; rows_view points them at member e's rows
+ * (and member e's own block of the statistics), rows_restore back. */
+typedef struct member_rows_sv {
+    void *a0, *a1;
+    float *ln;
+} member_rows_sv;
+
+static member_rows_sv rows_save(const mxp_model *m, int l) {
+    return (member_rows_sv){m->b.acts[l], m->b.acts[l + 1], m->b.ln_stats};
+}
+
+static void rows_restore(mxp_model *m, int l, const member_rows_sv *sv) {
+    m->b.acts[l] = sv->a0;
+    m->b.acts[l + 1] = sv->a1;
+    m->b.ln_stats = sv->ln;
+}
+
+static void rows_view(mxp_model *m, int l, int64_t B, int e, const member_rows_sv *sv) {
+    nn_bufs *b = &m->b;
+    b->acts[l] = (unsigned char *)sv->a0 + row_bytes(b->act_type[l], (int64_t)e * B, m->width[l]);
+    if (sv->a1)
+        b->acts[l + 1] = (unsigned char *)sv->a1 +
+                         row_bytes(b->act_type[l + 1], (int64_t)e * B, m->width[l + 1]);
+    if (sv->ln) b->ln_stats = sv->ln + (size_t)e * (size_t)m->n_ln * 2 * (size_t)m->spec.max_batch;
+}
+
+static int member_forward(mxp_model *m, int l, int64_t B, float *y32, int cur) {
+    const nn_layer_vtable *vt = nn_layer_vtable_get(m->layers[l].kind);
+    const size_t n = (size_t)B * (size_t)m->width[l + 1];
+    const member_rows_sv sv = rows_save(m, l);
+    for (int e = 0; e < m->ens; e++) {
+        cur = nn_ens_view(m, cur, e);
+        rows_view(m, l, B, e, &sv);
+        vt->forward(m, l, B, y32 + (size_t)e * n);
+    }
+    rows_restore(m, l, &sv);
+    return cur;
+}
+
+static int member_backward(mxp_model *m, int l, int64_t B, const void *dy, float *dx32,
+                           nn_slots *const *blk, bool scan, int cur) {
+    const nn_layer *L = &m->layers[l];
+    const nn_layer_vtable *vt = nn_layer_vtable_get(L->kind);
+    const member_rows_sv sv = rows_save(m, l);
+    for (int e = 0; e < m->ens; e++) {
+        cur = nn_ens_view(m, cur, e);
+        rows_view(m, l, B, e, &sv);
+        vt->backward(m, l, B,
+                     (const unsigned char *)dy + row_bytes(m->b.gtype[l + 1], (int64_t)e * B, L->out),
+                     dx32 ? dx32 + (size_t)e * (size_t)B * (size_t)L->in : NULL);
+        if (scan && L->n_params > 0) scan_member_grads(m, blk[e], l, e == 0);
+    }
+    rows_restore(m, l, &sv);
+    return cur;
+}
+
 /* Forward of all members, layer by layer; returns the current view. */
 static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *const *blk, bool scan,
                    int cur) {
@@ -237,16 +304,10 @@ static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *con
         const mxp_dtype t = b->act_type[l + 1];
         const int64_t C = m->width[l + 1];
         float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
-        if (L->kind == MXP_LAYER_LINEAR && strided(m)) {
-            cur = linear_forward(m, l, B, y32, cur);
+        if (per_member(m, L->kind)) {
+            cur = member_forward(m, l, B, y32, cur);
         } else if (L->kind == MXP_LAYER_LINEAR) {
-            unsigned char *in0 = b->acts[l];
-            for (int e = 0; e < E; e++) { /* member e: its rows, its parameters */
-                cur = nn_ens_view(m, cur, e);
-                b->acts[l] = in0 + row_bytes(b->act_type[l], (int64_t)e * B, m->width[l]);
-                nn_linear_forward(m, l, B, y32 + (size_t)e * (size_t)B * (size_t)C);
-            }
-            b->acts[l] = in0;
+            cur = linear_forward(m, l, B, y32, cur);
         } else {
             nn_layer_vtable_get(L->kind)->forward(m, l, R, y32);
         }
@@ -271,23 +332,15 @@ static int backward_layers(mxp_model *m, int64_t B, nn_slots *const *blk, bool s
         const mxp_dtype gt = b->gtype[l];
         float *dx32 = NULL;
         if (need_dx) dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[g ^ 1] : b->sy;
-        if (L->kind == MXP_LAYER_LINEAR && strided(m)) {
-            cur = linear_backward(m, l, B, b->g[g], dx32, blk, scan, cur);
+        if (per_member(m, L->kind)) {
+            cur = member_backward(m, l, B, b->g[g], dx32, blk, scan, cur);
         } else if (L->kind == MXP_LAYER_LINEAR) {
-            unsigned char *in0 = b->acts[l];
-            const unsigned char *dy = b->g[g];
-            for (int e = 0; e < E; e++) {
-                cur = nn_ens_view(m, cur, e);
-                b->acts[l] = in0 + row_bytes(b->act_type[l], (int64_t)e * B, L->in);
-                nn_linear_backward(m, l, B, dy + row_bytes(b->gtype[l + 1], (int64_t)e * B, L->out),
-                                   dx32 ? dx32 + (size_t)e * (size_t)B * (size_t)L->in : NULL);
-                if (scan) scan_member_grads(m, blk[e], l, e == 0);
-            }
-            b->acts[l] = in0;
+            cur = linear_backward(m, l, B, b->g[g], dx32, blk, scan, cur);
         } else {
             nn_layer_vtable_get(L->kind)->backward(m, l, R, b->g[g], dx32);
         }
         if (need_dx) {
+            nn_residual_skip_add(m, l, R, dx32); /* a block's first layer */
             store(m, gt, b->g[g ^ 1], dx32, (size_t)R * (size_t)L->in);
             if (scan) scan_members(m, blk, NN_SLOT_DX, l, dx32, gt, b->g[g ^ 1], B, L->in);
             g ^= 1;
