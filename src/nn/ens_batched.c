@@ -81,41 +81,6 @@ static size_t row_bytes(mxp_dtype t, int64_t rows, int64_t cols) {
     return (size_t)rows * (size_t)cols * mxp_dtype_info(t)->size;
 }
 
-/* Round v32 [n] into dst (dtype t), as the driver's store (model_step.c). */
-static void store(const mxp_model *m, mxp_dtype t, void *dst, const float *v32, size_t n) {
-    if (t == MXP_DTYPE_F32) {
-        if (dst != (const void *)v32) memcpy(dst, v32, n * sizeof(float));
-        return;
-    }
-    m->k->convert(t, dst, MXP_DTYPE_F32, v32, n);
-}
-
-/* Member e's rows of v32 [E B, C] (stored copy `stored`, dtype t) scanned
- * into slot (kind, layer) of member e's block, for every e, as the
- * driver's scan_output would in the member's own pass; the host record
- * (one for all members: their scans have the same sizes) once. */
-static void scan_members(mxp_model *m, nn_slots *const *blk, nn_slot_kind kind, int layer,
-                         const float *v32, mxp_dtype t, const void *stored, int64_t B,
-                         int64_t C) {
-    const size_t n = (size_t)B * (size_t)C;
-    nn_slots *own = m->b.slots;
-    bool full = false;
-    for (int e = 0; e < m->ens; e++) {
-        m->b.slots = blk[e];
-        nn_scan *s = nn_slot(m, kind, layer);
-        const float *v = v32 + (size_t)e * n;
-        const void *st = (const unsigned char *)stored + row_bytes(t, (int64_t)e * B, C);
-        if (m->mon)
-            full = nn_mon_scan(m, layer, kind == NN_SLOT_DX ? MXP_MON_DX : MXP_MON_OUT, v, n,
-                               t, s);
-        else
-            m->k->absmax(v, n, &s->amax, &s->nf);
-        nn_scan_stored(s, t, st, n);
-    }
-    m->b.slots = own;
-    nn_slot_issued(m, kind, layer, n, full);
-}
-
 /* Layer l's parameter gradients of member e (its view current) into slot
  * DW of its block, as the driver's scan_param_grads (no anomaly mode). */
 static void scan_member_grads(mxp_model *m, nn_slots *blk, int l, bool issue) {
@@ -147,8 +112,8 @@ static bool strided(const mxp_model *m) {
     return !(m->policy.fp16_accum_k > 0 && in == MXP_DTYPE_F16);
 }
 
-/* y32 [E B, out] = each member's x W_e^T + b_e (nn_linear_forward's
- * GEMM and add_bias). Returns the current view. */
+/* y32 [E B, out] = each member's x W_e^T (nn_linear_forward's GEMM; its
+ * bias follows in nn_ens_linear_epilogue). Returns the current view. */
 static int linear_forward(mxp_model *m, int l, int64_t B, float *y32, int cur) {
     const int E = m->ens;
     const size_t P1 = m->ens_p1;
@@ -165,14 +130,7 @@ static int linear_forward(mxp_model *m, int l, int64_t B, float *y32, int cur) {
         .C = y32, .ldc = L->out, .alpha = 1.0f, .beta = 0.0f,
     };
     m->k->gemm_strided(&g, E, (size_t)B * (size_t)L->in, P1, (size_t)B * (size_t)L->out);
-    for (int e = 0; e < E; e++) {
-        cur = nn_ens_view(m, cur, e);
-        mxp_dtype bt;
-        const void *bw = nn_layer_weights(m, l, L->b_off, &bt);
-        const float *bias = nn_view_f32(m, bt, bw, (size_t)L->out, m->b.p0);
-        m->k->add_bias(y32 + (size_t)e * (size_t)B * (size_t)L->out, bias, B, L->out);
-    }
-    return cur;
+    return cur; /* the biases: nn_ens_linear_epilogue */
 }
 
 /* Every member's backward of layer l (layer_linear.c backward: db, dW
@@ -298,21 +256,26 @@ static int forward_layers(mxp_model *m, const float *x, int64_t B, nn_slots *con
     nn_bufs *b = &m->b;
     const int E = m->ens;
     const int64_t R = (int64_t)E * B;
-    store(m, b->act_type[0], b->acts[0], x, (size_t)R * (size_t)m->width[0]);
+    const size_t nx = (size_t)R * (size_t)m->width[0];
+    if (b->act_type[0] == MXP_DTYPE_F32) /* the input, as the driver stores it */
+        memcpy(b->acts[0], x, nx * sizeof(float));
+    else
+        m->k->convert(b->act_type[0], b->acts[0], MXP_DTYPE_F32, x, nx);
     for (int l = 0; l < m->n_layers; l++) {
         const nn_layer *L = &m->layers[l];
         const mxp_dtype t = b->act_type[l + 1];
         const int64_t C = m->width[l + 1];
         float *y32 = t == MXP_DTYPE_F32 ? (float *)b->acts[l + 1] : b->sy;
-        if (per_member(m, L->kind)) {
-            cur = member_forward(m, l, B, y32, cur);
-        } else if (L->kind == MXP_LAYER_LINEAR) {
+        if (L->kind == MXP_LAYER_LINEAR && !per_member(m, L->kind)) {
             cur = linear_forward(m, l, B, y32, cur);
-        } else {
-            nn_layer_vtable_get(L->kind)->forward(m, l, R, y32);
+            l += nn_ens_linear_epilogue(m, l, B, y32, blk, scan, &cur) - 1;
+            continue;
         }
-        store(m, t, b->acts[l + 1], y32, (size_t)R * (size_t)C);
-        if (scan) scan_members(m, blk, NN_SLOT_OUT, l, y32, t, b->acts[l + 1], B, C);
+        if (per_member(m, L->kind))
+            cur = member_forward(m, l, B, y32, cur);
+        else
+            nn_layer_vtable_get(L->kind)->forward(m, l, R, y32);
+        nn_ens_store_scan(m, blk, scan, NN_SLOT_OUT, l, y32, t, b->acts[l + 1], B, C);
     }
     return cur;
 }
@@ -330,6 +293,10 @@ static int backward_layers(mxp_model *m, int64_t B, nn_slots *const *blk, bool s
         const nn_layer *L = &m->layers[l];
         const bool need_dx = l > lo;
         const mxp_dtype gt = b->gtype[l];
+        if (need_dx && nn_ens_act_bwd_fused(m, l, B, b->g[g], b->g[g ^ 1], blk, scan)) {
+            g ^= 1;
+            continue;
+        }
         float *dx32 = NULL;
         if (need_dx) dx32 = gt == MXP_DTYPE_F32 ? (float *)b->g[g ^ 1] : b->sy;
         if (per_member(m, L->kind)) {
@@ -341,8 +308,7 @@ static int backward_layers(mxp_model *m, int64_t B, nn_slots *const *blk, bool s
         }
         if (need_dx) {
             nn_residual_skip_add(m, l, R, dx32); /* a block's first layer */
-            store(m, gt, b->g[g ^ 1], dx32, (size_t)R * (size_t)L->in);
-            if (scan) scan_members(m, blk, NN_SLOT_DX, l, dx32, gt, b->g[g ^ 1], B, L->in);
+            nn_ens_store_scan(m, blk, scan, NN_SLOT_DX, l, dx32, gt, b->g[g ^ 1], B, L->in);
             g ^= 1;
         }
     }
@@ -411,8 +377,7 @@ mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float lo
     m->time_forward_s += t1 - t0;
 
     if (backward) {
-        store(m, gt, bf->g[0], dpred32, (size_t)b->B * (size_t)C);
-        if (scan) scan_members(m, blk, NN_SLOT_DX, -1, dpred32, gt, bf->g[0], B, C);
+        nn_ens_store_scan(m, blk, scan, NN_SLOT_DX, -1, dpred32, gt, bf->g[0], B, C);
         m->grad_write = m->grads_stale; /* discarded: every member's block is written */
         cur = backward_layers(m, B, blk, scan, cur);
         m->grad_write = false;

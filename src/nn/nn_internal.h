@@ -609,6 +609,20 @@ mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float lo
 mxp_status nn_ens_step_batched(mxp_model *m, const mxp_batch *b, bool backward,
                                float loss_scale, double *loss, mxp_nonfinite_site *site,
                                mxp_error *err);
+/* Its stores, scans and fused epilogues, per member (ens_fused.c), with
+ * the driver's kernels and conditions. v32 [E B, C] stored into dst
+ * (dtype t) and scanned per member into slot (kind, layer) of blk[e]: */
+void nn_ens_store_scan(mxp_model *m, nn_slots *const *blk, bool scan, nn_slot_kind kind,
+                       int layer, float *v32, mxp_dtype t, void *dst, int64_t B, int64_t C);
+/* Linear layer l's output y32 [E B, out] (the GEMMs done, no bias yet):
+ * each member's bias, store and scan, and the activation after it when
+ * fused (then returns 2, the layers done; else 1). *cur: the view. */
+int nn_ens_linear_epilogue(mxp_model *m, int l, int64_t B, float *y32, nn_slots *const *blk,
+                           bool scan, int *cur);
+/* Activation layer l's backward, store and scan fused per member (dy in
+ * the grad dtype, dx [E B, in] in gtype[l]); false: run it unfused. */
+bool nn_ens_act_bwd_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dx,
+                          nn_slots *const *blk, bool scan);
 /* MIXPREC_ENS_BATCHED (unset or 1: on; 0: off), read once; and the
  * per-model switch (tests compare both paths in one process). */
 bool nn_ens_batched_default(void);
