@@ -5,14 +5,17 @@
  * (model.h). Member e's parameters are a copy of the single model's
  * layout at element offset e * P1 of every slab (master, work, grads), so
  * one optimizer step, one loss-scaler update, one guard check and one
- * checkpoint cover all members. What is NOT batched: the members' passes.
- * A step runs member 0's forward, loss and backward on its B rows, then
- * member 1's, ... (nn_ens_view shifts every layer's parameter offsets to
- * the member's block, and the unchanged layer code runs; the activation
- * arena, planned for B rows, is reused by each member), so a step costs E
- * single-model passes, each with GEMMs of B rows. A batched form (one GEMM
- * per layer over all members, as mbrl-lib's EnsembleLinearLayer) is not
- * built.
+ * checkpoint cover all members. A training or evaluation step
+ * (nn_ens_step, and the trainer's nn_step_pass) runs layer-major when
+ * nn_ens_batched_ok (ens_batched.c: all members' rows per layer, each
+ * linear layer's GEMMs for all members in one strided-batched call, the
+ * same bits); otherwise, and for predict, the member loop here: member
+ * 0's forward, loss and backward on its B rows, then member 1's, ...
+ * (nn_ens_view shifts every layer's parameter offsets to the member's
+ * block, and the unchanged layer code runs on the first B rows of the
+ * arena, which is planned for E x max_batch rows for the layer-major
+ * pass). The member loop is the layer-major pass's oracle
+ * (tests/test_ens_batched.c).
  * Gradients: the first member's backward after mxp_model_discard_grads
  * must not leave the others adding into void memory, so every member's
  * pass starts with the discard state of the step (each member then writes
