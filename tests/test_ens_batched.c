@@ -257,5 +257,10 @@ int main(void) {
     for (int k = 0; k < 3; k++)
         test_model_api(HEAD_GAUSS, "[linear:200, gelu, linear:200, gelu, linear]", modes[k], 256);
     test_trainer();
+    /* FP8 ensembles keep the member loop (their delayed scales are updated
+     * after each member's pass), as does the switch off */
+    mxp_model *f8 = make(HEAD_GAUSS, layers[0], MXP_PRECISION_FP8, 8, true);
+    CHECK(f8 && !nn_ens_batched_ok(f8));
+    mxp_model_destroy(f8);
     return test_finish("test_ens_batched");
 }
