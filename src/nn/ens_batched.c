@@ -2,33 +2,39 @@
  *
  * Entry points (nn_internal.h): nn_ens_batched_ok, nn_ens_pass,
  * nn_ens_step_batched, nn_ens_batched_default, nn_ens_set_batched.
+ * Callers: ensemble.c nn_ens_step (mxp_model_step) and step_pass.c
+ * nn_step_pass (the trainer), when nn_ens_batched_ok.
  *
  * The members' forward runs layer by layer over all E x B rows of the
  * batch (member e's rows the block [e B, (e+1) B), as the batch holds
  * them; the arena is planned for E x max_batch rows, model_plan.c):
- *   - a linear layer runs each member's GEMMs on its row block with its
- *     parameters (nn_ens_view), one call of the layer per member in a loop
- *     inside the layer's step (the same GEMM, M = B, the member's
- *     operands: the bits of the member-sequential pass; a strided-batched
- *     GEMM over the members in one parallel region is NOT built);
- *   - an element-wise layer (relu, gelu, tanh) runs once over E x B rows;
- *   - each layer's output is stored in its dtype in one call over E x B
- *     rows and scanned per member into the member's own result-slot block,
- *     so each member's block holds what its sequential pass would write;
+ *   - a linear layer: its GEMMs for all members in ONE call of the
+ *     table's strided-batched GEMM per direction (forward, dW, dX;
+ *     kernels.h gemm_strided: member e's operands at its row block and
+ *     its slab block e P1, each product the bits of gemm alone), then per
+ *     member its bias, store and scan (and the activation after it, fused
+ *     as the driver fuses it: ens_fused.c); without gemm_strided (generic
+ *     table, the FP16 fast-accumulate GEMM) the layer runs per member;
+ *   - element-wise layers (relu, gelu, tanh, residual): once over E x B
+ *     rows; layernorm and dropout: per member (its parameters and row
+ *     statistics, its mask: the member's view, nn_ens_view, and its rows);
+ *   - every output is stored in its dtype and scanned per member into the
+ *     member's own result-slot block (ens_fused.c), so each block holds
+ *     what the member's own pass would write;
  *   - the loss runs per member on its rows (its Gaussian bounds, its loss
- *     slot), the loss gradient is stored once and scanned per member;
- *   - backward runs layer by layer from the top, as forward.
+ *     slot), the loss gradient is stored and scanned per member;
+ *   - backward runs layer by layer from the top, as forward (each member
+ *     writes, or adds to, its own gradient block).
  * After the pass each member's block is read as after its own pass
- * (nn_pass_finish / the trainer's nn_step_read): loss, first non-finite
- * site and monitor records are the sequential path's, as are gradients
- * (each member writes, or adds to, its own slab block).
- * Not batched (the sequential member loop of ensemble.c runs instead,
- * with the same results): models with a layer other than linear, relu,
- * gelu, tanh (layernorm, residual, dropout, GPT kinds), FP8 matmul
- * inputs (their delayed scales are updated after each member's pass),
- * per-layer loss scaling, anomaly mode, an armed fault, and models with
- * the switch off (MIXPREC_ENS_BATCHED=0 at model creation, or
- * nn_ens_set_batched: the tests' and benchmarks' oracle).
+ * (nn_pass_finish / the trainer's nn_step_read): losses, first non-finite
+ * site and monitor records are the member-sequential path's, bit for bit
+ * (tests/test_ens_batched.c).
+ * Not layer-major (ensemble.c's member loop runs instead, with the same
+ * results): FP8 matmul inputs (their delayed scales are updated after each
+ * member's pass), per-layer loss scaling, anomaly mode, an armed fault,
+ * GPT layer kinds, predict, and models with the switch off
+ * (MIXPREC_ENS_BATCHED=0 at model creation, or nn_ens_set_batched: the
+ * tests' and benchmarks' oracle).
  */
 #include "nn/nn_internal.h"
 #include "nn/step_pass.h"
