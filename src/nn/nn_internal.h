@@ -596,9 +596,10 @@ mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *
 
 /* ---- the layer-major ensemble pass (ens_batched.c) --------------------------- */
 #define NN_ENS_MAX MXP_MODEL_MAX_ENSEMBLE
-/* The model's ensemble passes can run layer-major (m->ens_batched and
- * only linear/relu/gelu/tanh layers, no FP8, per-layer loss scaling,
- * anomaly mode or armed fault): the same bits as the member loop. */
+/* The model's ensemble passes can run layer-major (m->ens_batched; MLP
+ * layer kinds: linear, relu, gelu, tanh, layernorm, residual, dropout; no
+ * FP8, per-layer loss scaling, anomaly mode or armed fault): the same
+ * bits as the member loop. */
 bool nn_ens_batched_ok(const mxp_model *m);
 /* The pass of all members of ensemble batch b (E blocks of B rows),
  * layer-major; member e's loss and scans into blk[e] (zeroed first when
