@@ -866,7 +866,11 @@ void mxp_avx512_gemm_many(const mxp_gemm_args *gs, int count) {
         c.plans[i].epi_parts = NULL;
         c.first[i + 1] = c.first[i] + c.plans[i].parts;
     }
-    int threads = mxp_threads_max();
+    /* products each too small to be cut (one part: below THREAD_MIN_FLOPS)
+     * run on the caller, as gemm runs them alone: spreading them over the
+     * pool measured slower on 2 CPUs (5 x 32x200x200: 0.85 against 0.72 ms
+     * per ensemble step, docs/results/issue29/ens_batched_step.txt) */
+    int threads = c.first[count] > count ? mxp_threads_max() : 1;
     if (threads > SCRATCH_SLOTS) threads = SCRATCH_SLOTS;
     if (threads > c.first[count]) threads = c.first[count];
     if (!scratch_ensure(threads)) {

@@ -6,8 +6,8 @@
  * member's operands (A, B, C advanced by i * sa, i * sb, i * sc
  * elements); mxp_avx512_gemm_many (gemm.c) plans each as gemm alone and
  * runs all their parts in one parallel region, so a layer's GEMMs for E
- * members cost one fork/join, and products too small to be split (one
- * part each) still run on all threads. Bits: each product's as alone.
+ * members cost one fork/join (products each too small to be split run on
+ * the caller, as alone). Bits: each product's as alone.
  */
 #include "kernels/x86_avx512/avx512.h"
 #include "kernels/x86_avx512/gemm_internal.h"
