@@ -95,10 +95,12 @@ typedef struct mxp_model_spec {
      * e's a contiguous block of P/E in every slab, named
      * "members.<e>.<name of the single model's tensor>" (PyTorch
      * nn.ModuleList "members"). A step's batch holds E * B rows, member e's
-     * B rows at [e B, (e+1) B) (targets likewise); each member runs its own
-     * forward, loss and backward (one after another, reusing the
-     * activation memory planned for max_batch rows, which counts rows PER
-     * MEMBER); *loss is the mean of the member losses and each member's
+     * B rows at [e B, (e+1) B) (targets likewise; max_batch counts rows
+     * PER MEMBER, the activation memory is planned for E * max_batch
+     * rows); each member has its own forward, loss and backward, run
+     * layer by layer for all members at once (src/nn/ens_batched.c) or
+     * one member after another, with the same results bit for bit;
+     * *loss is the mean of the member losses and each member's
      * gradients are those of its own loss (the gradient of their sum, as
      * mbrl-lib trains its ensembles). Predict runs every member on the same
      * x: pred [E, B, out_dim]. 0 or 1: one model. */

@@ -187,6 +187,13 @@ typedef struct mxp_kernels {
      * [1, MXP_F16ACC_K_MAX]); FP16 overflow gives +-Inf. Error vs exact:
      * docs/kernels.md, "FP16 fast-accumulate GEMM". */
     void (*gemm_f16acc)(const mxp_gemm_args *a, int k);
+    /* Strided-batched GEMM, optional (NULL: the caller calls gemm count
+     * times): for i in [0, count) the product g with A, B and C advanced
+     * by i * sa, i * sb elements of their dtypes and i * sc floats, each
+     * product's bits those of gemm on it alone, all products (and their
+     * tiles) in one parallel region (an ensemble's members, one call per
+     * layer and direction: nn/ens_batched.c). */
+    void (*gemm_strided)(const mxp_gemm_args *g, int count, size_t sa, size_t sb, size_t sc);
 
     /* --- conversion --- */
     void (*convert)(mxp_dtype dst_type, void *dst, mxp_dtype src_type,

@@ -5,14 +5,17 @@
  * (model.h). Member e's parameters are a copy of the single model's
  * layout at element offset e * P1 of every slab (master, work, grads), so
  * one optimizer step, one loss-scaler update, one guard check and one
- * checkpoint cover all members. What is NOT batched: the members' passes.
- * A step runs member 0's forward, loss and backward on its B rows, then
- * member 1's, ... (nn_ens_view shifts every layer's parameter offsets to
- * the member's block, and the unchanged layer code runs; the activation
- * arena, planned for B rows, is reused by each member), so a step costs E
- * single-model passes, each with GEMMs of B rows. A batched form (one GEMM
- * per layer over all members, as mbrl-lib's EnsembleLinearLayer) is not
- * built.
+ * checkpoint cover all members. A training or evaluation step
+ * (nn_ens_step, and the trainer's nn_step_pass) runs layer-major when
+ * nn_ens_batched_ok (ens_batched.c: all members' rows per layer, each
+ * linear layer's GEMMs for all members in one strided-batched call, the
+ * same bits); otherwise, and for predict, the member loop here: member
+ * 0's forward, loss and backward on its B rows, then member 1's, ...
+ * (nn_ens_view shifts every layer's parameter offsets to the member's
+ * block, and the unchanged layer code runs on the first B rows of the
+ * arena, which is planned for E x max_batch rows for the layer-major
+ * pass). The member loop is the layer-major pass's oracle
+ * (tests/test_ens_batched.c).
  * Gradients: the first member's backward after mxp_model_discard_grads
  * must not leave the others adding into void memory, so every member's
  * pass starts with the discard state of the step (each member then writes
@@ -116,6 +119,8 @@ mxp_status nn_ens_step(mxp_model *m, const mxp_batch *b, bool backward, float lo
         memset(site, 0, sizeof *site);
         site->op = "";
     }
+    if (nn_ens_batched_ok(m)) /* layer-major, the same bits (ens_batched.c) */
+        return nn_ens_step_batched(m, b, backward, loss_scale, loss, site, err);
     ens_step_ctx c = {backward, loss_scale, site, 0.0};
     mxp_status s = nn_ens_each(m, b, member_step, &c, err);
     if (s != MXP_OK) return s;

@@ -402,6 +402,7 @@ static mxp_status model_create(const mxp_model_spec *spec, const mxp_precision_p
     m->seed = seed; /* keys the dropout masks (layer_skip.c) */
     m->k = mxp_kernels_get();
     m->fuse = fusion_default();
+    m->ens_batched = nn_ens_batched_default();
     m->fp8_cfg = mxp_fp8_config_default();
     if ((s = build_structure(m, err))) goto fail;
     if ((s = nn_head_install(m, err))) goto fail;

@@ -78,7 +78,8 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
                         mxp_error *err) {
     memset(b, 0, sizeof *b);
     const size_t P = m->n_params;
-    const size_t mb = (size_t)m->spec.max_batch;
+    /* an ensemble's layer-major pass holds all members' rows (ens_batched.c) */
+    const size_t mb = (size_t)m->spec.max_batch * (size_t)(m->ens > 1 ? m->ens : 1);
     size_t rowmax, rowin = 0;
     if (!mxp_size_mul(mb, (size_t)m->max_width, &rowmax)) goto overflow;
     const bool fused = nn_fused_head(m, p);
@@ -206,7 +207,10 @@ mxp_status nn_plan_bufs(const mxp_model *m, const mxp_precision_policy *p, nn_bu
     /* the result slots (n_layers <= MXP_MODEL_MAX_LAYERS: no overflow) */
     const int n_slots = (m->n_layers + 1) * NN_SLOT_KIND_COUNT;
     size_t at_slots = 0;
-    if (!plan_take(&off, sizeof(nn_slots) + (size_t)n_slots * sizeof(nn_scan), 1, &at_slots))
+    /* one block per ensemble member (ens_batched.c), 64-byte strides as the
+     * trainer's blocks (nn_step_block_bytes) */
+    const size_t blk_bytes = (sizeof(nn_slots) + (size_t)n_slots * sizeof(nn_scan) + 63) / 64 * 64;
+    if (!plan_take(&off, blk_bytes, (size_t)(m->ens > 1 ? m->ens : 1), &at_slots))
         goto overflow;
 
     /* slabs */

@@ -490,6 +490,11 @@ static mxp_status check_batch(const mxp_model *m, const mxp_batch *b,
     return MXP_OK;
 }
 
+mxp_status nn_check_batch(const mxp_model *m, const mxp_batch *b, bool backward,
+                          float loss_scale, mxp_error *err) {
+    return check_batch(m, b, backward, loss_scale, err);
+}
+
 mxp_status nn_pass_run(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
                        bool scan, mxp_error *err) {
     if (backward && m->inference)

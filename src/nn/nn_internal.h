@@ -193,6 +193,9 @@ struct mxp_model {
     size_t ens_p1;             /* parameters per member (P / E) */
     int ens_member;            /* inside a member's pass: its index (the layers'
                                   offsets point into its block); -1 outside */
+    bool ens_batched;          /* ensemble training passes layer-major (ens_batched.c)
+                                  when nn_ens_batched_ok; off: member-sequential */
+    int64_t ens_batched_passes; /* layer-major passes run (the tests' check that they ran) */
     uint64_t ens_elites;       /* the members that predict (bit e: member e; all E
                                   at create): mxp_model_set_elites, ensemble.c */
     double time_forward_s;     /* wall seconds in mxp_model_step's forward + loss */
@@ -609,6 +612,44 @@ typedef mxp_status (*nn_member_fn)(mxp_model *m, int e, const mxp_batch *mb, voi
                                    mxp_error *err);
 mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *ctx,
                        mxp_error *err);
+
+/* ---- the layer-major ensemble pass (ens_batched.c) --------------------------- */
+#define NN_ENS_MAX MXP_MODEL_MAX_ENSEMBLE
+/* The model's ensemble passes can run layer-major (m->ens_batched; MLP
+ * layer kinds: linear, relu, gelu, tanh, layernorm, residual, dropout; no
+ * FP8, per-layer loss scaling, anomaly mode or armed fault): the same
+ * bits as the member loop. */
+bool nn_ens_batched_ok(const mxp_model *m);
+/* The pass of all members of ensemble batch b (E blocks of B rows),
+ * layer-major; member e's loss and scans into blk[e] (zeroed first when
+ * scan), the host record (the same for every member) in m->b.slot_n. */
+mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
+                       bool scan, nn_slots *const *blk, mxp_error *err);
+/* nn_ens_step by nn_ens_pass into the E slot blocks the plan keeps. */
+mxp_status nn_ens_step_batched(mxp_model *m, const mxp_batch *b, bool backward,
+                               float loss_scale, double *loss, mxp_nonfinite_site *site,
+                               mxp_error *err);
+/* Its stores, scans and fused epilogues, per member (ens_fused.c), with
+ * the driver's kernels and conditions. v32 [E B, C] stored into dst
+ * (dtype t) and scanned per member into slot (kind, layer) of blk[e]: */
+void nn_ens_store_scan(mxp_model *m, nn_slots *const *blk, bool scan, nn_slot_kind kind,
+                       int layer, float *v32, mxp_dtype t, void *dst, int64_t B, int64_t C);
+/* Linear layer l's output y32 [E B, out] (the GEMMs done, no bias yet):
+ * each member's bias, store and scan, and the activation after it when
+ * fused (then returns 2, the layers done; else 1). *cur: the view. */
+int nn_ens_linear_epilogue(mxp_model *m, int l, int64_t B, float *y32, nn_slots *const *blk,
+                           bool scan, int *cur);
+/* Activation layer l's backward, store and scan fused per member (dy in
+ * the grad dtype, dx [E B, in] in gtype[l]); false: run it unfused. */
+bool nn_ens_act_bwd_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dx,
+                          nn_slots *const *blk, bool scan);
+/* MIXPREC_ENS_BATCHED (unset or 1: on; 0: off), read once; and the
+ * per-model switch (tests compare both paths in one process). */
+bool nn_ens_batched_default(void);
+void nn_ens_set_batched(mxp_model *m, bool on);
+/* mxp_model_step's checks of one pass's batch (model_step.c). */
+mxp_status nn_check_batch(const mxp_model *m, const mxp_batch *b, bool backward,
+                          float loss_scale, mxp_error *err);
 
 /* Cross-entropy of R rows of FP32 logits [R, V] (labels [R]), added row by
  * row to *total in the order the whole-batch kernel sums them; when dl is

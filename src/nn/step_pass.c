@@ -87,7 +87,19 @@ mxp_status nn_step_pass(mxp_model *m, int i, const mxp_batch *b, const float *sc
     const float s = (float)((double)*scale * (double)num / (double)den);
     mxp_status st;
     m->ctl_beta = grad_beta; /* the gradient kernels read write/add there */
-    if (m->ens > 1 && m->ens_member < 0) {
+    if (nn_ens_batched_ok(m)) { /* layer-major (ens_batched.c): member e into block i E + e */
+        nn_slots *blk[NN_ENS_MAX];
+        const int first = i * m->ens;
+        for (int e = 0; e < m->ens; e++)
+            blk[e] = (nn_slots *)(void *)(m->step_blocks +
+                                          (size_t)(first + e) * nn_step_block_bytes(m));
+        st = nn_ens_pass(m, b, true, s, true, blk, err);
+        const size_t n = (size_t)m->b.n_slots;
+        for (int e = 0; e < m->ens; e++) { /* every member's record is the pass's */
+            memcpy(m->recs[first + e].n, m->b.slot_n, n * sizeof m->b.slot_n[0]);
+            memcpy(m->recs[first + e].full, m->b.slot_full, n * sizeof m->b.slot_full[0]);
+        }
+    } else if (m->ens > 1 && m->ens_member < 0) {
         member_ctx c = {i * m->ens, s};
         st = nn_ens_each(m, b, member_pass, &c, err);
     } else {

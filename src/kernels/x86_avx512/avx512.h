@@ -18,6 +18,9 @@ const mxp_kernels *mxp_kernels_avx512(void);
 bool mxp_avx512_usable(const mxp_cpu_features *f);
 
 void mxp_avx512_fill_gemm(mxp_kernels *t);
+/* The table's gemm_strided (gemm_strided.c; kernels.h). */
+void mxp_avx512_gemm_strided(const mxp_gemm_args *g, int count, size_t sa, size_t sb,
+                             size_t sc);
 void mxp_avx512_fill_loops(mxp_kernels *t);
 
 #endif

@@ -105,6 +105,14 @@ enum { MXP_GEMM_SMALL_M = 32 };
  * does not depend on the number of threads: every element of C is computed
  * by the same instruction sequence whichever thread owns its tile. */
 void mxp_avx512_gemm_ex(const mxp_gemm_args *g, const mxp_avx512_gemm_opts *o);
+/* The products gs[0 .. count) (count <= MXP_AVX512_GEMM_MANY), each planned
+ * as mxp_avx512_gemm_ex plans it alone (default options), their parts in
+ * ONE parallel region: thread t runs parts t, t + T, ... of the list of
+ * every product's parts (gemm_strided.c); when every product is one part
+ * (too small to be cut), all on the caller. Bits: each product's, as alone
+ * (no output depends on where a part starts or which thread runs it). */
+#define MXP_AVX512_GEMM_MANY 64
+void mxp_avx512_gemm_many(const mxp_gemm_args *gs, int count);
 
 /* The most parts (threads) one call is cut into. */
 enum { MXP_GEMM_MAX_PARTS = 64 };
