@@ -11,9 +11,12 @@
  *     identical weights, 1e-6 relative in fp32, 1e-4 in mixed modes; later
  *     steps 2e-3), the skip decisions and the loss-scale sequence
  *     identical, with a NaN planted in the input of the 5th batch (both
- *     sides skip it); exactly one device-to-host copy per step: the
+ *     sides skip it, and the device's site of it, pass, layer and op, is
+ *     the CPU model's); also SGD (momentum, nesterov, weight decay) and
+ *     grad_accum_steps=3 (the run's micro-batches, concatenated); exactly one device-to-host copy per step: the
  *     emulated device's count over the whole run equals the steps plus 3
- *     per pull (master, m, v; pulls happen only outside steps), and the
+ *     per pull (master, m, v; SGD: master, momentum; pulls happen only
+ *     outside steps), and the
  *     run's summary says so ("device":"cuda:0", d2h_per_step_max 1);
  *   - a checkpoint saved on the emulated device at step k resumes on the
  *     emulated device bit for bit against the uninterrupted emulated run
@@ -26,6 +29,10 @@
  *     mxp_run_create (MXP_ERR_UNSUPPORTED) with a message naming it, a
  *     precision switch by the step that meets it, and without the override
  *     this build names why it cannot (no CUDA, no device).
+ *
+ * Negative control for the site (checked by hand: the mapping of the
+ * device's site in trainer_device.c disabled): every NaN-site check fails
+ * ("device 0 fwd layer 0 (-)" against the CPU's "1 fwd layer 0 (linear)").
  *
  * Negative control (checked by hand: trainer_device_pull made a no-op):
  * the host model keeps its initial weights, so the checkpoint at step k
@@ -56,6 +63,7 @@ typedef struct rec {
     double loss[MAX_STEPS];
     float scale[MAX_STEPS];
     bool skip[MAX_STEPS];
+    mxp_nonfinite_site site[MAX_STEPS];
     int64_t n, stop_at;
     mxp_run *run;
 } rec;
@@ -66,6 +74,7 @@ static void on_progress(void *user, const mxp_run_progress *p) {
         r->loss[r->n] = p->result->loss;
         r->scale[r->n] = p->result->scale;
         r->skip[r->n] = p->result->skipped;
+        r->site[r->n] = p->result->site;
     }
     r->n++;
     if (r->stop_at > 0 && p->step == r->stop_at) mxp_run_request_stop(r->run);
@@ -212,11 +221,12 @@ static bool same_tensors(const char *a, const char *b) {
 
 /* batch: the train() call's batch size (0: the config's 32; 16 makes the
  * device re-plan once) */
-static void compare(workload w, const char *prec, int64_t batch) {
+static void compare_x(workload w, const char *prec, int64_t batch, const char *const *extra,
+                      int k, int per_pull, const char *tag) {
     mxp_error err = {0};
     mxp_config cc, cd;
-    CHECK_OK(make_cfg(w, prec, "cpu", NULL, &cc, &err), &err);
-    CHECK_OK(make_cfg(w, prec, "cuda", NULL, &cd, &err), &err);
+    CHECK_OK(make_cfg(w, prec, "cpu", extra, &cc, &err), &err);
+    CHECK_OK(make_cfg(w, prec, "cuda", extra, &cd, &err), &err);
     static rec rc, rd;
     mxp_run *run = NULL;
     CHECK_OK(open_run(&cc, &rc, NULL, 5, &run, &err), &err);
@@ -235,7 +245,8 @@ static void compare(workload w, const char *prec, int64_t batch) {
     CHECK_MSG(strstr(js, "\"device\":\"cuda:0\"") && strstr(js, "\"d2h_per_step_max\":1,"),
               "summary: %.300s", strstr(js, "\"device\"") ? strstr(js, "\"device\"") : js);
     mxp_run_destroy(run);
-    const char *name = w == WM ? "world_model" : "classifier";
+    const char *name = tag ? tag : w == WM ? "world_model" : "classifier";
+    const int64_t nan_step = (5 - 1) / k; /* the step of fill_batch call 5 (0-based) */
     const bool fp32 = strcmp(prec, "fp32") == 0;
     CHECK_MSG(rd.n == rc.n && rd.n >= 8 && rd.n <= MAX_STEPS, "%s %s: %lld steps, cpu %lld", name,
               prec, (long long)rd.n, (long long)rc.n);
@@ -254,17 +265,30 @@ static void compare(workload w, const char *prec, int64_t batch) {
                   name, prec, (long long)i + 1, rc.loss[i], rd.loss[i], r, rc.skip[i],
                   rd.skip[i], (double)rc.scale[i], (double)rd.scale[i]);
     }
-    CHECK_MSG(skips >= 1 && rc.skip[4], "%s %s: the NaN batch was not skipped", name, prec);
+    CHECK_MSG(skips >= 1 && rc.skip[nan_step], "%s %s: the NaN batch was not skipped", name, prec);
+    /* the provenance of the NaN step: the CPU model's site (pass, layer, op) */
+    const mxp_nonfinite_site *sc = &rc.site[nan_step], *sd = &rd.site[nan_step];
+    CHECK_MSG(sc->found && sd->found == sc->found && sd->backward == sc->backward &&
+                  sd->layer == sc->layer && sd->op && strcmp(sd->op, sc->op) == 0,
+              "%s %s: NaN site cpu %d %s layer %d (%s) x%lld, device %d %s layer %d (%s) x%lld",
+              name, prec, sc->found, sc->backward ? "bwd" : "fwd", sc->layer,
+              sc->op ? sc->op : "-", (long long)sc->count, sd->found,
+              sd->backward ? "bwd" : "fwd", sd->layer, sd->op ? sd->op : "-",
+              (long long)sd->count);
     /* one copy per step: nothing but the steps' reports and the pulls */
     CHECK_MSG(st.steps == rd.n && st.step_d2h_max == 1, "%s %s: %lld device steps, at most %lld "
               "copies in one", name, prec, (long long)st.steps, (long long)st.step_d2h_max);
     CHECK_MSG(st.plans == (batch ? 2 : 1), "%s %s: %lld plans", name, prec, (long long)st.plans);
-    CHECK_MSG(g_emu.d2h - d2h0 == st.steps + 3 * st.pulls,
+    CHECK_MSG(g_emu.d2h - d2h0 == st.steps + per_pull * st.pulls,
               "%s %s: %lld device-to-host copies for %lld steps and %lld pulls", name, prec,
               (long long)(g_emu.d2h - d2h0), (long long)st.steps, (long long)st.pulls);
     printf("  %-11s %-10s %3lld steps, worst loss rel diff %.2e, %lld pulls, %lld pushes, "
            "%lld plans, d2h %lld\n", name, prec, (long long)rd.n, worst, (long long)st.pulls,
            (long long)st.pushes, (long long)st.plans, (long long)(g_emu.d2h - d2h0));
+}
+
+static void compare(workload w, const char *prec, int64_t batch) {
+    compare_x(w, prec, batch, NULL, 1, 3, NULL);
 }
 
 /* ---- checkpoints across devices ------------------------------------------------ */
@@ -374,8 +398,6 @@ static void no_hook(void *user, int64_t step, float *g, size_t n) {
 }
 
 static void test_refusals(void) {
-    const char *accum[] = {"training.grad_accum_steps=2", NULL};
-    const char *sgd[] = {"training.optimizer=sgd", NULL};
     const char *per_layer[] = {"training.loss_scale.per_layer=true", NULL};
     const char *fp32l[] = {"training.precision_fp32_layers=first", NULL};
     const char *ens[] = {"model.ensemble=2", NULL};
@@ -384,8 +406,6 @@ static void test_refusals(void) {
     const char *drop[] = {"model.layers=[linear:32, gelu, dropout:0.1, linear]", NULL};
     const char *res[] = {"model.layers=[linear:32, gelu, linear:32, gelu, residual:2, linear]",
                          NULL};
-    refused(WM, "fp32", accum, "grad_accum_steps=2");
-    refused(WM, "fp32", sgd, "optimizer sgd");
     refused(WM, "bf16", NULL, "precision bf16");
     refused(WM, "fp16", NULL, "precision fp16");
     refused(WM, "fp8", NULL, "precision fp8");
@@ -448,6 +468,15 @@ int main(void) {
     compare(WM, "mixed_fp16", 16);
     compare(CL, "fp32", 0);
     compare(CL, "mixed_fp16", 0);
+    /* SGD (momentum, nesterov, L2 weight decay: master + momentum per pull) */
+    const char *sgd[] = {"training.optimizer=sgd", "training.momentum=0.9",
+                         "training.nesterov=true", "training.weight_decay=0.01", NULL};
+    compare_x(WM, "mixed_fp16", 0, sgd, 1, 2, "wm sgd");
+    compare_x(CL, "mixed_bf16", 0, sgd, 1, 2, "cl sgd");
+    /* three micro-batches per step: the NaN in the 2nd step's 2nd one */
+    const char *accum[] = {"training.grad_accum_steps=3", "training.batch_size=8", NULL};
+    compare_x(WM, "mixed_fp16", 0, accum, 3, 3, "wm accum3");
+    compare_x(WM, "fp32", 0, accum, 3, 3, "wm accum3");
     check_ckpt("fp32");
     check_ckpt("mixed_fp16");
     trainer_device_override(NULL, NULL);
