@@ -11,9 +11,10 @@
  * pull) and dev_stale (the host wrote since the last push). The counters
  * and the scaler stay the host's: before each step the plan is told the
  * optimizer step count, SR counter, scaler state and learning rate
- * (mxp_ds_set_state, host only), after it the host's mxp_scaler runs the
- * same rule on the reported skip (its policy, log and fallback request) and
- * must land on the scale the device reported. So a resume or a rollback
+ * (mxp_ds_set_state, host only), after it the host's mxp_scaler adopts
+ * the rule state and event the device reported (mxp_scaler_adopt, as the
+ * CPU path: the host adds its at-min policy, log and fallback request),
+ * checked against the reported next scale. So a resume or a rollback
  * (which write tensors and counters on the host) needs nothing more than
  * the push the write triggers.
  */
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "amp/scaler_internal.h"
 #include "backend/devmem.h"
 #include "nn/model_sync.h"
 #include "train/trainer_internal.h"
@@ -382,8 +384,11 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
     t->be->ctl.stats = ds.stats;
     t->training_steps++;
     if (dr->skipped) t->skipped_steps++;
+    /* the device's rule state and event, adopted as the CPU path does
+     * (amp/scaler_internal.h): the host applies only its at-min policy
+     * and log. The cheap check: the adopted scale is the one reported. */
     mxp_scaler_event ev;
-    mxp_status us = mxp_scaler_update(t->scaler, dr->skipped, &ev, err);
+    mxp_status us = mxp_scaler_adopt(t->scaler, &ds.scaler, &ds.event, &ev, err);
     if (dr->skipped && res->site.found)
         mxp_log(MXP_LOG_WARN,
                 "step %lld skipped: %lld non-finite gradients; first non-finite in %s pass, "
@@ -404,7 +409,8 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
     if (mxp_scaler_scale(t->scaler) != dr->next_scale)
         return mxp_error_set(err, MXP_ERR_STATE,
                              "training.device=cuda: the device's loss scale after step %lld "
-                             "(%g) differs from the host scaler's (%g): the scaler rule diverged",
+                             "(%g) differs from its reported rule state's (%g): the report is "
+                             "inconsistent",
                              (long long)t->training_steps, (double)dr->next_scale,
                              (double)mxp_scaler_scale(t->scaler));
     if (ev.fallback)
@@ -465,14 +471,13 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
         return trainer_device_spec(t, d->batch, &sp, err);
     }
     if (d->dev_stale && (s = push(t, err)) != MXP_OK) return s;
-    mxp_scaler_state ss;
-    mxp_scaler_get_state(t->scaler, &ss);
-    mxp_ds_state ds = {t->be->ctl.opt_steps,
-                       t->be->ctl.sr_counter,
-                       {ss.scale, ss.growth_tracker, ss.hysteresis_left, ss.overflow_steps,
-                        ss.total_steps, ss.steps_at_min},
-                       t->cfg.optim.lr,
-                       {0}};
+    /* the host's state (a resume, a rollback, a schedule wrote it) into the plan */
+    mxp_ds_state ds;
+    memset(&ds, 0, sizeof ds);
+    ds.opt_steps = t->be->ctl.opt_steps;
+    ds.sr_counter = t->be->ctl.sr_counter;
+    ds.scaler = mxp_scaler_rule_state_of(t->scaler);
+    ds.lr = t->cfg.optim.lr;
     mxp_ds_set_state(d->plan, &ds);
     const double t0 = mxp_time_now();
     mxp_ds_result dr;
