@@ -29,6 +29,7 @@
 #include "amp/scaler_internal.h"
 #include "backend/devmem.h"
 #include "nn/model_sync.h"
+#include "train/step_ctl.h"
 #include "train/trainer_internal.h"
 
 #ifdef MIXPREC_HAVE_CUDA
@@ -413,12 +414,14 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
                              "inconsistent",
                              (long long)t->training_steps, (double)dr->next_scale,
                              (double)mxp_scaler_scale(t->scaler));
-    if (ev.fallback)
-        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
-                             "loss scale stuck at its minimum %g: the fallback from %s is a "
-                             "precision switch, which training.device=cuda does not run; "
-                             "accepted there: loss_scale.at_min continue or error",
-                             (double)ev.new_scale, mxp_precision_name(d->mode));
+    if (ev.fallback) { /* a request: the step controller switches at the boundary */
+        const mxp_precision to = mxp_precision_fallback_next(d->mode);
+        res->fallback = true;
+        mxp_log(MXP_LOG_WARN,
+                "loss scale stuck at its minimum %g: falling back from %s to %s", ev.new_scale,
+                mxp_precision_name(d->mode), mxp_precision_name(to));
+        return step_ctl_request(t, to, STEP_SRC_SCALER, "loss scale stuck at its minimum", err);
+    }
     return MXP_OK;
 }
 
@@ -434,13 +437,12 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
                              "mxp_trainer_step on training.device=cuda: %d micro-batches; "
                              "accepted: grad_accum_steps=%d of B >= 1", n_micro, k);
     const mxp_precision now = mxp_model_policy(t->model)->mode;
-    if (now != d->mode) {
-        char what[128];
-        snprintf(what, sizeof what, "a precision switch (%s -> %s)",
-                 mxp_precision_name(d->mode), mxp_precision_name(now));
-        return refuse(err, what);
-    }
     mxp_status s;
+    /* a precision switch at the boundary (the step controller switched the
+     * host model, which pulled the record first, and restarted the host
+     * scaler): re-plan for the new mode, then the push below carries the
+     * master, m, v and the set_state the restarted scaler */
+    if (now != d->mode && (s = plan(t, d->batch, err)) != MXP_OK) return s;
     if (total != d->batch && (s = plan(t, total, err)) != MXP_OK) return s;
     for (int i = 0; i < n_micro; i++)
         if (micro[i].B != mxp_ds_micro_rows(d->plan, i))
