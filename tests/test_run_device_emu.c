@@ -25,9 +25,12 @@
  *     loss is a pure forward of the device's weights: within the step-1
  *     tolerance of the device's); a CPU checkpoint resumes on the device
  *     the same way;
+ *   - an operator's precision switch (mixed_fp16 -> mixed_bf16) mid-run:
+ *     the device re-plans at the same boundary as the CPU switches, and
+ *     the modes, scales and losses after it match the CPU run's;
  *   - every refusal: what the device step cannot run is refused by
  *     mxp_run_create (MXP_ERR_UNSUPPORTED) with a message naming it, a
- *     precision switch by the step that meets it, and without the override
+ *     gradient hook by the step that meets it, and without the override
  *     this build names why it cannot (no CUDA, no device).
  *
  * Negative control for the site (checked by hand: the mapping of the
@@ -297,11 +300,12 @@ static void compare(workload w, const char *prec, int64_t batch) {
 
 /* An operator's precision switch (mixed_fp16 -> mixed_bf16 requested after
  * step 6) on the device and on the CPU: the same steps in the same modes
- * (the switch at the same boundary), losses after it within 2e-3, scales
- * identical (the scaler restarted on both). Negative control (checked by
- * hand: the re-plan in trainer_device_step skipped, the old plan kept):
- * the device keeps stepping in fp16 and the losses after the switch differ
- * beyond 2e-3 and the scales differ. */
+ * (the switch at the same boundary), losses within 2.5e-4 (observed worst
+ * 6.0e-5; deterministic on both sides), scales identical (the scaler
+ * restarted on both). Negative control (checked by hand: the re-plan in
+ * trainer_device_step skipped, the old plan kept): the device keeps
+ * stepping in fp16, one plan, and the losses after the switch differ by
+ * up to 7.9e-4 (both checks fail). */
 static void test_switch(void) {
     mxp_error err = {0};
     mxp_config cc, cd;
@@ -329,7 +333,7 @@ static void test_switch(void) {
         const double r = rel(rd.loss[i], rc.loss[i]);
         if (r > worst) worst = r;
         CHECK_MSG(rd.mode[i] == rc.mode[i] && rd.skip[i] == rc.skip[i] &&
-                      rd.scale[i] == rc.scale[i] && r <= (i == 0 ? 1e-4 : 2e-3),
+                      rd.scale[i] == rc.scale[i] && r <= (i == 0 ? 1e-4 : 2.5e-4),
                   "switch step %lld: mode cpu %s dev %s, loss cpu %.9g dev %.9g, scale %g/%g",
                   (long long)i + 1, mxp_precision_name(rc.mode[i]),
                   mxp_precision_name(rd.mode[i]), rc.loss[i], rd.loss[i],
