@@ -11,9 +11,10 @@
  * pull) and dev_stale (the host wrote since the last push). The counters
  * and the scaler stay the host's: before each step the plan is told the
  * optimizer step count, SR counter, scaler state and learning rate
- * (mxp_ds_set_state, host only), after it the host's mxp_scaler runs the
- * same rule on the reported skip (its policy, log and fallback request) and
- * must land on the scale the device reported. So a resume or a rollback
+ * (mxp_ds_set_state, host only), after it the host's mxp_scaler adopts
+ * the rule state and event the device reported (mxp_scaler_adopt, as the
+ * CPU path: the host adds its at-min policy, log and fallback request),
+ * checked against the reported next scale. So a resume or a rollback
  * (which write tensors and counters on the host) needs nothing more than
  * the push the write triggers.
  */
@@ -25,8 +26,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "amp/scaler_internal.h"
 #include "backend/devmem.h"
 #include "nn/model_sync.h"
+#include "train/step_ctl.h"
 #include "train/trainer_internal.h"
 
 #ifdef MIXPREC_HAVE_CUDA
@@ -43,6 +46,10 @@ struct trainer_device {
     bool host_stale, dev_stale;
     bool busy; /* inside pull / push: the model's callbacks do nothing */
     float *buf; /* host scratch [P] */
+    /* the step's rows, micro-batches concatenated (k > 1 only) */
+    float *xs, *ys;
+    int32_t *ls;
+    int64_t out_dim;
     trainer_device_stats st;
 };
 
@@ -56,8 +63,8 @@ void trainer_device_override(const mxp_ds_ops *ops, void *dev) {
 
 static const char kAccepted[] =
     "accepted on training.device=cuda: an MLP of linear, relu, gelu, tanh, layernorm layers "
-    "with loss mse or xent, precision fp32, mixed_bf16 or mixed_fp16, optimizer adamw, "
-    "grad_accum_steps 1, one process";
+    "with loss mse or xent, precision fp32, mixed_bf16 or mixed_fp16, optimizer adamw or sgd, "
+    "any grad_accum_steps (equal micro-batches), one process";
 
 static mxp_status refuse(mxp_error *err, const char *what) {
     return mxp_error_set(err, MXP_ERR_UNSUPPORTED, "training.device=cuda does not run %s; %s",
@@ -84,12 +91,8 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
     const mxp_trainer_config *c = &t->cfg;
     memset(out, 0, sizeof *out);
     if (t->comm && mxp_comm_size(t->comm) > 1) return refuse(err, "data-parallel ranks");
-    if (c->optim.kind != MXP_OPTIM_ADAMW) {
+    if (c->optim.kind != MXP_OPTIM_ADAMW && c->optim.kind != MXP_OPTIM_SGD) {
         snprintf(what, sizeof what, "optimizer %s", mxp_optim_kind_name(c->optim.kind));
-        return refuse(err, what);
-    }
-    if (c->grad_accum_steps != 1) {
-        snprintf(what, sizeof what, "grad_accum_steps=%d (micro-batches)", c->grad_accum_steps);
         return refuse(err, what);
     }
     if (t->ls) return refuse(err, "per-layer loss scaling (training.loss_scale.per_layer)");
@@ -139,6 +142,12 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
     out->clip_max = c->clip_grad_norm;
     out->near_overflow_frac = c->near_overflow_frac;
     out->seed = c->seed;
+    /* SGD as the CPU trainer's (momentum buffer in t->m, L2 weight decay) */
+    out->optim = c->optim.kind == MXP_OPTIM_SGD ? MXP_DS_SGD : MXP_DS_ADAMW;
+    out->momentum = c->optim.momentum;
+    out->nesterov = c->optim.nesterov;
+    /* the run's k micro-batches of equal rows, concatenated in order */
+    out->micro_batches = c->grad_accum_steps > 1 ? c->grad_accum_steps : 1;
     /* the rule of the trainer's scaler (amp/scaler.c), its state set per step */
     const mxp_scaler_config *sc = mxp_scaler_get_config(t->scaler);
     const float min_f = (float)sc->min_scale;
@@ -160,6 +169,13 @@ static mxp_status dev_error(mxp_error *err, const trainer_device *d, const char 
                          what, why);
 }
 
+/* The optimizer slabs the plan holds: AdamW m and v, SGD its momentum
+ * buffer (none at momentum 0). */
+static int n_moments(const mxp_trainer *t) {
+    if (t->cfg.optim.kind == MXP_OPTIM_ADAMW) return 2;
+    return t->cfg.optim.momentum > 0.0f ? 1 : 0;
+}
+
 /* Host copy -> device (params, m, v); the counters travel per step. */
 static mxp_status push(mxp_trainer *t, mxp_error *err) {
     trainer_device *d = t->dv;
@@ -172,10 +188,10 @@ static mxp_status push(mxp_trainer *t, mxp_error *err) {
         s = dev_error(err, d, "upload of the parameters", why);
     const float *mom[2] = {t->m, t->v};
     const mxp_ds_slab slab[2] = {MXP_DS_M, MXP_DS_V};
-    for (int i = 0; i < 2 && s == MXP_OK; i++) {
+    for (int i = 0; i < n_moments(t) && s == MXP_OK; i++) {
         mxp_dev_download(d->buf, mom[i], nb);
         if (mxp_ds_put(d->plan, slab[i], d->buf, why, sizeof why))
-            s = dev_error(err, d, "upload of the AdamW moments", why);
+            s = dev_error(err, d, "upload of the optimizer state", why);
     }
     d->busy = false;
     if (s == MXP_OK) {
@@ -198,9 +214,9 @@ mxp_status trainer_device_pull(mxp_trainer *t, mxp_error *err) {
         s = mxp_model_tensor_set(t->model, MXP_TENSOR_PARAM, NULL, MXP_DTYPE_F32, d->buf, nb, err);
     float *mom[2] = {t->m, t->v};
     const mxp_ds_slab slab[2] = {MXP_DS_M, MXP_DS_V};
-    for (int i = 0; i < 2 && s == MXP_OK; i++) {
+    for (int i = 0; i < n_moments(t) && s == MXP_OK; i++) {
         if (mxp_ds_get(d->plan, slab[i], d->buf, why, sizeof why))
-            s = dev_error(err, d, "download of the AdamW moments", why);
+            s = dev_error(err, d, "download of the optimizer state", why);
         else
             mxp_dev_upload(mom[i], d->buf, nb);
     }
@@ -240,6 +256,23 @@ static mxp_status plan(mxp_trainer *t, int64_t batch, mxp_error *err) {
     if ((s = trainer_device_pull(t, err)) != MXP_OK) return s; /* the old plan's record */
     mxp_ds_plan_destroy(d->plan);
     d->plan = NULL;
+    spec.graphs = true; /* used by a table with graph ops (CUDA); the emulator stays eager */
+    d->out_dim = spec.in_dim;
+    for (int l = 0; l < spec.n_layers; l++)
+        if (spec.layers[l].kind == MXP_DS_LINEAR) d->out_dim = spec.layers[l].units;
+    mxp_free(d->xs);
+    mxp_free(d->ys);
+    mxp_free(d->ls);
+    d->xs = d->ys = NULL;
+    d->ls = NULL;
+    if (spec.micro_batches > 1) {
+        d->xs = mxp_calloc((size_t)(batch * spec.in_dim), sizeof(float));
+        d->ys = mxp_calloc((size_t)(batch * d->out_dim), sizeof(float));
+        d->ls = mxp_calloc((size_t)batch, sizeof(int32_t));
+        if (!d->xs || !d->ys || !d->ls)
+            return mxp_error_set(err, MXP_ERR_OUT_OF_MEMORY, "device step rows (%lld)",
+                                 (long long)batch);
+    }
     char why[256] = "";
     if (mxp_ds_plan_create(&spec, d->ops, d->dev, &d->plan, why, sizeof why))
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED, "training.device=cuda (%s): %s",
@@ -271,7 +304,8 @@ mxp_status trainer_device_attach(mxp_trainer *t, const mxp_ds_ops *ops, void *de
     d->buf = buf;
     d->st.table = ops->name;
     t->dv = d;
-    const int64_t batch = mxp_model_get_spec(t->model)->max_batch;
+    const int k = t->cfg.grad_accum_steps > 1 ? t->cfg.grad_accum_steps : 1;
+    const int64_t batch = mxp_model_get_spec(t->model)->max_batch * k;
     mxp_status s = plan(t, batch, err);
     if (s == MXP_OK) s = push(t, err);
     if (s != MXP_OK) {
@@ -292,6 +326,9 @@ void trainer_device_detach(mxp_trainer *t) {
     if (d->own_dev) mxp_cudab_ctx_destroy(d->dev);
 #endif
     mxp_free(d->buf);
+    mxp_free(d->xs);
+    mxp_free(d->ys);
+    mxp_free(d->ls);
     mxp_free(d);
     t->dv = NULL;
 }
@@ -330,6 +367,16 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
     res->scale = dr->scale;
     res->grad_norm = dr->grad_norm;
     res->nonfinite = dr->nonfinite;
+    if (dr->scanned && dr->site.found) { /* the CPU model's provenance (nn/slots.c) */
+        const mxp_model_spec *ms = mxp_model_get_spec(t->model);
+        const int l = dr->site.layer;
+        res->site.found = true;
+        res->site.backward = dr->site.backward;
+        res->site.layer = l;
+        res->site.op = l >= 0 && l < ms->n_layers ? mxp_layer_kind_name(ms->layers[l].kind)
+                                                  : mxp_loss_kind_name(ms->loss);
+        res->site.count = dr->site.count > 0 ? dr->site.count : 1;
+    }
     res->zero_frac = ds.stats.n ? (double)ds.stats.zeros / (double)ds.stats.n : 0.0;
     res->near_overflow_frac =
         ds.stats.n ? (double)ds.stats.near_overflow / (double)ds.stats.n : 0.0;
@@ -338,9 +385,19 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
     t->be->ctl.stats = ds.stats;
     t->training_steps++;
     if (dr->skipped) t->skipped_steps++;
+    /* the device's rule state and event, adopted as the CPU path does
+     * (amp/scaler_internal.h): the host applies only its at-min policy
+     * and log. The cheap check: the adopted scale is the one reported. */
     mxp_scaler_event ev;
-    mxp_status us = mxp_scaler_update(t->scaler, dr->skipped, &ev, err);
-    if (dr->skipped)
+    mxp_status us = mxp_scaler_adopt(t->scaler, &ds.scaler, &ds.event, &ev, err);
+    if (dr->skipped && res->site.found)
+        mxp_log(MXP_LOG_WARN,
+                "step %lld skipped: %lld non-finite gradients; first non-finite in %s pass, "
+                "layer %d (%s); loss scale %g -> %g",
+                (long long)t->training_steps, (long long)dr->nonfinite,
+                res->site.backward ? "backward" : "forward", res->site.layer, res->site.op,
+                ev.old_scale, ev.new_scale);
+    else if (dr->skipped)
         mxp_log(MXP_LOG_WARN,
                 "step %lld skipped: %lld non-finite gradients (loss %g); loss scale %g -> %g",
                 (long long)t->training_steps, (long long)dr->nonfinite, dr->loss, ev.old_scale,
@@ -353,15 +410,18 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
     if (mxp_scaler_scale(t->scaler) != dr->next_scale)
         return mxp_error_set(err, MXP_ERR_STATE,
                              "training.device=cuda: the device's loss scale after step %lld "
-                             "(%g) differs from the host scaler's (%g): the scaler rule diverged",
+                             "(%g) differs from its reported rule state's (%g): the report is "
+                             "inconsistent",
                              (long long)t->training_steps, (double)dr->next_scale,
                              (double)mxp_scaler_scale(t->scaler));
-    if (ev.fallback)
-        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
-                             "loss scale stuck at its minimum %g: the fallback from %s is a "
-                             "precision switch, which training.device=cuda does not run; "
-                             "accepted there: loss_scale.at_min continue or error",
-                             (double)ev.new_scale, mxp_precision_name(d->mode));
+    if (ev.fallback) { /* a request: the step controller switches at the boundary */
+        const mxp_precision to = mxp_precision_fallback_next(d->mode);
+        res->fallback = true;
+        mxp_log(MXP_LOG_WARN,
+                "loss scale stuck at its minimum %g: falling back from %s to %s", ev.new_scale,
+                mxp_precision_name(d->mode), mxp_precision_name(to));
+        return step_ctl_request(t, to, STEP_SRC_SCALER, "loss scale stuck at its minimum", err);
+    }
     return MXP_OK;
 }
 
@@ -369,37 +429,62 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
                                mxp_step_result *res, mxp_error *err) {
     trainer_device *d = t->dv;
     memset(res, 0, sizeof *res);
-    if (!micro || n_micro != 1 || micro[0].B < 1)
+    const int k = t->cfg.grad_accum_steps > 1 ? t->cfg.grad_accum_steps : 1;
+    int64_t total = 0;
+    for (int i = 0; micro && i < n_micro; i++) total += micro[i].B > 0 ? micro[i].B : 0;
+    if (!micro || n_micro != k || total < k)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "mxp_trainer_step on training.device=cuda: %d micro-batches; "
-                             "accepted: exactly one of B >= 1", n_micro);
+                             "accepted: grad_accum_steps=%d of B >= 1", n_micro, k);
     const mxp_precision now = mxp_model_policy(t->model)->mode;
-    if (now != d->mode) {
-        char what[128];
-        snprintf(what, sizeof what, "a precision switch (%s -> %s)",
-                 mxp_precision_name(d->mode), mxp_precision_name(now));
-        return refuse(err, what);
-    }
     mxp_status s;
-    if (micro[0].B != d->batch && (s = plan(t, micro[0].B, err)) != MXP_OK) return s;
+    /* a precision switch at the boundary (the step controller switched the
+     * host model, which pulled the record first, and restarted the host
+     * scaler): re-plan for the new mode, then the push below carries the
+     * master, m, v and the set_state the restarted scaler */
+    if (now != d->mode && (s = plan(t, d->batch, err)) != MXP_OK) return s;
+    if (total != d->batch && (s = plan(t, total, err)) != MXP_OK) return s;
+    for (int i = 0; i < n_micro; i++)
+        if (micro[i].B != mxp_ds_micro_rows(d->plan, i))
+            return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
+                                 "training.device=cuda: micro-batch %d has %lld rows; the device "
+                                 "step splits %lld rows into %d in order (accepted: %lld)",
+                                 i, (long long)micro[i].B, (long long)total, k,
+                                 (long long)mxp_ds_micro_rows(d->plan, i));
+    const float *x = micro[0].x, *y = micro[0].y;
+    const int32_t *lab = micro[0].labels;
+    if (k > 1) { /* the rows in order, as the device splits them */
+        const int64_t in = mxp_model_get_spec(t->model)->in_dim;
+        int64_t r = 0;
+        for (int i = 0; i < n_micro; i++) {
+            const size_t B = (size_t)micro[i].B;
+            memcpy(d->xs + r * in, micro[i].x, B * (size_t)in * sizeof(float));
+            if (micro[i].y)
+                memcpy(d->ys + r * d->out_dim, micro[i].y, B * (size_t)d->out_dim * sizeof(float));
+            if (micro[i].labels) memcpy(d->ls + r, micro[i].labels, B * sizeof(int32_t));
+            r += micro[i].B;
+        }
+        x = d->xs;
+        y = micro[0].y ? d->ys : NULL;
+        lab = micro[0].labels ? d->ls : NULL;
+    }
     if (t->hook || t->ls || (t->comm && mxp_comm_size(t->comm) > 1)) {
         mxp_ds_spec sp; /* set after attaching: named by the spec's checks */
         return trainer_device_spec(t, d->batch, &sp, err);
     }
     if (d->dev_stale && (s = push(t, err)) != MXP_OK) return s;
-    mxp_scaler_state ss;
-    mxp_scaler_get_state(t->scaler, &ss);
-    mxp_ds_state ds = {t->be->ctl.opt_steps,
-                       t->be->ctl.sr_counter,
-                       {ss.scale, ss.growth_tracker, ss.hysteresis_left, ss.overflow_steps,
-                        ss.total_steps, ss.steps_at_min},
-                       t->cfg.optim.lr,
-                       {0}};
+    /* the host's state (a resume, a rollback, a schedule wrote it) into the plan */
+    mxp_ds_state ds;
+    memset(&ds, 0, sizeof ds);
+    ds.opt_steps = t->be->ctl.opt_steps;
+    ds.sr_counter = t->be->ctl.sr_counter;
+    ds.scaler = mxp_scaler_rule_state_of(t->scaler);
+    ds.lr = t->cfg.optim.lr;
     mxp_ds_set_state(d->plan, &ds);
     const double t0 = mxp_time_now();
     mxp_ds_result dr;
     char why[256] = "";
-    if (mxp_ds_step(d->plan, micro[0].x, micro[0].y, micro[0].labels, &dr, why, sizeof why))
+    if (mxp_ds_step(d->plan, x, y, lab, &dr, why, sizeof why))
         return dev_error(err, d, "the step", why);
     t->time_s[0] += mxp_time_now() - t0; /* the whole step: the device reports no phases */
     d->host_stale = true;

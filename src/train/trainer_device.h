@@ -2,10 +2,13 @@
  * (training.device=cuda; internal, docs/design.md "The device step").
  *
  * Attached, mxp_trainer_step runs the whole step through the device MLP
- * step (backend/cuda/dstep.h) on the batch, and fills what the CPU step
- * fills (loss, skip, scale, gradient health, counters, history, scaler).
- * The parameters and AdamW moments of record are then the device's; the
- * host model and the trainer's m/v are a copy, pulled (3 counted downloads)
+ * step (backend/cuda/dstep.h) on the step's micro-batches (concatenated in
+ * order), and fills what the CPU step fills (loss, skip, scale, gradient
+ * health, NaN site, counters, history, the scaler's adopted state). A
+ * precision switch re-plans at the next step. The parameters and the
+ * optimizer state (AdamW m, v; SGD's momentum) of record are then the
+ * device's; the host model and the trainer's m/v are a copy, pulled (3
+ * counted downloads, SGD 2)
  * before the host reads them and pushed after the host writes them, at
  * the model's and the trainer's tensor entry points (nn/model_sync.h,
  * trainer_tensors.c), never inside a step. What the device step cannot

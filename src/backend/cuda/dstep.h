@@ -285,6 +285,8 @@ typedef struct mxp_ds_state {
     mxp_scaler_rule_state scaler;
     float lr;               /* the next step's learning rate (a schedule's) */
     mxp_gradpass_acc stats; /* get only: the last step's grad pass (zeros, near overflow) */
+    mxp_scaler_rule_event event; /* get only: the last step's scaler rule event (the
+                                  * trainer adopts it with the state: mxp_scaler_adopt) */
 } mxp_ds_state;
 void mxp_ds_get_state(const mxp_ds_plan *p, mxp_ds_state *out);
 void mxp_ds_set_state(mxp_ds_plan *p, const mxp_ds_state *in);

@@ -368,6 +368,7 @@ void mxp_ds_get_state(const mxp_ds_plan *p, mxp_ds_state *out) {
     out->scaler = p->ctl->scaler;
     out->lr = p->s.lr;
     out->stats = p->ctl->stats;
+    out->event = p->ctl->event;
 }
 
 void mxp_ds_set_state(mxp_ds_plan *p, const mxp_ds_state *in) {
