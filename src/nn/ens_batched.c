@@ -32,9 +32,9 @@
  * Not layer-major (ensemble.c's member loop runs instead, with the same
  * results): FP8 matmul inputs (their delayed scales are updated after each
  * member's pass), per-layer loss scaling, anomaly mode, an armed fault,
- * GPT layer kinds, predict, and models with the switch off
- * (MIXPREC_ENS_BATCHED=0 at model creation, or nn_ens_set_batched: the
- * tests' and benchmarks' oracle).
+ * GPT layer kinds, predict, and models with the switch off (the default:
+ * MIXPREC_ENS_BATCHED=1 at model creation, or nn_ens_set_batched, turns it
+ * on; the member loop is the tests' and benchmarks' oracle).
  */
 #include "nn/nn_internal.h"
 #include "nn/step_pass.h"
@@ -43,17 +43,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* MIXPREC_ENS_BATCHED: "1" (or unset) layer-major ensemble passes, "0"
- * the member-sequential passes (same bits; for timing). Read once. */
-static bool batched_on = true;
+/* MIXPREC_ENS_BATCHED: "1" layer-major ensemble passes, "0" (or unset) the
+ * member-sequential passes (same bits). Off by default: on the 2-core AMD
+ * family 26 development machine the member loop measured faster (3.0-4.1
+ * against 4.2-4.7 ms per step of a 5-member Gaussian ensemble, batch 256,
+ * docs/results/issue29/ens_default_2026-12-02.txt): one member's tensors
+ * stay in L2, the batch of five does not. Read once. */
+static bool batched_on = false;
 static void batched_read(void) {
     const char *v = getenv("MIXPREC_ENS_BATCHED");
-    if (!v || strcmp(v, "1") == 0) return;
-    if (strcmp(v, "0") == 0)
-        batched_on = false;
+    if (!v || strcmp(v, "0") == 0) return;
+    if (strcmp(v, "1") == 0)
+        batched_on = true;
     else
         mxp_log(MXP_LOG_WARN, "MIXPREC_ENS_BATCHED=%.40s is unknown and ignored; accepted: 0 "
-                "(member-sequential ensemble passes) or 1 (layer-major, the default)", v);
+                "(member-sequential ensemble passes, the default) or 1 (layer-major)", v);
 }
 
 bool nn_ens_batched_default(void) {

@@ -643,7 +643,7 @@ int nn_ens_linear_epilogue(mxp_model *m, int l, int64_t B, float *y32, nn_slots 
  * the grad dtype, dx [E B, in] in gtype[l]); false: run it unfused. */
 bool nn_ens_act_bwd_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dx,
                           nn_slots *const *blk, bool scan);
-/* MIXPREC_ENS_BATCHED (unset or 1: on; 0: off), read once; and the
+/* MIXPREC_ENS_BATCHED (1: on; unset or 0: off), read once; and the
  * per-model switch (tests compare both paths in one process). */
 bool nn_ens_batched_default(void);
 void nn_ens_set_batched(mxp_model *m, bool on);
