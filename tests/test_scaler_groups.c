@@ -122,6 +122,18 @@ static double worst(const float *a, const float *b, size_t n, double atol, doubl
     return w;
 }
 
+/* One step of the global rig g and the per-layer rig p on b: both applied,
+ * the unscaled gradients bit-identical (`what` names the case). */
+static void step_same_grads(rig *g, rig *p, const mxp_batch *b, const char *what,
+                            mxp_step_result *rg, mxp_step_result *rp) {
+    step(g, b, rg);
+    step(p, b, rp);
+    const size_t n = mxp_model_num_params(g->m);
+    CHECK(!rg->skipped && !rp->skipped);
+    CHECK_MSG(memcmp(mxp_model_grads(g->m), mxp_model_grads(p->m), n * sizeof(float)) == 0,
+              "%s: per-layer unscaled grads differ from global", what);
+}
+
 /* Per-layer with distinct power-of-two scales vs the global scaler at
  * 2^16: unscaled gradients bit-identical in FP32 (MLP with layernorm). */
 static void test_exact_fp32(void) {
@@ -136,12 +148,8 @@ static void test_exact_fp32(void) {
     for (int i = 0; i < ng && i < 7; i++) set_group_scale(p.t, i, sc[i]);
     mxp_batch b = {.x = g_x, .y = g_y, .B = BATCH};
     mxp_step_result rg, rp;
-    step(&g, &b, &rg);
-    step(&p, &b, &rp);
+    step_same_grads(&g, &p, &b, "fp32", &rg, &rp);
     const size_t n = mxp_model_num_params(g.m);
-    CHECK(!rg.skipped && !rp.skipped);
-    CHECK_MSG(memcmp(mxp_model_grads(g.m), mxp_model_grads(p.m), n * sizeof(float)) == 0,
-              "fp32: per-layer unscaled grads differ from global");
     CHECK_MSG(memcmp(mxp_model_master(g.m), mxp_model_master(p.m), n * sizeof(float)) == 0,
               "fp32: weights after the update differ");
     CHECK(rp.loss == rg.loss && rp.grad_norm == rg.grad_norm);
@@ -167,12 +175,7 @@ static void test_exact_gpt(void) {
     }
     mxp_batch b = {.x = x, .labels = lab, .B = 16};
     mxp_step_result rg, rp;
-    step(&g, &b, &rg);
-    step(&p, &b, &rp);
-    const size_t n = mxp_model_num_params(g.m);
-    CHECK(!rg.skipped && !rp.skipped);
-    CHECK_MSG(memcmp(mxp_model_grads(g.m), mxp_model_grads(p.m), n * sizeof(float)) == 0,
-              "gpt fp32: per-layer unscaled grads differ from global");
+    step_same_grads(&g, &p, &b, "gpt fp32", &rg, &rp);
     free_rig(&g);
     free_rig(&p);
 }
@@ -198,12 +201,8 @@ static void test_exact_residual(void) {
     mxp_batch b = {.x = g_x, .y = g_y, .B = BATCH};
     for (int k = 0; k < 2; k++) { /* two steps: the dropout masks of step 1 and 2 */
         mxp_step_result rg, rp;
-        step(&g, &b, &rg);
-        step(&p, &b, &rp);
-        const size_t n = mxp_model_num_params(g.m);
-        CHECK(!rg.skipped && !rp.skipped);
-        CHECK_MSG(memcmp(mxp_model_grads(g.m), mxp_model_grads(p.m), n * sizeof(float)) == 0,
-                  "residual fp32 step %d: per-layer unscaled grads differ from global", k + 1);
+        step_same_grads(&g, &p, &b, k == 0 ? "residual fp32 step 1" : "residual fp32 step 2",
+                        &rg, &rp);
         CHECK(rp.loss == rg.loss && rp.grad_norm == rg.grad_norm);
     }
     free_rig(&g);
