@@ -522,8 +522,10 @@ def run_case(torch, a, name, variant, precision, a_batch, init):
         "us_per_step": med, "us_min": srt[0], "us_p90": srt[min(n - 1, int(0.9 * n))],
         "host_us_per_step": host / n * 1e6, "samples_per_s": shape[4] / (med * 1e-6),
         "loss": float(loss), "loss_step": total, "init": init_desc, "ring": ring,
-        "batch_how": "pinned host ring, copied to the device (non_blocking) in each timed "
-                     "step" if a_batch == "h2d" else "ring resident on the device" + (
+        "batch_how": ("pinned host ring, copied to the device (non_blocking) in each timed "
+                      "step" if cuda else "host ring copied into static buffers in each step "
+                      "(CPU: nothing pinned)") if a_batch == "h2d" else
+                     "ring resident on the device" + (
                          ", copied into the graph's static input in each step"
                          if variant == "graph" else ""),
     })
