@@ -107,6 +107,8 @@ class Run(_lib.Handle):
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
+        # trains on user data (arrays or data.path), not a built-in workload
+        self._user_data = self._dataset is not None or self.config["data.path"] != "none"
         self._progress_user = progress
         self._progress_every = max(1, int(progress_every))
         self._bar = None
@@ -649,7 +651,7 @@ class Run(_lib.Handle):
         (as the run's predict). Needs torch
         (ImportError else)."""
         import torch  # noqa: F401  (ImportError tells the user torch is missing)
-        if self._dataset is None and self.config["data.path"] == "none":
+        if not self._user_data:
             # a built-in workload: its MLP (or ensemble of MLPs) as it is
             from ._torch import to_sequential
             L = _lib.lib()
