@@ -123,6 +123,7 @@ static int emu_f8_update_op(void *dev, void *st, int n_slots, const mxp_fp8_conf
                            &v[2 * n_slots + i], &v[i], &v[n_slots + i], (int)cfg->amax_algo,
                            i % 3 == 2 ? 57344.0 : 448.0, cfg->margin);
     h->pos = (h->pos + 1) % H;
+    h->passes++;
     return 0;
 }
 

@@ -169,8 +169,8 @@ static void compare(const shape *sh, int nsteps) {
         if (re.skipped) ok = ok && !isfinite(rd.loss);
         else ok = ok && lr_ <= (st == 0 ? 2e-3 : 2e-2);
         if (!re.skipped && lr_ > wl) wl = lr_;
-        CU(mxp_ds_fp8_get_state(pe, sa, NS, why, sizeof why));
-        CU(mxp_ds_fp8_get_state(pd, sb, NS, why, sizeof why));
+        CU(mxp_ds_fp8_get_state(pe, sa, NS, NULL, why, sizeof why));
+        CU(mxp_ds_fp8_get_state(pd, sb, NS, NULL, why, sizeof why));
         double w[3];
         state_worst(sb, sa, ns, s.fp8_cfg.history_len, w);
         for (int k = 0; k < 3; k++) worst[k] = fmax(worst[k], w[k]);
@@ -225,8 +225,8 @@ static void graphed_vs_eager(const shape *sh, int nsteps) {
         CU(mxp_ds_step(pe, x, y, NULL, &re, why, sizeof why));
         CU(mxp_ds_step(pg, x, y, NULL, &rg, why, sizeof why));
         graphed += rg.graphed;
-        CU(mxp_ds_fp8_get_state(pe, sa, NS, why, sizeof why));
-        CU(mxp_ds_fp8_get_state(pg, sb, NS, why, sizeof why));
+        CU(mxp_ds_fp8_get_state(pe, sa, NS, NULL, why, sizeof why));
+        CU(mxp_ds_fp8_get_state(pg, sb, NS, NULL, why, sizeof why));
         CHECK_MSG(memcmp(&re.loss, &rg.loss, sizeof re.loss) == 0 && rg.d2h == 1 &&
                       memcmp(sa, sb, NS * 4) == 0,
                   "%s step %d: graphed fp8 differs from eager", sh->name, st + 1);

@@ -255,7 +255,7 @@ static bool compare(const shape *sh, const run_opts *o) {
         }
         /* the scaling state after the step (a download outside the step) */
         const int64_t d0 = dev.d2h;
-        CHECK_MSG(mxp_ds_fp8_get_state(plan, sd, NS, why, sizeof why) == 0, "%s", why);
+        CHECK_MSG(mxp_ds_fp8_get_state(plan, sd, NS, NULL, why, sizeof why) == 0, "%s", why);
         CHECK(dev.d2h == d0 + 1);
         mxp_fp8_scaling_get_state(f8, sc_);
         size_t nd = 0;
@@ -387,7 +387,7 @@ static void test_refusals(void) {
     CHECK_MSG(r && strstr(r, "rows (micro-batch) 17"), "%s", r ? r : "(none)");
     CHECK(mxp_ds_fp8_layers(p) == 0);
     float buf[2];
-    CHECK(mxp_ds_fp8_get_state(p, buf, 2, why, sizeof why) == 1);
+    CHECK(mxp_ds_fp8_get_state(p, buf, 2, NULL, why, sizeof why) == 1);
     CHECK_MSG(strstr(why, "accepted 51"), "%s", why);
     mxp_ds_plan_destroy(p);
     CHECK(dev.live == 0);

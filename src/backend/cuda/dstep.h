@@ -217,7 +217,7 @@ typedef struct mxp_ds_ops {
      * end-of-pass scaling update of n_slots tensors (fp8_scale.h
      * mxp_f8_update_slot; slot i's format E5M2 when i % 3 == 2, else
      * E4M3) on st (device, mxp_ds_f8_state layout), then its pos
-     * advanced. */
+     * advanced and its passes counted. */
     int (*bias_add)(void *dev, float *y, const float *bias, int64_t B, int64_t C, char *why,
                     size_t n);
     int (*f8_quant)(void *dev, mxp_dtype fmt, uint8_t *q, uint8_t *qt, const float *src,
@@ -238,7 +238,9 @@ typedef struct mxp_ds_ops {
 typedef struct mxp_ds_f8_state {
     int32_t pos;
     int32_t n, H;
-    int32_t pad[13]; /* 64 bytes; then scale [n], scale_inv [n], amax [n], hist [n * H] */
+    int32_t pad0;
+    int64_t passes;  /* updates so far (mxp_fp8_scaling_steps) */
+    int32_t pad[10]; /* 64 bytes; then scale [n], scale_inv [n], amax [n], hist [n * H] */
 } mxp_ds_f8_state;
 
 static inline float *mxp_ds_f8_vals(void *st) {
@@ -356,12 +358,14 @@ const char *mxp_ds_fp8_reason(const mxp_ds_plan *p, int l);
 int mxp_ds_fp8_layers(const mxp_ds_plan *p);
 /* The scaling state in mxp_fp8_scaling_get_state's layout (n scales, then
  * each slot's history oldest first; n = 3 per linear layer), nfloats
- * mxp_ds_fp8_state_size: one counted copy, then a sync (outside steps).
- * set: the same layout into the device (a resume). */
+ * mxp_ds_fp8_state_size, and the updates so far into *passes (may be
+ * NULL): one counted copy, then a sync (outside steps). set: the same
+ * layout and count into the device (a resume, the host model's state). */
 size_t mxp_ds_fp8_state_size(const mxp_ds_plan *p);
-int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, char *why, size_t n);
-int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, char *why,
-                         size_t n);
+int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, int64_t *passes,
+                         char *why, size_t n);
+int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, int64_t passes,
+                         char *why, size_t n);
 
 /* The CUDA table (dev: an mxp_cudab_ctx *), NULL in a build without CUDA. */
 const mxp_ds_ops *mxp_ds_ops_cuda(void);

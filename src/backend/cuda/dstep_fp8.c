@@ -200,7 +200,8 @@ static int state_args(const mxp_ds_plan *p, size_t nfloats, char *why, size_t n)
     return 0;
 }
 
-int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, char *why, size_t n) {
+int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, int64_t *passes,
+                         char *why, size_t n) {
     if (state_args(p, nfloats, why, n)) return 1;
     const int N = p->f8_n, H = p->s.fp8_cfg.history_len;
     const size_t bytes = mxp_ds_f8_state_bytes(N, H);
@@ -210,6 +211,7 @@ int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, char *why, 
     if (!rc) {
         const float *v = mxp_ds_f8_vals(h), *hist = v + 3 * N;
         memcpy(buf, v, (size_t)N * sizeof(float));
+        if (passes) *passes = h->passes;
         float *out = buf + N;
         for (int i = 0; i < N; i++) /* oldest first: slot pos is the oldest */
             for (int k = 0; k < H; k++)
@@ -219,9 +221,12 @@ int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, char *why, 
     return rc;
 }
 
-int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, char *why,
-                         size_t n) {
+int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, int64_t passes,
+                         char *why, size_t n) {
     if (state_args(p, nfloats, why, n)) return 1;
+    if (passes < 0)
+        return mxp_cudab_why(why, n, "device step: FP8 passes %lld; accepted >= 0",
+                             (long long)passes);
     const int N = p->f8_n, H = p->s.fp8_cfg.history_len;
     for (int i = 0; i < N; i++)
         if (!(buf[i] > 0.0f) || !mxp_f8_finite(buf[i]))
@@ -232,6 +237,7 @@ int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, char 
     if (!h) return mxp_cudab_why(why, n, "device step: out of host memory (FP8 state)");
     h->n = N;
     h->H = H; /* pos 0: the history is stored oldest first */
+    h->passes = passes;
     float *v = mxp_ds_f8_vals(h);
     for (int i = 0; i < N; i++) {
         v[i] = buf[i];

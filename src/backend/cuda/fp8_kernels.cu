@@ -66,7 +66,10 @@ __global__ void k_f8_update(mxp_ds_f8_state *st, int n, int algo, int margin) {
         mxp_f8_update_slot(v + 3 * (size_t)n + (size_t)i * (size_t)H, H, pos, &v[2 * n + i],
                            &v[i], &v[n + i], algo, i % 3 == 2 ? 57344.0 : 448.0, margin);
     __syncthreads();
-    if (threadIdx.x == 0) st->pos = (pos + 1) % H;
+    if (threadIdx.x == 0) {
+        st->pos = (pos + 1) % H;
+        st->passes++;
+    }
 }
 
 static int f8_launched(const char *what, char *why, size_t n) {
