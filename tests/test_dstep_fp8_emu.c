@@ -255,8 +255,13 @@ static bool compare(const shape *sh, const run_opts *o) {
         }
         /* the scaling state after the step (a download outside the step) */
         const int64_t d0 = dev.d2h;
-        CHECK_MSG(mxp_ds_fp8_get_state(plan, sd, NS, NULL, why, sizeof why) == 0, "%s", why);
+        int64_t passes = -1;
+        CHECK_MSG(mxp_ds_fp8_get_state(plan, sd, NS, &passes, why, sizeof why) == 0, "%s", why);
         CHECK(dev.d2h == d0 + 1);
+        /* one update per pass (micro-batch), as the CPU model's */
+        CHECK_MSG(passes == mxp_fp8_scaling_steps(f8) && passes == (int64_t)(s + 1) * o->micro,
+                  "%s: %lld FP8 updates on the device, %lld on the CPU", tag, (long long)passes,
+                  (long long)mxp_fp8_scaling_steps(f8));
         mxp_fp8_scaling_get_state(f8, sc_);
         size_t nd = 0;
         double sw[3];
@@ -389,6 +394,15 @@ static void test_refusals(void) {
     float buf[2];
     CHECK(mxp_ds_fp8_get_state(p, buf, 2, NULL, why, sizeof why) == 1);
     CHECK_MSG(strstr(why, "accepted 51"), "%s", why);
+    /* set_state / get_state round trip (a resume), and a bad scale refused */
+    float st[51], back[51];
+    for (int i = 0; i < 51; i++) st[i] = i < 3 ? 0.5f * (float)(i + 1) : (float)i;
+    int64_t passes = 0;
+    CHECK_MSG(mxp_ds_fp8_set_state(p, st, 51, 42, why, sizeof why) == 0, "%s", why);
+    CHECK(mxp_ds_fp8_get_state(p, back, 51, &passes, why, sizeof why) == 0);
+    CHECK(memcmp(st, back, sizeof st) == 0 && passes == 42);
+    st[1] = 0.0f;
+    CHECK(mxp_ds_fp8_set_state(p, st, 51, 42, why, sizeof why) == 1 && strstr(why, "scale[1]"));
     mxp_ds_plan_destroy(p);
     CHECK(dev.live == 0);
     printf("  refusals named\n");
