@@ -44,7 +44,10 @@
  * x and W scales/histories 5e-2 / 1e-2, dY 0.15 (the whole backward's
  * difference; observed 1.2e-2 loss, 1.9e-2 x, 1.4e-3 W, 4.9e-2 dY on the
  * world shape); master within 2 lr per step (16 lr; observed 8.7 lr), m
- * and v within 10% of their largest element (observed 4.7%). "square":
+ * and v within 25% of their largest element: an E5M2 ulp is 2^-2 of an
+ * element, so a dY element rounded the other way moves the gradient terms
+ * it enters by up to a quarter (observed 4.7%, and 13% on other batches).
+ * "square":
  * master within 4 lr, m and v 5% (observed 2e-9, 2e-9 relative).
  * Negative control: a table whose scaling update doubles one W slot's
  * scale on the second pass must fail the same comparison.
@@ -285,7 +288,8 @@ static bool compare(const shape *sh, const run_opts *o) {
         }
         if (v) {
             printf("  %-40s step %d: loss cpu %.9g dev %.9g (rel %.2e) skip %d/%d scale %g->%g "
-                   "/ %g->%g d2h %lld fp8 state: %zu entries differ, worst rel x %.2e W %.2e dY %.2e\n",
+                   "/ %g->%g d2h %lld fp8 state: %zu entries differ, worst rel x %.2e W %.2e "
+                   "dY %.2e\n",
                    tag, s + 1, cr.loss, dr.loss, lr_, cr.skipped, dr.skipped, cr.scale, cpu_next,
                    dr.scale, dr.next_scale, (long long)dr.d2h, nd, sw[0], sw[1], sw[2]);
             CHECK_MSG(step_ok, "%s step %d: the device step disagrees with the CPU", tag, s + 1);
@@ -297,7 +301,8 @@ static bool compare(const shape *sh, const run_opts *o) {
         bool nan_seen = false;
         const int s0 = sh->keep_ends ? 3 : 0; /* the first FP8 layer's x slot */
         for (int k = 0; k < H; k++)
-            nan_seen = nan_seen || (isnan(sd[nslots + s0 * H + k]) && isnan(sc_[nslots + s0 * H + k]));
+            nan_seen = nan_seen || (isnan(sd[nslots + s0 * H + k]) &&
+                                    isnan(sc_[nslots + s0 * H + k]));
         CHECK_MSG(nan_seen || H < NSTEPS - NAN_STEP + 1, "%s: the NaN amax is not in the history",
                   tag);
     }
@@ -315,7 +320,7 @@ static bool compare(const shape *sh, const run_opts *o) {
             if (fabs((double)c[i]) > cmax) cmax = fabs((double)c[i]);
         }
         const double tol = k == 0 ? (ends ? 2.0 * NSTEPS : 4.0) * tc.optim.lr
-                                  : (ends ? 0.1 : 0.05) * cmax;
+                                  : (ends ? 0.25 : 0.05) * cmax;
         if (v)
             printf("  %-40s %-6s max |dev - cpu| %.3e (largest |cpu| %.3e, tolerance %.3e)\n",
                    tag, names[k], d, cmax, tol);
@@ -353,6 +358,12 @@ static int bad_update(void *dev, void *st, int n_slots, const mxp_fp8_config *cf
         v[n_slots + 4] = (float)(1.0 / (double)v[4]);
     }
     return rc;
+}
+
+/* [-1, 1) from the generator *g */
+static float unit(uint32_t *g) {
+    *g = *g * 1664525u + 1013904223u;
+    return (float)((int)(*g >> 24) - 128) / 128.0f;
 }
 
 /* ---- refusals ---------------------------------------------------------------- */
@@ -405,7 +416,40 @@ static void test_refusals(void) {
     CHECK(mxp_ds_fp8_set_state(p, st, 51, 42, why, sizeof why) == 1 && strstr(why, "scale[1]"));
     mxp_ds_plan_destroy(p);
     CHECK(dev.live == 0);
-    printf("  refusals named\n");
+    /* a layernorm read by a linear layer: FP32 before an FP8 one (the CPU's
+     * fp8 storage; the quantise reads FP32), BF16 before a BF16 one (its
+     * GEMM reads BF16); both plans run a step */
+    const int64_t outs[2] = {16, 10};
+    for (int k = 0; k < 2; k++) {
+        mxp_ds_spec q = s;
+        q.batch = 16;
+        q.micro_batches = 0;
+        q.n_layers = 3;
+        q.layers[0].kind = MXP_DS_LINEAR;
+        q.layers[0].units = 32;
+        q.layers[1].kind = MXP_DS_LAYERNORM;
+        q.layers[2].kind = MXP_DS_LINEAR;
+        q.layers[2].units = outs[k];
+        q.ln_eps = 1e-5f;
+        q.lr = 1e-3f, q.beta1 = 0.9f, q.beta2 = 0.999f, q.eps = 1e-8f;
+        q.near_overflow_frac = 0.125f;
+        q.scaler0.scale = 1.0f;
+        CHECK_MSG(mxp_ds_plan_create(&q, &t, &dev, &p, why, sizeof why) == 0, "%s", why);
+        CHECK(mxp_ds_fp8_layers(p) == 2 - k && (mxp_ds_fp8_reason(p, 2) != NULL) == (k == 1));
+        const size_t P = mxp_ds_num_params(p);
+        float *w = test_xmalloc(P * 4), x[16 * 16], y[16 * 16];
+        uint32_t g = 7u; /* its own draws: the comparisons' batches stay as documented */
+        for (size_t i = 0; i < P; i++) w[i] = 0.1f * unit(&g);
+        for (int i = 0; i < 16 * 16; i++) x[i] = unit(&g), y[i] = unit(&g);
+        CHECK_MSG(mxp_ds_set_params(p, w, why, sizeof why) == 0, "%s", why);
+        mxp_ds_result res;
+        CHECK_MSG(mxp_ds_step(p, x, y, NULL, &res, why, sizeof why) == 0, "%s", why);
+        CHECK(isfinite(res.loss) && !res.skipped && res.d2h == 1);
+        mxp_ds_plan_destroy(p);
+        free(w);
+    }
+    CHECK(dev.live == 0);
+    printf("  refusals named; layernorm before an FP8 / a BF16 linear layer planned and run\n");
 }
 
 int main(void) {

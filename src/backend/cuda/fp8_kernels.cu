@@ -46,7 +46,8 @@ __global__ void k_f8_quant(int e4, uint8_t *q, uint8_t *qt, const float *src, si
     sh[threadIdx.x] = a;
     __syncthreads();
     for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
-        if (threadIdx.x < st) sh[threadIdx.x] = mxp_f8_amax_merge(sh[threadIdx.x], sh[threadIdx.x + st]);
+        if (threadIdx.x < st)
+            sh[threadIdx.x] = mxp_f8_amax_merge(sh[threadIdx.x], sh[threadIdx.x + st]);
         __syncthreads();
     }
     if (threadIdx.x == 0 && partials) partials[blockIdx.x] = sh[0];
