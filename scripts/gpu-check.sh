@@ -81,6 +81,7 @@ TRAIN_RUNS=(
     "train-fp32|training.precision=fp32"
     "train-mixed_bf16|training.precision=mixed_bf16"
     "train-mixed_fp16|training.precision=mixed_fp16"
+    "train-fp8|training.precision=fp8" # FP8 hidden layers, BF16 ends (docs/gpu.md "FP8 on Hopper")
 )
 # block reductions: k_grad_pass (test_cuda_backend); layernorm, MSE, softmax
 # cross-entropy and the store+scan trees (test_cuda_mlp)

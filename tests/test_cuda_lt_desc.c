@@ -11,6 +11,9 @@
  * layout rows/cols/ld/type. That the GEMM itself computes the right numbers
  * is tests/test_lt_map.c's naive executor on the host, and needs a GPU for
  * cuBLASLt itself (not run yet).
+ * The FP8 plans (mxp_lt_linear_fp8, E4M3/E5M2) the same way, with the
+ * fast-accumulation flag and the A/B scale pointers read back, and the
+ * FP8 rules (TN, no bias epilogue, /16, not E5M2 x E5M2) refused first.
  * Exits 77 (skipped): a build without CUDA, or libcublasLt cannot be loaded
  * or cannot create the objects here.
  */
@@ -99,6 +102,36 @@ int main(void) {
     mxp_lt_linear(MXP_LT_FWD, 2, 3, 4, true, false, &d, why, sizeof why);
     CHECK(mxp_cudab_lt_desc_check(&d, MXP_DTYPE_F8_E4M3, why, sizeof why) == 1 &&
           strstr(why, "accepted F32, BF16, F16"));
+    /* FP8 (mxp_lt_linear_fp8, TN): E4M3 x E4M3 forward, E4M3 x E5M2
+     * backward; the descriptors, layouts (FP8 types), fast accumulation off
+     * and the A/B scale pointers read back */
+    const int64_t shapes8[][3] = {{16, 16, 16}, {32, 256, 64}, {512, 2048, 2048}};
+    for (size_t s = 0; s < sizeof shapes8 / sizeof shapes8[0]; s++)
+        for (int w = 0; w < MXP_LT_GEMM_COUNT; w++) {
+            mxp_lt_desc d8;
+            CHECK(mxp_lt_linear_fp8((mxp_lt_gemm)w, shapes8[s][0], shapes8[s][1], shapes8[s][2],
+                                    w == MXP_LT_DW, &d8, why, sizeof why) == 0);
+            const mxp_dtype b8 = w == MXP_LT_FWD ? MXP_DTYPE_F8_E4M3 : MXP_DTYPE_F8_E5M2;
+            int rc = mxp_cudab_lt8_desc_check(&d8, MXP_DTYPE_F8_E4M3, b8, why, sizeof why);
+            CHECK_MSG(rc == 0, "fp8 %s %lldx%lldx%lld: %s", mxp_lt_gemm_name((mxp_lt_gemm)w),
+                      (long long)shapes8[s][0], (long long)shapes8[s][1],
+                      (long long)shapes8[s][2], why);
+            checked++;
+        }
+    /* refused before cuBLASLt: not TN, a dimension not / 16, E5M2 x E5M2 */
+    mxp_lt_desc e;
+    mxp_lt_linear(MXP_LT_FWD, 16, 16, 16, true, false, &e, why, sizeof why);
+    CHECK(mxp_cudab_lt8_desc_check(&e, MXP_DTYPE_F8_E4M3, MXP_DTYPE_F8_E4M3, why, sizeof why) ==
+              1 && strstr(why, "bias"));
+    mxp_lt_linear(MXP_LT_DX, 16, 16, 16, false, false, &e, why, sizeof why);
+    CHECK(mxp_cudab_lt8_desc_check(&e, MXP_DTYPE_F8_E4M3, MXP_DTYPE_F8_E5M2, why, sizeof why) ==
+              1 && strstr(why, "TN"));
+    mxp_lt_linear_fp8(MXP_LT_FWD, 24, 16, 16, false, &e, why, sizeof why);
+    CHECK(mxp_cudab_lt8_desc_check(&e, MXP_DTYPE_F8_E4M3, MXP_DTYPE_F8_E4M3, why, sizeof why) ==
+              1 && strstr(why, "multiples of 16"));
+    mxp_lt_linear_fp8(MXP_LT_FWD, 16, 16, 16, false, &e, why, sizeof why);
+    CHECK(mxp_cudab_lt8_desc_check(&e, MXP_DTYPE_F8_E5M2, MXP_DTYPE_F8_E5M2, why, sizeof why) ==
+              1 && strstr(why, "not both"));
     printf("test_cuda_lt_desc: %d descriptor sets created and read back without a device\n",
            checked);
     (void)hold;

@@ -7,7 +7,9 @@
  *   DX   dX[b,i] = sum_o dY[b,o] W[o,i]
  *   DW   dW[o,i] = dW_old[o,i] (accumulate) + sum_b dY[b,o] X[b,i]
  * on odd shapes, and mxp_lt_from_rowmajor for every transpose combination
- * with padded leading dimensions. Small-integer data: every sum is exact in
+ * with padded leading dimensions; the FP8 form (mxp_lt_linear_fp8: TN on the
+ * transposed copies X^T, W^T, dY^T) against the same definitions (no bias
+ * epilogue), and its shape rule. Small-integer data: every sum is exact in
  * double, so the comparisons are exact. The executor also checks that the
  * layouts (rows, cols, ld) describe the buffers it is handed (no index
  * outside ld * cols, rows <= ld).
@@ -59,18 +61,35 @@ static bool lt_exec(const mxp_lt_desc *d, const double *A, size_t na, const doub
     return true;
 }
 
-static void test_linear(int64_t B, int64_t I, int64_t O) {
+/* row-major src [r, c] transposed into a new [c, r] */
+static double *transposed(const double *src, int64_t r, int64_t c) {
+    double *t = test_xmalloc((size_t)(r * c) * sizeof *t + 8);
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) t[j * r + i] = src[i * c + j];
+    return t;
+}
+
+/* fp8: mxp_lt_linear_fp8's TN descriptions on the transposed copies (no
+ * bias epilogue: the forward's expected values then have no bias). */
+static void test_linear(int64_t B, int64_t I, int64_t O, bool fp8) {
     double *X = rnd((size_t)(B * I)), *W = rnd((size_t)(O * I)), *dY = rnd((size_t)(B * O));
     double *bias = rnd((size_t)O), *dW0 = rnd((size_t)(O * I));
-    const double *buf[MXP_LT_OPERAND_COUNT] = {X, W, dY};
-    const size_t len[MXP_LT_OPERAND_COUNT] = {(size_t)(B * I), (size_t)(O * I), (size_t)(B * O)};
+    double *XT = transposed(X, B, I), *WT = transposed(W, O, I), *dYT = transposed(dY, B, O);
+    const double *buf[MXP_LT_OPERAND_COUNT] = {X, W, dY, XT, WT, dYT};
+    const size_t len[MXP_LT_OPERAND_COUNT] = {(size_t)(B * I), (size_t)(O * I), (size_t)(B * O),
+                                              (size_t)(B * I), (size_t)(O * I), (size_t)(B * O)};
     char why[200];
     for (int acc = 0; acc < 2; acc++)
         for (int w = 0; w < MXP_LT_GEMM_COUNT; w++) {
             mxp_lt_desc d;
-            CHECK_MSG(mxp_lt_linear((mxp_lt_gemm)w, B, I, O, true, acc, &d, why, sizeof why) == 0,
-                      "%s: %s", mxp_lt_gemm_name((mxp_lt_gemm)w), why);
+            const int rc = fp8 ? mxp_lt_linear_fp8((mxp_lt_gemm)w, B, I, O, acc, &d, why, sizeof why)
+                               : mxp_lt_linear((mxp_lt_gemm)w, B, I, O, true, acc, &d, why,
+                                               sizeof why);
+            CHECK_MSG(rc == 0, "%s: %s", mxp_lt_gemm_name((mxp_lt_gemm)w), why);
             CHECK(d.a_op < MXP_LT_OPERAND_COUNT && d.b_op < MXP_LT_OPERAND_COUNT);
+            if (fp8) /* cuBLASLt's FP8 kernels: TN only, no bias epilogue */
+                CHECK_MSG(d.trans_a && !d.trans_b && !d.bias, "%s fp8: not TN",
+                          mxp_lt_gemm_name((mxp_lt_gemm)w));
             size_t nd = w == MXP_LT_FWD ? (size_t)(B * O) : w == MXP_LT_DX ? (size_t)(B * I)
                                                                            : (size_t)(O * I);
             double *D = test_xmalloc(nd * sizeof *D);
@@ -89,7 +108,7 @@ static void test_linear(int64_t B, int64_t I, int64_t O) {
             if (w == MXP_LT_FWD) {
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t o = 0; o < O; o++) {
-                        double s = bias[o];
+                        double s = fp8 ? 0.0 : bias[o];
                         for (int64_t i = 0; i < I; i++) s += X[b * I + i] * W[o * I + i];
                         if (D[b * O + o] != s) bad++;
                     }
@@ -108,12 +127,12 @@ static void test_linear(int64_t B, int64_t I, int64_t O) {
                         if (D[o * I + i] != s) bad++;
                     }
             }
-            CHECK_MSG(bad == 0, "%s B%lld I%lld O%lld acc %d: %zu wrong elements",
-                      mxp_lt_gemm_name((mxp_lt_gemm)w), (long long)B, (long long)I,
-                      (long long)O, acc, bad);
+            CHECK_MSG(bad == 0, "%s%s B%lld I%lld O%lld acc %d: %zu wrong elements",
+                      mxp_lt_gemm_name((mxp_lt_gemm)w), fp8 ? " fp8" : "", (long long)B,
+                      (long long)I, (long long)O, acc, bad);
             free(D);
         }
-    free(X), free(W), free(dY), free(bias), free(dW0);
+    free(X), free(W), free(dY), free(bias), free(dW0), free(XT), free(WT), free(dYT);
 }
 
 /* Every transpose combination, padded leading dimensions, alpha and beta. */
@@ -173,12 +192,28 @@ static void test_errors(void) {
     CHECK(mxp_lt_linear(MXP_LT_FWD, 2, 3, 4, false, false, &d, why, sizeof why) == 0 && !d.bias);
 }
 
+/* cuBLASLt FP8: every GEMM dimension (rows, inputs, outputs) a multiple of
+ * 16, the failing one named */
+static void test_fp8_shapes(void) {
+    char why[200];
+    CHECK(mxp_lt_fp8_shape_check(16, 32, 256, why, sizeof why) == 0);
+    CHECK(mxp_lt_fp8_shape_check(32, 4, 256, why, sizeof why) == 1 && strstr(why, "inputs 4"));
+    CHECK(mxp_lt_fp8_shape_check(17, 16, 16, why, sizeof why) == 1 && strstr(why, "rows"));
+    CHECK(mxp_lt_fp8_shape_check(16, 16, 10, why, sizeof why) == 1 && strstr(why, "outputs 10"));
+    CHECK(mxp_lt_fp8_shape_check(8, 16, 16, why, sizeof why) == 1);
+    mxp_lt_desc d;
+    CHECK(mxp_lt_linear_fp8(MXP_LT_GEMM_COUNT, 16, 16, 16, false, &d, why, sizeof why) == 1);
+    CHECK(mxp_lt_linear_fp8(MXP_LT_FWD, 0, 16, 16, false, &d, why, sizeof why) == 1);
+}
+
 int main(void) {
     const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 1, 9}, {2, 33, 1}, {37, 19, 23},
                                  {1, 257, 3}, {65, 2, 129}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        test_linear(shapes[s][0], shapes[s][1], shapes[s][2]);
+        for (int fp8 = 0; fp8 < 2; fp8++) /* the mapping itself holds at any shape */
+            test_linear(shapes[s][0], shapes[s][1], shapes[s][2], fp8);
     test_rowmajor();
+    test_fp8_shapes();
     test_errors();
     return test_finish("test_lt_map");
 }

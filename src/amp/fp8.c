@@ -15,6 +15,7 @@
  */
 #include <mixprec/amp.h>
 
+#include "backend/numerics/fp8_scale.h"
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -24,6 +25,10 @@
 static const char *const amax_algo_names[] = {"max", "most_recent"};
 static_assert(sizeof amax_algo_names / sizeof amax_algo_names[0] == MXP_FP8_AMAX_ALGO_COUNT,
               "amax_algo_names must cover mxp_fp8_amax_algo");
+
+static_assert(MXP_F8_AMAX_MAX == (int)MXP_FP8_AMAX_MAX &&
+                  MXP_F8_AMAX_MOST_RECENT == (int)MXP_FP8_AMAX_MOST_RECENT,
+              "backend/numerics/fp8_scale.h's algorithm codes are mxp_fp8_amax_algo's");
 
 const char *mxp_fp8_amax_algo_name(mxp_fp8_amax_algo a) {
     if ((unsigned)a >= MXP_FP8_AMAX_ALGO_COUNT) return "unknown";
@@ -50,11 +55,7 @@ mxp_status mxp_fp8_config_validate(const mxp_fp8_config *c, mxp_error *err) {
 }
 
 float mxp_fp8_scale_rule(float amax, float old_scale, double fp8_max, int margin) {
-    if (!(amax > 0.0f) || !isfinite(amax)) return old_scale;
-    double sf = (fp8_max / (double)amax) / ldexp(1.0, margin);
-    float f = (float)sf;
-    if (!(f > 0.0f) || !isfinite(f)) return old_scale;
-    return f;
+    return mxp_f8_scale_rule(amax, old_scale, fp8_max, margin); /* shared with the device */
 }
 
 /* The kernel table's fp8_quantize (kernels/generic/fp8.c is the reference;
@@ -148,18 +149,11 @@ void mxp_fp8_scaling_observe(mxp_fp8_scaling *s, int i, float amax) {
     if (!isfinite(amax) || amax > *p) *p = amax;
 }
 
-/* Window amax of tensor i by the configured algorithm; a non-finite entry
- * makes the max non-finite (torch.max semantics). */
+/* Window amax of tensor i by the configured algorithm (the device step's
+ * rule too: backend/numerics/fp8_scale.h). */
 static float window_amax(const mxp_fp8_scaling *s, int i) {
     const int H = s->cfg.history_len;
-    const float *h = s->hist + (size_t)i * (size_t)H;
-    if (s->cfg.amax_algo == MXP_FP8_AMAX_MOST_RECENT) return h[(s->pos + H - 1) % H];
-    float m = 0.0f;
-    for (int k = 0; k < H; k++) {
-        if (!isfinite(h[k])) return h[k];
-        if (h[k] > m) m = h[k];
-    }
-    return m;
+    return mxp_f8_window_amax(s->hist + (size_t)i * (size_t)H, H, s->pos, (int)s->cfg.amax_algo);
 }
 
 void mxp_fp8_scaling_update(mxp_fp8_scaling *s) {

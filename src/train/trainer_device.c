@@ -30,6 +30,7 @@
 #include "backend/devmem.h"
 #include "nn/model_sync.h"
 #include "train/step_ctl.h"
+#include "train/trainer_device_fp8.h"
 #include "train/trainer_internal.h"
 
 #ifdef MIXPREC_HAVE_CUDA
@@ -63,7 +64,8 @@ void trainer_device_override(const mxp_ds_ops *ops, void *dev) {
 
 static const char kAccepted[] =
     "accepted on training.device=cuda: an MLP of linear, relu, gelu, tanh, layernorm layers "
-    "with loss mse or xent, precision fp32, mixed_bf16 or mixed_fp16, optimizer adamw or sgd, "
+    "with loss mse or xent, precision fp32, mixed_bf16, mixed_fp16 or fp8, optimizer adamw or "
+    "sgd, "
     "any grad_accum_steps (equal micro-batches), one process";
 
 static mxp_status refuse(mxp_error *err, const char *what) {
@@ -119,7 +121,7 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
     }
     const mxp_precision p = pol->mode;
     if (p != MXP_PRECISION_FP32 && p != MXP_PRECISION_MIXED_BF16 &&
-        p != MXP_PRECISION_MIXED_FP16) {
+        p != MXP_PRECISION_MIXED_FP16 && p != MXP_PRECISION_FP8) {
         snprintf(what, sizeof what, "precision %s", mxp_precision_name(p));
         return refuse(err, what);
     }
@@ -131,9 +133,12 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
     out->n_layers = ms->n_layers;
     out->loss = ms->loss == MXP_LOSS_XENT ? MXP_DS_XENT : MXP_DS_MSE;
     out->ln_eps = ms->layernorm_eps;
-    out->lowp = p == MXP_PRECISION_MIXED_BF16   ? MXP_DTYPE_BF16
-                : p == MXP_PRECISION_MIXED_FP16 ? MXP_DTYPE_F16
-                                                : MXP_DTYPE_F32;
+    out->lowp = p == MXP_PRECISION_MIXED_BF16 || p == MXP_PRECISION_FP8 ? MXP_DTYPE_BF16
+                : p == MXP_PRECISION_MIXED_FP16                         ? MXP_DTYPE_F16
+                                                                        : MXP_DTYPE_F32;
+    /* fp8: BF16 storage, FP8 linear layers where cuBLASLt runs them (dstep_fp8.c) */
+    out->fp8 = p == MXP_PRECISION_FP8;
+    if (out->fp8) out->fp8_cfg = *mxp_fp8_scaling_config(mxp_model_fp8(m));
     out->lr = c->optim.lr;
     out->beta1 = c->optim.beta1;
     out->beta2 = c->optim.beta2;
@@ -193,6 +198,7 @@ static mxp_status push(mxp_trainer *t, mxp_error *err) {
         if (mxp_ds_put(d->plan, slab[i], d->buf, why, sizeof why))
             s = dev_error(err, d, "upload of the optimizer state", why);
     }
+    if (s == MXP_OK) s = trainer_device_fp8_sync(d->plan, t->model, false, err);
     d->busy = false;
     if (s == MXP_OK) {
         d->dev_stale = false;
@@ -220,6 +226,7 @@ mxp_status trainer_device_pull(mxp_trainer *t, mxp_error *err) {
         else
             mxp_dev_upload(mom[i], d->buf, nb);
     }
+    if (s == MXP_OK) s = trainer_device_fp8_sync(d->plan, t->model, true, err);
     d->busy = false;
     if (s == MXP_OK) {
         d->host_stale = false;

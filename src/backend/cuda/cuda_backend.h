@@ -212,6 +212,34 @@ int mxp_cudab_lt_desc_check(const mxp_lt_desc *d, mxp_dtype ab, char *why, size_
 /* The soname this build opens ("libcublasLt.so.<major>"). */
 const char *mxp_cudab_lt_soname(void);
 
+/* ---- FP8 (lt_gemm.cu, fp8_kernels.cu; the device step's FP8 ops, contracts
+ * in backend/cuda/dstep.h mxp_ds_ops) ----
+ * An FP8 plan: d from mxp_lt_linear_fp8 (TN, no bias epilogue), A of dtype
+ * a, B of dtype b (F8_E4M3 / F8_E5M2, not both E5M2), C/D FP32,
+ * CUBLAS_COMPUTE_32F, FP32 scale type, fast accumulation off; destroyed by
+ * mxp_cudab_lt_plan_destroy. Run: D = a_scale[0] b_scale[0] op(A) op(B) +
+ * beta D, the scales device pointers set as CUBLASLT_MATMUL_DESC_A/B_
+ * SCALE_POINTER. desc_check: as mxp_cudab_lt_desc_check, for an FP8 plan
+ * (also the fast-accumulation flag and the scale pointers read back). */
+int mxp_cudab_lt8_plan_create(mxp_cudab_ctx *c, const mxp_lt_desc *d, mxp_dtype a, mxp_dtype b,
+                              mxp_cudab_lt_plan **out, char *why, size_t n);
+int mxp_cudab_lt8_run(mxp_cudab_ctx *c, mxp_cudab_lt_plan *p, const void *A, const void *B,
+                      float *D, const float *a_scale, const float *b_scale, char *why,
+                      size_t n);
+int mxp_cudab_lt8_desc_check(const mxp_lt_desc *d, mxp_dtype a, mxp_dtype b, char *why,
+                             size_t n);
+/* FP8 quantise (mxp_ds_ops.f8_quant): codes of src * *scale (RNE,
+ * saturating, __nv_cvt_float_to_fp8 __NV_SATFINITE) into q and/or the
+ * transpose qt; *amax (when not NULL) the tensor's amax, block partials
+ * merged in block order (c->mk_partials). */
+int mxp_cudab_f8_quant(mxp_cudab_ctx *c, mxp_dtype fmt, uint8_t *q, uint8_t *qt,
+                       const float *src, int64_t rows, int64_t cols, const float *scale,
+                       float *amax, char *why, size_t n);
+/* The scaling update (mxp_ds_ops.f8_update) of n_slots slots of the state
+ * st (mxp_ds_f8_state layout), one block. */
+int mxp_cudab_f8_update(mxp_cudab_ctx *c, void *st, int n_slots, int algo, int margin,
+                        char *why, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

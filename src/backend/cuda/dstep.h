@@ -58,6 +58,7 @@
 #ifndef MIXPREC_BACKEND_CUDA_DSTEP_H
 #define MIXPREC_BACKEND_CUDA_DSTEP_H
 
+#include <mixprec/amp.h>
 #include <mixprec/num.h>
 
 #include "backend/cuda/lt_map.h"
@@ -114,6 +115,15 @@ typedef struct mxp_ds_spec {
     /* CUDA Graphs for the steady step (a table with graph ops only; else
      * eager): see mxp_ds_step */
     bool graphs;
+    /* FP8 (the CPU's fp8 precision; lowp must be BF16, the storage of its
+     * activations and activation gradients): every linear layer whose
+     * shape cuBLASLt can run in FP8 (mxp_lt_fp8_shape_check, for every
+     * micro-batch's rows) runs the delayed-scaling form of
+     * nn/block_dense.c (dstep_fp8.c); the others run in BF16 and are
+     * reported (mxp_ds_fp8_reason). fp8_cfg: history, amax algorithm,
+     * margin (mxp_fp8_config_validate's ranges). */
+    bool fp8;
+    mxp_fp8_config fp8_cfg;
 } mxp_ds_spec;
 
 /* What a device must offer (every pointer argument device memory unless
@@ -192,7 +202,53 @@ typedef struct mxp_ds_ops {
      * then a sync. */
     void *(*aux_dev)(void *dev, size_t *cap);
     int (*report_aux)(void *dev, void *host, size_t aux_bytes, char *why, size_t n);
+    /* FP8 (all five, or the table runs no FP8 plan: refused, named).
+     * bias_add: y [B, C] += bias [C] (FP32, mxp_cudab_bias_add).
+     * f8_quant: the FP8 values of src [rows, cols] (FP32) times *scale
+     * (device), round-to-nearest-even, saturating to the format's largest
+     * finite (NaN stays NaN), as 1-byte codes of fmt (F8_E4M3 or F8_E5M2)
+     * into q [rows, cols] and/or qt [cols, rows] (the transpose; either
+     * may be NULL); amax (device, may be NULL) = the tensor's largest |v|
+     * of src, NaN over Inf over finite (kernels' fp8_quantize rule).
+     * lt8_create: an FP8 GEMM plan of d (mxp_lt_linear_fp8) with A of
+     * dtype a, B of dtype b, D FP32, FP32 accumulation; destroyed by
+     * lt_destroy. lt8_run: D = a_scale[0] * b_scale[0] * op(A) op(B) +
+     * beta D (the scales device FP32, read at run time). f8_update: the
+     * end-of-pass scaling update of n_slots tensors (fp8_scale.h
+     * mxp_f8_update_slot; slot i's format E5M2 when i % 3 == 2, else
+     * E4M3) on st (device, mxp_ds_f8_state layout), then its pos
+     * advanced and its passes counted. */
+    int (*bias_add)(void *dev, float *y, const float *bias, int64_t B, int64_t C, char *why,
+                    size_t n);
+    int (*f8_quant)(void *dev, mxp_dtype fmt, uint8_t *q, uint8_t *qt, const float *src,
+                    int64_t rows, int64_t cols, const float *scale, float *amax, char *why,
+                    size_t n);
+    int (*lt8_create)(void *dev, const mxp_lt_desc *d, mxp_dtype a, mxp_dtype b, void **plan,
+                      char *why, size_t n);
+    int (*lt8_run)(void *dev, void *plan, const void *A, const void *B, float *D,
+                   const float *a_scale, const float *b_scale, char *why, size_t n);
+    int (*f8_update)(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg, char *why,
+                     size_t n);
 } mxp_ds_ops;
+
+/* The device's FP8 scaling state (one allocation): a header, then n slots'
+ * scale, scale_inv, pending amax (each [n] FP32) and the amax histories
+ * ([n][H] FP32 rings, slot pos the next written). Slots: 3 per linear
+ * layer in layer order (x, W, dY), as the CPU model's (nn/model.c). */
+typedef struct mxp_ds_f8_state {
+    int32_t pos;
+    int32_t n, H;
+    int32_t pad0;
+    int64_t passes;  /* updates so far (mxp_fp8_scaling_steps) */
+    int32_t pad[10]; /* 64 bytes; then scale [n], scale_inv [n], amax [n], hist [n * H] */
+} mxp_ds_f8_state;
+
+static inline float *mxp_ds_f8_vals(void *st) {
+    return (float *)(void *)((unsigned char *)st + sizeof(mxp_ds_f8_state));
+}
+static inline size_t mxp_ds_f8_state_bytes(int n, int H) {
+    return sizeof(mxp_ds_f8_state) + (size_t)n * (3 + (size_t)H) * sizeof(float);
+}
 
 /* The aux area's byte offset after the control block: the layout of
  * report_aux's copy (= MXP_CUDAB_AUX_OFF). */
@@ -293,6 +349,23 @@ void mxp_ds_set_state(mxp_ds_plan *p, const mxp_ds_state *in);
 /* Upload slab s (master, and its work copy rounded as set_params does; m;
  * v) from host [P] FP32 in CPU order (outside steps; then a sync). */
 int mxp_ds_put(mxp_ds_plan *p, mxp_ds_slab s, const float *host, char *why, size_t n);
+
+/* FP8 plans (spec.fp8). The reason linear layer l runs in BF16 instead of
+ * FP8 (a shape cuBLASLt's FP8 GEMMs cannot run), or NULL when it runs in
+ * FP8 or the plan is not FP8 or l is not a linear layer. */
+const char *mxp_ds_fp8_reason(const mxp_ds_plan *p, int l);
+/* Linear layers of an FP8 plan that run in FP8. */
+int mxp_ds_fp8_layers(const mxp_ds_plan *p);
+/* The scaling state in mxp_fp8_scaling_get_state's layout (n scales, then
+ * each slot's history oldest first; n = 3 per linear layer), nfloats
+ * mxp_ds_fp8_state_size, and the updates so far into *passes (may be
+ * NULL): one counted copy, then a sync (outside steps). set: the same
+ * layout and count into the device (a resume, the host model's state). */
+size_t mxp_ds_fp8_state_size(const mxp_ds_plan *p);
+int mxp_ds_fp8_get_state(mxp_ds_plan *p, float *buf, size_t nfloats, int64_t *passes,
+                         char *why, size_t n);
+int mxp_ds_fp8_set_state(mxp_ds_plan *p, const float *buf, size_t nfloats, int64_t passes,
+                         char *why, size_t n);
 
 /* The CUDA table (dev: an mxp_cudab_ctx *), NULL in a build without CUDA. */
 const mxp_ds_ops *mxp_ds_ops_cuda(void);

@@ -131,6 +131,28 @@ static void *c_aux_dev(void *dev, size_t *cap) {
 static int c_report_aux(void *dev, void *host, size_t aux_bytes, char *why, size_t n) {
     return mxp_cudab_report_aux(CX, host, aux_bytes, why, n);
 }
+/* FP8 (dstep_fp8.c; lt8 plans are destroyed by c_lt_destroy) */
+static int c_bias_add(void *dev, float *y, const float *bias, int64_t B, int64_t C, char *why,
+                      size_t n) {
+    return mxp_cudab_bias_add(CX, y, bias, B, C, why, n);
+}
+static int c_f8_quant(void *dev, mxp_dtype fmt, uint8_t *q, uint8_t *qt, const float *src,
+                      int64_t rows, int64_t cols, const float *scale, float *amax, char *why,
+                      size_t n) {
+    return mxp_cudab_f8_quant(CX, fmt, q, qt, src, rows, cols, scale, amax, why, n);
+}
+static int c_lt8_create(void *dev, const mxp_lt_desc *d, mxp_dtype a, mxp_dtype b, void **plan,
+                        char *why, size_t n) {
+    return mxp_cudab_lt8_plan_create(CX, d, a, b, (mxp_cudab_lt_plan **)plan, why, n);
+}
+static int c_lt8_run(void *dev, void *plan, const void *A, const void *B, float *D,
+                     const float *a_scale, const float *b_scale, char *why, size_t n) {
+    return mxp_cudab_lt8_run(CX, (mxp_cudab_lt_plan *)plan, A, B, D, a_scale, b_scale, why, n);
+}
+static int c_f8_update(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg, char *why,
+                       size_t n) {
+    return mxp_cudab_f8_update(CX, st, n_slots, (int)cfg->amax_algo, cfg->margin, why, n);
+}
 _Static_assert(MXP_CUDAB_AUX_OFF == MXP_DS_AUX_OFF, "one aux layout");
 
 static const mxp_ds_ops cuda_ops = {
@@ -170,6 +192,11 @@ static const mxp_ds_ops cuda_ops = {
     .graph_destroy = c_graph_destroy,
     .aux_dev = c_aux_dev,
     .report_aux = c_report_aux,
+    .bias_add = c_bias_add,
+    .f8_quant = c_f8_quant,
+    .lt8_create = c_lt8_create,
+    .lt8_run = c_lt8_run,
+    .f8_update = c_f8_update,
 };
 
 const mxp_ds_ops *mxp_ds_ops_cuda(void) { return &cuda_ops; }

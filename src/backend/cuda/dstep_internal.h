@@ -73,7 +73,37 @@ struct mxp_ds_plan {
     bool warm;         /* a step ran (eagerly): later steps may be graphed */
     void *graph;       /* NULL: none yet / dropped */
     float graph_scale; /* the loss scale baked into it */
+    /* FP8 (spec.fp8; dstep_fp8.c): per linear layer, FP8 or BF16 (and why);
+     * its first scaling slot (x, W, dY); the device state; the quantised
+     * operands' scratch (1-byte codes): x, x^T, W, W^T, dY, dY^T */
+    bool f8_on[MXP_DS_MAX_LAYERS];
+    char f8_why[MXP_DS_MAX_LAYERS][192];
+    int f8_slot[MXP_DS_MAX_LAYERS];
+    int f8_n; /* slots */
+    void *f8_st;
+    float *f8_scale, *f8_inv, *f8_amax; /* in f8_st */
+    uint8_t *q_x, *q_xt, *q_w, *q_wt, *q_g, *q_gt;
 };
+
+/* dstep_fp8.c (the FP8 part of the plan and the step; no-ops for a plan
+ * without spec.fp8): classify the linear layers (before the storage
+ * rules, which depend on it); the state and scratch; a linear layer's FP8
+ * GEMM plans for variant v; reset the state (set_params); free. */
+void mxp_ds_f8_classify(mxp_ds_plan *p);
+int mxp_ds_f8_alloc(mxp_ds_plan *p, char *why, size_t n);
+int mxp_ds_f8_gemm_plans(mxp_ds_plan *p, int l, int v, int64_t rows, char *why, size_t n);
+int mxp_ds_f8_reset(mxp_ds_plan *p, char *why, size_t n);
+void mxp_ds_f8_free(mxp_ds_plan *p);
+/* The step: forward of FP8 linear layer l on x32 [B, in] into y [B, out]
+ * (FP32, bias added); backward from dy32 [B, out] (FP32 values of the
+ * stored dY) and x32 (the layer input as FP32): dW (beta 0, or 1 with
+ * acc) into the grad slab, dX [B, in] into dx32 when not NULL; the
+ * end-of-pass scaling update. */
+int mxp_ds_f8_forward(mxp_ds_plan *p, int l, int v, int64_t B, const float *x32, float *y,
+                      char *why, size_t n);
+int mxp_ds_f8_backward(mxp_ds_plan *p, int l, int v, bool acc, int64_t B, const float *dy32,
+                       const float *x32, float *dx32, char *why, size_t n);
+int mxp_ds_f8_update(mxp_ds_plan *p, char *why, size_t n);
 
 static inline size_t mxp_ds_dsize(mxp_dtype t) { return t == MXP_DTYPE_F32 ? 4 : 2; }
 

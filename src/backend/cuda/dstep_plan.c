@@ -33,6 +33,18 @@ static int validate(const mxp_ds_spec *s, char *why, size_t n) {
                              "device step: low dtype %d; accepted F32 (fp32), BF16 "
                              "(mixed_bf16), F16 (mixed_fp16)",
                              (int)s->lowp);
+    if (s->fp8 && s->lowp != MXP_DTYPE_BF16)
+        return mxp_cudab_why(why, n, "device step: fp8 with low dtype %d; accepted BF16 (the "
+                                     "storage of activations and gradients in fp8)",
+                             (int)s->lowp);
+    if (s->fp8 && (s->fp8_cfg.history_len < 1 || s->fp8_cfg.history_len > 65536 ||
+                   (unsigned)s->fp8_cfg.amax_algo >= MXP_FP8_AMAX_ALGO_COUNT ||
+                   s->fp8_cfg.margin < 0 || s->fp8_cfg.margin > 64))
+        return mxp_cudab_why(why, n,
+                             "device step: fp8 history_len %d, amax_algo %d, margin %d; "
+                             "accepted 1..65536, max (0) or most_recent (1), 0..64",
+                             s->fp8_cfg.history_len, (int)s->fp8_cfg.amax_algo,
+                             s->fp8_cfg.margin);
     if ((unsigned)s->optim >= MXP_DS_OPTIM_COUNT)
         return mxp_cudab_why(why, n, "device step: optimizer %d; accepted AdamW (0), SGD (1)",
                              (int)s->optim);
@@ -91,16 +103,18 @@ static int layout(mxp_ds_plan *p, char *why, size_t n) {
         }
         if (p->width[l + 1] > p->maxw) p->maxw = p->width[l + 1];
         /* matmul and element-wise outputs: the activation dtype; norm: F32,
-         * or the matmul input dtype when a linear layer reads it */
+         * or the matmul input dtype when a linear layer reads it (not an
+         * FP8 one: FP8 operands are quantised from FP32, nn/model_plan.c) */
         mxp_dtype t = s->lowp;
         if (k == MXP_DS_LAYERNORM)
-            t = l + 1 < p->L && s->layers[l + 1].kind == MXP_DS_LINEAR ? s->lowp
-                                                                       : MXP_DTYPE_F32;
+            t = l + 1 < p->L && s->layers[l + 1].kind == MXP_DS_LINEAR && !p->f8_on[l + 1]
+                    ? s->lowp
+                    : MXP_DTYPE_F32;
         p->st[l + 1] = t;
     }
     p->st[p->L] = MXP_DTYPE_F32; /* the loss's input */
     for (int l = 0; l < p->L; l++)
-        if (s->layers[l].kind == MXP_DS_LINEAR && p->st[l] != s->lowp)
+        if (s->layers[l].kind == MXP_DS_LINEAR && p->st[l] != s->lowp && !p->f8_on[l])
             return mxp_cudab_why(why, n,
                                  "device step: layer %d (linear) reads an input stored as F32 "
                                  "in a %s plan; the device step has no cast before a GEMM",
@@ -157,6 +171,7 @@ static void aux_layout(mxp_ds_plan *p) {
 
 /* The GEMM plans of linear layer l for micro-batches of `rows` rows. */
 static int gemm_plans(mxp_ds_plan *p, int l, int v, int64_t rows, char *why, size_t n) {
+    if (p->f8_on[l]) return mxp_ds_f8_gemm_plans(p, l, v, rows, why, n);
     for (int w = 0; w < MXP_DS_GEMMS; w++) {
         if (w == MXP_LT_DX && l == 0) continue; /* the first layer has no dX */
         if (w == MXP_DS_DW_ACC && p->K == 1) continue;
@@ -188,6 +203,7 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
     p->nvar = spec->batch % p->K ? 2 : 1;
     p->use_graphs = spec->graphs && ops->graph_begin && ops->graph_end && ops->graph_launch &&
                     ops->graph_destroy;
+    mxp_ds_f8_classify(p);
     if (layout(p, why, n)) goto fail;
     if (spec->optim == MXP_DS_SGD && !ops->sgd) {
         mxp_cudab_why(why, n, "device step: the %s table has no SGD", ops->name);
@@ -214,9 +230,11 @@ int mxp_ds_plan_create(const mxp_ds_spec *spec, const mxp_ds_ops *ops, void *dev
         p->work = p->master;
         p->pw32 = p->master;
     } else if (dalloc(p, P * 2, &p->work, why, n) ||
-               dalloc(p, P * 4, (void **)&p->pw32, why, n)) {
+               (!spec->fp8 && dalloc(p, P * 4, (void **)&p->pw32, why, n))) {
         goto fail;
     }
+    if (spec->fp8) p->pw32 = p->master; /* fp8 reads biases, LN parameters from the master */
+    if (mxp_ds_f8_alloc(p, why, n)) goto fail;
     for (int l = 0; l <= p->L; l++)
         if (dalloc(p, R * (size_t)p->width[l] * mxp_ds_dsize(p->st[l]), &p->acts[l], why, n))
             goto fail;
@@ -257,6 +275,7 @@ void mxp_ds_plan_destroy(mxp_ds_plan *p) {
     const mxp_ds_ops *o = p->ops;
     if (o->sync) o->sync(p->dev, NULL, 0); /* nothing in flight reads what is freed */
     if (p->graph) o->graph_destroy(p->dev, p->graph);
+    mxp_ds_f8_free(p);
     for (int l = 0; l < p->L; l++) {
         for (int v = 0; v < 2; v++)
             for (int w = 0; w < MXP_DS_GEMMS; w++)
@@ -307,6 +326,7 @@ int mxp_ds_set_params(mxp_ds_plan *p, const float *host, char *why, size_t n) {
     if (p->work != (void *)p->master &&
         o->store_scan(p->dev, p->s.lowp, p->work, p->master, PD, NULL, NULL, why, n))
         return 1;
+    if (mxp_ds_f8_reset(p, why, n)) return 1;
     memset(p->ctl, 0, sizeof *p->ctl);
     p->ctl->rule = p->s.rule;
     p->ctl->scaler = p->s.scaler0;

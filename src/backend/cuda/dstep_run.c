@@ -70,7 +70,11 @@ static int forward(mxp_ds_plan *p, int i, int v, int64_t B, char *why, size_t n)
         const mxp_dtype to = p->st[l + 1];
         float *y = to == MXP_DTYPE_F32 ? (float *)p->acts[l + 1] : p->y32;
         const mxp_ds_kind k = p->s.layers[l].kind;
-        if (k == MXP_DS_LINEAR) {
+        if (k == MXP_DS_LINEAR && p->f8_on[l]) {
+            const float *x = view(p, p->st[l], p->acts[l], p->sa, (size_t)B * (size_t)p->width[l],
+                                  &err, why, n);
+            err = err || mxp_ds_f8_forward(p, l, v, B, x, y, why, n);
+        } else if (k == MXP_DS_LINEAR) {
             err = gemm(p, l, v, MXP_LT_FWD, p->acts[l], work_at(p, p->dev_w[l]), NULL, y,
                        p->pw32 + p->dev_b[l], why, n);
         } else {
@@ -125,10 +129,14 @@ static int backward(mxp_ds_plan *p, int i, int v, bool acc, int64_t B, char *why
             if (!err)
                 err = o->bias_grad(p->dev, p->grads + p->dev_b[l], dy32, B, p->width[l + 1],
                                    why, n);
-            if (!err)
+            if (!err && p->f8_on[l]) {
+                const float *x32 = view(p, p->st[l], p->acts[l], p->sb, n_in, &err, why, n);
+                err = err || mxp_ds_f8_backward(p, l, v, acc, B, dy32, x32,
+                                                need_dx ? dx32 : NULL, why, n);
+            } else if (!err)
                 err = gemm(p, l, v, acc ? MXP_DS_DW_ACC : MXP_LT_DW, p->acts[l], NULL, dy,
                            p->grads + p->dev_w[l], NULL, why, n);
-            if (!err && need_dx)
+            if (!err && need_dx && !p->f8_on[l])
                 err = gemm(p, l, v, MXP_LT_DX, NULL, work_at(p, p->dev_w[l]), dy, dx32, NULL,
                            why, n);
         } else if (k == MXP_DS_LAYERNORM) {
@@ -163,7 +171,8 @@ static int device_work(mxp_ds_plan *p, float scale, char *why, size_t n) {
     const int64_t B = s->batch;
     const size_t P = p->PD;
     const bool f32 = s->lowp == MXP_DTYPE_F32;
-    if (!f32 && o->widen(p->dev, s->lowp, p->pw32, p->work, P, why, n)) return 1;
+    if (p->pw32 != p->master && o->widen(p->dev, s->lowp, p->pw32, p->work, P, why, n))
+        return 1;
     if (o->zero(p->dev, p->grads, P * 4, why, n)) return 1;
     for (int i = 0; i < p->K; i++) {
         const int64_t rows = mxp_sb_micro_rows(B, p->K, i), r0 = mxp_sb_micro_first(B, p->K, i);
@@ -174,13 +183,15 @@ static int device_work(mxp_ds_plan *p, float scale, char *why, size_t n) {
                                   (size_t)(rows * s->in_dim), why, n))
             return 1;
         if (forward(p, i, v, rows, why, n) || loss(p, i, rows, r0, gs, why, n) ||
-            backward(p, i, v, i > 0, rows, why, n))
+            backward(p, i, v, i > 0, rows, why, n) || mxp_ds_f8_update(p, why, n))
             return 1;
     }
     if (p->K > 1 && o->loss_fold(p->dev, &o->ctl_dev(p->dev)->loss, p->loss_slots, p->K, B,
                                  why, n))
         return 1;
-    const float near = s->near_overflow_frac * (float)mxp_dtype_info(s->lowp)->max;
+    /* the gradient dtype's max (the CPU's policy grad: E5M2 in fp8) */
+    const mxp_dtype gmax = s->fp8 ? MXP_DTYPE_F8_E5M2 : s->lowp;
+    const float near = s->near_overflow_frac * (float)mxp_dtype_info(gmax)->max;
     /* decide advances the SR counter by the CPU's P (padding excluded) */
     if (o->grad_pass(p->dev, p->grads, P, near, why, n) ||
         o->decide(p->dev, false, p->P, why, n))

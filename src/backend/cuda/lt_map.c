@@ -88,6 +88,51 @@ int mxp_lt_linear(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool bias,
     return 0;
 }
 
+int mxp_lt_linear_fp8(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool accumulate,
+                      mxp_lt_desc *d, char *why, size_t n) {
+    if (B < 1 || I < 1 || O < 1)
+        return mxp_cudab_why(why, n, "linear layer B=%lld I=%lld O=%lld: each must be >= 1",
+                             (long long)B, (long long)I, (long long)O);
+    /* row-major C[M,N] = A[M,K] B[N,K]^T: cuBLASLt's A is the caller's B
+     * (op T), its B the caller's A (op N): the TN form */
+    mxp_rm_gemm g;
+    mxp_lt_operand rm_a, rm_b;
+    switch (which) {
+    case MXP_LT_FWD: /* Y[B,O] = X[B,I] W[O,I]^T */
+        g = (mxp_rm_gemm){false, true, B, O, I, I, I, O, 1.0f, 0.0f};
+        rm_a = MXP_LT_X, rm_b = MXP_LT_W;
+        break;
+    case MXP_LT_DX: /* dX[B,I] = dY[B,O] (W^T)[I,O]^T */
+        g = (mxp_rm_gemm){false, true, B, I, O, O, O, I, 1.0f, 0.0f};
+        rm_a = MXP_LT_DY, rm_b = MXP_LT_WT;
+        break;
+    case MXP_LT_DW: /* dW[O,I] = (dY^T)[O,B] (X^T)[I,B]^T */
+        g = (mxp_rm_gemm){false, true, O, I, B, B, B, I, 1.0f, accumulate ? 1.0f : 0.0f};
+        rm_a = MXP_LT_DYT, rm_b = MXP_LT_XT;
+        break;
+    default:
+        return mxp_cudab_why(why, n, "linear GEMM %d: accepted %d (FWD), %d (DX), %d (DW)",
+                             (int)which, (int)MXP_LT_FWD, (int)MXP_LT_DX, (int)MXP_LT_DW);
+    }
+    if (mxp_lt_from_rowmajor(&g, d, why, n)) return 1;
+    d->a_op = rm_b;
+    d->b_op = rm_a;
+    d->bias = false;
+    return 0;
+}
+
+int mxp_lt_fp8_shape_check(int64_t B, int64_t I, int64_t O, char *why, size_t n) {
+    const char *name[3] = {"rows (micro-batch)", "inputs", "outputs"};
+    const int64_t v[3] = {B, I, O};
+    for (int i = 0; i < 3; i++)
+        if (v[i] < 16 || v[i] % 16)
+            return mxp_cudab_why(why, n,
+                                 "%s %lld is not a multiple of 16 (cuBLASLt FP8 GEMMs need m, "
+                                 "n, k multiples of 16)",
+                                 name[i], (long long)v[i]);
+    return 0;
+}
+
 const char *mxp_lt_gemm_name(mxp_lt_gemm which) {
     switch (which) {
     case MXP_LT_FWD: return "FWD";

@@ -38,6 +38,10 @@ typedef enum mxp_lt_operand {
     MXP_LT_X,  /* the layer input, row-major [B, I] */
     MXP_LT_W,  /* the weight, row-major [O, I] */
     MXP_LT_DY, /* the output gradient, row-major [B, O] */
+    /* FP8 (mxp_lt_linear_fp8): the transposed copies, row-major */
+    MXP_LT_XT,  /* X^T [I, B] */
+    MXP_LT_WT,  /* W^T [I, O] */
+    MXP_LT_DYT, /* dY^T [O, B] */
     MXP_LT_OPERAND_COUNT
 } mxp_lt_operand;
 
@@ -91,6 +95,25 @@ int mxp_cudab_why(char *why, size_t n, const char *fmt, ...)
  * B/I/O < 1). */
 int mxp_lt_linear(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool bias,
                   bool accumulate, mxp_lt_desc *d, char *why, size_t n);
+
+/* The FP8 form of mxp_lt_linear: cuBLASLt's FP8 kernels take only the
+ * "TN" layout (A transposed, B not), i.e. both operands stored with the
+ * inner dimension k contiguous, so the GEMMs read transposed copies where
+ * the tensor is not (as Transformer Engine's cast-transpose does):
+ *   FWD: A = W (op T, lda I),  B = X   (op N, ldb I), m O, n B, k I;
+ *   DX:  A = WT (op T, lda O), B = dY  (op N, ldb O), m I, n B, k O;
+ *   DW:  A = XT (op T, lda B), B = dYT (op N, ldb B), m I, n O, k B.
+ * No bias epilogue (cuBLASLt's FP8 kernels with an FP32 output take a
+ * BF16 bias only; the FP32 bias is added after). The dequantisation
+ * (alpha's scale_inv factors) comes from the A/B scale pointers at run
+ * time, so alpha stays 1. 0, or 1 with the reason. */
+int mxp_lt_linear_fp8(mxp_lt_gemm which, int64_t B, int64_t I, int64_t O, bool accumulate,
+                      mxp_lt_desc *d, char *why, size_t n);
+/* 0 when cuBLASLt can run the linear layer of B rows, I inputs, O outputs
+ * in FP8 (every GEMM dimension m, n, k: B, I and O, a multiple of 16; so
+ * every leading dimension is a multiple of 16 bytes), else 1 with the
+ * first dimension that is not in why. */
+int mxp_lt_fp8_shape_check(int64_t B, int64_t I, int64_t O, char *why, size_t n);
 
 /* "FWD", "DX", "DW" ("?" out of range). */
 const char *mxp_lt_gemm_name(mxp_lt_gemm which);
