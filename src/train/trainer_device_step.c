@@ -3,14 +3,65 @@
  * train/trainer_device_internal.h).
  *
  * Entry point: trainer_device_step.
+ *
+ * The step's scans of every stored output and activation gradient (the
+ * provenance slots, in the report's one copy) also feed the model's
+ * monitor, pass by pass as the CPU's, so the guard's per-layer headroom
+ * sees the device's amax with no further copy (monitor_feed).
  */
+#include <math.h>
 #include <string.h>
 
 #include "amp/scaler_internal.h"
 #include "backend/backend.h"
+#include "nn/model_sync.h"
 #include "train/step_ctl.h"
 #include "train/trainer_device_internal.h"
 #include "train/trainer_internal.h"
+
+/* The fault the guard armed on the model for this step (fault.kind nan,
+ * inf, value) into the plan, which plants it as the CPU model does. */
+static void set_fault(mxp_trainer *t) {
+    const mxp_fault_config *f = nn_model_fault(t->model);
+    mxp_ds_fault df = {false, false, 0, 0.0f, 0};
+    if (f) {
+        df.armed = true;
+        df.backward = f->pass == MXP_FAULT_BACKWARD;
+        df.layer = (int)f->layer;
+        df.value = f->kind == MXP_FAULT_NAN   ? NAN
+                   : f->kind == MXP_FAULT_INF ? INFINITY
+                                              : (float)f->value;
+        df.elements = f->elements;
+    }
+    mxp_ds_set_fault(t->dv->plan, &df);
+}
+
+static nn_ext_scan ext_scan(const mxp_ds_scan *s) {
+    nn_ext_scan e = {false, 0.0f, 0};
+    if (s) e = (nn_ext_scan){true, s->amax, s->nonfinite};
+    return e;
+}
+
+/* The step's scans into the model's monitor (nn_model_monitor_pass), one
+ * pass per micro-batch as the CPU trainer's, and its first non-finite site
+ * in the pass that met it. Nothing without scans or without a monitor. */
+static void monitor_feed(mxp_trainer *t, const mxp_ds_result *dr, const mxp_step_result *res) {
+    const mxp_ds_plan *p = t->dv->plan;
+    if (!dr->scanned) return;
+    const int L = mxp_model_get_spec(t->model)->n_layers;
+    nn_ext_scan out[MXP_DS_MAX_LAYERS], dx[MXP_DS_MAX_LAYERS + 1];
+    for (int i = 0; i < mxp_ds_micro_batches(p); i++) {
+        for (int l = 0; l < L; l++) {
+            out[l] = ext_scan(mxp_ds_scan_of(p, i, false, l));
+            dx[l] = ext_scan(mxp_ds_scan_of(p, i, true, l));
+        }
+        dx[L] = ext_scan(mxp_ds_scan_of(p, i, true, -1)); /* the loss gradient */
+        nn_model_monitor_pass(t->model, mxp_ds_micro_rows(p, i), out, dx);
+        if (res->site.found && dr->site.micro == i)
+            nn_model_monitor_site(t->model, &res->site,
+                                  res->site.backward ? "grad_input" : "output");
+    }
+}
 
 /* The host-side bookkeeping of a finished device step (trainer.c's step
  * body after its report, for one process). */
@@ -34,12 +85,20 @@ static mxp_status account(mxp_trainer *t, const mxp_ds_result *dr, mxp_step_resu
                                                   : mxp_loss_kind_name(ms->loss);
         res->site.count = dr->site.count > 0 ? dr->site.count : 1;
     }
-    res->zero_frac = ds.stats.n ? (double)ds.stats.zeros / (double)ds.stats.n : 0.0;
-    res->near_overflow_frac =
-        ds.stats.n ? (double)ds.stats.near_overflow / (double)ds.stats.n : 0.0;
+    monitor_feed(t, dr, res);
+    /* the grad pass ran over the device's padded slab: its padding (zeros,
+     * dstep.h) out of n and zeros, so the gradient health is the CPU's */
+    mxp_gradpass_acc gs = ds.stats;
+    const int64_t pad = gs.n - (int64_t)mxp_ds_num_params(d->plan);
+    if (pad > 0 && gs.zeros >= pad) {
+        gs.n -= pad;
+        gs.zeros -= pad;
+    }
+    res->zero_frac = gs.n ? (double)gs.zeros / (double)gs.n : 0.0;
+    res->near_overflow_frac = gs.n ? (double)gs.near_overflow / (double)gs.n : 0.0;
     t->be->ctl.opt_steps = ds.opt_steps; /* the counters as the report left them */
     t->be->ctl.sr_counter = ds.sr_counter;
-    t->be->ctl.stats = ds.stats;
+    t->be->ctl.stats = gs;
     t->training_steps++;
     if (dr->skipped) t->skipped_steps++;
     /* the device's rule state and event, adopted as the CPU path does
@@ -138,6 +197,7 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
     ds.scaler = mxp_scaler_rule_state_of(t->scaler);
     ds.lr = t->cfg.optim.lr;
     mxp_ds_set_state(d->plan, &ds);
+    set_fault(t);
     const double t0 = mxp_time_now();
     mxp_ds_result dr;
     char why[256] = "";
