@@ -1,6 +1,7 @@
 /* nn/model_sync.c: the pull / wrote callbacks of a model whose parameters
  * of record live on a device (contract: nn/model_sync.h).
  * Entry points: nn_model_set_sync, nn_sync_pull, nn_sync_wrote,
+ * nn_model_set_grad_sync, nn_sync_grads,
  * nn_model_fp32_mask, nn_model_monitor_pass, nn_model_monitor_site,
  * nn_model_fault.
  */
@@ -21,6 +22,14 @@ mxp_status nn_sync_pull(const mxp_model *m, mxp_error *err) {
 
 mxp_status nn_sync_wrote(const mxp_model *m, mxp_error *err) {
     return m && m->sync_wrote ? m->sync_wrote(m->sync_user, err) : MXP_OK;
+}
+
+void nn_model_set_grad_sync(mxp_model *m, nn_sync_fn grads) {
+    if (m) m->sync_grads = grads;
+}
+
+mxp_status nn_sync_grads(const mxp_model *m, mxp_error *err) {
+    return m && m->sync_grads ? m->sync_grads(m->sync_user, err) : MXP_OK;
 }
 
 uint64_t nn_model_fp32_mask(const mxp_model *m) { return m ? m->fp32_mask : 0; }

@@ -11,10 +11,14 @@
  *         mxp_model_set_policy, mxp_model_master / _work / _param;
  *   wrote after a write: mxp_model_tensor_set, mxp_model_copy_params (the
  *         destination), mxp_model_scale_layer_weights, mxp_model_set_policy.
+ * A third, grads, is called before the gradients are read or written
+ * (mxp_model_tensor_get / _set of role grad, mxp_model_grads): the device's
+ * gradients of its last step, pulled only then.
  * With none installed (every CPU trainer) each call is one NULL test.
  * The step that runs elsewhere also hands its scans of the stored tensors
  * to the model's monitor (nn_model_monitor_pass), as the CPU's passes do.
  * Entry points: nn_model_set_sync, nn_sync_pull, nn_sync_wrote,
+ * nn_model_set_grad_sync, nn_sync_grads,
  * nn_model_fp32_mask, nn_model_monitor_pass, nn_model_monitor_site,
  * nn_model_fault.
  */
@@ -30,6 +34,10 @@ void nn_model_set_sync(mxp_model *m, nn_sync_fn pull, nn_sync_fn wrote, void *us
 /* Call the model's pull / wrote (MXP_OK when none). */
 mxp_status nn_sync_pull(const mxp_model *m, mxp_error *err);
 mxp_status nn_sync_wrote(const mxp_model *m, mxp_error *err);
+/* Install the gradient pull (same user as nn_model_set_sync; NULL removes
+ * it) and call it (MXP_OK when none). */
+void nn_model_set_grad_sync(mxp_model *m, nn_sync_fn grads);
+mxp_status nn_sync_grads(const mxp_model *m, mxp_error *err);
 /* Layers the model keeps in FP32 in its low-precision mode (amp.h
  * mxp_fp32_layers): a bit per layer, 0 when none. */
 uint64_t nn_model_fp32_mask(const mxp_model *m);

@@ -25,6 +25,9 @@ void trainer_device_override(const mxp_ds_ops *ops, void *dev) {
 
 /* the model's callbacks (nn/model_sync.h) */
 static mxp_status model_pull(void *user, mxp_error *err) { return trainer_device_pull(user, err); }
+static mxp_status model_grads(void *user, mxp_error *err) {
+    return trainer_device_pull_grads(user, err);
+}
 static mxp_status model_wrote(void *user, mxp_error *err) {
     (void)err;
     trainer_device_host_wrote(user);
@@ -66,6 +69,7 @@ mxp_status trainer_device_plan(mxp_trainer *t, int64_t batch, mxp_error *err) {
     d->batch = batch;
     d->dev_stale = true;
     d->host_stale = false;
+    d->grads_stale = false; /* the new plan has no step's gradients yet */
     d->st.plans++;
     return MXP_OK;
 }
@@ -98,6 +102,7 @@ mxp_status trainer_device_attach(mxp_trainer *t, const mxp_ds_ops *ops, void *de
         return s;
     }
     nn_model_set_sync(t->model, model_pull, model_wrote, t);
+    nn_model_set_grad_sync(t->model, model_grads);
     return MXP_OK;
 }
 
@@ -106,6 +111,7 @@ void trainer_device_detach(mxp_trainer *t) {
     if (!d) return;
     if (d->plan) (void)trainer_device_pull(t, NULL);
     nn_model_set_sync(t->model, NULL, NULL, NULL);
+    nn_model_set_grad_sync(t->model, NULL);
     mxp_ds_plan_destroy(d->plan);
 #ifdef MIXPREC_HAVE_CUDA
     if (d->own_dev) mxp_cudab_ctx_destroy(d->dev);

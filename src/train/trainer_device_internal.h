@@ -13,7 +13,9 @@
  * CPU path: the host adds its at-min policy, log and fallback request),
  * checked against the reported next scale. So a resume or a rollback
  * (which write tensors and counters on the host) needs nothing more than
- * the push the write triggers.
+ * the push the write triggers. The gradients have their own flag,
+ * grads_stale (a step ran since the host's gradient slab was pulled),
+ * pulled only on a gradient read (trainer_device_pull_grads).
  *
  * The files: trainer_device.c (override, plan, attach / detach / select),
  * trainer_device_spec.c (the spec mapping and its refusals),
@@ -33,6 +35,7 @@ struct trainer_device {
     mxp_precision mode; /* the mode planned for */
     int64_t batch;
     bool host_stale, dev_stale;
+    bool grads_stale; /* a step ran since the last gradient pull */
     bool busy; /* inside pull / push: the model's callbacks do nothing */
     float *buf; /* host scratch [P] */
     /* the step's rows, micro-batches concatenated (k > 1 only) */

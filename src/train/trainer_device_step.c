@@ -205,6 +205,7 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
         return trainer_device_io_error(err, d, "the step", why);
     t->time_s[0] += mxp_time_now() - t0; /* the whole step: the device reports no phases */
     d->host_stale = true;
+    d->grads_stale = true;
     d->st.steps++;
     if (dr.d2h > d->st.step_d2h_max) d->st.step_d2h_max = dr.d2h;
     return account(t, &dr, res, err);

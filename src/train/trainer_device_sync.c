@@ -4,7 +4,8 @@
  * since the last pull), push (host -> device, when the host wrote), the
  * stale flags and the stats.
  *
- * Entry points: trainer_device_pull, trainer_device_push,
+ * Entry points: trainer_device_pull, trainer_device_pull_grads,
+ * trainer_device_push,
  * trainer_device_host_wrote, trainer_device_attached,
  * trainer_device_get_stats, trainer_device_n_moments,
  * trainer_device_io_error.
@@ -78,6 +79,21 @@ mxp_status trainer_device_pull(mxp_trainer *t, mxp_error *err) {
         d->st.pulls++;
     }
     return s;
+}
+
+mxp_status trainer_device_pull_grads(mxp_trainer *t, mxp_error *err) {
+    trainer_device *d = t ? t->dv : NULL;
+    if (!d || !d->grads_stale || d->busy) return MXP_OK;
+    char why[256] = "";
+    if (mxp_ds_get(d->plan, MXP_DS_GRAD, d->buf, why, sizeof why))
+        return trainer_device_io_error(err, d, "download of the gradients", why);
+    d->busy = true; /* the slab pointer below must not call back here */
+    float *g = mxp_model_grads(t->model);
+    d->busy = false;
+    if (g) mxp_dev_upload(g, d->buf, t->n_params * sizeof(float));
+    d->grads_stale = false;
+    d->st.grad_pulls++;
+    return MXP_OK;
 }
 
 void trainer_device_host_wrote(mxp_trainer *t) {
