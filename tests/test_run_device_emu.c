@@ -486,7 +486,6 @@ static void test_refusals(void) {
     const char *fp32l[] = {"training.precision_fp32_layers=first", NULL};
     const char *ens[] = {"model.ensemble=2", NULL};
     const char *gauss[] = {"model.head=gaussian", NULL};
-    const char *fault[] = {"fault.kind=nan", "fault.step=3", NULL};
     const char *drop[] = {"model.layers=[linear:32, gelu, dropout:0.1, linear]", NULL};
     const char *res[] = {"model.layers=[linear:32, gelu, linear:32, gelu, residual:2, linear]",
                          NULL};
@@ -497,7 +496,6 @@ static void test_refusals(void) {
     refused(WM, "mixed_bf16", fp32l, "FP32");
     refused(WM, "fp32", ens, "ensemble");
     refused(WM, "fp32", gauss, "loss gaussian");
-    refused(WM, "fp32", fault, "fault.kind=nan");
     refused(GPT, "fp32", NULL, "GPT");
     refused(WM, "fp32", drop, "(dropout)");
     refused(WM, "fp32", res, "(residual)");

@@ -707,6 +707,7 @@ float *mxp_model_master(mxp_model *m) {
  * zeroed here, so a reader sees what it saw when every step began with a
  * memset. */
 float *mxp_model_grads(mxp_model *m) {
+    (void)nn_sync_grads(m, NULL); /* a device's last gradients (model_sync.h) */
     if (m->grads_stale) mxp_model_zero_grads(m);
     return m->grads;
 }

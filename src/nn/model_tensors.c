@@ -155,7 +155,8 @@ mxp_status mxp_model_tensor_get(mxp_model *m, mxp_tensor_role r, const char *nam
     size_t off = 0, count = 0;
     mxp_status s = check_copy(m, r, name, dtype, buf, nbytes, "mxp_model_tensor_get", &sr, &off,
                               &count, err);
-    if (s == MXP_OK) s = nn_sync_pull(m, err); /* a device's record first (model_sync.h) */
+    /* a device's record first (model_sync.h): its gradients for role grad */
+    if (s == MXP_OK) s = r == MXP_TENSOR_GRAD ? nn_sync_grads(m, err) : nn_sync_pull(m, err);
     if (s != MXP_OK) return s;
     if (r == MXP_TENSOR_GRAD && m->grads_stale) mxp_model_zero_grads(m);
     const size_t esz = mxp_dtype_info(sr.dt)->size;
@@ -174,14 +175,17 @@ mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *nam
     slab_ref sr = {0};
     size_t off = 0, count = 0;
     mxp_status s = check_copy(m, r, name, dtype, buf, nbytes, fn, &sr, &off, &count, err);
-    if (s == MXP_OK) s = nn_sync_pull(m, err); /* the rest of the slab stays as it is */
+    /* the rest of the slab stays as it is: a device's record first (its
+     * gradients for role grad, which the next step overwrites: no push) */
+    const bool grad = r == MXP_TENSOR_GRAD;
+    if (s == MXP_OK) s = grad ? nn_sync_grads(m, err) : nn_sync_pull(m, err);
     if (s != MXP_OK) return s;
     if (r == MXP_TENSOR_WORK && m->b.master && !m->b.work_is_master)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG,
                              "%s: the working weights follow the FP32 master in %s mode; set "
                              "role 'param' or 'master' instead of 'work'",
                              fn, mxp_precision_name(m->policy.mode));
-    if (r == MXP_TENSOR_GRAD && m->grads_stale) mxp_model_zero_grads(m);
+    if (grad && m->grads_stale) mxp_model_zero_grads(m);
     const size_t esz = mxp_dtype_info(sr.dt)->size;
     mxp_dev_enter(); /* one host-to-device copy, then the working copy on the device */
     mxp_convert(sr.dt, (unsigned char *)sr.base + off * esz, dtype, buf, count);
@@ -193,7 +197,7 @@ mxp_status mxp_model_tensor_set(mxp_model *m, mxp_tensor_role r, const char *nam
     mxp_dev_leave();
     m->xfer.h2d_calls++;
     m->xfer.h2d_bytes += nbytes;
-    return nn_sync_wrote(m, err);
+    return grad ? MXP_OK : nn_sync_wrote(m, err);
 }
 
 mxp_status mxp_model_copy_params(mxp_model *dst, const mxp_model *src, mxp_error *err) {

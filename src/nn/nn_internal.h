@@ -227,6 +227,7 @@ struct mxp_model {
      * read, wrote after a host write; NULL: the host slabs are the record */
     mxp_status (*sync_pull)(void *user, mxp_error *err);
     mxp_status (*sync_wrote)(void *user, mxp_error *err);
+    mxp_status (*sync_grads)(void *user, mxp_error *err); /* before a gradient read */
     void *sync_user;
 };
 

@@ -59,12 +59,6 @@ static mxp_status device_attach(mxp_run *r, mxp_error *err) {
                              "training.device=cuda does not run training.precision=auto (its "
                              "trial steps switch precision); accepted there: fp32, mixed_bf16, "
                              "mixed_fp16");
-    const mxp_fault_kind fk = c->guard.fault.kind;
-    if (c->guard.enabled && fk != MXP_FAULT_NONE && fk != MXP_FAULT_SCALE_WEIGHTS)
-        return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
-                             "training.device=cuda does not run fault.kind=%s (injection into "
-                             "the passes); accepted there: none, scale_weights",
-                             mxp_fault_kind_name(fk));
     return trainer_device_select(r->trainer, &c->device, err);
 }
 

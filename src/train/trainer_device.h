@@ -11,7 +11,8 @@
  * counted downloads, SGD 2)
  * before the host reads them and pushed after the host writes them, at
  * the model's and the trainer's tensor entry points (nn/model_sync.h,
- * trainer_tensors.c), never inside a step. What the device step cannot
+ * trainer_tensors.c), never inside a step. The gradients of the last
+ * step are pulled only when the host reads them (one copy). What the device step cannot
  * run is refused when attaching (or at the step that meets it), with an
  * MXP error naming it and what is accepted; nothing falls back to the CPU.
  *
@@ -37,6 +38,7 @@ typedef struct trainer_device_stats {
     int64_t steps;        /* device steps run */
     int64_t step_d2h_max; /* most device-to-host copies in one step (1) */
     int64_t pulls, pushes; /* whole-state copies outside steps */
+    int64_t grad_pulls;    /* gradient downloads (one copy each, on a read) */
     int64_t plans;        /* plans made (one, plus one per batch-size change) */
     const char *table;    /* the ops table's name */
 } trainer_device_stats;
@@ -63,6 +65,11 @@ mxp_status trainer_device_step(mxp_trainer *t, const mxp_batch *micro, int n_mic
 /* Download the device's record into the host copy when a step has run
  * since the last pull (no-op otherwise, and when not attached). */
 mxp_status trainer_device_pull(mxp_trainer *t, mxp_error *err);
+/* Download the device's gradients of its last step into the model's
+ * gradient slab when a step has run since the last such pull (a read of
+ * the gradients: mxp_model_tensor_get / _set of role grad,
+ * mxp_model_grads); one counted copy; no-op otherwise. */
+mxp_status trainer_device_pull_grads(mxp_trainer *t, mxp_error *err);
 /* The host copy was written: upload it before the next step. */
 void trainer_device_host_wrote(mxp_trainer *t);
 bool trainer_device_attached(const mxp_trainer *t);

@@ -281,7 +281,8 @@ typedef struct mxp_ds_result {
      * the loss gradient (backward, layer -1), the layers' input gradients
      * from the top (backward). A value counts when it is NaN/Inf in FP32 or
      * as stored (amax rounds to Inf in the stored dtype). Parameter
-     * gradients are not scanned (the grad pass counts them: nonfinite). */
+     * gradients are not scanned (the grad pass counts them: nonfinite),
+     * except a planted backward fault's (mxp_ds_set_fault). */
     struct {
         bool found, backward;
         int layer;     /* -1: the loss (forward) or its gradient (backward) */
@@ -319,6 +320,22 @@ int64_t mxp_ds_micro_rows(const mxp_ds_plan *p, int i);
 int mxp_ds_micro_batches(const mxp_ds_plan *p);
 /* Drop the captured graph: the next step captures again. */
 void mxp_ds_recapture(mxp_ds_plan *p);
+/* A fault the step plants, as the CPU model's drills (nn/fault.c: the
+ * guard's fault.kind nan/inf/value): `elements` evenly spaced FP32 values
+ * set to `value` in layer `layer`'s output before it is stored (forward),
+ * or after the layer's backward in its weight gradient (weights, or
+ * layernorm gamma; a layer without parameters: the input gradient it
+ * passes down). A backward fault into parameters also scans that tensor
+ * (so the site is the CPU's: backward, that layer). While armed the step
+ * runs eagerly (each planted value is one upload). NULL or !armed:
+ * none. Host only; kept until changed. */
+typedef struct mxp_ds_fault {
+    bool armed, backward;
+    int layer;
+    float value;
+    int64_t elements;
+} mxp_ds_fault;
+void mxp_ds_set_fault(mxp_ds_plan *p, const mxp_ds_fault *f);
 /* The last step's scan of micro-batch `micro`: forward, layer l's output
  * (0 <= l < n_layers); backward, layer l's input gradient (1 <= l <
  * n_layers) or the loss gradient (l = -1). NULL for another (micro, l) or

@@ -49,8 +49,10 @@ struct mxp_ds_plan {
     double *loss_slots; /* [K] when K > 1 (else the control block's slot); in the
                          * aux area when scans, else its own buffer */
     /* scans (a table with aux ops and slots that fit): per micro-batch S =
-     * 2 L + 1 slots, [0, L) the layer outputs, L the loss gradient, L + 1 + l
-     * layer l's input gradient; in the aux area after the loss slots */
+     * 2 L + 2 slots, [0, L) the layer outputs, L the loss gradient, L + 1 + l
+     * layer l's input gradient (l >= 1), 2 L + 1 a planted backward fault's
+     * parameter gradient (written only then); in the aux area after the
+     * loss slots */
     bool scans;
     int S;
     size_t aux_bytes, scan_off; /* the aux area's used bytes; the scans' offset in it */
@@ -83,6 +85,7 @@ struct mxp_ds_plan {
     void *f8_st;
     float *f8_scale, *f8_inv, *f8_amax; /* in f8_st */
     uint8_t *q_x, *q_xt, *q_w, *q_wt, *q_g, *q_gt;
+    mxp_ds_fault fault; /* mxp_ds_set_fault (dstep_run.c) */
 };
 
 /* dstep_fp8.c (the FP8 part of the plan and the step; no-ops for a plan

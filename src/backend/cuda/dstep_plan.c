@@ -155,7 +155,7 @@ static int staging(mxp_ds_plan *p, char *why, size_t n) {
  * micro-batch losses (K > 1), then K * S scans. */
 static void aux_layout(mxp_ds_plan *p) {
     const mxp_ds_ops *o = p->ops;
-    p->S = 2 * p->L + 1;
+    p->S = 2 * p->L + 2; /* + a planted backward fault's scan (dstep_internal.h) */
     if (!o->aux_dev || !o->report_aux) return;
     size_t cap = 0;
     unsigned char *a = o->aux_dev(p->dev, &cap);

@@ -2,7 +2,7 @@
  * ops-table calls over the plan's buffers (dstep_plan.c), one
  * device-to-host copy, eager or as a replayed CUDA graph.
  *
- * Entry point: mxp_ds_step.
+ * Entry points: mxp_ds_step, mxp_ds_set_fault.
  * The op order and storage rules copy the CPU model's (nn/model_step.c,
  * layer_linear.c, layer_act.c, layer_norm.c, loss.c) and the trainer's
  * step (train/trainer.c: micro-batch i's loss scaled by scale * B_i / B,
@@ -39,6 +39,49 @@ static int store_slot(mxp_ds_plan *p, int i, int k, mxp_dtype t, void *dst, cons
     if (!p->scans) return store(p, t, dst, v32, count, why, n);
     mxp_ds_scan *sl = p->scan_d + (size_t)i * (size_t)p->S + (size_t)k;
     return p->ops->store_scan(p->dev, t, dst, v32, count, &sl->amax, &sl->nonfinite, why, n);
+}
+
+/* ---- planted faults (mxp_ds_set_fault; nn/fault.c on the CPU) ---- */
+
+void mxp_ds_set_fault(mxp_ds_plan *p, const mxp_ds_fault *f) {
+    memset(&p->fault, 0, sizeof p->fault);
+    if (f && f->armed) p->fault = *f;
+}
+
+static bool fault_at(const mxp_ds_plan *p, bool backward, int l) {
+    return p->fault.armed && p->fault.backward == backward && p->fault.layer == l;
+}
+
+/* A backward fault of layer l lands in its weight gradient (scanned). */
+static bool fault_dw(const mxp_ds_plan *p, int l) {
+    return fault_at(p, true, l) && p->dev_w[l] >= 0 && p->cnt_w[l] > 0;
+}
+
+/* The fault's evenly spaced values into v [count] (device), one upload
+ * each (eager steps only). */
+static int plant(mxp_ds_plan *p, float *v, size_t count, char *why, size_t n) {
+    size_t k = p->fault.elements < 1 ? 1 : (size_t)p->fault.elements;
+    if (count == 0) return 0;
+    if (k > count) k = count;
+    const size_t stride = count / k;
+    const float val = p->fault.value;
+    for (size_t j = 0; j < k; j++)
+        if (p->ops->upload(p->dev, v + j * stride, &val, sizeof val, why, n)) return 1;
+    return 0;
+}
+
+/* A backward fault after layer l's backward of micro-batch i: its weight
+ * gradient, scanned in place into slot 2 L + 1, else the input gradient
+ * dx32 [n_in] it passes down (when it has one). */
+static int plant_bwd(mxp_ds_plan *p, int i, int l, float *dx32, size_t n_in, bool need_dx,
+                     char *why, size_t n) {
+    if (fault_dw(p, l)) {
+        float *g = p->grads + p->dev_w[l];
+        const size_t cnt = (size_t)p->cnt_w[l];
+        return plant(p, g, cnt, why, n) ||
+               store_slot(p, i, 2 * p->L + 1, MXP_DTYPE_F32, g, g, cnt, why, n);
+    }
+    return need_dx ? plant(p, dx32, n_in, why, n) : 0;
 }
 
 /* buf [count] of dtype t as FP32: buf itself, or widened into scratch. */
@@ -87,6 +130,7 @@ static int forward(mxp_ds_plan *p, int i, int v, int64_t B, char *why, size_t n)
             else
                 err = o->act_fwd(p->dev, act_code(k), y, x, cnt, why, n);
         }
+        if (!err && fault_at(p, false, l)) err = plant(p, y, cnt, why, n);
         if (!err) err = store_slot(p, i, l, to, p->acts[l + 1], y, cnt, why, n);
     }
     return err;
@@ -152,6 +196,7 @@ static int backward(mxp_ds_plan *p, int i, int v, bool acc, int64_t B, char *why
             const float *s32 = err ? NULL : view(p, p->st[s], p->acts[s], p->sb, n_in, &err, why, n);
             if (!err) err = o->act_bwd(p->dev, act_code(k), dx32, dy32, s32, n_in, why, n);
         }
+        if (!err && fault_at(p, true, l)) err = plant_bwd(p, i, l, dx32, n_in, need_dx, why, n);
         if (!err && need_dx) {
             err = store_slot(p, i, p->L + 1 + l, gt, dx, dx32, n_in, why, n);
             cur ^= 1;
@@ -254,8 +299,12 @@ static void provenance(const mxp_ds_plan *p, mxp_ds_result *r) {
         const double li = p->K > 1 ? p->loss_h[i] : p->ctl->loss;
         if (!r->site.found && !isfinite(li)) site(r, false, -1, i, 1);
         if (!r->site.found && bad(&b[L], gt)) site(r, true, -1, i, b[L].nonfinite);
-        for (int l = L - 1; l >= 1 && !r->site.found; l--)
-            if (bad(&b[L + 1 + l], gt)) site(r, true, l, i, b[L + 1 + l].nonfinite);
+        for (int l = L - 1; l >= 0 && !r->site.found; l--) {
+            if (l >= 1 && bad(&b[L + 1 + l], gt))
+                site(r, true, l, i, b[L + 1 + l].nonfinite);
+            else if (fault_dw(p, l) && b[2 * L + 1].nonfinite > 0) /* its weight gradient */
+                site(r, true, l, i, b[2 * L + 1].nonfinite);
+        }
     }
 }
 
@@ -311,7 +360,7 @@ int mxp_ds_step(mxp_ds_plan *p, const float *x, const float *y, const int32_t *l
      * kernel and cuBLASLt module is loaded before a capture (lazy loading
      * inside a capture is what CUDA may refuse) */
     bool captured = false;
-    const bool graphed = p->use_graphs && p->warm;
+    const bool graphed = p->use_graphs && p->warm && !p->fault.armed; /* plants: uploads */
     if (graphed ? graphed_work(p, scale, &captured, why, n) : device_work(p, scale, why, n))
         return 1;
     /* the step's one copy: the control block, with the aux area's scans */
