@@ -112,7 +112,7 @@ static int emu_lt8_run(void *dev, void *plan, const void *A, const void *B, floa
     return 0;
 }
 
-static int emu_f8_update_op(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg,
+static int emu_f8_update_op(void *dev, void *st, int n_slots, const mxp_ds_fp8_cfg *cfg,
                             char *why, size_t n) {
     if (emu_enter(dev, "fp8 update", why, n)) return 1;
     mxp_ds_f8_state *h = st;

@@ -41,6 +41,7 @@
 
 #include "backend/cuda/dstep.h"
 #include "testutil.h"
+#include "train/trainer_device_fp8.h"
 
 #ifndef MIXPREC_HAVE_CUDA
 int main(void) {
@@ -102,7 +103,8 @@ static mxp_ds_spec spec_of(const shape *sh, bool graphs) {
     s.ln_eps = 1e-5f;
     s.lowp = MXP_DTYPE_BF16;
     s.fp8 = true;
-    s.fp8_cfg = mxp_fp8_config_default();
+    const mxp_fp8_config f8 = mxp_fp8_config_default();
+    s.fp8_cfg = trainer_device_fp8_cfg(&f8);
     s.lr = 1e-3f;
     s.beta1 = 0.9f;
     s.beta2 = 0.999f;

@@ -61,7 +61,14 @@
 
 #include "backend/cuda/dstep.h"
 #include "dstep_emu_fp8.h"
+#include "train/trainer_device_fp8.h"
 #include "testutil.h"
+
+/* mxp_fp8_config_default as the device step's config */
+static mxp_ds_fp8_cfg ds_default_cfg(void) {
+    const mxp_fp8_config c = mxp_fp8_config_default();
+    return trainer_device_fp8_cfg(&c);
+}
 
 enum { NSTEPS = 8, NAN_STEP = 5 };
 
@@ -160,7 +167,7 @@ static bool compare(const shape *sh, const run_opts *o) {
     ds.ln_eps = ms.layernorm_eps;
     ds.lowp = MXP_DTYPE_BF16;
     ds.fp8 = true;
-    ds.fp8_cfg = *mxp_fp8_scaling_config(mxp_model_fp8(model));
+    ds.fp8_cfg = trainer_device_fp8_cfg(mxp_fp8_scaling_config(mxp_model_fp8(model)));
     ds.lr = tc.optim.lr;
     ds.beta1 = tc.optim.beta1;
     ds.beta2 = tc.optim.beta2;
@@ -349,7 +356,7 @@ static bool compare(const shape *sh, const run_opts *o) {
 /* ---- negative control: one perturbed scale update -------------------------- */
 
 static int bad_update_calls;
-static int bad_update(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg, char *why,
+static int bad_update(void *dev, void *st, int n_slots, const mxp_ds_fp8_cfg *cfg, char *why,
                       size_t n) {
     int rc = emu_f8_update_op(dev, st, n_slots, cfg, why, n);
     if (++bad_update_calls == 2 && n_slots > 4) { /* slot 4: the second layer's W */
@@ -380,7 +387,7 @@ static void test_refusals(void) {
     s.layers[0].units = 16;
     s.lowp = MXP_DTYPE_F16;
     s.fp8 = true;
-    s.fp8_cfg = mxp_fp8_config_default();
+    s.fp8_cfg = ds_default_cfg();
     mxp_ds_plan *p = NULL;
     char why[256] = "";
     mxp_ds_ops t = emu_fp8_table();
@@ -390,7 +397,7 @@ static void test_refusals(void) {
     s.fp8_cfg.history_len = 0;
     CHECK(mxp_ds_plan_create(&s, &t, &dev, &p, why, sizeof why) == 1 && !p);
     CHECK_MSG(strstr(why, "history_len 0"), "%s", why);
-    s.fp8_cfg = mxp_fp8_config_default();
+    s.fp8_cfg = ds_default_cfg();
     /* a table without the FP8 ops */
     CHECK(mxp_ds_plan_create(&s, &emu_ds_ops, &dev, &p, why, sizeof why) == 1 && !p);
     CHECK_MSG(strstr(why, "no FP8 ops"), "%s", why);

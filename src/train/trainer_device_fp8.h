@@ -8,9 +8,15 @@
 #ifndef MIXPREC_TRAIN_TRAINER_DEVICE_FP8_H
 #define MIXPREC_TRAIN_TRAINER_DEVICE_FP8_H
 
+#include <mixprec/amp.h>
 #include <mixprec/model.h>
 
 #include "backend/cuda/dstep.h"
+
+/* The device step's copy of an FP8 scaling config. */
+static inline mxp_ds_fp8_cfg trainer_device_fp8_cfg(const mxp_fp8_config *c) {
+    return (mxp_ds_fp8_cfg){c->history_len, (int)c->amax_algo, c->margin};
+}
 
 /* to_host: the plan's scales, histories and update count into the model's
  * scaling state; else the model's into the plan. MXP_OK without doing

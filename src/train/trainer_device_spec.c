@@ -10,6 +10,7 @@
 
 #include "amp/scaler_internal.h"
 #include "nn/model_sync.h"
+#include "train/trainer_device_fp8.h"
 #include "train/trainer_device_internal.h"
 #include "train/trainer_internal.h"
 
@@ -89,7 +90,7 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
                                                                         : MXP_DTYPE_F32;
     /* fp8: BF16 storage, FP8 linear layers where cuBLASLt runs them (dstep_fp8.c) */
     out->fp8 = p == MXP_PRECISION_FP8;
-    if (out->fp8) out->fp8_cfg = *mxp_fp8_scaling_config(mxp_model_fp8(m));
+    if (out->fp8) out->fp8_cfg = trainer_device_fp8_cfg(mxp_fp8_scaling_config(mxp_model_fp8(m)));
     out->lr = c->optim.lr;
     out->beta1 = c->optim.beta1;
     out->beta2 = c->optim.beta2;

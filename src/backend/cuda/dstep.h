@@ -58,7 +58,6 @@
 #ifndef MIXPREC_BACKEND_CUDA_DSTEP_H
 #define MIXPREC_BACKEND_CUDA_DSTEP_H
 
-#include <mixprec/amp.h>
 #include <mixprec/num.h>
 
 #include "backend/cuda/lt_map.h"
@@ -83,6 +82,14 @@ typedef enum mxp_ds_loss { MXP_DS_MSE, MXP_DS_XENT } mxp_ds_loss;
 
 /* The optimizer (mxp_optim_kind's values: AdamW 0, SGD 1). */
 typedef enum mxp_ds_optim { MXP_DS_ADAMW, MXP_DS_SGD, MXP_DS_OPTIM_COUNT } mxp_ds_optim;
+
+/* FP8 delayed scaling of the device step: mxp_fp8_config's fields
+ * (amax_algo: 0 max, 1 most_recent, backend/numerics/fp8_scale.h). */
+typedef struct mxp_ds_fp8_cfg {
+    int history_len;
+    int amax_algo;
+    int margin;
+} mxp_ds_fp8_cfg;
 
 typedef struct mxp_ds_spec {
     int64_t in_dim, batch; /* rows per step (all micro-batches together) */
@@ -121,9 +128,10 @@ typedef struct mxp_ds_spec {
      * micro-batch's rows) runs the delayed-scaling form of
      * nn/block_dense.c (dstep_fp8.c); the others run in BF16 and are
      * reported (mxp_ds_fp8_reason). fp8_cfg: history, amax algorithm,
-     * margin (mxp_fp8_config_validate's ranges). */
+     * margin (mxp_fp8_config_validate's ranges; the backend's copy of
+     * mxp_fp8_config, amp being above backend: trainer_device_fp8_cfg). */
     bool fp8;
-    mxp_fp8_config fp8_cfg;
+    mxp_ds_fp8_cfg fp8_cfg;
 } mxp_ds_spec;
 
 /* What a device must offer (every pointer argument device memory unless
@@ -227,7 +235,7 @@ typedef struct mxp_ds_ops {
                       char *why, size_t n);
     int (*lt8_run)(void *dev, void *plan, const void *A, const void *B, float *D,
                    const float *a_scale, const float *b_scale, char *why, size_t n);
-    int (*f8_update)(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg, char *why,
+    int (*f8_update)(void *dev, void *st, int n_slots, const mxp_ds_fp8_cfg *cfg, char *why,
                      size_t n);
 } mxp_ds_ops;
 

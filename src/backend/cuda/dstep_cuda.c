@@ -149,7 +149,7 @@ static int c_lt8_run(void *dev, void *plan, const void *A, const void *B, float 
                      const float *a_scale, const float *b_scale, char *why, size_t n) {
     return mxp_cudab_lt8_run(CX, (mxp_cudab_lt_plan *)plan, A, B, D, a_scale, b_scale, why, n);
 }
-static int c_f8_update(void *dev, void *st, int n_slots, const mxp_fp8_config *cfg, char *why,
+static int c_f8_update(void *dev, void *st, int n_slots, const mxp_ds_fp8_cfg *cfg, char *why,
                        size_t n) {
     return mxp_cudab_f8_update(CX, st, n_slots, (int)cfg->amax_algo, cfg->margin, why, n);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cuda/dstep_internal.h"
+#include "backend/numerics/fp8_scale.h"
 
 /* Allocate bytes into *out (tracked for destroy through the plan fields). */
 static int dalloc(mxp_ds_plan *p, size_t bytes, void **out, char *why, size_t n) {
@@ -38,7 +39,7 @@ static int validate(const mxp_ds_spec *s, char *why, size_t n) {
                                      "storage of activations and gradients in fp8)",
                              (int)s->lowp);
     if (s->fp8 && (s->fp8_cfg.history_len < 1 || s->fp8_cfg.history_len > 65536 ||
-                   (unsigned)s->fp8_cfg.amax_algo >= MXP_FP8_AMAX_ALGO_COUNT ||
+                   (unsigned)s->fp8_cfg.amax_algo > MXP_F8_AMAX_MOST_RECENT ||
                    s->fp8_cfg.margin < 0 || s->fp8_cfg.margin > 64))
         return mxp_cudab_why(why, n,
                              "device step: fp8 history_len %d, amax_algo %d, margin %d; "
