@@ -53,23 +53,10 @@ static mxp_status build_cfg(const char *out, const char *const *extra, size_t n_
                         "model.head=gaussian", "model.ensemble=3",
                         "training.batch_size=64", "training.precision=fp32",
                         "checkpoint.every_steps=0", od};
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (size_t i = 0; s == MXP_OK && i < sizeof kv / sizeof kv[0]; i++)
-        s = mxp_config_apply_override(b, kv[i], err);
-    for (size_t i = 0; s == MXP_OK && i < n_extra; i++)
-        s = mxp_config_apply_override(b, extra[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s;
+    return test_build_config(kv, sizeof kv / sizeof kv[0], extra, n_extra, cfg, err);
 }
 
-#define CFG(out, cfg, ...)                                                       \
-    do {                                                                         \
-        const char *ex_[] = {__VA_ARGS__};                                       \
-        mxp_error e_ = {0};                                                      \
-        CHECK_OK(build_cfg(out, ex_, sizeof ex_ / sizeof ex_[0], cfg, &e_), &e_); \
-    } while (0)
+#define CFG(out, cfg, ...) CHECK_BUILD_CFG(build_cfg, out, cfg, __VA_ARGS__)
 
 /* ---- the table ------------------------------------------------------------- */
 

@@ -44,23 +44,10 @@ static mxp_status build_cfg(const char *out, const char *const *extra, size_t n_
                         "data.episode_length=40", "model.hidden=16", "model.depth=1",
                         "training.batch_size=32", "training.precision=fp32",
                         "checkpoint.every_steps=0", od};
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (size_t i = 0; s == MXP_OK && i < sizeof kv / sizeof kv[0]; i++)
-        s = mxp_config_apply_override(b, kv[i], err);
-    for (size_t i = 0; s == MXP_OK && i < n_extra; i++)
-        s = mxp_config_apply_override(b, extra[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s;
+    return test_build_config(kv, sizeof kv / sizeof kv[0], extra, n_extra, cfg, err);
 }
 
-#define CFG(out, cfg, ...)                                                       \
-    do {                                                                         \
-        const char *ex_[] = {__VA_ARGS__};                                       \
-        mxp_error e_ = {0};                                                      \
-        CHECK_OK(build_cfg(out, ex_, sizeof ex_ / sizeof ex_[0], cfg, &e_), &e_); \
-    } while (0)
+#define CFG(out, cfg, ...) CHECK_BUILD_CFG(build_cfg, out, cfg, __VA_ARGS__)
 
 /* ---- a provider with injected validation losses ----------------------------- */
 
@@ -169,6 +156,22 @@ static bool same_params(mxp_model *m, const float *w, size_t P) {
     return true;
 }
 
+/* the injected validation losses */
+static const double kSeq[] = {1.0, 0.8, 0.85, 0.79, 0.795, 0.5, 0.4};
+#define NSEQ ((int)(sizeof kSeq / sizeof kSeq[0]))
+
+/* A run of cfg over kSeq from its first-th value on (g: the provider's
+ * state; a stop requested at its stop_at-th evaluation when not 0),
+ * resumed from resume when not NULL. */
+static mxp_run *inj_run(inj *g, const mxp_config *cfg, int first, int stop_at,
+                        const char *resume) {
+    inj_init(g, cfg, kSeq, NSEQ, first);
+    g->stop_at = stop_at;
+    mxp_workload_provider p = inj_provider(g);
+    g->run = open_run(cfg, &p, NULL, resume);
+    return g->run;
+}
+
 static int64_t steps_per_epoch(mxp_run *run) {
     mxp_run_info i;
     mxp_run_stats(run, &i);
@@ -177,18 +180,13 @@ static int64_t steps_per_epoch(mxp_run *run) {
 
 /* ---- injected sequence ------------------------------------------------------- */
 
-static const double kSeq[] = {1.0, 0.8, 0.85, 0.79, 0.795, 0.5, 0.4};
-#define NSEQ ((int)(sizeof kSeq / sizeof kSeq[0]))
-
 static void test_injected(void) {
     mxp_error err = {0};
     mxp_config cfg;
     CFG("inj", &cfg, "training.epochs=10", "training.eval_every=1",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g;
-    inj_init(&g, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p = inj_provider(&g);
-    mxp_run *run = open_run(&cfg, &p, NULL, NULL);
+    mxp_run *run = inj_run(&g, &cfg, 0, 0, NULL);
     if (!run) return;
     const int64_t spe = steps_per_epoch(run);
     CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
@@ -247,9 +245,7 @@ static void test_injected(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/inj", g_dir);
     inj g3;
-    inj_init(&g3, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p3 = inj_provider(&g3);
-    mxp_run *r3 = open_run(&cfg, &p3, NULL, dir);
+    mxp_run *r3 = inj_run(&g3, &cfg, 0, 0, dir);
     if (r3) {
         mxp_run_stats(r3, &info);
         CHECK_MSG(info.finished_before_resume && info.early_stopped,
@@ -266,12 +262,8 @@ static void test_injected(void) {
     CFG("stop", &cfg, "training.epochs=10", "training.eval_every=1",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g4;
-    inj_init(&g4, &cfg, kSeq, NSEQ, 0);
-    g4.stop_at = 3;
-    mxp_workload_provider p4 = inj_provider(&g4);
-    mxp_run *r4 = open_run(&cfg, &p4, NULL, NULL);
+    mxp_run *r4 = inj_run(&g4, &cfg, 0, 3, NULL);
     if (r4) {
-        g4.run = r4;
         CHECK_OK(mxp_run_train(r4, 0, 0, &err), &err);
         mxp_run_stats(r4, &info);
         CHECK_MSG(info.stopped && !info.early_stopped && info.training_steps == 3 * spe,
@@ -282,9 +274,7 @@ static void test_injected(void) {
     inj_free(&g4);
     snprintf(dir, sizeof dir, "%s/stop", g_dir);
     inj g5;
-    inj_init(&g5, &cfg, kSeq, NSEQ, 3); /* the evaluations after the third */
-    mxp_workload_provider p5 = inj_provider(&g5);
-    mxp_run *r5 = open_run(&cfg, &p5, NULL, dir);
+    mxp_run *r5 = inj_run(&g5, &cfg, 3, 0, dir); /* the evaluations after the third */
     if (r5) {
         CHECK_OK(mxp_run_train(r5, 0, 0, &err), &err);
         mxp_run_stats(r5, &info);
@@ -304,9 +294,7 @@ static void test_injected(void) {
     /* eval_every=2: validations at epochs 2, 4, 6; patience 0: never stops */
     CFG("every2", &cfg, "training.epochs=6", "training.eval_every=2");
     inj g6;
-    inj_init(&g6, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p6 = inj_provider(&g6);
-    mxp_run *r6 = open_run(&cfg, &p6, NULL, NULL);
+    mxp_run *r6 = inj_run(&g6, &cfg, 0, 0, NULL);
     if (r6) {
         CHECK_OK(mxp_run_train(r6, 0, 0, &err), &err);
         size_t n6 = 0;
@@ -333,9 +321,7 @@ static void test_injected_steps(void) {
     CFG("steps", &cfg, "training.epochs=10", "training.eval_every_steps=5",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g;
-    inj_init(&g, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p = inj_provider(&g);
-    mxp_run *run = open_run(&cfg, &p, NULL, NULL);
+    mxp_run *run = inj_run(&g, &cfg, 0, 0, NULL);
     if (!run) return;
     const int64_t spe = steps_per_epoch(run);
     CHECK_MSG(spe > 5 && spe % 5 != 0, "steps per epoch %lld: the test wants validations "
@@ -371,12 +357,8 @@ static void test_injected_steps(void) {
     CFG("steps_stop", &cfg, "training.epochs=10", "training.eval_every_steps=5",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g4;
-    inj_init(&g4, &cfg, kSeq, NSEQ, 0);
-    g4.stop_at = 3;
-    mxp_workload_provider p4 = inj_provider(&g4);
-    mxp_run *r4 = open_run(&cfg, &p4, NULL, NULL);
+    mxp_run *r4 = inj_run(&g4, &cfg, 0, 3, NULL);
     if (r4) {
-        g4.run = r4;
         CHECK_OK(mxp_run_train(r4, 0, 0, &err), &err);
     }
     mxp_run_destroy(r4);
@@ -384,9 +366,7 @@ static void test_injected_steps(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/steps_stop", g_dir);
     inj g5;
-    inj_init(&g5, &cfg, kSeq, NSEQ, 3);
-    mxp_workload_provider p5 = inj_provider(&g5);
-    mxp_run *r5 = open_run(&cfg, &p5, NULL, dir);
+    mxp_run *r5 = inj_run(&g5, &cfg, 3, 0, dir);
     if (r5) {
         CHECK_OK(mxp_run_train(r5, 0, 0, &err), &err);
         mxp_run_stats(r5, &info);
