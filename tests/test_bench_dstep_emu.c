@@ -26,6 +26,7 @@
  *    is more than 1e-3 away from the oracle, so the comparison above can
  *    fail. Checked by hand: the benchmark's spec with beta2 0.99 fails the
  *    fp32 check (rel 6e-5), with clipping at 0.1 fails it (2.6e-4).
+ * MIXPREC_TEST_QUICK: 1 warm-up + 1 timed step, the loss of step 2.
  * Output records are read back from OUT/mixprec_dstep.jsonl as text.
  */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, clock_gettime */
@@ -180,8 +181,13 @@ int main(void) {
     const char *w2[] = {"--write-init", init99, "--models", "wm", "--seed", "99", NULL};
     CHECK(bench(w1) == 0);
     CHECK(bench(w2) == 0);
+    /* MIXPREC_TEST_QUICK (the reference-kernel, mock-device and sanitizer
+     * passes): 1 warm-up + 1 timed step, the loss of step 2 */
+    const bool quick = test_quick();
+    const char *warm = quick ? "1" : "2", *steps = quick ? "1" : "3";
+    const int K = quick ? 2 : 5; /* the loss step */
     const char *run[] = {"--init-dir", init, "--out-dir", out, "--models", "wm",
-                         "--warmup", "2", "--steps", "3", NULL};
+                         "--warmup", warm, "--steps", steps, NULL};
     CHECK(bench(run) == 0);
 
     /* the oracle: the CPU trainer from the same file */
@@ -194,7 +200,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/wm.safetensors", init);
     CHECK_OK(bm_model_new(m, MXP_PRECISION_FP32, &model, &err), &err);
     CHECK_MSG(bm_read(path, m, model, &in, why, sizeof why) == 0, "%s", why);
-    CHECK_MSG(bm_cpu_losses(m, &in, 5, cpu, why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(bm_cpu_losses(m, &in, K, cpu, why, sizeof why) == 0, "%s", why);
     const size_t P = in.P;
     bm_init_free(&in);
     mxp_model_destroy(model);
@@ -209,16 +215,16 @@ int main(void) {
         CHECK_MSG(strstr(line, "\"status\": \"ok\""), "%s: %s", precs[k], line);
         CHECK_MSG(field(line, "d2h_per_step") == 1.0 && field(line, "syncs_per_step") == 1.0,
                   "%s: %s", precs[k], line);
-        CHECK(field(line, "loss_step") == 5.0 && field(line, "skipped_steps") == 0.0);
+        CHECK(field(line, "loss_step") == (double)K && field(line, "skipped_steps") == 0.0);
         CHECK(field(line, "us_per_step") > 0 && field(line, "samples_per_s") > 0);
         CHECK_MSG(field(line, "peak_mem_bytes") >= 16.0 * (double)P, "%s peak %g, P %zu",
                   precs[k], field(line, "peak_mem_bytes"), P);
         CHECK(strstr(line, "\"init\": {\"source\": \"file "));
-        const double loss = field(line, "loss"), r = rel(loss, cpu[4]);
-        printf("  wm %-4s loss@5 %.9g, CPU trainer fp32 %.9g (rel %.2e)\n", precs[k], loss,
-               cpu[4], r);
+        const double loss = field(line, "loss"), r = rel(loss, cpu[K - 1]);
+        printf("  wm %-4s loss@%d %.9g, CPU trainer fp32 %.9g (rel %.2e)\n", precs[k], K, loss,
+               cpu[K - 1], r);
         CHECK_MSG(r <= (k == 0 ? 1e-5 : 2.5e-4), "%s: loss %.9g vs CPU %.9g", precs[k], loss,
-                  cpu[4]);
+                  cpu[K - 1]);
         if (k == 0) fp32_loss = loss;
         if (k == 2) CHECK_MSG(field(line, "final_scale") == 65536.0, "%s", line);
     }
@@ -226,7 +232,7 @@ int main(void) {
 
     /* generated in memory: the same state as the file */
     const char *mem[] = {"--out-dir", outmem, "--models", "wm", "--precisions", "fp32",
-                         "--warmup", "2", "--steps", "3", NULL};
+                         "--warmup", warm, "--steps", steps, NULL};
     CHECK(bench(mem) == 0);
     recs = records(outmem);
     CHECK(recs && case_line(recs, "fp32", line, sizeof line));
@@ -236,13 +242,13 @@ int main(void) {
 
     /* negative control: another init file */
     const char *neg[] = {"--init-dir", init99, "--out-dir", out99, "--models", "wm",
-                         "--precisions", "fp32", "--warmup", "2", "--steps", "3", NULL};
+                         "--precisions", "fp32", "--warmup", warm, "--steps", steps, NULL};
     CHECK(bench(neg) == 0);
     recs = records(out99);
     CHECK(recs && case_line(recs, "fp32", line, sizeof line));
-    printf("  negative control (seed 99 file): loss@5 %.9g, rel %.2e to the oracle\n",
-           field(line, "loss"), rel(field(line, "loss"), cpu[4]));
-    CHECK(rel(field(line, "loss"), cpu[4]) > 1e-3);
+    printf("  negative control (seed 99 file): loss@%d %.9g, rel %.2e to the oracle\n", K,
+           field(line, "loss"), rel(field(line, "loss"), cpu[K - 1]));
+    CHECK(rel(field(line, "loss"), cpu[K - 1]) > 1e-3);
     free(recs);
 
     /* bad arguments are refused (2) */
