@@ -77,23 +77,6 @@ typedef struct inj {
     uint64_t seen[NEVAL];     /* the model's elites each evaluate saw */
 } inj;
 
-static mxp_status i_spec(void *s, mxp_model_spec *o, mxp_error *e) {
-    inj *g = s;
-    return g->in.model_spec(g->in.self, o, e);
-}
-static int64_t i_num(void *s) {
-    inj *g = s;
-    return g->in.num_train(g->in.self);
-}
-static mxp_status i_fill(void *s, int slot, const uint32_t *idx, int64_t n, mxp_batch *o,
-                         mxp_error *e) {
-    inj *g = s;
-    return g->in.fill_batch(g->in.self, slot, idx, n, o, e);
-}
-static void i_sig(void *s, char *b, size_t n) {
-    inj *g = s;
-    g->in.data_signature(g->in.self, b, n);
-}
 static mxp_status i_eval(void *s, mxp_model *m, mxp_run_eval *o, mxp_error *e) {
     inj *g = s;
     (void)e;
@@ -116,11 +99,6 @@ static mxp_status i_eval(void *s, mxp_model *m, mxp_run_eval *o, mxp_error *e) {
     o->loss = sum / n;
     return MXP_OK;
 }
-static void i_destroy(void *s) {
-    inj *g = s;
-    if (g->in.destroy) g->in.destroy(g->in.self);
-}
-
 static void inj_init(inj *g, const mxp_config *cfg, int first) {
     memset(g, 0, sizeof *g);
     mxp_error err = {0};
@@ -129,11 +107,9 @@ static void inj_init(inj *g, const mxp_config *cfg, int first) {
 }
 
 static mxp_workload_provider inj_provider(inj *g) {
-    return (mxp_workload_provider){.self = g, .name = g->in.name, .model_spec = i_spec,
-                                   .num_train = i_num, .rows_per_sample = 1,
-                                   .shuffle_stream = g->in.shuffle_stream, .fill_batch = i_fill,
-                                   .evaluate = i_eval, .data_signature = i_sig,
-                                   .destroy = i_destroy};
+    mxp_workload_provider p = test_wrap_provider(&g->in); /* self: g, in its first member */
+    p.evaluate = i_eval;
+    return p;
 }
 
 /* ---- the live state after each validation (observer) ------------------------- */

@@ -119,24 +119,6 @@ static mxp_status open_run(const mxp_config *cfg, rec *r, const char *resume, mx
     return s;
 }
 
-/* Every tensor of the two checkpoint files is byte-identical. */
-static bool same_tensors(const char *a, const char *b) {
-    mxp_error err = {0};
-    mxp_st_file *fa = NULL, *fb = NULL;
-    bool ok = mxp_st_file_read(a, &fa, &err) == MXP_OK && mxp_st_file_read(b, &fb, &err) == MXP_OK;
-    ok = ok && mxp_st_file_num_tensors(fa) == mxp_st_file_num_tensors(fb) &&
-         mxp_st_file_num_tensors(fa) > 0;
-    for (int i = 0; ok && i < mxp_st_file_num_tensors(fa); i++) {
-        const mxp_st_tensor *ta = mxp_st_file_tensor(fa, i);
-        const mxp_st_tensor *tb = mxp_st_file_find(fb, ta->name);
-        ok = tb && ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        if (!ok) fprintf(stderr, "tensor %s differs\n", ta->name);
-    }
-    mxp_st_file_destroy(fa);
-    mxp_st_file_destroy(fb);
-    return ok;
-}
-
 /* Straight run vs stop at k + resume from the run directory (extra: one
  * more override, named by `suffix` in the directory names). */
 static void check_resume(mxp_workload w, mxp_precision p, const char *extra, const char *suffix) {
@@ -193,7 +175,7 @@ static void check_resume(mxp_workload w, mxp_precision p, const char *extra, con
     }
     CHECK_MSG(diff < 0, "%s: loss of step %lld differs after resume at %lld", tag,
               (long long)diff + 1, (long long)k);
-    CHECK_MSG(same_tensors(fa, fb), "%s: final tensors differ", tag);
+    CHECK_MSG(test_same_tensors(fa, fb), "%s: final tensors differ", tag);
 }
 
 /* ---- stop requests ---------------------------------------------------------- */

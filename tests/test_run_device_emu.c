@@ -174,24 +174,6 @@ static mxp_status open_run(const mxp_config *cfg, rec *r, const char *resume, in
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
 
-/* Every tensor of the two checkpoint files is byte-identical. */
-static bool same_tensors(const char *a, const char *b) {
-    mxp_error err = {0};
-    mxp_st_file *fa = NULL, *fb = NULL;
-    bool ok = mxp_st_file_read(a, &fa, &err) == MXP_OK && mxp_st_file_read(b, &fb, &err) == MXP_OK;
-    ok = ok && mxp_st_file_num_tensors(fa) == mxp_st_file_num_tensors(fb) &&
-         mxp_st_file_num_tensors(fa) > 0;
-    for (int i = 0; ok && i < mxp_st_file_num_tensors(fa); i++) {
-        const mxp_st_tensor *ta = mxp_st_file_tensor(fa, i);
-        const mxp_st_tensor *tb = mxp_st_file_find(fb, ta->name);
-        ok = tb && ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        if (!ok) fprintf(stderr, "tensor %s differs\n", ta->name);
-    }
-    mxp_st_file_destroy(fa);
-    mxp_st_file_destroy(fb);
-    return ok;
-}
-
 /* ---- device vs CPU ------------------------------------------------------------- */
 
 /* batch: the train() call's batch size (0: the config's 32; 16 makes the
@@ -370,7 +352,7 @@ static void check_ckpt(const char *prec) {
     CHECK_MSG(diff < 0, "%s: device resume at %lld: step %lld differs (%.17g vs %.17g)", prec,
               (long long)k, (long long)(k + diff + 1), resumed.loss[diff < 0 ? 0 : diff],
               straight.loss[k + (diff < 0 ? 0 : diff)]);
-    CHECK_MSG(same_tensors(fa, fb), "%s: device resume: final tensors differ", prec);
+    CHECK_MSG(test_same_tensors(fa, fb), "%s: device resume: final tensors differ", prec);
     /* device -> CPU: the CPU's first loss is a forward of the device's weights */
     run_through(&cc, &on_cpu, ks, NULL);
     CHECK_MSG(on_cpu.n == total - k, "%s: CPU resume ran %lld steps", prec, (long long)on_cpu.n);

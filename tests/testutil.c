@@ -1,6 +1,7 @@
 /* tests/testutil.c: see testutil.h. */
 #include "testutil.h"
 
+#include <mixprec/ckpt.h>
 #include <mixprec/dataset.h>
 
 #include <dirent.h>
@@ -166,4 +167,50 @@ void test_expect_dataset_error(const char *path, const char *name, const char *t
               err.msg);
     CHECK_MSG(strstr(err.msg, text) != NULL, "%s: message '%s' lacks '%s'", name, err.msg, text);
     if (s != MXP_OK && strstr(err.msg, text)) printf("  ok %-24s %s\n", name, err.msg);
+}
+
+bool test_same_tensors(const char *a, const char *b) {
+    mxp_error err = {0};
+    mxp_st_file *fa = NULL, *fb = NULL;
+    bool ok = mxp_st_file_read(a, &fa, &err) == MXP_OK && mxp_st_file_read(b, &fb, &err) == MXP_OK;
+    ok = ok && mxp_st_file_num_tensors(fa) == mxp_st_file_num_tensors(fb) &&
+         mxp_st_file_num_tensors(fa) > 0;
+    for (int i = 0; ok && i < mxp_st_file_num_tensors(fa); i++) {
+        const mxp_st_tensor *ta = mxp_st_file_tensor(fa, i);
+        const mxp_st_tensor *tb = mxp_st_file_find(fb, ta->name);
+        ok = tb && ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
+        if (!ok) fprintf(stderr, "tensor %s differs\n", ta->name);
+    }
+    mxp_st_file_destroy(fa);
+    mxp_st_file_destroy(fb);
+    return ok;
+}
+
+static mxp_status fwd_spec(void *s, mxp_model_spec *o, mxp_error *e) {
+    mxp_workload_provider *in = s;
+    return in->model_spec(in->self, o, e);
+}
+static int64_t fwd_num(void *s) {
+    mxp_workload_provider *in = s;
+    return in->num_train(in->self);
+}
+static mxp_status fwd_fill(void *s, int slot, const uint32_t *idx, int64_t n, mxp_batch *o,
+                           mxp_error *e) {
+    mxp_workload_provider *in = s;
+    return in->fill_batch(in->self, slot, idx, n, o, e);
+}
+static void fwd_sig(void *s, char *b, size_t n) {
+    mxp_workload_provider *in = s;
+    in->data_signature(in->self, b, n);
+}
+static void fwd_destroy(void *s) {
+    mxp_workload_provider *in = s;
+    if (in->destroy) in->destroy(in->self);
+}
+
+mxp_workload_provider test_wrap_provider(mxp_workload_provider *in) {
+    return (mxp_workload_provider){.self = in, .name = in->name, .model_spec = fwd_spec,
+                                   .num_train = fwd_num, .rows_per_sample = 1,
+                                   .shuffle_stream = in->shuffle_stream, .fill_batch = fwd_fill,
+                                   .data_signature = fwd_sig, .destroy = fwd_destroy};
 }

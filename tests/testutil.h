@@ -11,6 +11,7 @@
 
 #include <mixprec/base.h>
 #include <mixprec/config.h>
+#include <mixprec/run.h>
 
 extern int test_failures;
 extern int test_checks;
@@ -47,6 +48,15 @@ bool test_write_fashion_idx(const char *dir);
  * (err names the key). */
 mxp_status test_build_config(const char *const *base, size_t n_base, const char *const *extra,
                              size_t n_extra, mxp_config *cfg, mxp_error *err);
+/* Whether every tensor of the checkpoint (safetensors) files a and b is
+ * byte-identical, the same names and at least one; a tensor that differs
+ * is named on stderr. */
+bool test_same_tensors(const char *a, const char *b);
+/* A provider wrapping *in, the FIRST member of the caller's state struct
+ * (self is in): model_spec, num_train, fill_batch, data_signature and
+ * destroy go to *in, name and shuffle_stream are in's, one row a sample;
+ * the caller sets evaluate (and whatever else it injects). */
+mxp_workload_provider test_wrap_provider(mxp_workload_provider *in);
 /* Whether /usr/bin/python3 imports NumPy (what the Python oracles need). */
 bool test_have_numpy(void);
 /* Run `/usr/bin/python3 src_dir/script dir` (a test's Python case writer):
