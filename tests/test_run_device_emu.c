@@ -33,6 +33,10 @@
  *     gradient hook by the step that meets it, and without the override
  *     this build names why it cannot (no CUDA, no device).
  *
+ * MIXPREC_TEST_QUICK (the reference-kernel, mock-device and sanitizer
+ * passes of scripts/test.sh): each mode, workload, optimizer, the re-plan,
+ * micro-batching and the checkpoint directions once (main() lists them).
+ *
  * Negative control for the site (checked by hand: the mapping of the
  * device's site in trainer_device.c disabled): every NaN-site check fails
  * ("device 0 fwd layer 0 (-)" against the CPU's "1 fwd layer 0 (linear)").
