@@ -135,7 +135,7 @@ static int same_layout(const mxp_ds_plan *p, const mxp_model *model, char *why, 
 
 /* One case into rec (a JSON object's tail, starting with ", "); 0, or 1
  * with why (the case is recorded as an error). */
-static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int prec,
+static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int variant, int prec,
                     const mxp_model *model, const bm_init *in, char *rec, size_t rn, char *why,
                     size_t n) {
     static mxp_ds_ops ops;
@@ -146,7 +146,8 @@ static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int pr
     g_cur = g_peak = 0;
     g_allocs = 0;
     memset(g_tab, 0, sizeof g_tab);
-    const mxp_ds_spec s = spec_of(m, prec);
+    mxp_ds_spec s = spec_of(m, prec);
+    s.graphs = variant == 1;
     mxp_ds_plan *p = NULL;
     const int total = a->warmup + a->steps;
     double *us = malloc((size_t)a->steps * sizeof *us);
@@ -163,18 +164,20 @@ static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int pr
     mxp_ds_result r;
     memset(&r, 0, sizeof r);
     double first = NAN, host_s = 0;
-    int64_t d2h = 0, skipped = 0;
+    int64_t d2h = 0, skipped = 0, graphed = 0, captures = 0;
     for (int i = 0; rc == 0 && i < total; i++) {
         void *e0 = NULL, *e1 = NULL;
         if (i == a->warmup) host_s = now_s(); /* the timed loop's start */
         rc = mxp_cudab_timer_mark(ctx, &e0, why, n);
-        if (rc == 0) rc = mxp_ds_step(p, in->x, in->y, NULL, &r, why, n);
+        if (rc == 0) rc = mxp_ds_step(p, bm_x(m, in, i), bm_y(m, in, i), NULL, &r, why, n);
         if (rc == 0) rc = mxp_cudab_timer_mark(ctx, &e1, why, n);
         float ms = 0;
         if (rc == 0) rc = mxp_cudab_timer_ms(e0, e1, &ms, why, n);
         if (rc) break;
         if (i == 0) first = r.loss;
         skipped += r.skipped;
+        graphed += r.graphed;
+        captures += r.captured;
         if (i >= a->warmup) {
             us[i - a->warmup] = 1e3 * (double)ms;
             d2h += r.d2h;
@@ -182,6 +185,12 @@ static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int pr
     }
     host_s = now_s() - host_s;
     const size_t used_end = used_bytes();
+    if (rc == 0 && variant == 1 && graphed < total - 1) {
+        snprintf(why, n, "variant graph: %lld of the %d steps ran graphed (all but the first "
+                 "should): the ops table %s has no graph ops, the plan stayed eager",
+                 (long long)graphed, total, ops.name);
+        rc = 1;
+    }
     if (rc == 0) {
         qsort(us, (size_t)a->steps, sizeof *us, cmp_double);
         const double med = us[a->steps / 2];
@@ -193,6 +202,7 @@ static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int pr
                  "\"us_per_step\": %.3f, \"us_min\": %.3f, \"us_p90\": %.3f, "
                  "\"host_us_per_step\": %.3f, \"samples_per_s\": %.1f, \"loss\": %.9g, "
                  "\"loss_step\": %d, \"first_loss\": %.9g, \"skipped_steps\": %lld, "
+                 "\"graphed_steps\": %lld, \"captures\": %lld, "
                  "\"peak_mem_bytes\": %zu, \"plan_allocs\": %lld, "
                  "\"dev_used_before_bytes\": %zu, \"dev_used_after_plan_bytes\": %zu, "
                  "\"dev_used_after_steps_bytes\": %zu, \"syncs_per_step\": %.3f, "
@@ -201,6 +211,7 @@ static int run_case(mxp_cudab_ctx *ctx, const args *a, const bm_model *m, int pr
                  "stream sync\", \"optimizer\": \"AdamW (mixprec device kernel)\"%s",
                  med, us[0], us[i90], 1e6 * host_s / a->steps,
                  (double)m->batch / (med * 1e-6), r.loss, total, first, (long long)skipped,
+                 (long long)graphed, (long long)captures,
                  g_peak, (long long)g_allocs, used0, used_plan, used_end,
                  (double)d2h / a->steps, (double)d2h / a->steps, scale);
     }
@@ -269,10 +280,11 @@ static int bench_run(const args *a) {
         if (a->init_dir) snprintf(ipath, sizeof ipath, "%s/%s.safetensors", a->init_dir, m->name);
         if (!bad && ipath[0] && stat(ipath, &sb) == 0)
             bad = bm_read(ipath, m, model, &in, why, sizeof why);
-        else if (!bad && bm_generate(m, model, a->seed, &in) != 0)
+        else if (!bad && bm_generate(m, model, a->seed, a->ring, &in) != 0)
             bad = snprintf(why, sizeof why, "out of host memory") > 0;
-        for (int pi = 0; pi < 3; pi++) {
-            if (!a->precs[pi]) continue;
+        for (int ci = 0; ci < 6; ci++) {
+            const int vi = ci / 3, pi = ci % 3;
+            if (!a->variants[vi] || !a->precs[pi]) continue;
             const double t0 = now_s();
             int rc = bad;
             rec[0] = '\0';
@@ -280,7 +292,7 @@ static int bench_run(const args *a) {
                 snprintf(rec, sizeof rec, ", \"status\": \"not-run\", \"reason\": \"the time "
                                           "budget (--budget-s %.0f) is spent\"", a->budget_s);
             } else if (rc == 0) {
-                rc = run_case(ctx, a, m, pi, model, &in, rec, sizeof rec, why, sizeof why);
+                rc = run_case(ctx, a, m, vi, pi, model, &in, rec, sizeof rec, why, sizeof why);
             }
             if (rc) {
                 for (char *c = why; *c; c++)
@@ -289,16 +301,18 @@ static int bench_run(const args *a) {
             }
             snprintf(line, sizeof line,
                      "{\"kind\": \"case\", \"impl\": \"mixprec\", \"model\": \"%s\", "
-                     "\"variant\": \"eager\", \"precision\": \"%s\", \"mode\": \"%s\", "
+                     "\"variant\": \"%s\", \"batch\": \"h2d\", \"ring\": %d, "
+                     "\"precision\": \"%s\", \"mode\": \"%s\", "
                      "\"shape\": {\"in\": %lld, \"hidden\": %lld, \"depth\": %d, "
                      "\"out\": %lld, \"batch\": %lld}, "
                      "\"init\": {\"source\": \"%s\"}, \"case_s\": %.3f%s}",
-                     m->name, PREC_NAMES[pi], MODE_NAMES[pi], (long long)m->in,
+                     m->name, VARIANT_NAMES[vi], in.ring, PREC_NAMES[pi], MODE_NAMES[pi],
+                     (long long)m->in,
                      (long long)m->hidden, m->depth, (long long)m->out, (long long)m->batch,
                      in.source, now_s() - t0, rec);
             emit(line);
             const char *us = strstr(rec, "\"us_per_step\"");
-            fprintf(stderr, "case %s %s: %s\n", m->name, MODE_NAMES[pi],
+            fprintf(stderr, "case %s %s %s: %s\n", m->name, VARIANT_NAMES[vi], MODE_NAMES[pi],
                     rc ? why : us ? us : rec);
         }
         bm_init_free(&in);

@@ -7,8 +7,9 @@ machine in the same call (scripts/gpu-check.sh runs it; docs/gpu.md).
 
 Models (bench/bench_train_step.c's MLP: depth x (Linear(hidden) -> GELU
 exact erf form), then Linear(out); MSE loss; AdamW lr 1e-3, betas
-0.9/0.999, eps 1e-8, weight_decay 0, no clipping; one fixed batch x, y ~
-N(0, 1)):
+0.9/0.999, eps 1e-8, weight_decay 0, no clipping; a ring of R distinct
+batches x, y ~ N(0, 1), step k (1-based, warm-up included) on batch
+(k - 1) mod R, as mixprec's side):
   wm       4-256x3-4,    batch 32   (the default world model, "wm" of
                                      bench/bench_train_vs_torch.py)
   mlp512   72-512x3-65,  batch 256
@@ -34,14 +35,25 @@ Precisions:
   fp16     torch.autocast(dtype=float16) + GradScaler (torch.amp.GradScaler
            ("cuda") on torch >= 2.3, torch.cuda.amp.GradScaler before)
 
-One step: zero_grad(set_to_none=True), forward, loss, backward (scaled for
-fp16), optimizer step (through the scaler for fp16), scaler update. Every
-case starts from the same initial weights and batch (per model): generated
-on the CPU from --seed (torch.manual_seed; nn.Linear's default init) and
-torch.Generator(42) for x, y, or read from --init-dir/<model>.safetensors
-(tensors layers.<i>.weight [out, in] / layers.<i>.bias with i the index in
-[linear, gelu, linear, gelu, ..., linear] as mixprec's `ckpt export
---torch`, optional x [batch, in] and y [batch, out]; read and written with
+Batch modes (--batch, a list run in its order, default h2d,resident; the
+record's "batch"):
+  h2d       the ring in page-locked host memory; each step copies its batch
+            into static device buffers (copy_, non_blocking=True) inside the
+            timed step: the terms of mixprec's device step, which uploads
+            each step's batch from its page-locked staging
+  resident  the ring on the device; the eager variants read their slot,
+            the graph copies it into its static input (device to device)
+One step: its batch (above), zero_grad(set_to_none=True), forward, loss,
+backward (scaled for fp16), optimizer step (through the scaler for fp16),
+scaler update. Every case starts from the same initial weights and batch
+ring (per model): generated on the CPU from --seed (torch.manual_seed;
+nn.Linear's default init) and torch.Generator(42) for the ring (--ring R,
+default 8; per slot x_r then y_r), or read from
+--init-dir/<model>.safetensors (tensors layers.<i>.weight [out, in] /
+layers.<i>.bias with i the index in [linear, gelu, linear, gelu, ...,
+linear] as mixprec's `ckpt export --torch`, optional x [R, batch, in] and
+y [R, batch, out], or an older file's x [batch, in], y [batch, out]: a ring
+of 1; read and written with
 python/mixprec/_ckpt.py, which needs NumPy; `bench_cuda_dstep --write-init
 DIR` writes these files for mixprec's side of the benchmark, which reads
 the same ones: scripts/gpu-check.sh passes them to both). Each record
@@ -81,7 +93,7 @@ usage: torch_gpu_step.py --out-dir DIR [--device cuda|cpu] [--dry-run]
        [--models wm,mlp512,mlp2048] [--variants eager,fused,compile,graph]
        [--precisions fp32,bf16,fp16] [--warmup 20] [--steps 100]
        [--budget-s 170] [--compile-cap-s 80] [--init-dir DIR [--save-init]]
-       [--seed 1234] [--loss-trace]
+       [--seed 1234] [--ring 8] [--batch h2d,resident] [--loss-trace]
        torch_gpu_step.py --table FILE.jsonl
 Exit: 0 when it ran (cases that failed are recorded as errors), 1 when
 nothing could be measured (no torch, no CUDA device for --device cuda), 2
@@ -109,6 +121,7 @@ MODELS = {  # name: (in, hidden, depth, out, batch)
 }
 VARIANTS = ("eager", "fused", "compile", "graph")
 PRECISIONS = ("fp32", "bf16", "fp16")
+BATCH_MODES = ("h2d", "resident")
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 GRAPH_SIDE_WARMUP = 3  # eager steps on a side stream before the capture
 SYNC_STEPS = 5  # warm-up steps whose host syncs are counted
@@ -167,9 +180,10 @@ def ckpt_module():
 
 
 def initial_state(torch, name, shape, a):
-    """(state_dict on the CPU, x, y, description) of a model: from
-    --init-dir/<name>.safetensors when it exists, else from --seed (written
-    there when --save-init)."""
+    """(state_dict on the CPU, x [R, batch, in], y [R, batch, out],
+    description) of a model: from --init-dir/<name>.safetensors when it
+    exists (an older file's x [batch, in], y [batch, out] is a ring of 1),
+    else from --seed and --ring (written there when --save-init)."""
     path = os.path.join(a.init_dir, name + ".safetensors") if a.init_dir else None
     i, _, _, o, b = shape
     if path and os.path.exists(path):
@@ -185,6 +199,8 @@ def initial_state(torch, name, shape, a):
             sd[k] = torch.from_numpy(tensors[fk].astype("float32"))
         x = torch.from_numpy(tensors["x"].astype("float32")) if "x" in tensors else None
         y = torch.from_numpy(tensors["y"].astype("float32")) if "y" in tensors else None
+        if x is not None and y is not None and x.dim() == 2 and y.dim() == 2:
+            x, y = x.unsqueeze(0), y.unsqueeze(0)  # an older one-batch file: a ring of 1
         src = "file " + path
     else:
         torch.manual_seed(a.seed)
@@ -193,12 +209,17 @@ def initial_state(torch, name, shape, a):
         src = "seed %d (torch.manual_seed, nn.Linear default init, CPU)" % a.seed
     if x is None or y is None:
         g = torch.Generator().manual_seed(42)
-        x = torch.randn(b, i, generator=g)
-        y = torch.randn(b, o, generator=g)
-        src += "; batch torch.Generator(42) randn"
-    if tuple(x.shape) != (b, i) or tuple(y.shape) != (b, o):
-        raise ValueError("%s: x %s / y %s; accepted: x [%d, %d], y [%d, %d]" % (
-            path, list(x.shape), list(y.shape), b, i, b, o))
+        xs, ys = [], []
+        for _ in range(a.ring):  # per slot: x_r, then y_r
+            xs.append(torch.randn(b, i, generator=g))
+            ys.append(torch.randn(b, o, generator=g))
+        x, y = torch.stack(xs), torch.stack(ys)
+        src += "; batch ring of %d, torch.Generator(42) randn" % a.ring
+    if x.dim() != 3 or tuple(x.shape[1:]) != (b, i) or tuple(y.shape) != (x.shape[0], b, o) \
+            or x.shape[0] < 1:
+        raise ValueError("%s: x %s / y %s; accepted: x [R, %d, %d], y [R, %d, %d] (R >= 1), "
+                         "or an older file's x [%d, %d], y [%d, %d]" % (
+                             path, list(x.shape), list(y.shape), b, i, b, o, b, i, b, o))
     if path and a.save_init and not os.path.exists(path):
         _ckpt = ckpt_module()
         arrays = {"layers." + k: v.numpy() for k, v in sd.items()}
@@ -207,7 +228,8 @@ def initial_state(torch, name, shape, a):
         _ckpt.write_safetensors(path, arrays, {"format": "mixprec-bench-init",
                                                "layers": layers_spec(shape),
                                                "writer": "bench/torch_gpu_step.py",
-                                               "seed": str(a.seed)})
+                                               "seed": str(a.seed),
+                                               "ring": str(int(x.shape[0]))})
         src += "; written to " + path
     return sd, x, y, {"source": src, "sha256": init_sha256(sd, x, y)}
 
@@ -288,7 +310,7 @@ def count_syncs(torch, fn, k):
 
 # ---------------------------------------------------------------- one case
 
-def run_case(torch, a, name, variant, precision, init):
+def run_case(torch, a, name, variant, precision, a_batch, init):
     """One (model, variant, precision) case: returns its record (status ok
     or dry), or raises Unavailable / another exception."""
     dev = a.device
@@ -322,7 +344,33 @@ def run_case(torch, a, name, variant, precision, init):
     model = build_mlp(torch, shape)
     model.load_state_dict(sd)
     model.to(dev)
-    x, y = x0.to(dev), y0.to(dev)  # static inputs: the graph reads them at replay
+    ring = int(x0.shape[0])
+    # The batch ring: step k (0-based, warm-up included) trains on slot
+    # k mod R. "h2d": the ring in page-locked host memory (pinned on CUDA),
+    # each step copies its batch into the static device buffers x, y
+    # (non_blocking) inside the timed step, as mixprec's step uploads it;
+    # "resident": the ring on the device, eager variants read their slot,
+    # the graph copies it into x, y (device to device) before the replay.
+    if a_batch == "h2d":
+        src_x = x0.pin_memory() if cuda else x0.clone()
+        src_y = y0.pin_memory() if cuda else y0.clone()
+    else:
+        src_x, src_y = x0.to(dev), y0.to(dev)
+    x, y = torch.empty_like(src_x[0], device=dev), torch.empty_like(src_y[0], device=dev)
+    x.copy_(src_x[0])
+    y.copy_(src_y[0])
+    static_in = variant == "graph" or a_batch == "h2d"
+    slot = [0]  # the next step's index
+
+    def batch():
+        """The next step's (x, y), per the ring rule above."""
+        k = slot[0] % ring
+        slot[0] += 1
+        if not static_in:
+            return src_x[k], src_y[k]
+        x.copy_(src_x[k], non_blocking=True)
+        y.copy_(src_y[k], non_blocking=True)
+        return x, y
     params = list(model.parameters())
     if variant == "eager":
         opt, opt_name = adamw(torch, params, foreach=True)
@@ -367,8 +415,8 @@ def run_case(torch, a, name, variant, precision, init):
     else:
         fwd = fwd_loss
 
-    def body():  # the step without zero_grad
-        loss = fwd(x, y)
+    def body(xb, yb):  # the step without zero_grad
+        loss = fwd(xb, yb)
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -381,8 +429,9 @@ def run_case(torch, a, name, variant, precision, init):
     trace = [] if a.loss_trace else None  # --loss-trace: every step's loss, no sync
 
     def step():
+        xb, yb = batch()
         opt.zero_grad(set_to_none=True)
-        loss = body()
+        loss = body(xb, yb)
         if trace is not None:
             trace.append(loss.detach().clone())
         return loss
@@ -401,10 +450,11 @@ def run_case(torch, a, name, variant, precision, init):
             g = torch.cuda.CUDAGraph()
             opt.zero_grad(set_to_none=True)  # the capture allocates the grads
             with torch.cuda.graph(g):
-                static_loss = body()
+                static_loss = body(x, y)  # reads the static buffers batch() fills
             torch.cuda.synchronize()
 
             def run():
+                batch()
                 g.replay()
                 if trace is not None:
                     trace.append(static_loss.detach().clone())
@@ -471,8 +521,15 @@ def run_case(torch, a, name, variant, precision, init):
         "optimizer": opt_name, "scaler": scaler_name, "timer": timer,
         "us_per_step": med, "us_min": srt[0], "us_p90": srt[min(n - 1, int(0.9 * n))],
         "host_us_per_step": host / n * 1e6, "samples_per_s": shape[4] / (med * 1e-6),
-        "loss": float(loss), "loss_step": total, "init": init_desc,
+        "loss": float(loss), "loss_step": total, "init": init_desc, "ring": ring,
+        "batch_how": ("pinned host ring, copied to the device (non_blocking) in each timed "
+                      "step" if cuda else "host ring copied into static buffers in each step "
+                      "(CPU: nothing pinned)") if a_batch == "h2d" else
+                     "ring resident on the device" + (
+                         ", copied into the graph's static input in each step"
+                         if variant == "graph" else ""),
     })
+    assert slot[0] == total, (slot[0], total)  # one batch per step, the ring rule
     if t_compile is not None:
         rec["compile_s"] = t_compile
     if trace is not None:  # the side warm-up's steps included: one per step
@@ -492,6 +549,7 @@ def env_record(torch, a):
     rec = {"kind": "env", "torch": torch.__version__, "python": platform.python_version(),
            "host": platform.node(), "device_kind": a.device, "dry_run": a.dry_run,
            "cuda": torch.version.cuda, "warmup": a.warmup, "steps": a.steps,
+           "batch_modes": a.batch,
            "tf32": set_fp32_flags(torch), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime())}
     try:
@@ -514,17 +572,19 @@ def env_record(torch, a):
     return rec
 
 
-def cases(a, variants):
-    """The cases of these variants, variant by variant (the graph captures,
-    the likeliest to upset the CUDA context, after every eager case)."""
-    return [(m, v, p) for v in variants for m in a.models for p in a.precisions]
+def cases(a, variants, batch):
+    """The cases of these variants for one batch mode, variant by variant
+    (the graph captures, the likeliest to upset the CUDA context, after
+    every eager case)."""
+    return [(m, v, p, batch) for v in variants for m in a.models for p in a.precisions]
 
 
 def run_cases(torch, a, todo, out, deadline):
     """Run the (model, variant, precision) cases in order, one record each."""
     inits = {}
-    for name, variant, precision in todo:
+    for name, variant, precision, bmode in todo:
         base = {"kind": "case", "model": name, "variant": variant, "precision": precision,
+                "batch": bmode,
                 "shape": dict(zip(("in", "hidden", "depth", "out", "batch"),
                                   shape_of(name, a.dry_run)))}
         if time.time() > deadline:
@@ -534,7 +594,8 @@ def run_cases(torch, a, todo, out, deadline):
         try:
             if name not in inits:
                 inits[name] = initial_state(torch, name, shape_of(name, a.dry_run), a)
-            rec = dict(base, **run_case(torch, a, name, variant, precision, inits[name]))
+            rec = dict(base, **run_case(torch, a, name, variant, precision, bmode,
+                                        inits[name]))
         except Unavailable as e:
             rec = dict(base, status="unavailable", reason=str(e))
         except Exception as e:  # recorded, the other cases go on
@@ -544,22 +605,23 @@ def run_cases(torch, a, todo, out, deadline):
         rec["case_s"] = time.perf_counter() - t0
         rec["note"] = "; ".join(rec.get("note") or [])
         emit(out, rec)
-        print("case %s %s %s: %s, %s (%.1f s)" % (
-            name, variant, precision, rec["status"], "%.1f us/step" % rec["us_per_step"]
+        print("case %s %s %s %s: %s, %s (%.1f s)" % (
+            name, variant, precision, bmode, rec["status"], "%.1f us/step" % rec["us_per_step"]
             if "us_per_step" in rec else rec.get("reason", ""), rec["case_s"]), flush=True)
         gc.collect()
 
 
-def compile_child(a, out, deadline):
-    """The compile cases in a child process (own process group), killed at
-    --compile-cap-s or the budget; cases it did not record are recorded
-    here as unavailable."""
-    todo = cases(a, ["compile"])
+def compile_child(a, out, deadline, batch):
+    """The compile cases of one batch mode in a child process (own process
+    group), killed at --compile-cap-s or the budget; cases it did not
+    record are recorded here as unavailable."""
+    todo = cases(a, ["compile"], batch)
     cap = max(0.0, min(a.compile_cap_s, deadline - time.time()))
     cmd = [sys.executable, os.path.abspath(__file__), "--child-compile", "--out-dir", a.out_dir,
            "--device", a.device, "--models", ",".join(a.models), "--precisions",
            ",".join(a.precisions), "--warmup", str(a.warmup), "--steps", str(a.steps),
-           "--seed", str(a.seed), "--budget-s", str(int(cap) + 1)]
+           "--seed", str(a.seed), "--budget-s", str(int(cap) + 1), "--batch", batch,
+           "--ring", str(a.ring)]
     cmd += (["--dry-run"] if a.dry_run else []) + (["--init-dir", a.init_dir] if a.init_dir
                                                    else [])
     why = None
@@ -581,11 +643,12 @@ def compile_child(a, out, deadline):
             p.wait()
             why = "compile cap of %.0f s reached (--compile-cap-s)" % cap
     seen = {(r["model"], r["precision"]) for r in read_jsonl(out)
-            if r.get("kind") == "case" and r["variant"] == "compile"}
-    for name, variant, precision in todo:
+            if r.get("kind") == "case" and r["variant"] == "compile" and
+            r.get("batch") == batch}
+    for name, variant, precision, _ in todo:
         if (name, precision) not in seen:
             emit(out, {"kind": "case", "model": name, "variant": variant,
-                       "precision": precision, "status": "unavailable",
+                       "precision": precision, "batch": batch, "status": "unavailable",
                        "reason": why or "no record from the compile child"})
 
 
@@ -617,18 +680,20 @@ def render(recs):
             "DRY RUN (tiny shapes, not a measurement)" if env.get("dry_run") else
             "warm-up %s + %s timed steps" % (env.get("warmup"), env.get("steps"))))
         lines.append("# TF32 state: %s" % json.dumps(env.get("tf32")))
-    lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
-        "model", "variant", "prec", "status", "us/step", "us min", "samples/s", "peak MiB",
+    lines.append("%-8s %-8s %-5s %-8s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
+        "model", "variant", "prec", "batch", "status", "us/step", "us min", "samples/s", "peak MiB",
         "syncs", "loss@N", "vs eager", "optimizer / reason"))
-    order = {k: i for i, k in enumerate(list(MODELS) + list(VARIANTS) + list(PRECISIONS))}
+    order = {k: i for i, k in enumerate(list(MODELS) + list(VARIANTS) + list(PRECISIONS) +
+                                        list(BATCH_MODES))}
     rows = sorted((r for r in recs if r.get("kind") == "case"),
-                  key=lambda r: (order.get(r["model"], 99), order.get(r["variant"], 99),
-                                 order.get(r["precision"], 99)))
+                  key=lambda r: (order.get(r["model"], 99), order.get(r.get("batch"), 99),
+                                 order.get(r["variant"], 99), order.get(r["precision"], 99)))
     good = [r for r in rows if r.get("status") in ("ok", "dry")]
-    eager = {(r["model"], r["precision"]): r["loss"] for r in good if r["variant"] == "eager"}
+    eager = {(r["model"], r["precision"], r.get("batch")): r["loss"] for r in good
+             if r["variant"] == "eager"}
     for r in rows:
         ok = r.get("status") in ("ok", "dry")
-        ref = eager.get((r["model"], r["precision"])) if ok else None
+        ref = eager.get((r["model"], r["precision"], r.get("batch"))) if ok else None
         dev = None if not ref else r["loss"] / ref - 1  # the same weights, batch and steps
         peak = r.get("peak_mem_bytes")
         tail = (r.get("optimizer") or "") + (" + " + r["scaler"] if r.get("scaler") else "")
@@ -636,23 +701,28 @@ def render(recs):
             tail += ", compile %.1f s" % r["compile_s"]
         if r.get("note"):
             tail += " [%s]" % r["note"]
-        lines.append("%-8s %-8s %-5s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
-            r["model"], r["variant"], r["precision"], r.get("status"),
+        lines.append("%-8s %-8s %-5s %-8s %-11s %10s %10s %12s %9s %7s %14s %9s  %s" % (
+            r["model"], r["variant"], r["precision"], r.get("batch", "-"), r.get("status"),
             fmt(r.get("us_per_step"), ".1f"), fmt(r.get("us_min"), ".1f"),
             fmt(r.get("samples_per_s"), ".0f"),
             fmt(None if peak is None else peak / 2**20, ".1f"),
             fmt(r.get("syncs_per_step"), ".1f"),
             fmt(r.get("loss"), ".6g") + ("@%d" % r["loss_step"] if ok else ""),
             fmt(dev, "+.1e"), tail if ok else r.get("reason", "")))
-    lines.append("# vs eager: loss@N / the eager variant's loss@N - 1 (same weights, batch and "
-                 "step count: FP32 variants should agree to about 1e-5)")
+    lines.append("# vs eager: loss@N / the eager variant's loss@N - 1 (same weights, batch "
+                 "ring and step count: FP32 variants should agree to about 1e-5); batch: h2d "
+                 "copies each step's batch from pinned host memory inside the timed step "
+                 "(as mixprec's step), resident keeps the ring on the device")
     for m in MODELS:
         for prec in PRECISIONS:
-            cand = [r for r in good if r["model"] == m and r["precision"] == prec]
-            if cand:
-                best = min(cand, key=lambda r: r["us_per_step"])
-                lines.append("# fastest %s %s: %s, %.1f us/step, %.0f samples/s" % (
-                    m, prec, best["variant"], best["us_per_step"], best["samples_per_s"]))
+            for bmode in BATCH_MODES:
+                cand = [r for r in good if r["model"] == m and r["precision"] == prec and
+                        r.get("batch") == bmode]
+                if cand:
+                    best = min(cand, key=lambda r: r["us_per_step"])
+                    lines.append("# fastest %s %s batch %s: %s, %.1f us/step, %.0f samples/s" % (
+                        m, prec, bmode, best["variant"], best["us_per_step"],
+                        best["samples_per_s"]))
     return "\n".join(lines) + "\n"
 
 
@@ -672,6 +742,11 @@ def parse(argv):
     p.add_argument("--init-dir")
     p.add_argument("--save-init", action="store_true")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--ring", type=int, default=8,
+                   help="batches in the ring when no init file gives it (default 8)")
+    p.add_argument("--batch", default="h2d,resident",
+                   help="batch modes, in run order: h2d (copied from pinned host memory in "
+                        "each step, as mixprec's), resident (on the device)")
     p.add_argument("--loss-trace", action="store_true",
                    help="record every step's loss in the case record (losses)")
     p.add_argument("--child-compile", action="store_true", help=argparse.SUPPRESS)
@@ -681,7 +756,7 @@ def parse(argv):
     if not a.out_dir:
         p.error("--out-dir DIR is needed (or --table FILE.jsonl)")
     for key, accepted in (("models", MODELS), ("variants", VARIANTS),
-                          ("precisions", PRECISIONS)):
+                          ("precisions", PRECISIONS), ("batch", BATCH_MODES)):
         vals = [v for v in getattr(a, key).split(",") if v]
         bad = [v for v in vals if v not in accepted]
         if bad or not vals:
@@ -695,6 +770,8 @@ def parse(argv):
                 % (a.warmup, GRAPH_SIDE_WARMUP + 2))
     if a.steps < 1 or a.budget_s <= 0 or a.compile_cap_s < 0:
         p.error("--steps must be >= 1, --budget-s > 0, --compile-cap-s >= 0")
+    if not 1 <= a.ring <= 1024:
+        p.error("--ring %d: accepted: 1..1024" % a.ring)
     if a.save_init and not a.init_dir:
         p.error("--save-init needs --init-dir DIR")
     return a
@@ -729,17 +806,20 @@ def main(argv=None):
         torch.compile = fake_compile
     if a.child_compile:
         set_fp32_flags(torch)
-        run_cases(torch, a, cases(a, ["compile"]), out, deadline)
+        for bmode in a.batch:
+            run_cases(torch, a, cases(a, ["compile"], bmode), out, deadline)
         return 0
     if os.path.exists(out):
         os.remove(out)
     emit(out, env_record(torch, a))
-    run_cases(torch, a, cases(a, [v for v in a.variants if v != "compile"]), out, deadline)
-    if "compile" in a.variants:
-        if hasattr(torch, "compile"):
-            compile_child(a, out, deadline)
-        else:
-            run_cases(torch, a, cases(a, ["compile"]), out, deadline)  # records why not
+    for bmode in a.batch:  # in --batch order: the first mode's cases first
+        run_cases(torch, a, cases(a, [v for v in a.variants if v != "compile"], bmode), out,
+                  deadline)
+        if "compile" in a.variants:
+            if hasattr(torch, "compile"):
+                compile_child(a, out, deadline, bmode)
+            else:  # records why not
+                run_cases(torch, a, cases(a, ["compile"], bmode), out, deadline)
     recs = read_jsonl(out)
     emit(out, {"kind": "end", "total_s": time.time() - start})
     text = render(recs)

@@ -28,12 +28,14 @@
 #   racecheck-*  compute-sanitizer --tool racecheck on the tests with block
 #                reductions (RACECHECK_TESTS);
 #   bench-init   bench_cuda_dstep --write-init: the benchmark's initial
-#                weights and batch per model, read by both sides;
-#   dstep-bench  mixprec's device step timed on them (bench_cuda_dstep,
-#                DSTEP_S, default 60; device only);
+#                weights and ring of 8 batches per model, read by both sides;
+#   dstep-bench  mixprec's device step timed on them, eager and graphed,
+#                batch uploaded in each step (bench_cuda_dstep, DSTEP_S,
+#                default 60; device only);
 #   torch-gpu-step  the PyTorch baseline (bench/torch_gpu_step.py) on the
-#                same init files, with what is left of the budget (TORCH_S,
-#                default 200);
+#                same init files, batch h2d (copied from pinned host memory
+#                in each step: mixprec's terms) first, then resident, with
+#                what is left of the budget (TORCH_S, default 200);
 #   bench-table  the two side by side (bench/gpu_bench_table.py), also
 #                printed before the summary (device only).
 # Libraries: every kit program runs with LD_LIBRARY_PATH set for that
@@ -361,13 +363,14 @@ fi
 
 # ---- the benchmark's inputs and mixprec's device step (issue 28 part 5,
 # bench/bench_cuda_dstep, docs/gpu.md "The benchmark against PyTorch"):
-# bench-init writes each model's initial FP32 weights and batch
+# bench-init writes each model's initial FP32 weights and ring of 8 batches
 # (safetensors) into $WORK/bench-init (made here, not carried: mlp2048's is
-# 35 MB; the dry run writes the world model's only), which both sides read;
-# dstep-bench times mixprec's step on them (DSTEP_S caps it, default 60;
-# its own --budget-s ends it 10 s earlier, keeping what it measured), JSON
-# lines into the tarball (raw/dstep-bench/). Then the PyTorch baseline on
-# the same files, then bench-table puts the two side by side.
+# 38 MB; the dry run writes the world model's only), which both sides read
+# and cycle the same way; dstep-bench times mixprec's step on them, eager
+# and graphed (DSTEP_S caps it, default 60; its own --budget-s ends it 10 s
+# earlier, keeping what it measured), JSON lines into the tarball
+# (raw/dstep-bench/). Then the PyTorch baseline on the same files, then
+# bench-table puts the two side by side, like with like (batch h2d).
 BENCH_INIT=$WORK/bench-init BENCH_INIT_OK=
 DSTEP_S=${DSTEP_S:-60}
 [[ "$DSTEP_S" =~ ^[0-9]+$ ]] && [ "$DSTEP_S" -ge 20 ] || DSTEP_S=60
@@ -379,7 +382,7 @@ if grep -qx "$DSTEP" <<<"$BENCHES"; then
     [ $RC = 0 ] && BENCH_INIT_OK=1
     if [ $DRY = 0 ]; then
         step dstep-bench "$DSTEP_S" "${KENV[@]}" "$KIT/$(path_of $DSTEP)" --init-dir "$BENCH_INIT" \
-            --out-dir "$RAW/dstep-bench" --budget-s $((DSTEP_S - 10))
+            --variants eager,graph --out-dir "$RAW/dstep-bench" --budget-s $((DSTEP_S - 10))
         n=$(grep -o '"status": "[a-z-]*"' "$RAW/dstep-bench/mixprec_dstep.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')
         record dstep-bench $RC "$SEC" "$(must_pass)${n:+ ($n)}"
     fi
@@ -390,7 +393,9 @@ fi
 # ---- the PyTorch baseline (issue 28 part 5, bench/torch_gpu_step.py): the
 # device's python3, no kit library; its JSON lines and table go into the
 # tarball (raw/torch-gpu-step/), the table into the log. TORCH_S caps it
-# (its own --budget-s ends it 20 s earlier, keeping what it measured). The
+# (its own --budget-s ends it 20 s earlier, keeping what it measured; the
+# h2d cases, mixprec's terms, run first, so a short budget drops the
+# resident ones). The
 # dry run only checks that the script starts (--help): its CPU paths are
 # tests/test_torch_gpu_step.sh's. It runs last, after the sanitizers:
 # mixprec's own checks come first, the baseline gets what is left of the
@@ -405,6 +410,7 @@ elif [ $DRY = 1 ]; then
 else
     step torch-gpu-step "$TORCH_S" env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_gpu_step.py" \
         --out-dir "$RAW/torch-gpu-step" --budget-s $((TORCH_S > 50 ? TORCH_S - 20 : 30)) \
+        --batch h2d,resident \
         ${BENCH_INIT_OK:+--init-dir "$BENCH_INIT"}
 fi
 n=$(grep -o '"status": "[a-z-]*"' "$RAW/torch-gpu-step/torch_gpu_step.jsonl" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}' | tr -d '"')

@@ -8,9 +8,11 @@
  *     every rounding as long as no value leaves the normal range. So with
  *     power-of-two group scales and FP32 gradients, the unscaled gradients
  *     of the per-layer path equal the global path's BIT FOR BIT (MLP with
- *     layernorm; GPT, whose lm_head writes the tied embedding); in
- *     mixed_fp16, where 16-bit activation gradients are rounded, they agree
- *     to FP16 rounding (atol + rtol 2^-10) when nothing underflows;
+ *     layernorm; GPT, whose lm_head writes the tied embedding; a residual
+ *     block with dropout, whose skip gradient is rescaled from the closing
+ *     layer's group to the block input's); in mixed_fp16, where 16-bit
+ *     activation gradients are rounded, they agree to FP16 rounding
+ *     (atol + rtol 2^-10) when nothing underflows;
  *   - the unscale is exact: gradients carry s_g and are divided by s_g;
  *   - a fault injected into one layer's parameter gradient makes the step
  *     skip (weights, moments, counters of the optimizer bit-identical) and
@@ -120,6 +122,18 @@ static double worst(const float *a, const float *b, size_t n, double atol, doubl
     return w;
 }
 
+/* One step of the global rig g and the per-layer rig p on b: both applied,
+ * the unscaled gradients bit-identical (`what` names the case). */
+static void step_same_grads(rig *g, rig *p, const mxp_batch *b, const char *what,
+                            mxp_step_result *rg, mxp_step_result *rp) {
+    step(g, b, rg);
+    step(p, b, rp);
+    const size_t n = mxp_model_num_params(g->m);
+    CHECK(!rg->skipped && !rp->skipped);
+    CHECK_MSG(memcmp(mxp_model_grads(g->m), mxp_model_grads(p->m), n * sizeof(float)) == 0,
+              "%s: per-layer unscaled grads differ from global", what);
+}
+
 /* Per-layer with distinct power-of-two scales vs the global scaler at
  * 2^16: unscaled gradients bit-identical in FP32 (MLP with layernorm). */
 static void test_exact_fp32(void) {
@@ -134,12 +148,8 @@ static void test_exact_fp32(void) {
     for (int i = 0; i < ng && i < 7; i++) set_group_scale(p.t, i, sc[i]);
     mxp_batch b = {.x = g_x, .y = g_y, .B = BATCH};
     mxp_step_result rg, rp;
-    step(&g, &b, &rg);
-    step(&p, &b, &rp);
+    step_same_grads(&g, &p, &b, "fp32", &rg, &rp);
     const size_t n = mxp_model_num_params(g.m);
-    CHECK(!rg.skipped && !rp.skipped);
-    CHECK_MSG(memcmp(mxp_model_grads(g.m), mxp_model_grads(p.m), n * sizeof(float)) == 0,
-              "fp32: per-layer unscaled grads differ from global");
     CHECK_MSG(memcmp(mxp_model_master(g.m), mxp_model_master(p.m), n * sizeof(float)) == 0,
               "fp32: weights after the update differ");
     CHECK(rp.loss == rg.loss && rp.grad_norm == rg.grad_norm);
@@ -165,12 +175,36 @@ static void test_exact_gpt(void) {
     }
     mxp_batch b = {.x = x, .labels = lab, .B = 16};
     mxp_step_result rg, rp;
-    step(&g, &b, &rg);
-    step(&p, &b, &rp);
-    const size_t n = mxp_model_num_params(g.m);
-    CHECK(!rg.skipped && !rp.skipped);
-    CHECK_MSG(memcmp(mxp_model_grads(g.m), mxp_model_grads(p.m), n * sizeof(float)) == 0,
-              "gpt fp32: per-layer unscaled grads differ from global");
+    step_same_grads(&g, &p, &b, "gpt fp32", &rg, &rp);
+    free_rig(&g);
+    free_rig(&p);
+}
+
+/* The same for a residual block with dropout (layer_skip.c): the skip
+ * path's gradient carries the closing layer's scale and is rescaled to the
+ * block input's, S(s) / S(c), read from the step's group table; the
+ * driver's rescale between groups runs at every linear layer. Checked to
+ * fail with that ratio taken as 1 (the skip's gradient off by 2^-17). */
+static void test_exact_residual(void) {
+    mxp_model_spec spec;
+    mxp_error err = {0};
+    CHECK_OK(mxp_model_spec_layers("linear:16, gelu, linear:16, gelu, linear:16, residual:3, "
+                                   "dropout:0.25, gelu, linear",
+                                   IN, OUT, MXP_LOSS_MSE, BATCH, &spec, &err),
+             &err);
+    rig g = make_rig(&spec, MXP_PRECISION_FP32, false, 2000);
+    rig p = make_rig(&spec, MXP_PRECISION_FP32, true, 2000);
+    const int ng = mxp_scaler_groups_count(mxp_trainer_scaler_groups(p.t));
+    CHECK_MSG(ng == 4, "residual groups %d, expected 4 (the linear layers)", ng);
+    const float sc[4] = {0x1p5f, 0x1p20f, 0x1p3f, 0x1p11f};
+    for (int i = 0; i < ng && i < 4; i++) set_group_scale(p.t, i, sc[i]);
+    mxp_batch b = {.x = g_x, .y = g_y, .B = BATCH};
+    for (int k = 0; k < 2; k++) { /* two steps: the dropout masks of step 1 and 2 */
+        mxp_step_result rg, rp;
+        step_same_grads(&g, &p, &b, k == 0 ? "residual fp32 step 1" : "residual fp32 step 2",
+                        &rg, &rp);
+        CHECK(rp.loss == rg.loss && rp.grad_norm == rg.grad_norm);
+    }
     free_rig(&g);
     free_rig(&p);
 }
@@ -538,6 +572,7 @@ int main(void) {
     fill(g_y, BATCH * OUT, 2, 1.0f);
     test_exact_fp32();
     test_exact_gpt();
+    test_exact_residual();
     test_close_fp16();
     test_unscale_exact();
     test_fault_one_group();

@@ -3,20 +3,26 @@
 
   torch_gpu_step_check.py init DIR        write DIR/wm.safetensors: the dry-run
                                           world model's (4-16x3-4, batch 8)
-                                          initial weights and batch, from a
-                                          NumPy seed, with this file's own
-                                          safetensors writer
+                                          initial weights and a ring of 3
+                                          batches, from a NumPy seed, with
+                                          this file's own safetensors writer
+  torch_gpu_step_check.py swap SRC DST I J  copy the init file SRC to DST with
+                                          ring slots I and J of x and y
+                                          swapped (a wrong ring order: the
+                                          shell test's negative control)
   torch_gpu_step_check.py check DIR OUT   check OUT/torch_gpu_step.jsonl of a
                                           run that read DIR/wm.safetensors
 
 The oracle: the MLP (Linear -> exact-erf GELU, x3, Linear), the MSE loss and
 AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0; bias corrections
 1 - beta^t) written here in float64 NumPy from their published formulas
-(torch.nn.GELU, torch.nn.MSELoss, torch.optim.AdamW docs), backward by hand.
+(torch.nn.GELU, torch.nn.MSELoss, torch.optim.AdamW docs), backward by hand,
+step t on ring batch (t - 1) mod R (bench/dstep_init.h's rule).
 The benchmark's loss after N steps (the loss of step N, before its update)
 must agree with it: 2e-6 relative for every FP32 path (eager, the emulated
 graph, fp16 without autocast, compile where it ran), 2e-2 for bf16 autocast.
-Also: one record per (model, variant, precision), the env record, the
+Also: one record per (model, variant, precision, batch mode h2d/resident),
+each with ring R, the env record, the
 statuses and reasons of what a CPU cannot run, the SHA-256 of the initial
 state (recomputed here from the documented rule), and the --save-init
 file of a model without an init file (read back here).
@@ -27,8 +33,9 @@ file of a model without an init file (read back here).
                                           (bench_cuda_dstep --cpu-losses DIR)
                                           against the "losses" (--loss-trace)
                                           of OUT/torch_gpu_step.jsonl's fp32
-                                          eager case of each model, run from
-                                          the same DIR (--init-dir)
+                                          eager cases of each model (every
+                                          batch mode), run from the same DIR
+                                          (--init-dir), with the same ring
 Tolerance of `same`: 2e-6 relative per step. Both sides compute the same
 FP32 model from the same FP32 weights and batch; they differ only in the
 order of FP32 sums (GEMM blocking, the MSE mean), a few ulp of the loss
@@ -51,6 +58,9 @@ import sys
 import numpy as np
 
 IN, HID, DEPTH, OUT, BATCH = 4, 16, 3, 4, 8  # the dry run's world model
+RING = 3  # the init file's ring (steps wrap around it)
+DRY_RING = 8  # torch_gpu_step.py's default --ring (mlp512's --save-init file)
+MODES = ("h2d", "resident")
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
 
@@ -71,8 +81,8 @@ def make_init():
         t[w] = rng.uniform(-3, 3, (n, width)).astype(np.float32) / np.sqrt(width)
         t[b] = rng.uniform(-0.1, 0.1, n).astype(np.float32)
         width = n
-    t["x"] = rng.standard_normal((BATCH, IN)).astype(np.float32)
-    t["y"] = rng.standard_normal((BATCH, OUT)).astype(np.float32)
+    t["x"] = rng.standard_normal((RING, BATCH, IN)).astype(np.float32)
+    t["y"] = rng.standard_normal((RING, BATCH, OUT)).astype(np.float32)
     return t
 
 
@@ -113,9 +123,10 @@ def oracle_loss(t, steps):
     p = {k: t[k].astype(np.float64) for k in t if k.startswith("layers.")}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
-    x, y = t["x"].astype(np.float64), t["y"].astype(np.float64)
     loss = None
     for step in range(1, steps + 1):
+        k = (step - 1) % t["x"].shape[0]
+        x, y = t["x"][k].astype(np.float64), t["y"][k].astype(np.float64)
         acts, pre, a = [x], [], x
         for i, (_, w, b) in enumerate(names()):
             z = a @ p[w].T + p[b]
@@ -160,16 +171,16 @@ def check(init_dir, out_dir):
     if recs[-1].get("kind") != "end":
         errs.append("no end record")
     cases = [r for r in recs if r.get("kind") == "case"]
-    keys = [(r["model"], r["variant"], r["precision"]) for r in cases]
-    want = [(m, v, p) for m in ("wm", "mlp512") for v in ("eager", "fused", "compile", "graph")
-            for p in ("fp32", "bf16", "fp16")]
+    keys = [(r["model"], r["variant"], r["precision"], r.get("batch")) for r in cases]
+    want = [(m, v, p, b) for m in ("wm", "mlp512") for v in ("eager", "fused", "compile", "graph")
+            for p in ("fp32", "bf16", "fp16") for b in MODES]
     if sorted(keys) != sorted(want):
         errs.append("cases %s, expected one each of %s" % (sorted(keys), sorted(want)))
     t = make_init()
     steps = env["warmup"] + env["steps"]
     ref = oracle_loss(t, steps)
     for r in cases:
-        k = "%s/%s/%s" % (r["model"], r["variant"], r["precision"])
+        k = "%s/%s/%s/%s" % (r["model"], r["variant"], r["precision"], r.get("batch"))
         st = r.get("status")
         if r["variant"] == "fused":
             if st != "unavailable" or "CUDA" not in r.get("reason", ""):
@@ -188,6 +199,9 @@ def check(init_dir, out_dir):
             errs.append("%s: no positive step time / samples/s" % k)
         if r.get("loss_step") != steps:
             errs.append("%s: loss_step %s, expected %d" % (k, r.get("loss_step"), steps))
+        ring = RING if r["model"] == "wm" else DRY_RING
+        if r.get("ring") != ring:
+            errs.append("%s: ring %s, expected %d" % (k, r.get("ring"), ring))
         if r["model"] != "wm":
             continue
         if r["init"]["sha256"] != sha(t) or "file " not in r["init"]["source"]:
@@ -201,11 +215,13 @@ def check(init_dir, out_dir):
             print("%s: loss %.9g, oracle %.9g, rel %.2e" % (k, r["loss"], ref, rel))
     saved, meta = st_read(os.path.join(init_dir, "mlp512.safetensors"))
     if sorted(saved) != sorted([n for _, w, b in names() for n in (w, b)] + ["x", "y"]) or \
-            saved["layers.0.weight"].shape != (HID, 72) or saved["x"].shape != (BATCH, 72) or \
+            saved["layers.0.weight"].shape != (HID, 72) or \
+            saved["x"].shape != (DRY_RING, BATCH, 72) or meta.get("ring") != str(DRY_RING) or \
             meta.get("layers") != "[linear:16, gelu, linear:16, gelu, linear:16, gelu, linear:65]":
         errs.append("mlp512.safetensors (--save-init): %s %s" % (
             {k: v.shape for k, v in saved.items()}, meta))
-    rec512 = next(r for r in cases if r["model"] == "mlp512" and r["variant"] == "eager")
+    rec512 = next(r for r in cases if r["model"] == "mlp512" and r["variant"] == "eager"
+                  and r.get("status") == "dry")
     if rec512["init"]["sha256"] != sha(saved):
         errs.append("mlp512: record sha256 %s, the saved file's %s" % (
             rec512["init"]["sha256"], sha(saved)))
@@ -221,15 +237,19 @@ def same(cpu_path, out_dir, tol=2e-6):
     errs, n = [], 0
     cpu = [json.loads(line) for line in open(cpu_path) if line.strip()]
     recs = [json.loads(line) for line in open(os.path.join(out_dir, "torch_gpu_step.jsonl"))]
-    for c in cpu:
+    for c, mode in ((c, mode) for c in cpu for mode in MODES):
         r = next((r for r in recs if r.get("kind") == "case" and r["model"] == c["model"]
-                  and r["variant"] == "eager" and r["precision"] == "fp32"), None)
+                  and r["variant"] == "eager" and r["precision"] == "fp32"
+                  and r.get("batch") == mode), None)
         if r is None or "losses" not in r:
-            errs.append("%s: no fp32 eager record with losses (--loss-trace) in %s" %
-                        (c["model"], out_dir))
+            errs.append("%s %s: no fp32 eager record with losses (--loss-trace) in %s" %
+                        (c["model"], mode, out_dir))
             continue
         if not r["init"]["source"].startswith("file "):
             errs.append("%s: torch did not read an init file: %s" % (c["model"], r["init"]))
+        if r.get("ring") != c.get("ring"):
+            errs.append("%s %s: torch's ring %s, mixprec's %s" % (c["model"], mode,
+                                                                 r.get("ring"), c.get("ring")))
         k = min(len(c["losses"]), len(r["losses"]))
         if k < 2:
             errs.append("%s: %d common steps, need >= 2" % (c["model"], k))
@@ -237,11 +257,11 @@ def same(cpu_path, out_dir, tol=2e-6):
             rel = abs(a - b) / abs(b)
             n += 1
             if not rel <= tol:
-                errs.append("%s step %d: mixprec CPU loss %.9g, torch %.9g (rel %.2e > %.0e)" %
-                            (c["model"], s + 1, a, b, rel, tol))
+                errs.append("%s step %d (%s): mixprec CPU loss %.9g, torch %.9g (rel %.2e > "
+                            "%.0e)" % (c["model"], s + 1, mode, a, b, rel, tol))
             elif os.environ.get("VERBOSE"):
-                print("%s step %d: mixprec %.9g torch %.9g rel %.2e" % (c["model"], s + 1, a, b,
-                                                                        rel))
+                print("%s step %d (%s): mixprec %.9g torch %.9g rel %.2e" % (
+                    c["model"], s + 1, mode, a, b, rel))
     if not cpu:
         errs.append("no cpu-losses records in %s" % cpu_path)
     for e in errs[:12]:
@@ -260,6 +280,16 @@ def main(argv):
         return check(argv[1], argv[2])
     if len(argv) == 3 and argv[0] == "same":
         return same(argv[1], argv[2])
+    if len(argv) == 5 and argv[0] == "swap":
+        t, meta = st_read(argv[1])
+        i, j = int(argv[3]), int(argv[4])
+        for key in ("x", "y"):
+            a = t[key].copy()
+            a[[i, j]] = a[[j, i]]
+            t[key] = a
+        os.makedirs(os.path.dirname(argv[2]) or ".", exist_ok=True)
+        st_write(argv[2], t)
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -1,4 +1,5 @@
-"""mixprec._torch: a run's MLP as a torch.nn.Sequential (imported only when
+"""mixprec._torch: a run's MLP as a torch.nn.Sequential, or an Ensemble of
+them (imported only when
 torch is; see Run.to_torch), and the two modules of model.layers' residual
 blocks and dropout (docs/world_models.md "Residual blocks and dropout"):
 Residual(n), the item residual:N, and Layers, the nn.Sequential that runs it.
@@ -40,9 +41,21 @@ def sequential(mods):
     return torch.nn.Sequential(*mods)
 
 
-def to_sequential(spec, state_dict):
-    """nn.Sequential mirroring spec's layers, loaded with state_dict (names
-    "0.weight", ...); strict, so a mismatch raises."""
+class Ensemble(torch.nn.Module):
+    """model.ensemble = E > 1 of a built-in workload: members[e].layers is
+    member e's MLP (state_dict names members.<e>.layers.<i>.weight, as
+    mixprec's); forward(x) stacks the members' outputs, [E, B, out]."""
+
+    def __init__(self, members):
+        super().__init__()
+        self.members = torch.nn.ModuleList(members)
+
+    def forward(self, x):
+        return torch.stack([m.layers(x) for m in self.members])
+
+
+def _mlp(spec):
+    """The modules of spec's layers, in order."""
     mods, width = [], spec.in_dim
     for i in range(spec.n_layers):
         k = spec.layers[i].kind
@@ -64,6 +77,21 @@ def to_sequential(spec, state_dict):
         else:
             raise NotImplementedError("to_torch: layer %d of kind %d has no nn.Sequential "
                                       "equivalent (MLPs only)" % (i, k))
-    seq = sequential(mods)
-    seq.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()})
-    return seq
+    return mods
+
+
+def to_sequential(spec, state_dict):
+    """nn.Sequential mirroring spec's layers (names "0.weight", ...), or
+    with spec.ensemble > 1 an Ensemble of them, loaded with state_dict;
+    strict, so a mismatch raises."""
+    if spec.ensemble > 1:
+        members = []
+        for _ in range(spec.ensemble):
+            member = torch.nn.Module()
+            member.layers = sequential(_mlp(spec))
+            members.append(member)
+        mod = Ensemble(members)
+    else:
+        mod = sequential(_mlp(spec))
+    mod.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()})
+    return mod

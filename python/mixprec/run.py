@@ -107,6 +107,8 @@ class Run(_lib.Handle):
         self.config = config.with_overrides(**extra) if extra else config
         if isinstance(data, dict):
             self._dataset = _data.Dataset(data)
+        # trains on user data (arrays or data.path), not a built-in workload
+        self._user_data = self._dataset is not None or self.config["data.path"] != "none"
         self._progress_user = progress
         self._progress_every = max(1, int(progress_every))
         self._bar = None
@@ -562,7 +564,8 @@ class Run(_lib.Handle):
     def predict(self, x=None, **arrays):
         """The current model's outputs, as `mixprec predict` computes them
         on a checkpoint of this state. x [B, D] (or one row [D]) -> FP32
-        [B, K] (logits for a classifier) straight through the model, in the
+        [B, K] (logits for a classifier; an ensemble, model.ensemble = E > 1:
+        [E, B, K], or [E, K] for one row) straight through the model, in the
         run's current precision; the model's input units (the user-data
         world model trains standardised: pass obs=, actions= instead, to get
         {"next_obs", "reward"} in the data's units through a checkpoint of
@@ -594,14 +597,18 @@ class Run(_lib.Handle):
                 raise Error("predict: x holds NaN or Inf; accepted: finite values",
                             "nonfinite")
             a = np.ascontiguousarray(a)
-            out = np.empty((a.shape[0], L.mxp_model_out_dim(m)), np.float32)
+            E = max(1, int(spec.ensemble))  # an ensemble writes [E, B, K], member-major
+            out = np.empty((E, a.shape[0], L.mxp_model_out_dim(m)), np.float32)
             step = max(1, int(spec.max_batch))
             err = _lib.CError()
             for i in range(0, a.shape[0], step):
-                xa, oa = a[i:i + step], out[i:i + step]
+                xa = a[i:i + step]
+                oa = np.empty((E, xa.shape[0], out.shape[2]), np.float32)
                 _lib.check(L.mxp_model_predict(m, xa.ctypes.data, xa.shape[0], oa.ctypes.data,
                                                ctypes.byref(err)), err)
-        return out[0] if one else out
+                out[:, i:i + step] = oa
+        out = out[:, 0] if one else out
+        return out if E > 1 else out[0]
 
     def state_dict(self, library_names=False):
         """The parameters as NumPy float32 arrays under PyTorch names:
@@ -638,31 +645,29 @@ class Run(_lib.Handle):
         Gaussian head, termination flag, standardisation inside; its forward
         gives what predict(obs=, actions=) / predict(x) give (FP32). A run on
         a built-in workload (no user data): the torch.nn.Sequential of its
-        one MLP with these weights (state_dict() names). Needs torch
+        one MLP with these weights (state_dict() names), or with
+        model.ensemble = E > 1 a module whose members[e].layers are the
+        members' MLPs and whose forward(x) stacks their outputs [E, B, out]
+        (as the run's predict). Needs torch
         (ImportError else)."""
         import torch  # noqa: F401  (ImportError tells the user torch is missing)
+        if not self._user_data:
+            # a built-in workload: its MLP (or ensemble of MLPs) as it is
+            from ._torch import to_sequential
+            L = _lib.lib()
+            with self._using("to_torch"):
+                spec = L.mxp_model_get_spec(self._model()).contents
+            return to_sequential(spec, self.state_dict())
         from .predict import Predictor
         from .torch_load import export_to_torch
         d = tempfile.mkdtemp(prefix="mixprec-torch-")
         try:
             path = self.save(os.path.join(d, "now.safetensors"))
-            try:
-                pred = Predictor(path)
-            except Error as e:
-                if e.status != "unsupported":  # a built-in workload's model is not
-                    raise  # a Predictor's: its one MLP below
-                pred = None
-            if pred is not None:
-                with pred:
-                    return export_to_torch(pred)
+            with Predictor(path) as pred:
+                return export_to_torch(pred)
         finally:
             import shutil
             shutil.rmtree(d, ignore_errors=True)
-        from ._torch import to_sequential
-        L = _lib.lib()
-        with self._using("to_torch"):
-            spec = L.mxp_model_get_spec(self._model()).contents
-        return to_sequential(spec, self.state_dict())
 
 
 def _python_names(e):

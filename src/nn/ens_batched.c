@@ -73,7 +73,7 @@ void nn_ens_set_batched(mxp_model *m, bool on) {
 bool nn_ens_batched_ok(const mxp_model *m) {
     if (m->ens <= 1 || m->ens > NN_ENS_MAX || !m->ens_batched || m->ens_member >= 0)
         return false;
-    if (m->fp8 || m->grad_scales || m->b.fused_head || m->fault.kind != MXP_FAULT_NONE ||
+    if (m->fp8 || nn_grad_scaled(m) || m->b.fused_head || m->fault.kind != MXP_FAULT_NONE ||
         nn_mon_anomaly(m))
         return false;
     for (int l = 0; l < m->n_layers; l++)
@@ -92,21 +92,13 @@ static size_t row_bytes(mxp_dtype t, int64_t rows, int64_t cols) {
 }
 
 /* Layer l's parameter gradients of member e (its view current) into slot
- * DW of its block, as the driver's scan_param_grads (no anomaly mode). */
+ * DW of its block: the driver's scan (nn_scan_dw; no anomaly mode). */
 static void scan_member_grads(mxp_model *m, nn_slots *blk, int l, bool issue) {
-    const nn_layer *L = &m->layers[l];
     nn_slots *own = m->b.slots;
     m->b.slots = blk;
-    const float *g = m->grads + L->w_off;
-    nn_scan *s = nn_slot(m, NN_SLOT_DW, l);
-    bool full = false;
-    if (m->mon)
-        full = nn_mon_scan(m, l, MXP_MON_DW, g, L->n_params, MXP_DTYPE_F32, s);
-    else
-        m->k->absmax(g, L->n_params, &s->amax, &s->nf);
-    nn_scan_stored(s, MXP_DTYPE_F32, g, L->n_params);
+    const bool full = nn_scan_dw(m, l);
     m->b.slots = own;
-    if (issue) nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, full);
+    if (issue) nn_slot_issued(m, NN_SLOT_DW, l, m->layers[l].n_params, full);
 }
 
 /* ---- the linear layer over all members: one strided-batched GEMM per

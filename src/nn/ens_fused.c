@@ -143,7 +143,7 @@ int nn_ens_linear_epilogue(mxp_model *m, int l, int64_t B, float *y32, nn_slots 
 bool nn_ens_act_bwd_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dx,
                           nn_slots *const *blk, bool scan) {
     const mxp_act a = act_of(m->layers[l].kind);
-    if (a == MXP_ACT_NONE || !fuse_ok(m, scan) || m->grad_scales ||
+    if (a == MXP_ACT_NONE || !fuse_ok(m, scan) || nn_grad_scaled(m) ||
         nn_residual_closing(m, l) >= 0)
         return false;
     const nn_bufs *b = &m->b;

@@ -75,7 +75,7 @@ void nn_residual_skip_add(mxp_model *m, int s, int64_t B, float *dx32) {
     const float *g = nn_view_f32(m, b->gs_type, b->gs, n, b->sa);
     /* under per-layer loss scaling the skip carries layer c's scale and
      * dX of layer s layer s's (before the driver's rescale to s - 1) */
-    const float r = m->grad_scales ? m->grad_scales[s] / m->grad_scales[c] : 1.0f;
+    const float r = nn_grad_scale_ratio(m, s, c);
     m->k->axpy(dx32, r, g, n);
 }
 

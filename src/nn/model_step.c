@@ -1,7 +1,8 @@
 /* nn/model_step.c: the forward/backward driver.
  *
  * Entry points: mxp_model_step, mxp_model_predict, nn_pass_run, nn_forward,
- * nn_layer_vtable_get. The driver owns dtypes and provenance: each layer
+ * nn_layer_vtable_get, nn_scan_dw (also the layer-major ensemble pass's
+ * scan, ens_batched.c). The driver owns dtypes and provenance: each layer
  * writes its FP32 output (forward) or input gradient (backward), the driver
  * rounds it into the dtype the policy assigns (activation dtype of the op
  * class, or the grad dtype) and scans it for non-finite values into the
@@ -134,12 +135,8 @@ static void check_weights(mxp_model *m, int l) {
     nn_slot_issued(m, NN_SLOT_B, l, bn, false);
 }
 
-/* Layer l's parameter gradients after its backward, into slot DW: one scan
- * (the engine's own, or the monitor's), and in anomaly mode weight and bias
- * separately too (slots GW, GB). */
-static void scan_param_grads(mxp_model *m, bool scan, int l) {
+bool nn_scan_dw(mxp_model *m, int l) {
     const nn_layer *L = &m->layers[l];
-    if (L->n_params == 0 || !scan) return;
     const float *g = m->grads + L->w_off;
     nn_scan *s = nn_slot(m, NN_SLOT_DW, l);
     bool full = false;
@@ -148,8 +145,18 @@ static void scan_param_grads(mxp_model *m, bool scan, int l) {
     else
         m->k->absmax(g, L->n_params, &s->amax, &s->nf);
     nn_scan_stored(s, MXP_DTYPE_F32, g, L->n_params);
-    nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, full);
+    return full;
+}
+
+/* Layer l's parameter gradients after its backward, into slot DW: one scan
+ * (the engine's own, or the monitor's: nn_scan_dw), and in anomaly mode
+ * weight and bias separately too (slots GW, GB). */
+static void scan_param_grads(mxp_model *m, bool scan, int l) {
+    const nn_layer *L = &m->layers[l];
+    if (L->n_params == 0 || !scan) return;
+    nn_slot_issued(m, NN_SLOT_DW, l, L->n_params, nn_scan_dw(m, l));
     if (nn_mon_anomaly(m)) {
+        const float *g = m->grads + L->w_off;
         const size_t wn = weight_count(L);
         m->k->absmax(g, wn, NULL, &nn_slot(m, NN_SLOT_GW, l)->nf);
         m->k->absmax(g + wn, L->n_params - wn, NULL, &nn_slot(m, NN_SLOT_GB, l)->nf);
@@ -339,12 +346,13 @@ static int first_param_layer(const mxp_model *m) {
  * mxp_act_bwd: widen dY and the saved tensor, the derivative, the store in
  * the grad dtype and the scan in one pass, the bits of the unfused layer
  * call + store + scan), under the forward epilogue's conditions, and not
- * with per-layer loss scaling (that rescales dx between the two). Writes
+ * where per-layer loss scaling may rescale dX between the two
+ * (nn_grad_rescales: decided by groups, no scale read). Writes
  * dX into dst (dtype gt) and returns true, or returns false: run unfused. */
 static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, void *dst,
                                mxp_dtype gt, bool scan) {
     const mxp_act a = act_kind(m->layers[l].kind);
-    if (!m->fuse || a == MXP_ACT_NONE || m->grad_scales) return false;
+    if (!m->fuse || a == MXP_ACT_NONE || nn_grad_rescales(m, l - 1, l)) return false;
     if (nn_residual_closing(m, l) >= 0) return false; /* dX takes a skip gradient */
     if (scan && (!nn_mon_plain(m) || nn_mon_anomaly(m) || nn_fault_targets(m, true, l)))
         return false;
@@ -364,14 +372,15 @@ static bool backward_act_fused(mxp_model *m, int l, int64_t B, const void *dy, v
  * (store_scan: bias_act_store without bias or activation) run by its dX
  * GEMM on each block of dX (gemm_epi: the same bits), when store_scan would
  * take its fused pass and nothing touches dX between the GEMM and the
- * store (no per-layer loss scaling rescale, no armed fault on the layer),
+ * store (no per-layer loss scaling rescale, nn_grad_rescales; no armed
+ * fault on the layer),
  * not in its FP8 form. dx32 [B, in] is the FP32 dX, stored into
  * g[cur ^ 1]. Returns false: run unfused. */
 static bool backward_linear_fused(mxp_model *m, int l, int64_t B, float *dx32, mxp_dtype gt,
                                   int cur, bool scan) {
     const nn_layer *L = &m->layers[l];
     if (!m->fuse || L->kind != MXP_LAYER_LINEAR || (m->fp8 && !nn_layer_fp32(m, l))) return false;
-    if (m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l]) return false;
+    if (nn_grad_rescales(m, l - 1, l)) return false;
     if (scan && (!nn_mon_plain(m) || nn_fault_targets(m, true, l))) return false;
     if (nn_residual_closing(m, l) >= 0) return false; /* dX takes a skip gradient */
     nn_bufs *b = &m->b;
@@ -411,9 +420,8 @@ static void backward_layers(mxp_model *m, int64_t B, bool scan) {
         }
         vt->backward(m, l, B, b->g[cur], dx32);
         if (need_dx) nn_residual_skip_add(m, l, B, dx32); /* a block's first layer */
-        if (need_dx && m->grad_scales && m->grad_scales[l - 1] != m->grad_scales[l])
-            m->k->scale(dx32, m->grad_scales[l - 1] / m->grad_scales[l],
-                        (size_t)B * (size_t)L->in); /* per-layer loss scaling */
+        if (need_dx) /* per-layer loss scaling: S(l-1) / S(l), read where it lives */
+            nn_grad_rescale(m, l - 1, l, dx32, (size_t)B * (size_t)L->in);
         if (scan && nn_fault_targets(m, true, l)) {
             /* a layer's gradient: its parameter grads, else its dx */
             if (L->n_params > 0)

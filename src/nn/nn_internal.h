@@ -43,6 +43,7 @@
 
 #include <mixprec/model.h>
 
+#include "backend/step_ctl.h"
 #include "kernels/kernels.h"
 
 /* Which buffers of the arena a layer may use. */
@@ -169,8 +170,16 @@ struct mxp_model {
     bool fp8_observe;          /* inside a training step: record amax */
     mxp_monitor *mon;          /* optional per-layer monitor (headroom.c), borrowed */
     mxp_fault_config fault;    /* armed fault of the training passes (fault.c) */
-    const float *grad_scales;  /* [n_layers] per-layer gradient scales (grad_scale.c),
-                                  borrowed; NULL: one loss scale */
+    const float *grad_scales;  /* [n_layers] per-layer gradient scales of
+                                  mxp_model_set_grad_scales (host memory, borrowed);
+                                  NULL: none (grad_scale.c) */
+    const mxp_step_group_in *gs_groups; /* inside a trainer step's passes with per-layer
+                                  loss scaling (nn_step_group_scales): the step's group
+                                  table in backend memory (backend/step_ctl.h), read
+                                  where it lives; layer l's scale is
+                                  gs_groups[gs_group[l]].scale. NULL otherwise;
+                                  it takes precedence over grad_scales */
+    int gs_group[MXP_MODEL_MAX_LAYERS]; /* layer -> group of gs_groups */
     int64_t blk_rows;          /* GPT blocks: rows per chunk of their FP32 scratch
                                   (0: NN_BLOCK_ROWS; < 0: whole batch, unchunked;
                                   set through nn_model_set_block_rows) */
@@ -268,12 +277,33 @@ void nn_layernorm_forward(mxp_model *m, int l, int64_t B, float *y32);
 void nn_layernorm_backward(mxp_model *m, int l, int64_t B, const void *dy,
                            float *dx32);
 
+/* ---- per-layer loss scaling (grad_scale.c) ---------------------------------
+ * S(l), the scale the gradient of layer l's output carries (model.h
+ * mxp_model_set_grad_scales): in a trainer step's passes the group table
+ * in backend memory (m->gs_groups, the scales begin uploaded, read where
+ * they live, at the call: every caller runs inside a backend call), else
+ * the caller's host array (m->grad_scales). The backward multiplies the
+ * FP32 dX that layer b passes down to layer a < b by S(a) / S(b) where the
+ * two differ. */
+static inline bool nn_grad_scaled(const mxp_model *m) {
+    return m->gs_groups != NULL || m->grad_scales != NULL;
+}
+/* Whether the dX from layer b down to layer a may need that rescale, asked
+ * without reading a scale in backend memory (the driver's choice of its
+ * unfused path): with the group table, a and b in different groups; with a
+ * host array, S(a) != S(b). False: S(a) == S(b) for certain. */
+bool nn_grad_rescales(const mxp_model *m, int a, int b);
+/* S(a) / S(b), 1 without per-layer scaling. */
+float nn_grad_scale_ratio(const mxp_model *m, int a, int b);
+/* dx32 [n] *= S(a) / S(b) (the kernel table's scale) when S(a) != S(b). */
+void nn_grad_rescale(mxp_model *m, int a, int b, float *dx32, size_t n);
+
 /* ---- residual blocks and dropout (layer_skip.c) ---------------------------
  * A residual layer c (residual:N) closes the block of layers s = c - N ..
  * c - 1: forward y = acts[s] + acts[c] in FP32 (the block's input plus
  * f's output, each widened from its stored dtype). Backward passes dY to
  * f unchanged (dX = dY) and keeps the stored dY in b.gs; the driver adds
- * it (times grad_scales[s] / grad_scales[c] under per-layer loss scaling)
+ * it (times S(s) / S(c) under per-layer loss scaling, nn_grad_scale_ratio)
  * to the FP32 dX of layer s before storing it (nn_residual_skip_add), so
  * layer s's dX is the sum of both paths, rounded once. Dropout layers
  * (dropout:P) multiply by the mask times 1/(1-P) in training passes
@@ -576,6 +606,12 @@ void nn_slot_issued(mxp_model *m, nn_slot_kind kind, int layer, size_t n, bool f
  * stored copy is what the next layer reads. Reads the slot where it lives
  * (a device kernel would), never from the host driver. */
 void nn_scan_stored(nn_scan *s, mxp_dtype t, const void *stored, size_t n);
+/* Layer l's parameter gradients (the grad slab from its w_off, n_params
+ * FP32 values) into slot DW of the current block (m->b.slots): the
+ * monitor's scan when one is attached, else one absmax pass, then the
+ * stored count. Returns whether the monitor's scan was full (for
+ * nn_slot_issued, which the caller records). model_step.c. */
+bool nn_scan_dw(mxp_model *m, int l);
 /* Fold a chunk's results c into slot s (max, +). */
 void nn_scan_fold(nn_scan *s, const nn_scan *c);
 /* After a pass (forward, loss and, with `backward`, backward) of a model:

@@ -3,7 +3,8 @@
  * (nn/step_pass.h; docs/design.md "A training step").
  *
  * Entry points: nn_step_block_bytes, nn_step_blocks, nn_step_loss_offset,
- * nn_step_begin, nn_step_pass, nn_step_read, nn_step_end.
+ * nn_step_begin, nn_step_group_scales, nn_step_pass, nn_step_read,
+ * nn_step_end.
  * The gradient beta: a pass's kernels read the control block's grad_beta
  * (m->ctl_beta, nn_grad_beta) where it lives, and the end of the
  * micro-batch sets it to 1 there (every member of an ensemble's
@@ -49,8 +50,15 @@ mxp_status nn_step_begin(mxp_model *m, void *blocks, int n_batches, mxp_error *e
     return MXP_OK;
 }
 
+void nn_step_group_scales(mxp_model *m, const mxp_step_group_in *groups,
+                          const int *layer_group) {
+    m->gs_groups = groups;
+    if (groups) memcpy(m->gs_group, layer_group, (size_t)m->n_layers * sizeof m->gs_group[0]);
+}
+
 void nn_step_end(mxp_model *m) {
     m->step_blocks = NULL;
+    m->gs_groups = NULL;
 }
 
 /* Block k's pass: m->b.slots is block k meanwhile; its record kept. */

@@ -14,6 +14,8 @@
 
 #include <mixprec/model.h>
 
+#include "backend/step_ctl.h"
+
 /* Bytes of one pass's slot block (a multiple of 64). */
 size_t nn_step_block_bytes(const mxp_model *m);
 /* Blocks a step of n_batches micro-batches writes. */
@@ -25,6 +27,15 @@ size_t nn_step_loss_offset(void);
  * nn_step_blocks(m, n_batches) * nn_step_block_bytes(m) bytes); the host
  * records grow when needed (MXP_ERR_OUT_OF_MEMORY). */
 mxp_status nn_step_begin(mxp_model *m, void *blocks, int n_batches, mxp_error *err);
+
+/* Per-layer loss scaling in this step's passes: layer l's output gradient
+ * carries the scale groups[layer_group[l]].scale (l < the model's layer
+ * count), in the step's group table in backend memory (backend/step_ctl.h,
+ * uploaded by begin); the backward reads it there, at the rescale of dX
+ * between two groups (nn_grad_rescale). Until nn_step_end; without the
+ * call, one loss scale (or the host array of mxp_model_set_grad_scales). */
+void nn_step_group_scales(mxp_model *m, const mxp_step_group_in *groups,
+                          const int *layer_group);
 
 /* The training pass (forward, loss, backward) of micro-batch i, whose loss
  * gradient is multiplied by (float)((double)*scale * num / den): the loss
@@ -43,7 +54,8 @@ mxp_status nn_step_pass(mxp_model *m, int i, const mxp_batch *b, const float *sc
 void nn_step_read(mxp_model *m, int i, const void *host_blocks, mxp_nonfinite_site *site,
                   double *loss);
 
-/* End of the step: the passes' blocks are the trainer's no longer. */
+/* End of the step: the passes' blocks and the group table are the
+ * trainer's no longer. */
 void nn_step_end(mxp_model *m);
 
 #endif /* MIXPREC_NN_STEP_PASS_H */

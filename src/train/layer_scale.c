@@ -2,21 +2,22 @@
  * scaling (training.loss_scale.per_layer, amp.h mxp_scaler_groups).
  *
  * Entry points (trainer_internal.h): trainer_ls_create / _destroy /
- * _begin / _stage / _update; public: mxp_trainer_scaler_groups,
+ * _begin / _stage / _passes / _update; public: mxp_trainer_scaler_groups,
  * mxp_trainer_loss_scale.
  *
  * Groups are the layers that own parameters, in layer order (group i owns
  * the slab range of its layer; the GPT lm_head, which writes the tied
- * embedding, belongs to the embedding's group). Per step:
- *   begin:   S(l), the scale the gradient of layer l's output carries, is
- *            the scale of l's group, or for a layer without parameters the
- *            scale of the highest parameter layer below it (so the rescale
- *            happens where the dX is produced and stored); the model gets
- *            S (mxp_model_set_grad_scales) and the loss is multiplied by
- *            S(top);
+ * embedding, belongs to the embedding's group). S(l), the scale the
+ * gradient of layer l's output carries, is the scale of layer_group[l]:
+ * l's group, or for a layer without parameters the group of the highest
+ * parameter layer below it (so the rescale happens where the dX is
+ * produced and stored), fixed at create. Per step:
+ *   begin:   the loss is multiplied by S(top) (the control block's scale);
  *   stage:   each group's scale, 1/s (in double, stored as float, as
  *            GradScaler), slab range and scaler state go into the group
  *            table that begin uploads with the control block (one copy);
+ *   passes:  the model's backward reads S from that table in backend
+ *            memory (nn_step_group_scales), rescaling dX between groups;
  *   backend: the grad pass unscales each group with its own 1/s into its
  *            group's result slot and sums the statistics; decide runs the
  *            groups' rule (backend/step_ctl.h mxp_step_groups_decide): the
@@ -35,6 +36,7 @@
 
 #include "amp/scaler_internal.h"
 #include "backend/backend.h"
+#include "nn/step_pass.h"
 #include "train/trainer_internal.h"
 
 /* decide's outcome codes are amp.h's */
@@ -46,7 +48,6 @@ _Static_assert(MXP_STEP_MAX_GROUPS == MXP_MODEL_MAX_LAYERS, "a group per layer a
 
 void trainer_ls_destroy(mxp_trainer *t) {
     if (!t->ls) return;
-    mxp_model_set_grad_scales(t->model, NULL);
     mxp_scaler_groups_destroy(t->ls->groups);
     mxp_free(t->ls);
     t->ls = NULL;
@@ -75,6 +76,16 @@ mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_er
             int owner = mxp_model_layer_param_group(m, l);
             if (owner >= 0) ls->group_of[l] = ls->group_of[owner];
         }
+    int cur = 0; /* S(l)'s group; below the lowest parameter layer, that one's */
+    for (int l = 0; l < ls->n_layers; l++)
+        if (ls->group_of[l] >= 0) {
+            cur = ls->group_of[l];
+            break;
+        }
+    for (int l = 0; l < ls->n_layers; l++) {
+        if (ls->group_of[l] >= 0) cur = ls->group_of[l];
+        ls->layer_group[l] = cur;
+    }
     mxp_status s = MXP_OK;
     if (mxp_model_ensemble(m) > 1)
         s = mxp_error_set(err, MXP_ERR_UNSUPPORTED,
@@ -97,21 +108,8 @@ mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_er
 }
 
 float trainer_ls_begin(mxp_trainer *t) {
-    trainer_layer_scale *ls = t->ls;
-    int lowest = 0; /* group of the lowest parameter layer: layers below it */
-    for (int l = 0; l < ls->n_layers; l++)
-        if (ls->group_of[l] >= 0) {
-            lowest = ls->group_of[l];
-            break;
-        }
-    float cur = mxp_scaler_scale(mxp_scaler_groups_get(ls->groups, lowest));
-    for (int l = 0; l < ls->n_layers; l++) {
-        if (ls->group_of[l] >= 0)
-            cur = mxp_scaler_scale(mxp_scaler_groups_get(ls->groups, ls->group_of[l]));
-        ls->layer_scale[l] = cur;
-    }
-    mxp_model_set_grad_scales(t->model, ls->layer_scale);
-    return ls->layer_scale[ls->n_layers - 1];
+    const trainer_layer_scale *ls = t->ls;
+    return mxp_scaler_scale(mxp_scaler_groups_get(ls->groups, ls->layer_group[ls->n_layers - 1]));
 }
 
 /* The group table for begin (backend/step_ctl.h): group i's scale and
@@ -127,6 +125,12 @@ void trainer_ls_stage(mxp_trainer *t, mxp_backend *be) {
     }
     be->ctl.n_groups = ls->n_groups;
     be->ctl.rule = mxp_scaler_rule_of(mxp_scaler_groups_get(ls->groups, 0));
+}
+
+/* The step's passes read S from the table begin uploaded (backend memory,
+ * be->grp_in), each layer through its group; nn_step_end lets go. */
+void trainer_ls_passes(mxp_trainer *t, const mxp_backend *be) {
+    nn_step_group_scales(t->model, be->grp_in, t->ls->layer_group);
 }
 
 /* After the report: decide's outcome, state and event per group

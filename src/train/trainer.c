@@ -287,6 +287,7 @@ static mxp_status step_body(mxp_trainer *t, const mxp_batch *micro, int n_micro,
     if ((s = be->ops->begin(be, err)) != MXP_OK) return s;
     unsigned char *blocks = (unsigned char *)be->aux + gbytes;
     if ((s = nn_step_begin(m, blocks, n_micro, err)) != MXP_OK) return s;
+    if (t->ls) trainer_ls_passes(t, be); /* per-layer: S from the table, in backend memory */
 
     double f0, b0, f1, b1;
     const double t_start = mxp_time_now();

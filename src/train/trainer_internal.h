@@ -18,7 +18,8 @@ typedef struct trainer_layer_scale {
     int group_of[MXP_MODEL_MAX_LAYERS];          /* layer -> group, -1: none */
     size_t off[MXP_MODEL_MAX_LAYERS];            /* group -> slab offset */
     size_t cnt[MXP_MODEL_MAX_LAYERS];            /*   and element count */
-    float layer_scale[MXP_MODEL_MAX_LAYERS];     /* S(l) handed to the model */
+    int layer_group[MXP_MODEL_MAX_LAYERS];       /* layer -> the group whose scale its
+                                                    output gradient carries, S(l) */
     int64_t nonfinite[MXP_MODEL_MAX_LAYERS];     /* group -> non-finite grads, last report */
     mxp_group_outcome outcome[MXP_MODEL_MAX_LAYERS]; /* group -> decide's outcome, last report */
 } trainer_layer_scale;
@@ -70,6 +71,7 @@ mxp_status trainer_ls_create(mxp_trainer *t, const mxp_scaler_config *sc, mxp_er
 void trainer_ls_destroy(mxp_trainer *t);
 float trainer_ls_begin(mxp_trainer *t);
 void trainer_ls_stage(mxp_trainer *t, struct mxp_backend *be);
+void trainer_ls_passes(mxp_trainer *t, const struct mxp_backend *be);
 mxp_status trainer_ls_update(mxp_trainer *t, const void *aux_host, mxp_scaler_event *ev,
                              mxp_error *err);
 mxp_status trainer_ls_check_comm(const mxp_trainer *t, mxp_error *err);
