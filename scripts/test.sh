@@ -8,12 +8,21 @@
 #      `ctest -L gpu` skips (docs/gpu.md; step 2 is the AUTO build);
 #  2d. when nvcc exists: the device kit (scripts/gpu-kit.sh) and its dry
 #      run (scripts/gpu-check.sh --dry-run must exit 77: the kit is sound);
-#  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels);
+#  3. the same suite under MIXPREC_FORCE_ISA=generic (reference kernels),
+#     less the tests that never reach the CPU kernels or whose checks do not
+#     depend on them (labels cuda, cmake, emu_only, kernel_agnostic:
+#     CMakeLists.txt says which and why);
 #  3b. the suite on the mock device (MIXPREC_MOCK_DEVICE=1, docs/design.md
-#      "The mock device"), less the tests labelled cpu_view;
-#  4. an ASan + UBSan build and its suite;
+#      "The mock device"), less the tests labelled cpu_view, cuda, cmake and
+#      emu_only;
+#  4. an ASan + UBSan build and its suite, less labels cuda and cmake (no C
+#     code of ours runs in them: PTX and CMake checks);
 #  5. `cmake --install` into a staging prefix and build examples/ against it
 #     through pkg-config.
+# 3, 3b and 4 re-run what step 2 ran in full, with MIXPREC_TEST_QUICK=1:
+# the heavy tests then check each distinct path once (each precision mode,
+# shape, optimizer), not every combination (docs/design.md "Tests").
+# CTest starts the longest tests first (COST in CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -52,17 +61,18 @@ else
 fi
 
 echo "== tests with the reference kernels (MIXPREC_FORCE_ISA=generic)"
-MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs"
+MIXPREC_FORCE_ISA=generic MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs" \
+  -LE 'cuda|cmake|emu_only|kernel_agnostic'
 
 echo "== tests on the mock device (MIXPREC_MOCK_DEVICE=1: tensors unreadable outside backend calls)"
 MIXPREC_MOCK_DEVICE=1 MIXPREC_TEST_QUICK=1 ctest --test-dir build --output-on-failure -j"$jobs" \
-  -LE 'cpu_view|gpu|cuda'
+  -LE 'cpu_view|gpu|cuda|cmake|emu_only'
 
 echo "== ASan + UBSan build and tests"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DMIXPREC_SANITIZE=ON >/dev/null
 cmake --build build-san -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  MIXPREC_TEST_QUICK=1 ctest --test-dir build-san --output-on-failure -j"$jobs"
+  MIXPREC_TEST_QUICK=1 ctest --test-dir build-san --output-on-failure -j"$jobs" -LE 'cuda|cmake'
 
 echo "== install + pkg-config example"
 stage=$(mktemp -d)

@@ -18,16 +18,13 @@ python3-h5py).
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 
-try:
-    import h5py
-except ImportError:
-    print("ep_flag_cases.py: h5py is not importable (apt-get install python3-h5py)")
-    sys.exit(3)
+from dataset_writers import need_h5py, st_write, write_bad
+
+h5py = need_h5py("ep_flag_cases.py")
 
 out = sys.argv[1]
 S, A = 3, 2
@@ -87,22 +84,6 @@ def flat_arrays(eps):
             "timeouts": cat([f & e[4] for f, e in zip(last, eps)])}
 
 
-def st_write(path, arrays):
-    names = {np.dtype('float32'): 'F32', np.dtype('float64'): 'F64', np.dtype('int32'): 'I32',
-             np.dtype('int64'): 'I64', np.dtype('bool'): 'BOOL'}
-    header, blobs, off = {"__metadata__": {"by": "numpy"}}, [], 0
-    for k, a in arrays.items():
-        b = np.ascontiguousarray(a).astype(a.dtype.newbyteorder('<')).tobytes()
-        header[k] = {"dtype": names[a.dtype], "shape": list(a.shape),
-                     "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b' ' * (-len(h) % 8)
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<Q', len(h)) + h + b''.join(blobs))
-
-
 eps = rollout(12, 6, 20)
 ep = episode_arrays(eps)
 fl = flat_arrays(eps)
@@ -139,13 +120,7 @@ with open(p("expect.json"), "w") as f:
 
 # ---- malformed --------------------------------------------------------------------
 def bad(name, **change):
-    d = dict(ep)
-    for k, v in change.items():
-        if v is None:
-            d.pop(k)
-        else:
-            d[k] = v
-    np.savez(p(name), **d)
+    write_bad(p(name), ep, **change)
 
 
 t = ep["terminals"].copy()

@@ -53,6 +53,7 @@ int main(void) {
 
 #include "backend/cuda/cuda_backend.h"
 #include "dstep_emu.h"
+#include "dstep_harness.h"
 
 static char why[512];
 static mxp_cudab_ctx *ctx;
@@ -72,60 +73,8 @@ static void *dut_dev;
 
 enum { NAN_STEP = 5 };
 
-typedef struct shape {
-    const char *name;
-    int64_t in, hidden, out, batch;
-    int depth;
-    mxp_ds_kind act;
-    bool layernorm;
-    mxp_ds_loss loss;
-    int micro;          /* micro-batches (0: one) */
-    mxp_ds_optim optim; /* AdamW (lr 1e-3) or SGD (lr 1e-2, momentum 0.9, nesterov) */
-} shape;
-
 static uint32_t rs = 99u;
-static float frand(void) { /* [-1, 1) */
-    rs = rs * 1664525u + 1013904223u;
-    return (float)((double)(rs >> 8) / 8388608.0 - 1.0);
-}
-
-/* depth x (linear(hidden) [-> layernorm] -> act), linear(out); the
- * trainer defaults (AdamW lr 1e-3, clip 1, scaler growth interval 3). */
-static mxp_ds_spec spec_of(const shape *sh, mxp_dtype lowp) {
-    mxp_ds_spec s;
-    memset(&s, 0, sizeof s);
-    s.in_dim = sh->in;
-    s.batch = sh->batch;
-    int l = 0;
-    for (int d = 0; d < sh->depth; d++) {
-        s.layers[l].kind = MXP_DS_LINEAR;
-        s.layers[l++].units = sh->hidden;
-        if (sh->layernorm) s.layers[l++].kind = MXP_DS_LAYERNORM;
-        s.layers[l++].kind = sh->act;
-    }
-    s.layers[l].kind = MXP_DS_LINEAR;
-    s.layers[l++].units = sh->out;
-    s.n_layers = l;
-    s.loss = sh->loss;
-    s.ln_eps = 1e-5f;
-    s.lowp = lowp;
-    s.optim = sh->optim;
-    s.lr = sh->optim == MXP_DS_SGD ? 1e-2f : 1e-3f;
-    s.momentum = 0.9f;
-    s.nesterov = true;
-    s.micro_batches = sh->micro;
-    s.beta1 = 0.9f;
-    s.beta2 = 0.999f;
-    s.eps = 1e-8f;
-    s.clip_max = 1.0f;
-    s.near_overflow_frac = 0.125f;
-    s.seed = 1234;
-    bool on = lowp == MXP_DTYPE_F16;
-    s.rule = (mxp_scaler_rule){on, 2.0, 0.5, 3, 1, 1.17549435e-38f, INFINITY};
-    s.scaler0.scale = on ? 65536.0f : 1.0f;
-    s.scaler0.hysteresis_left = 1;
-    return s;
-}
+static float frand(void) { return ds_frand(&rs); }
 
 /* PyTorch-like initial weights: U(-1/sqrt(in), 1/sqrt(in)); LN 1 and 0. */
 static float *init_params(const mxp_ds_spec *s, const mxp_ds_plan *p) {
@@ -150,10 +99,9 @@ static float *init_params(const mxp_ds_spec *s, const mxp_ds_plan *p) {
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
 
-static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
-    const char *mode = lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16"
-                                                                               : "mixed_fp16";
-    mxp_ds_spec s = spec_of(sh, lowp);
+static void compare(const ds_shape *sh, mxp_dtype lowp, int nsteps) {
+    const char *mode = ds_mode_name(lowp);
+    mxp_ds_spec s = ds_spec_of(sh, lowp);
     emu_dev edev;
     memset(&edev, 0, sizeof edev);
     mxp_ds_plan *pe = NULL, *pc = NULL;
@@ -168,10 +116,7 @@ static void compare(const shape *sh, mxp_dtype lowp, int nsteps) {
     int32_t *lab = test_xmalloc((size_t)B * 4);
     const double tol1 = lowp == MXP_DTYPE_F32 ? 1e-6 : 1e-4;
     for (int st = 1; st <= nsteps; st++) {
-        for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
-        for (int64_t i = 0; i < B * ydim; i++) y[i] = 0.5f * frand();
-        for (int64_t i = 0; i < B; i++)
-            lab[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) % (int32_t)sh->out;
+        ds_fill_batch(sh, &rs, x, y, lab);
         if (st == NAN_STEP) x[3] = NAN;
         mxp_ds_result re, rc;
         CU(mxp_ds_step(pe, x, y, lab, &re, why, sizeof why));
@@ -241,10 +186,9 @@ static int cmp_float(const void *a, const void *b) {
  * when the loss scale changed; master, m, v identical bit for bit at the end. The
  * kernels' reductions merge in a fixed order and both plans pick the same
  * cuBLASLt algorithm per shape, so nothing may differ. */
-static void graphed_vs_eager(const shape *sh, mxp_dtype lowp, int nsteps) {
-    const char *mode = lowp == MXP_DTYPE_F32 ? "fp32" : lowp == MXP_DTYPE_BF16 ? "mixed_bf16"
-                                                                               : "mixed_fp16";
-    mxp_ds_spec s = spec_of(sh, lowp);
+static void graphed_vs_eager(const ds_shape *sh, mxp_dtype lowp, int nsteps) {
+    const char *mode = ds_mode_name(lowp);
+    mxp_ds_spec s = ds_spec_of(sh, lowp);
     mxp_ds_plan *pe = NULL, *pg = NULL;
     CU(mxp_ds_plan_create(&s, dut_ops, dut_dev, &pe, why, sizeof why));
     s.graphs = true;
@@ -260,10 +204,7 @@ static void graphed_vs_eager(const shape *sh, mxp_dtype lowp, int nsteps) {
     float last = NAN;
     int captures = 0;
     for (int st = 1; st <= nsteps; st++) {
-        for (int64_t i = 0; i < B * sh->in; i++) x[i] = frand();
-        for (int64_t i = 0; i < B * ydim; i++) y[i] = 0.5f * frand();
-        for (int64_t i = 0; i < B; i++)
-            lab[i] = (int32_t)((rs = rs * 1664525u + 1013904223u) >> 8) % (int32_t)sh->out;
+        ds_fill_batch(sh, &rs, x, y, lab);
         if (st == NAN_STEP) x[3] = NAN;
         mxp_ds_result re, rg;
         CU(mxp_ds_step(pe, x, y, lab, &re, why, sizeof why));
@@ -309,9 +250,9 @@ static void graphed_vs_eager(const shape *sh, mxp_dtype lowp, int nsteps) {
 /* The 72-512x3-65 GELU MLP, batch 256: median CUDA-event time of a whole
  * step (printed, not asserted), eager or graphed. */
 static void timing(mxp_dtype lowp, bool graphed, int warm, int steps) {
-    const shape sh = {"mlp512", 72, 512, 65, 256, 3, MXP_DS_GELU, false, MXP_DS_MSE, 1,
-                      MXP_DS_ADAMW};
-    mxp_ds_spec s = spec_of(&sh, lowp);
+    const ds_shape sh = {"mlp512", 72, 512, 65, 256, 3, 1, MXP_DS_GELU, false, MXP_DS_MSE,
+                         MXP_DS_ADAMW};
+    mxp_ds_spec s = ds_spec_of(&sh, lowp);
     s.graphs = graphed;
     mxp_ds_plan *p = NULL;
     CU(mxp_ds_plan_create(&s, mxp_ds_ops_cuda(), ctx, &p, why, sizeof why));
@@ -369,13 +310,13 @@ int main(void) {
         dut_dev = ctx;
     }
     const bool quick = test_quick();
-    const shape shapes[] = {
-        {"world", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE, 1, MXP_DS_ADAMW},
-        {"classifier", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT, 1, MXP_DS_ADAMW},
-        {"tanh", 6, 48, 3, 16, 2, MXP_DS_TANH, false, MXP_DS_MSE, 1, MXP_DS_ADAMW},
+    const ds_shape shapes[] = {
+        {"world", 4, 256, 4, 32, 3, 1, MXP_DS_GELU, true, MXP_DS_MSE, MXP_DS_ADAMW},
+        {"classifier", 12, 64, 10, 32, 2, 1, MXP_DS_RELU, false, MXP_DS_XENT, MXP_DS_ADAMW},
+        {"tanh", 6, 48, 3, 16, 2, 1, MXP_DS_TANH, false, MXP_DS_MSE, MXP_DS_ADAMW},
         /* micro-batches 11/11/10 (two GEMM row variants) and SGD */
-        {"world-m3", 4, 256, 4, 32, 3, MXP_DS_GELU, true, MXP_DS_MSE, 3, MXP_DS_ADAMW},
-        {"clf-sgd", 12, 64, 10, 32, 2, MXP_DS_RELU, false, MXP_DS_XENT, 1, MXP_DS_SGD},
+        {"world-m3", 4, 256, 4, 32, 3, 3, MXP_DS_GELU, true, MXP_DS_MSE, MXP_DS_ADAMW},
+        {"clf-sgd", 12, 64, 10, 32, 2, 1, MXP_DS_RELU, false, MXP_DS_XENT, MXP_DS_SGD},
     };
     const mxp_dtype modes[] = {MXP_DTYPE_F32, MXP_DTYPE_BF16, MXP_DTYPE_F16};
     const size_t nshapes = quick ? 2 : sizeof shapes / sizeof shapes[0];

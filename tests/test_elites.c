@@ -53,23 +53,10 @@ static mxp_status build_cfg(const char *out, const char *const *extra, size_t n_
                         "model.head=gaussian", "model.ensemble=3",
                         "training.batch_size=64", "training.precision=fp32",
                         "checkpoint.every_steps=0", od};
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (size_t i = 0; s == MXP_OK && i < sizeof kv / sizeof kv[0]; i++)
-        s = mxp_config_apply_override(b, kv[i], err);
-    for (size_t i = 0; s == MXP_OK && i < n_extra; i++)
-        s = mxp_config_apply_override(b, extra[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s;
+    return test_build_config(kv, sizeof kv / sizeof kv[0], extra, n_extra, cfg, err);
 }
 
-#define CFG(out, cfg, ...)                                                       \
-    do {                                                                         \
-        const char *ex_[] = {__VA_ARGS__};                                       \
-        mxp_error e_ = {0};                                                      \
-        CHECK_OK(build_cfg(out, ex_, sizeof ex_ / sizeof ex_[0], cfg, &e_), &e_); \
-    } while (0)
+#define CFG(out, cfg, ...) CHECK_BUILD_CFG(build_cfg, out, cfg, __VA_ARGS__)
 
 /* ---- the table ------------------------------------------------------------- */
 
@@ -90,23 +77,6 @@ typedef struct inj {
     uint64_t seen[NEVAL];     /* the model's elites each evaluate saw */
 } inj;
 
-static mxp_status i_spec(void *s, mxp_model_spec *o, mxp_error *e) {
-    inj *g = s;
-    return g->in.model_spec(g->in.self, o, e);
-}
-static int64_t i_num(void *s) {
-    inj *g = s;
-    return g->in.num_train(g->in.self);
-}
-static mxp_status i_fill(void *s, int slot, const uint32_t *idx, int64_t n, mxp_batch *o,
-                         mxp_error *e) {
-    inj *g = s;
-    return g->in.fill_batch(g->in.self, slot, idx, n, o, e);
-}
-static void i_sig(void *s, char *b, size_t n) {
-    inj *g = s;
-    g->in.data_signature(g->in.self, b, n);
-}
 static mxp_status i_eval(void *s, mxp_model *m, mxp_run_eval *o, mxp_error *e) {
     inj *g = s;
     (void)e;
@@ -129,11 +99,6 @@ static mxp_status i_eval(void *s, mxp_model *m, mxp_run_eval *o, mxp_error *e) {
     o->loss = sum / n;
     return MXP_OK;
 }
-static void i_destroy(void *s) {
-    inj *g = s;
-    if (g->in.destroy) g->in.destroy(g->in.self);
-}
-
 static void inj_init(inj *g, const mxp_config *cfg, int first) {
     memset(g, 0, sizeof *g);
     mxp_error err = {0};
@@ -142,11 +107,9 @@ static void inj_init(inj *g, const mxp_config *cfg, int first) {
 }
 
 static mxp_workload_provider inj_provider(inj *g) {
-    return (mxp_workload_provider){.self = g, .name = g->in.name, .model_spec = i_spec,
-                                   .num_train = i_num, .rows_per_sample = 1,
-                                   .shuffle_stream = g->in.shuffle_stream, .fill_batch = i_fill,
-                                   .evaluate = i_eval, .data_signature = i_sig,
-                                   .destroy = i_destroy};
+    mxp_workload_provider p = test_wrap_provider(&g->in); /* self: g, in its first member */
+    p.evaluate = i_eval;
+    return p;
 }
 
 /* ---- the live state after each validation (observer) ------------------------- */

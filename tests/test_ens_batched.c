@@ -20,6 +20,8 @@
  *    tensors) and the evaluation loss equal, in the three modes.
  * Each case also checks that the batched path ran (ens_batched_passes) and
  * the sequential one did not.
+ * MIXPREC_TEST_QUICK: every pair of head, layer list and mode once (9 of
+ * the 27 model-API cases), the wide model and the trainer in fewer modes.
  * Negative controls (done by hand, 2026-12-02; output in
  * docs/results/issue29/ens_batched_negative.txt): (1) the member loop
  * (the path without a strided GEMM) giving member 2 member 0's parameters
@@ -205,7 +207,9 @@ static mxp_run *train(const char *prec, const char *layers, bool batched, const 
     return run;
 }
 
-static void test_trainer(void) {
+/* quick: each mode once (fp32 and mixed_fp16 on the MLP, mixed_bf16 on
+ * the residual/layernorm/dropout list) */
+static void test_trainer(bool quick) {
     const int64_t N = 512;
     float *x = calloc((size_t)N * 2, sizeof(float)), *y = calloc((size_t)N * 2, sizeof(float));
     noisy_data(4242, N, x, y);
@@ -218,6 +222,7 @@ static void test_trainer(void) {
         "linear]"};
     for (int q = 0; q < 6; q++) {
         const int k = q % 3;
+        if (quick && q != 0 && q != 2 && q != 4) continue;
         double lb = 0, ls = 0;
         mxp_run *rb = train(modes[k], layers[q / 3], true, x, y, N, &lb);
         mxp_run *rs = train(modes[k], layers[q / 3], false, x, y, N, &ls);
@@ -249,14 +254,23 @@ int main(void) {
         "[linear:16, relu, linear:16, gelu, residual:2, layernorm, dropout:0.25, linear]"};
     static const mxp_precision modes[] = {MXP_PRECISION_FP32, MXP_PRECISION_MIXED_BF16,
                                           MXP_PRECISION_MIXED_FP16};
+    /* MIXPREC_TEST_QUICK (the reference-kernel and sanitizer passes of
+     * scripts/test.sh): a Latin square of heads x layer lists x modes (every
+     * pair of them once: 9 of the 27 cases), the wide model in mixed_bf16,
+     * the trainer cases of test_trainer's quick list */
+    const bool quick = test_quick();
     for (int h = 0; h < 3; h++)
         for (int l = 0; l < 3; l++)
-            for (int k = 0; k < 3; k++) test_model_api((head_kind)h, layers[l], modes[k], 8);
+            for (int k = 0; k < 3; k++)
+                if (!quick || k == (h + l) % 3)
+                    test_model_api((head_kind)h, layers[l], modes[k], 8);
     /* wide: products large enough to be split between threads (several
      * parts each in the strided GEMM's one parallel region) */
     for (int k = 0; k < 3; k++)
-        test_model_api(HEAD_GAUSS, "[linear:200, gelu, linear:200, gelu, linear]", modes[k], 256);
-    test_trainer();
+        if (!quick || modes[k] == MXP_PRECISION_MIXED_BF16)
+            test_model_api(HEAD_GAUSS, "[linear:200, gelu, linear:200, gelu, linear]", modes[k],
+                           256);
+    test_trainer(quick);
     /* FP8 ensembles keep the member loop (their delayed scales are updated
      * after each member's pass), as does the switch off */
     mxp_model *f8 = make(HEAD_GAUSS, layers[0], MXP_PRECISION_FP8, 8, true);

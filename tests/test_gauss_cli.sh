@@ -25,27 +25,7 @@
 set -u
 src=$(realpath "$2")
 . "$(dirname "$0")/cli_lib.sh" "$1"
-[ -x /usr/bin/python3 ] || { echo "SKIP: no /usr/bin/python3"; exit 77; }
-/usr/bin/python3 - <<'EOF' || { echo "SKIP: numpy could not write the data"; exit 77; }
-import numpy as np
-rng = np.random.default_rng(29)
-E, T, dt = 120, 100, 0.1
-obs, act, rew, nxt, tmo = [], [], [], [], []
-for e in range(E):
-    s = rng.uniform(-1, 1, 2)
-    for t in range(T):
-        a = rng.uniform(-1, 1)
-        p, v = s
-        n = np.array([p + dt * v, v + dt * (-p - 0.3 * v + a) + 0.05 * rng.standard_normal()])
-        obs.append(s); act.append([a]); nxt.append(n)
-        rew.append(-p * p + 0.1 * rng.standard_normal()); tmo.append(t == T - 1)
-        s = n
-f = np.float32
-np.savez("buffer.npz", obs=np.array(obs, f), actions=np.array(act, f),
-         rewards=np.array(rew, f), next_obs=np.array(nxt, f), timeouts=np.array(tmo))
-np.savez("query.npz", obs=rng.uniform(-1, 1, (200, 2)).astype(f),
-         actions=rng.uniform(-1, 1, (200, 1)).astype(f))
-EOF
+spring_buffer 29 120 0.05 0.1 200 || { echo "SKIP: /usr/bin/python3 numpy could not write the data"; exit 77; }
 
 common=(data.path=buffer.npz model.head=gaussian "model.layers=[linear:64, gelu, linear:64, gelu, linear]"
         training.batch_size=64 training.lr=3e-3 training.lr_schedule=constant)

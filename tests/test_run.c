@@ -62,44 +62,10 @@ static void on_progress(void *user, const mxp_run_progress *p) {
 
 /* ---- data files ------------------------------------------------------------- */
 
-static void put_be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-/* An unsigned-byte IDX file of dims[0..nd) with pixel/label values from
- * a hash of the index (labels < 10). */
-static void write_idx(const char *name, int nd, const uint32_t *dims, bool labels) {
-    char p[256];
-    snprintf(p, sizeof p, "%s/fm/%s", g_dir, name);
-    FILE *f = fopen(p, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    unsigned char magic[4] = {0, 0, 0x08, (unsigned char)nd};
-    fwrite(magic, 1, 4, f);
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) {
-        put_be32(f, dims[i]);
-        n *= dims[i];
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)i * 2654435761u;
-        unsigned char v = labels ? (unsigned char)((h >> 16) % 10) : (unsigned char)(h >> 24);
-        fputc(v, f);
-    }
-    CHECK(fclose(f) == 0);
-}
-
 static void write_data(void) {
     char p[256];
     snprintf(p, sizeof p, "%s/fm", g_dir);
-    CHECK(mkdir(p, 0755) == 0);
-    uint32_t tr[3] = {256, 6, 6}, te[3] = {64, 6, 6}, trl[1] = {256}, tel[1] = {64};
-    write_idx("train-images-idx3-ubyte", 3, tr, false);
-    write_idx("train-labels-idx1-ubyte", 1, trl, true);
-    write_idx("t10k-images-idx3-ubyte", 3, te, false);
-    write_idx("t10k-labels-idx1-ubyte", 1, tel, true);
+    CHECK_MSG(test_write_fashion_idx(p), "writing the IDX files of %s", p);
     snprintf(p, sizeof p, "%s/text.txt", g_dir);
     FILE *f = fopen(p, "wb");
     CHECK(f != NULL);
@@ -151,24 +117,6 @@ static mxp_status open_run(const mxp_config *cfg, rec *r, const char *resume, mx
     mxp_status s = mxp_run_create(cfg, &o, out, err);
     if (r) r->run = *out;
     return s;
-}
-
-/* Every tensor of the two checkpoint files is byte-identical. */
-static bool same_tensors(const char *a, const char *b) {
-    mxp_error err = {0};
-    mxp_st_file *fa = NULL, *fb = NULL;
-    bool ok = mxp_st_file_read(a, &fa, &err) == MXP_OK && mxp_st_file_read(b, &fb, &err) == MXP_OK;
-    ok = ok && mxp_st_file_num_tensors(fa) == mxp_st_file_num_tensors(fb) &&
-         mxp_st_file_num_tensors(fa) > 0;
-    for (int i = 0; ok && i < mxp_st_file_num_tensors(fa); i++) {
-        const mxp_st_tensor *ta = mxp_st_file_tensor(fa, i);
-        const mxp_st_tensor *tb = mxp_st_file_find(fb, ta->name);
-        ok = tb && ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        if (!ok) fprintf(stderr, "tensor %s differs\n", ta->name);
-    }
-    mxp_st_file_destroy(fa);
-    mxp_st_file_destroy(fb);
-    return ok;
 }
 
 /* Straight run vs stop at k + resume from the run directory (extra: one
@@ -227,7 +175,7 @@ static void check_resume(mxp_workload w, mxp_precision p, const char *extra, con
     }
     CHECK_MSG(diff < 0, "%s: loss of step %lld differs after resume at %lld", tag,
               (long long)diff + 1, (long long)k);
-    CHECK_MSG(same_tensors(fa, fb), "%s: final tensors differ", tag);
+    CHECK_MSG(test_same_tensors(fa, fb), "%s: final tensors differ", tag);
 }
 
 /* ---- stop requests ---------------------------------------------------------- */

@@ -43,6 +43,10 @@
  *     gradient hook by the step that meets it, and without the override
  *     this build names why it cannot (no CUDA, no device).
  *
+ * MIXPREC_TEST_QUICK (the reference-kernel, mock-device and sanitizer
+ * passes of scripts/test.sh): each mode, workload, optimizer, the re-plan,
+ * micro-batching and the checkpoint directions once (main() lists them).
+ *
  * Negative control for the site (checked by hand: the mapping of the
  * device's site in trainer_device.c disabled): every NaN-site check fails
  * ("device 0 fwd layer 0 (-)" against the CPU's "1 fwd layer 0 (linear)").
@@ -118,42 +122,10 @@ static mxp_status planted_fill(void *self, int slot, const uint32_t *idx, int64_
 
 /* ---- data and configs -------------------------------------------------------- */
 
-static void put_be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-/* An IDX file (test_run.c's): values from a hash of the index. */
-static void write_idx(const char *name, int nd, const uint32_t *dims, bool labels) {
-    char p[256];
-    snprintf(p, sizeof p, "%s/fm/%s", g_dir, name);
-    FILE *f = fopen(p, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    unsigned char magic[4] = {0, 0, 0x08, (unsigned char)nd};
-    fwrite(magic, 1, 4, f);
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) {
-        put_be32(f, dims[i]);
-        n *= dims[i];
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)i * 2654435761u;
-        fputc(labels ? (int)((h >> 16) % 10) : (int)(h >> 24), f);
-    }
-    CHECK(fclose(f) == 0);
-}
-
 static void write_data(void) {
     char p[256];
     snprintf(p, sizeof p, "%s/fm", g_dir);
-    CHECK(mkdir(p, 0755) == 0);
-    uint32_t tr[3] = {256, 6, 6}, te[3] = {64, 6, 6}, trl[1] = {256}, tel[1] = {64};
-    write_idx("train-images-idx3-ubyte", 3, tr, false);
-    write_idx("train-labels-idx1-ubyte", 1, trl, true);
-    write_idx("t10k-images-idx3-ubyte", 3, te, false);
-    write_idx("t10k-labels-idx1-ubyte", 1, tel, true);
+    CHECK_MSG(test_write_fashion_idx(p), "writing the IDX files of %s", p);
 }
 
 typedef enum { WM, CL, GPT } workload;
@@ -216,24 +188,6 @@ static mxp_status open_run(const mxp_config *cfg, rec *r, const char *resume, in
 }
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
-
-/* Every tensor of the two checkpoint files is byte-identical. */
-static bool same_tensors(const char *a, const char *b) {
-    mxp_error err = {0};
-    mxp_st_file *fa = NULL, *fb = NULL;
-    bool ok = mxp_st_file_read(a, &fa, &err) == MXP_OK && mxp_st_file_read(b, &fb, &err) == MXP_OK;
-    ok = ok && mxp_st_file_num_tensors(fa) == mxp_st_file_num_tensors(fb) &&
-         mxp_st_file_num_tensors(fa) > 0;
-    for (int i = 0; ok && i < mxp_st_file_num_tensors(fa); i++) {
-        const mxp_st_tensor *ta = mxp_st_file_tensor(fa, i);
-        const mxp_st_tensor *tb = mxp_st_file_find(fb, ta->name);
-        ok = tb && ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        if (!ok) fprintf(stderr, "tensor %s differs\n", ta->name);
-    }
-    mxp_st_file_destroy(fa);
-    mxp_st_file_destroy(fb);
-    return ok;
-}
 
 /* ---- device vs CPU ------------------------------------------------------------- */
 
@@ -430,7 +384,7 @@ static void check_ckpt(const char *prec) {
     CHECK_MSG(diff < 0, "%s: device resume at %lld: step %lld differs (%.17g vs %.17g)", prec,
               (long long)k, (long long)(k + diff + 1), resumed.loss[diff < 0 ? 0 : diff],
               straight.loss[k + (diff < 0 ? 0 : diff)]);
-    CHECK_MSG(same_tensors(fa, fb), "%s: device resume: final tensors differ", prec);
+    CHECK_MSG(test_same_tensors(fa, fb), "%s: device resume: final tensors differ", prec);
     /* device -> CPU: the CPU's first loss is a forward of the device's weights */
     run_through(&cc, &on_cpu, ks, NULL);
     CHECK_MSG(on_cpu.n == total - k, "%s: CPU resume ran %lld steps", prec, (long long)on_cpu.n);
@@ -534,27 +488,34 @@ int main(void) {
     g_tab = emu_fp8_table();
     trainer_device_override(&g_tab, &g_emu);
     test_refusals();
-    compare(WM, "fp32", 0);
-    compare(WM, "mixed_bf16", 0);
-    compare(WM, "mixed_fp16", 0);
+    /* MIXPREC_TEST_QUICK (the reference-kernel, mock-device and sanitizer
+     * passes of scripts/test.sh, after the release pass ran all of it):
+     * each mode, workload, optimizer, re-plan, micro-batching and
+     * checkpoint direction once */
+    const bool quick = test_quick();
+    if (!quick) {
+        compare(WM, "fp32", 0);
+        compare(WM, "mixed_bf16", 0);
+        compare(WM, "mixed_fp16", 0);
+    }
     compare(WM, "mixed_fp16", 16);
     compare(CL, "fp32", 0);
-    compare(CL, "mixed_fp16", 0);
+    if (!quick) compare(CL, "mixed_fp16", 0);
     /* SGD (momentum, nesterov, L2 weight decay: master + momentum per pull) */
     const char *sgd[] = {"training.optimizer=sgd", "training.momentum=0.9",
                          "training.nesterov=true", "training.weight_decay=0.01", NULL};
-    compare_x(WM, "mixed_fp16", 0, sgd, 1, 2, "wm sgd");
+    if (!quick) compare_x(WM, "mixed_fp16", 0, sgd, 1, 2, "wm sgd");
     compare_x(CL, "mixed_bf16", 0, sgd, 1, 2, "cl sgd");
     /* three micro-batches per step: the NaN in the 2nd step's 2nd one */
     const char *accum[] = {"training.grad_accum_steps=3", "training.batch_size=8", NULL};
     compare_x(WM, "mixed_fp16", 0, accum, 3, 3, "wm accum3");
-    compare_x(WM, "fp32", 0, accum, 3, 3, "wm accum3");
+    if (!quick) compare_x(WM, "fp32", 0, accum, 3, 3, "wm accum3");
     /* fp8: FP8 hidden layers, BF16 ends; a pull also copies the FP8
      * scaling state (master, m, v, fp8 state) */
     compare_x(WM, "fp8", 0, NULL, 1, 4, "wm fp8");
     test_switch("mixed_fp16");
     test_switch("fp8"); /* out of fp8: the FP8 state pulled, then a BF16 plan */
-    check_ckpt("fp32");
+    if (!quick) check_ckpt("fp32");
     check_ckpt("fp8");
     check_ckpt("mixed_fp16");
     trainer_device_override(NULL, NULL);

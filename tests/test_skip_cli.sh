@@ -24,27 +24,7 @@
 set -u
 src=$(realpath "$2")
 . "$(dirname "$0")/cli_lib.sh" "$1"
-[ -x /usr/bin/python3 ] || { echo "SKIP: no /usr/bin/python3"; exit 77; }
-/usr/bin/python3 - <<'EOF' || { echo "SKIP: numpy could not write the data"; exit 77; }
-import numpy as np
-rng = np.random.default_rng(31)
-E, T, dt = 40, 100, 0.1
-obs, act, rew, nxt, tmo = [], [], [], [], []
-for e in range(E):
-    s = rng.uniform(-1, 1, 2)
-    for t in range(T):
-        a = rng.uniform(-1, 1)
-        p, v = s
-        n = np.array([p + dt * v, v + dt * (-p - 0.3 * v + a) + 0.01 * rng.standard_normal()])
-        obs.append(s); act.append([a]); nxt.append(n)
-        rew.append(-p * p); tmo.append(t == T - 1)
-        s = n
-f = np.float32
-np.savez("buffer.npz", obs=np.array(obs, f), actions=np.array(act, f),
-         rewards=np.array(rew, f), next_obs=np.array(nxt, f), timeouts=np.array(tmo))
-np.savez("query.npz", obs=rng.uniform(-1, 1, (100, 2)).astype(f),
-         actions=rng.uniform(-1, 1, (100, 1)).astype(f))
-EOF
+spring_buffer 31 40 0.01 0 100 || { echo "SKIP: /usr/bin/python3 numpy could not write the data"; exit 77; }
 
 layers="model.layers=[linear:32, gelu, linear:64, gelu, linear:32, residual:3, dropout:0.2, gelu, linear]"
 # a constant learning rate: the CLI plans its schedule over each call's training.epochs

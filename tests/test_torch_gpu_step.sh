@@ -29,6 +29,7 @@
 #     must pass step 1 and fail step 2. bench/gpu_bench_table.py renders
 #     the two like with like (batch h2d).
 # Exit 77 (skipped) when /usr/bin/python3 has no torch or NumPy.
+# MIXPREC_TEST_QUICK: 4 only (1-3 do not use the build).
 set -u
 SRC=$2
 PY=/usr/bin/python3
@@ -41,6 +42,12 @@ if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
     exit 77
 fi
 
+# MIXPREC_TEST_QUICK (the reference-kernel, mock-device and sanitizer passes
+# of scripts/test.sh): 4 only. 1-3 run bench/torch_gpu_step.py alone, which
+# uses nothing of this build: the release pass has checked them.
+quick=${MIXPREC_TEST_QUICK:-}
+[ "$quick" = 0 ] && quick=
+if [ -z "$quick" ]; then
 # ---- 2. a compile that hangs is capped, recorded, not fatal (in the
 # background while 1 runs: it mostly waits for its cap)
 MXP_TORCH_FAKE_COMPILE=hang "$PY" "$BENCH" --device cpu --dry-run --models wm --variants eager,compile \
@@ -75,6 +82,7 @@ for args in "--models nope" "--variants eager,x" "--precisions fp64" "--warmup 2
     [ $rc = 2 ] || fail "$args: exit $rc, expected 2"
     grep -q -- "${args%% *}" "$TMP/bad.err" || fail "$args: the message does not name the option: $(cat "$TMP/bad.err")"
 done
+fi
 
 # ---- 4. one problem on both sides (the mixprec CLI's build tree holds
 # bench_cuda_dstep; CPU modes in every build)

@@ -185,28 +185,16 @@ static void test_cli(void) {
 }
 
 static void expect_fail(const char *name, const char *text) {
-    mxp_error err = {0};
-    mxp_dataset *d = NULL;
-    mxp_status s = mxp_dataset_read(path_of(name), &d, &err);
-    if (s == MXP_OK) s = mxp_dataset_check(d, MXP_DATASET_WORLD_MODEL, NULL, &err);
-    mxp_dataset_destroy(d);
-    CHECK_MSG(s == MXP_ERR_FORMAT, "%s: status %d, expected MXP_ERR_FORMAT (%s)", name, (int)s,
-              err.msg);
-    CHECK_MSG(strstr(err.msg, text) != NULL, "%s: message '%s' lacks '%s'", name, err.msg, text);
-    if (s != MXP_OK && strstr(err.msg, text)) printf("  ok %-24s %s\n", name, err.msg);
+    test_expect_dataset_error(path_of(name), name, text);
 }
 
 int main(void) {
-    if (system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) {
+    if (!test_have_numpy()) {
         printf("test_transitions: SKIP (/usr/bin/python3 with numpy is needed)\n");
         return 77;
     }
     if (!mkdtemp(g_dir)) return 2;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/transition_cases.py %s", MXP_TEST_SRC_DIR,
-             g_dir);
-    int rc = system(cmd);
-    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    int rc = test_run_python(MXP_TEST_SRC_DIR, "transition_cases.py", g_dir);
     CHECK_MSG(rc == 0, "transition_cases.py failed (%d; 3: python3-h5py is missing, "
                        "scripts/install-deps.sh installs it)", rc);
     int64_t E = 0, n = 0;

@@ -44,23 +44,10 @@ static mxp_status build_cfg(const char *out, const char *const *extra, size_t n_
                         "data.episode_length=40", "model.hidden=16", "model.depth=1",
                         "training.batch_size=32", "training.precision=fp32",
                         "checkpoint.every_steps=0", od};
-    mxp_config_builder *b = NULL;
-    mxp_status s = mxp_config_builder_create(&b, err);
-    for (size_t i = 0; s == MXP_OK && i < sizeof kv / sizeof kv[0]; i++)
-        s = mxp_config_apply_override(b, kv[i], err);
-    for (size_t i = 0; s == MXP_OK && i < n_extra; i++)
-        s = mxp_config_apply_override(b, extra[i], err);
-    if (s == MXP_OK) s = mxp_config_resolve(b, cfg, err);
-    mxp_config_builder_destroy(b);
-    return s;
+    return test_build_config(kv, sizeof kv / sizeof kv[0], extra, n_extra, cfg, err);
 }
 
-#define CFG(out, cfg, ...)                                                       \
-    do {                                                                         \
-        const char *ex_[] = {__VA_ARGS__};                                       \
-        mxp_error e_ = {0};                                                      \
-        CHECK_OK(build_cfg(out, ex_, sizeof ex_ / sizeof ex_[0], cfg, &e_), &e_); \
-    } while (0)
+#define CFG(out, cfg, ...) CHECK_BUILD_CFG(build_cfg, out, cfg, __VA_ARGS__)
 
 /* ---- a provider with injected validation losses ----------------------------- */
 
@@ -74,23 +61,6 @@ typedef struct inj {
     float *snap[MAX_EVALS]; /* the weights each evaluate saw */
 } inj;
 
-static mxp_status i_spec(void *s, mxp_model_spec *o, mxp_error *e) {
-    inj *g = s;
-    return g->in.model_spec(g->in.self, o, e);
-}
-static int64_t i_num(void *s) {
-    inj *g = s;
-    return g->in.num_train(g->in.self);
-}
-static mxp_status i_fill(void *s, int slot, const uint32_t *idx, int64_t n, mxp_batch *o,
-                         mxp_error *e) {
-    inj *g = s;
-    return g->in.fill_batch(g->in.self, slot, idx, n, o, e);
-}
-static void i_sig(void *s, char *b, size_t n) {
-    inj *g = s;
-    g->in.data_signature(g->in.self, b, n);
-}
 static const char *i_meta(void *s) {
     inj *g = s;
     return g->in.checkpoint_meta ? g->in.checkpoint_meta(g->in.self) : NULL;
@@ -109,11 +79,6 @@ static mxp_status i_eval(void *s, mxp_model *m, mxp_run_eval *o, mxp_error *e) {
     o->loss = k < g->n ? g->seq[k] : 10.0 + k;
     return MXP_OK;
 }
-static void i_destroy(void *s) {
-    inj *g = s;
-    if (g->in.destroy) g->in.destroy(g->in.self);
-}
-
 static void inj_init(inj *g, const mxp_config *cfg, const double *seq, int n, int first) {
     memset(g, 0, sizeof *g);
     mxp_error err = {0};
@@ -123,11 +88,10 @@ static void inj_init(inj *g, const mxp_config *cfg, const double *seq, int n, in
 }
 
 static mxp_workload_provider inj_provider(inj *g) {
-    return (mxp_workload_provider){.self = g, .name = g->in.name, .model_spec = i_spec,
-                                   .num_train = i_num, .rows_per_sample = 1,
-                                   .shuffle_stream = g->in.shuffle_stream, .fill_batch = i_fill,
-                                   .evaluate = i_eval, .data_signature = i_sig,
-                                   .destroy = i_destroy, .checkpoint_meta = i_meta};
+    mxp_workload_provider p = test_wrap_provider(&g->in); /* self: g, in its first member */
+    p.evaluate = i_eval;
+    p.checkpoint_meta = i_meta;
+    return p;
 }
 
 static void inj_free(inj *g) {
@@ -169,6 +133,22 @@ static bool same_params(mxp_model *m, const float *w, size_t P) {
     return true;
 }
 
+/* the injected validation losses */
+static const double kSeq[] = {1.0, 0.8, 0.85, 0.79, 0.795, 0.5, 0.4};
+#define NSEQ ((int)(sizeof kSeq / sizeof kSeq[0]))
+
+/* A run of cfg over kSeq from its first-th value on (g: the provider's
+ * state; a stop requested at its stop_at-th evaluation when not 0),
+ * resumed from resume when not NULL. */
+static mxp_run *inj_run(inj *g, const mxp_config *cfg, int first, int stop_at,
+                        const char *resume) {
+    inj_init(g, cfg, kSeq, NSEQ, first);
+    g->stop_at = stop_at;
+    mxp_workload_provider p = inj_provider(g);
+    g->run = open_run(cfg, &p, NULL, resume);
+    return g->run;
+}
+
 static int64_t steps_per_epoch(mxp_run *run) {
     mxp_run_info i;
     mxp_run_stats(run, &i);
@@ -177,18 +157,13 @@ static int64_t steps_per_epoch(mxp_run *run) {
 
 /* ---- injected sequence ------------------------------------------------------- */
 
-static const double kSeq[] = {1.0, 0.8, 0.85, 0.79, 0.795, 0.5, 0.4};
-#define NSEQ ((int)(sizeof kSeq / sizeof kSeq[0]))
-
 static void test_injected(void) {
     mxp_error err = {0};
     mxp_config cfg;
     CFG("inj", &cfg, "training.epochs=10", "training.eval_every=1",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g;
-    inj_init(&g, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p = inj_provider(&g);
-    mxp_run *run = open_run(&cfg, &p, NULL, NULL);
+    mxp_run *run = inj_run(&g, &cfg, 0, 0, NULL);
     if (!run) return;
     const int64_t spe = steps_per_epoch(run);
     CHECK_OK(mxp_run_train(run, 0, 0, &err), &err);
@@ -247,9 +222,7 @@ static void test_injected(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/inj", g_dir);
     inj g3;
-    inj_init(&g3, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p3 = inj_provider(&g3);
-    mxp_run *r3 = open_run(&cfg, &p3, NULL, dir);
+    mxp_run *r3 = inj_run(&g3, &cfg, 0, 0, dir);
     if (r3) {
         mxp_run_stats(r3, &info);
         CHECK_MSG(info.finished_before_resume && info.early_stopped,
@@ -266,12 +239,8 @@ static void test_injected(void) {
     CFG("stop", &cfg, "training.epochs=10", "training.eval_every=1",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g4;
-    inj_init(&g4, &cfg, kSeq, NSEQ, 0);
-    g4.stop_at = 3;
-    mxp_workload_provider p4 = inj_provider(&g4);
-    mxp_run *r4 = open_run(&cfg, &p4, NULL, NULL);
+    mxp_run *r4 = inj_run(&g4, &cfg, 0, 3, NULL);
     if (r4) {
-        g4.run = r4;
         CHECK_OK(mxp_run_train(r4, 0, 0, &err), &err);
         mxp_run_stats(r4, &info);
         CHECK_MSG(info.stopped && !info.early_stopped && info.training_steps == 3 * spe,
@@ -282,9 +251,7 @@ static void test_injected(void) {
     inj_free(&g4);
     snprintf(dir, sizeof dir, "%s/stop", g_dir);
     inj g5;
-    inj_init(&g5, &cfg, kSeq, NSEQ, 3); /* the evaluations after the third */
-    mxp_workload_provider p5 = inj_provider(&g5);
-    mxp_run *r5 = open_run(&cfg, &p5, NULL, dir);
+    mxp_run *r5 = inj_run(&g5, &cfg, 3, 0, dir); /* the evaluations after the third */
     if (r5) {
         CHECK_OK(mxp_run_train(r5, 0, 0, &err), &err);
         mxp_run_stats(r5, &info);
@@ -304,9 +271,7 @@ static void test_injected(void) {
     /* eval_every=2: validations at epochs 2, 4, 6; patience 0: never stops */
     CFG("every2", &cfg, "training.epochs=6", "training.eval_every=2");
     inj g6;
-    inj_init(&g6, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p6 = inj_provider(&g6);
-    mxp_run *r6 = open_run(&cfg, &p6, NULL, NULL);
+    mxp_run *r6 = inj_run(&g6, &cfg, 0, 0, NULL);
     if (r6) {
         CHECK_OK(mxp_run_train(r6, 0, 0, &err), &err);
         size_t n6 = 0;
@@ -333,9 +298,7 @@ static void test_injected_steps(void) {
     CFG("steps", &cfg, "training.epochs=10", "training.eval_every_steps=5",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g;
-    inj_init(&g, &cfg, kSeq, NSEQ, 0);
-    mxp_workload_provider p = inj_provider(&g);
-    mxp_run *run = open_run(&cfg, &p, NULL, NULL);
+    mxp_run *run = inj_run(&g, &cfg, 0, 0, NULL);
     if (!run) return;
     const int64_t spe = steps_per_epoch(run);
     CHECK_MSG(spe > 5 && spe % 5 != 0, "steps per epoch %lld: the test wants validations "
@@ -371,12 +334,8 @@ static void test_injected_steps(void) {
     CFG("steps_stop", &cfg, "training.epochs=10", "training.eval_every_steps=5",
         "training.early_stop.patience=3", "training.early_stop.min_delta=0.02");
     inj g4;
-    inj_init(&g4, &cfg, kSeq, NSEQ, 0);
-    g4.stop_at = 3;
-    mxp_workload_provider p4 = inj_provider(&g4);
-    mxp_run *r4 = open_run(&cfg, &p4, NULL, NULL);
+    mxp_run *r4 = inj_run(&g4, &cfg, 0, 3, NULL);
     if (r4) {
-        g4.run = r4;
         CHECK_OK(mxp_run_train(r4, 0, 0, &err), &err);
     }
     mxp_run_destroy(r4);
@@ -384,9 +343,7 @@ static void test_injected_steps(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/steps_stop", g_dir);
     inj g5;
-    inj_init(&g5, &cfg, kSeq, NSEQ, 3);
-    mxp_workload_provider p5 = inj_provider(&g5);
-    mxp_run *r5 = open_run(&cfg, &p5, NULL, dir);
+    mxp_run *r5 = inj_run(&g5, &cfg, 3, 0, dir);
     if (r5) {
         CHECK_OK(mxp_run_train(r5, 0, 0, &err), &err);
         mxp_run_stats(r5, &info);

@@ -10,6 +10,8 @@
 #include <stdio.h>
 
 #include <mixprec/base.h>
+#include <mixprec/config.h>
+#include <mixprec/run.h>
 
 extern int test_failures;
 extern int test_checks;
@@ -35,6 +37,44 @@ bool test_read_file(const char *dir, const char *name, void *p, size_t bytes);
 /* Whether MIXPREC_TEST_QUICK asks for the quick variant (set, not "" or
  * "0"): the sanitizer and reference-kernel runs of scripts/test.sh. */
 bool test_quick(void);
+/* A small Fashion-MNIST directory for the run tests: creates dir (mode
+ * 0755) and writes the four unsigned-byte IDX files into it, 256 training
+ * and 64 test images of 6x6 and their labels (< 10), the values from a
+ * hash of the index; true on success. */
+bool test_write_fashion_idx(const char *dir);
+
+/* Resolve a config from the defaults plus the overrides base[0..n_base)
+ * and then extra[0..n_extra) ("key=value"); the first failure's status
+ * (err names the key). */
+mxp_status test_build_config(const char *const *base, size_t n_base, const char *const *extra,
+                             size_t n_extra, mxp_config *cfg, mxp_error *err);
+/* Whether every tensor of the checkpoint (safetensors) files a and b is
+ * byte-identical, the same names and at least one; a tensor that differs
+ * is named on stderr. */
+bool test_same_tensors(const char *a, const char *b);
+/* A provider wrapping *in, the FIRST member of the caller's state struct
+ * (self is in): model_spec, num_train, fill_batch, data_signature and
+ * destroy go to *in, name and shuffle_stream are in's, one row a sample;
+ * the caller sets evaluate (and whatever else it injects). */
+mxp_workload_provider test_wrap_provider(mxp_workload_provider *in);
+/* Whether /usr/bin/python3 imports NumPy (what the Python oracles need). */
+bool test_have_numpy(void);
+/* Run `/usr/bin/python3 src_dir/script dir` (a test's Python case writer):
+ * its exit status, 128 when it did not exit. */
+int test_run_python(const char *src_dir, const char *script, const char *dir);
+/* CHECK that reading the dataset file path and checking it for the world
+ * model fails with MXP_ERR_FORMAT and a message containing text; name is
+ * the file's name in the messages. */
+void test_expect_dataset_error(const char *path, const char *name, const char *text);
+/* CHECK that a test's config builder build(out, extra, n_extra, cfg, err)
+ * (an output subdirectory and the extra overrides given as the rest of
+ * the arguments) succeeds; err's message is printed when not. */
+#define CHECK_BUILD_CFG(build, out, cfg, ...)                                 \
+    do {                                                                     \
+        const char *ex_[] = {__VA_ARGS__};                                   \
+        mxp_error e_ = {0};                                                  \
+        CHECK_OK(build(out, ex_, sizeof ex_ / sizeof ex_[0], cfg, &e_), &e_); \
+    } while (0)
 
 #define CHECK(cond)                                                          \
     do {                                                                     \

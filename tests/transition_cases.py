@@ -18,16 +18,13 @@ python3-h5py).
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 
-try:
-    import h5py
-except ImportError:
-    print("transition_cases.py: h5py is not importable (apt-get install python3-h5py)")
-    sys.exit(3)
+from dataset_writers import need_h5py, st_write, write_bad
+
+h5py = need_h5py("transition_cases.py")
 
 out = sys.argv[1]
 S, A = 3, 2
@@ -128,22 +125,6 @@ np.savez(p("flat_d4rl.npz"), observations=d_obs, actions=d_act, rewards=d_rew,
          terminals=d_term, timeouts=d_tout)
 
 
-def st_write(path, arrays):
-    names = {np.dtype('float32'): 'F32', np.dtype('float64'): 'F64', np.dtype('int32'): 'I32',
-             np.dtype('int64'): 'I64', np.dtype('bool'): 'BOOL', np.dtype('uint8'): 'BOOL'}
-    header, blobs, off = {"__metadata__": {"by": "numpy"}}, [], 0
-    for k, a in arrays.items():
-        b = np.ascontiguousarray(a).astype(a.dtype.newbyteorder('<')).tobytes()
-        header[k] = {"dtype": names[a.dtype], "shape": list(a.shape),
-                     "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b' ' * (-len(h) % 8)
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<Q', len(h)) + h + b''.join(blobs))
-
-
 st_write(p("flat64.safetensors"), {"obs": obs.astype(np.float64), "actions": act.astype(np.float64),
                                    "rewards": rew.astype(np.float64),
                                    "next_obs": nxt.astype(np.float64),
@@ -187,13 +168,7 @@ base = {"obs": obs, "actions": act, "rewards": rew, "terminals": term, "timeouts
 
 
 def bad(name, **change):
-    d = dict(base)
-    for k, v in change.items():
-        if v is None:
-            d.pop(k)
-        else:
-            d[k] = v
-    np.savez(p(name), **d)
+    write_bad(p(name), base, **change)
 
 
 bad("bad_unknown.npz", reward_typo=rew)                # unexpected array 'reward_typo'

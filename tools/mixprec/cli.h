@@ -25,6 +25,19 @@ typedef struct cli_config_args {
  * one; print an error and return -1 when it is malformed. */
 int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a);
 
+/* A boolean flag of a verb's command line ("--json"): set when given. */
+typedef struct cli_flag {
+    const char *name;
+    bool *set;
+} cli_flag;
+/* Parse argv[first..argc) of a verb: --help/-h (help(stdout)), the flags
+ * flags[0..n_flags), and the shared config arguments (cli_take_config_arg)
+ * into a; anything else is an error naming the argument and, after
+ * "accepted: ", the text `accepted`. Returns -1 to go on, else the exit
+ * code for the verb to return (CLI_EXIT_OK after --help, CLI_EXIT_USAGE). */
+int cli_parse_args(int argc, char **argv, int first, const cli_flag *flags, int n_flags,
+                   cli_config_args *a, void (*help)(FILE *), const char *accepted);
+
 /* Route library log messages to stderr with a level prefix. */
 void cli_install_logger(void);
 /* Print "mixprec: error: ..." to stderr (through the library log, as a

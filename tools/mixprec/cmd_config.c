@@ -32,23 +32,10 @@ int cmd_config(int argc, char **argv) {
     }
     cli_config_args a = {0};
     bool json = false, keys = false;
-    for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            help(stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--keys") == 0) {
-            keys = true;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else {
-            int took = cli_take_config_arg(argc, argv, &i, &a);
-            if (took < 0) return CLI_EXIT_USAGE;
-            if (took > 0) continue;
-            cli_error("unexpected argument '%s'; accepted: --config FILE, --keys, --json, "
-                      "key=value", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_flag flags[] = {{"--keys", &keys}, {"--json", &json}};
+    int parsed = cli_parse_args(argc, argv, 2, flags, 2, &a, help,
+                                "--config FILE, --keys, --json, key=value");
+    if (parsed >= 0) return parsed;
     if (keys) {
         json_t *j = json_object(), *o = json_object();
         for (int k = 0; k < mxp_config_num_keys(); k++) {

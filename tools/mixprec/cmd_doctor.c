@@ -350,23 +350,10 @@ static int preflight(const cli_config_args *a, json_t *out) {
 int cmd_doctor(int argc, char **argv) {
     cli_config_args a = {0};
     bool pre = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            help(stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--preflight") == 0) {
-            pre = true;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else {
-            int took = cli_take_config_arg(argc, argv, &i, &a);
-            if (took < 0) return CLI_EXIT_USAGE;
-            if (took > 0) continue;
-            cli_error("unexpected argument '%s'; accepted: --preflight, --json, --config FILE, "
-                      "--help, key=value", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_flag flags[] = {{"--preflight", &pre}, {"--json", &json}};
+    int parsed = cli_parse_args(argc, argv, 1, flags, 2, &a, help,
+                                "--preflight, --json, --config FILE, --help, key=value");
+    if (parsed >= 0) return parsed;
     cli_install_logger();
     mxp_log_set_level(MXP_LOG_WARN);
     if (!json) {

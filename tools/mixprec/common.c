@@ -198,6 +198,28 @@ int cli_take_config_arg(int argc, char **argv, int *i, cli_config_args *a) {
     return 1;
 }
 
+int cli_parse_args(int argc, char **argv, int first, const cli_flag *flags, int n_flags,
+                   cli_config_args *a, void (*help)(FILE *), const char *accepted) {
+    for (int i = first; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            help(stdout);
+            return CLI_EXIT_OK;
+        }
+        int k = 0;
+        while (k < n_flags && strcmp(argv[i], flags[k].name) != 0) k++;
+        if (k < n_flags) {
+            *flags[k].set = true;
+            continue;
+        }
+        int took = cli_take_config_arg(argc, argv, &i, a);
+        if (took < 0) return CLI_EXIT_USAGE;
+        if (took > 0) continue;
+        cli_error("unexpected argument '%s'; accepted: %s", argv[i], accepted);
+        return CLI_EXIT_USAGE;
+    }
+    return -1;
+}
+
 int cli_resolve_config(const cli_config_args *a, mxp_config *cfg, mxp_config_builder **keep) {
     mxp_error err = {0};
     mxp_config_builder *b = NULL;
