@@ -66,6 +66,7 @@
 #include "backend/cuda/dstep.h"
 #include "dstep_emu.h"
 #include "testutil.h"
+#include "train/trainer_device.h"
 
 enum { NSTEPS = 8, NAN_STEP = 5, MAX_MICRO = 8 };
 /* steps per comparison: NSTEPS; MIXPREC_TEST_QUICK 6 (still the fp16
@@ -98,17 +99,6 @@ static float frand(void) { /* [-1, 1) */
     return (float)((double)(rs >> 8) / 8388608.0 - 1.0);
 }
 
-static mxp_ds_kind ds_kind(mxp_layer_kind k) {
-    switch (k) {
-    case MXP_LAYER_LINEAR: return MXP_DS_LINEAR;
-    case MXP_LAYER_RELU: return MXP_DS_RELU;
-    case MXP_LAYER_GELU: return MXP_DS_GELU;
-    case MXP_LAYER_TANH: return MXP_DS_TANH;
-    case MXP_LAYER_LAYERNORM: return MXP_DS_LAYERNORM;
-    default: return MXP_DS_KIND_COUNT;
-    }
-}
-
 static mxp_dtype lowp_of(mxp_precision p) {
     return p == MXP_PRECISION_MIXED_BF16 ? MXP_DTYPE_BF16
            : p == MXP_PRECISION_MIXED_FP16 ? MXP_DTYPE_F16
@@ -124,7 +114,7 @@ static mxp_ds_spec ds_spec_of(const mxp_model_spec *ms, const mxp_trainer_config
     s.batch = batch;
     s.n_layers = ms->n_layers;
     for (int l = 0; l < ms->n_layers; l++) {
-        s.layers[l].kind = ds_kind(ms->layers[l].kind);
+        s.layers[l].kind = trainer_device_ds_kind(ms->layers[l].kind);
         s.layers[l].units = ms->layers[l].units;
     }
     s.loss = ms->loss == MXP_LOSS_XENT ? MXP_DS_XENT : MXP_DS_MSE;

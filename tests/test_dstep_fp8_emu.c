@@ -63,6 +63,7 @@
 #include "dstep_emu_fp8.h"
 #include "train/trainer_device_fp8.h"
 #include "testutil.h"
+#include "train/trainer_device.h"
 
 /* mxp_fp8_config_default as the device step's config */
 static mxp_ds_fp8_cfg ds_default_cfg(void) {
@@ -93,17 +94,6 @@ static uint32_t rs = 2026u;
 static float frand(void) {
     rs = rs * 1664525u + 1013904223u;
     return (float)((double)(rs >> 8) / 8388608.0 - 1.0);
-}
-
-static mxp_ds_kind ds_kind(mxp_layer_kind k) {
-    switch (k) {
-    case MXP_LAYER_LINEAR: return MXP_DS_LINEAR;
-    case MXP_LAYER_RELU: return MXP_DS_RELU;
-    case MXP_LAYER_GELU: return MXP_DS_GELU;
-    case MXP_LAYER_TANH: return MXP_DS_TANH;
-    case MXP_LAYER_LAYERNORM: return MXP_DS_LAYERNORM;
-    default: return MXP_DS_KIND_COUNT;
-    }
 }
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
@@ -160,7 +150,7 @@ static bool compare(const shape *sh, const run_opts *o) {
     ds.batch = sh->batch;
     ds.n_layers = ms.n_layers;
     for (int l = 0; l < ms.n_layers; l++) {
-        ds.layers[l].kind = ds_kind(ms.layers[l].kind);
+        ds.layers[l].kind = trainer_device_ds_kind(ms.layers[l].kind);
         ds.layers[l].units = ms.layers[l].units;
     }
     ds.loss = ms.loss == MXP_LOSS_XENT ? MXP_DS_XENT : MXP_DS_MSE;

@@ -18,7 +18,7 @@
  *
  * Entry points: trainer_device_select (the run: the CUDA table and a CUDA
  * context, or the test override), trainer_device_attach / _detach,
- * trainer_device_spec (model + policy + trainer config -> mxp_ds_spec, the
+ * trainer_device_spec and trainer_device_ds_kind (model + policy + trainer config -> mxp_ds_spec, the
  * one place that maps them), trainer_device_step, trainer_device_pull,
  * trainer_device_host_wrote, trainer_device_get_stats,
  * trainer_device_override (tests only).
@@ -46,6 +46,9 @@ typedef struct trainer_device_stats {
 /* The device spec of t's model, policy and config for `batch` rows per
  * step; MXP_ERR_UNSUPPORTED naming the first thing the device step cannot
  * run and what it accepts. */
+/* The device step's kind of a model layer kind; MXP_DS_KIND_COUNT for a
+ * kind the device step does not run. */
+mxp_ds_kind trainer_device_ds_kind(mxp_layer_kind k);
 mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec *out,
                                mxp_error *err);
 /* Attach t to (ops, dev): plan, upload the model's parameters, the moments

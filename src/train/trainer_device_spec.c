@@ -25,7 +25,7 @@ static mxp_status refuse(mxp_error *err, const char *what) {
                          what, kAccepted);
 }
 
-static mxp_ds_kind ds_kind(mxp_layer_kind k) {
+mxp_ds_kind trainer_device_ds_kind(mxp_layer_kind k) {
     switch (k) {
     case MXP_LAYER_LINEAR: return MXP_DS_LINEAR;
     case MXP_LAYER_RELU: return MXP_DS_RELU;
@@ -61,14 +61,14 @@ mxp_status trainer_device_spec(const mxp_trainer *t, int64_t batch, mxp_ds_spec 
     if (ms->n_layers > MXP_DS_MAX_LAYERS) return refuse(err, "more than 64 layers");
     for (int l = 0; l < ms->n_layers; l++) {
         const mxp_layer_kind k = ms->layers[l].kind;
-        if (ds_kind(k) == MXP_DS_KIND_COUNT) {
+        if (trainer_device_ds_kind(k) == MXP_DS_KIND_COUNT) {
             const bool gpt = k == MXP_LAYER_EMBEDDING || k == MXP_LAYER_BLOCK ||
                              k == MXP_LAYER_LM_HEAD;
             snprintf(what, sizeof what, "layer %d (%s)%s", l, mxp_layer_kind_name(k),
                      gpt ? ": the GPT's embedding and attention are not on the device" : "");
             return refuse(err, what);
         }
-        out->layers[l].kind = ds_kind(k);
+        out->layers[l].kind = trainer_device_ds_kind(k);
         out->layers[l].units = ms->layers[l].units;
     }
     const mxp_precision p = pol->mode;
