@@ -19,8 +19,9 @@
  * Entry points: trainer_device_select (the run: the CUDA table and a CUDA
  * context, or the test override), trainer_device_attach / _detach,
  * trainer_device_spec and trainer_device_ds_kind (model + policy +
- * trainer config -> mxp_ds_spec, the one place that maps them), trainer_device_step, trainer_device_pull,
- * trainer_device_host_wrote, trainer_device_get_stats,
+ * trainer config -> mxp_ds_spec, the one place that maps them),
+ * trainer_device_step, trainer_device_pull, trainer_device_host_wrote,
+ * trainer_device_get_stats,
  * trainer_device_override (tests only).
  */
 #ifndef MIXPREC_TRAINER_DEVICE_H
