@@ -203,7 +203,11 @@ static void test_exact_residual(void) {
         mxp_step_result rg, rp;
         step_same_grads(&g, &p, &b, k == 0 ? "residual fp32 step 1" : "residual fp32 step 2",
                         &rg, &rp);
-        CHECK(rp.loss == rg.loss && rp.grad_norm == rg.grad_norm);
+        /* the gradients are equal bit for bit (step_same_grads); the norm
+         * sums them per group, then the groups, so its double may differ
+         * in the last place (the generic kernels' order: 1 ulp seen) */
+        CHECK_MSG(rp.loss == rg.loss && fabs(rp.grad_norm - rg.grad_norm) <= 1e-12 * rg.grad_norm,
+                  "loss %a %a, norm %a %a", rp.loss, rg.loss, rp.grad_norm, rg.grad_norm);
     }
     free_rig(&g);
     free_rig(&p);
