@@ -58,7 +58,7 @@ static mxp_status device_attach(mxp_run *r, mxp_error *err) {
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "training.device=cuda does not run training.precision=auto (its "
                              "trial steps switch precision); accepted there: fp32, mixed_bf16, "
-                             "mixed_fp16");
+                             "mixed_fp16, fp8");
     return trainer_device_select(r->trainer, &c->device, err);
 }
 
