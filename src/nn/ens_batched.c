@@ -328,15 +328,9 @@ static mxp_batch member_rows(const mxp_model *m, const mxp_batch *b, int e, int6
 
 mxp_status nn_ens_pass(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
                        bool scan, nn_slots *const *blk, mxp_error *err) {
+    mxp_status bs = nn_ens_check_batch(m, b, err);
+    if (bs != MXP_OK) return bs;
     const int E = m->ens;
-    if (!b)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG, "batch is NULL; accepted: an mxp_batch");
-    if (b->B < E || b->B % E != 0 || b->B / E > m->spec.max_batch)
-        return mxp_error_set(err, MXP_ERR_INVALID_ARG,
-                             "batch B=%lld rows for an ensemble of %d; accepted: %d * B rows "
-                             "(member e's B rows at [e B, (e+1) B)), B in 1..%lld "
-                             "(spec.max_batch)",
-                             (long long)b->B, E, E, (long long)m->spec.max_batch);
     if (backward && m->inference)
         return mxp_error_set(err, MXP_ERR_UNSUPPORTED,
                              "mxp_model_step: backward=true on a model created with "

@@ -1,6 +1,6 @@
 /* nn/ensemble.c: ensembles of E MLPs in one model (spec.ensemble, model.h).
  *
- * Entry points (nn_internal.h): nn_ens_view, nn_ens_tensors, nn_ens_each,
+ * Entry points (nn_internal.h): nn_ens_view, nn_ens_tensors, nn_ens_check_batch, nn_ens_each,
  * nn_ens_step, nn_ens_predict; mxp_model_elites, mxp_model_set_elites
  * (model.h). Member e's parameters are a copy of the single model's
  * layout at element offset e * P1 of every slab (master, work, grads), so
@@ -64,8 +64,7 @@ static void merge_site(mxp_nonfinite_site *site, const mxp_nonfinite_site *ms) {
     if (site && !site->found && ms->found) *site = *ms;
 }
 
-mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *ctx,
-                       mxp_error *err) {
+mxp_status nn_ens_check_batch(const mxp_model *m, const mxp_batch *b, mxp_error *err) {
     if (!b)
         return mxp_error_set(err, MXP_ERR_INVALID_ARG, "batch is NULL; accepted: an mxp_batch");
     const int E = m->ens;
@@ -75,6 +74,14 @@ mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *
                              "(member e's B rows at [e B, (e+1) B)), B in 1..%lld "
                              "(spec.max_batch)",
                              (long long)b->B, E, E, (long long)m->spec.max_batch);
+    return MXP_OK;
+}
+
+mxp_status nn_ens_each(mxp_model *m, const mxp_batch *b, nn_member_fn fn, void *ctx,
+                       mxp_error *err) {
+    mxp_status bs = nn_ens_check_batch(m, b, err);
+    if (bs != MXP_OK) return bs;
+    const int E = m->ens;
     const int64_t B = b->B / E, D = m->spec.in_dim, K = mxp_model_target_dim(m);
     const bool stale = m->grads_stale;
     mxp_status s = MXP_OK;

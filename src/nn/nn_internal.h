@@ -642,6 +642,10 @@ typedef struct nn_pass_rec {
 mxp_status nn_pass_run(mxp_model *m, const mxp_batch *b, bool backward, float loss_scale,
                        bool scan, mxp_error *err);
 
+/* An ensemble's batch (ensemble.c): not NULL, E * B rows with B in
+ * 1..spec.max_batch; MXP_ERR_INVALID_ARG naming the rows and what is
+ * accepted. Checked by the member loop and the layer-major pass. */
+mxp_status nn_ens_check_batch(const mxp_model *m, const mxp_batch *b, mxp_error *err);
 /* The ensemble's member loop (ensemble.c): for e = 0..E-1 the member's view
  * and its rows of b as mb (the discard state of the step restored for each
  * member), fn(m, e, &mb, ctx, err) until an error; the view restored. */
